@@ -1,0 +1,32 @@
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static sg_loglevel_t min_level = SG_LOG_INFO;
+
+void sg_log_set_level(sg_loglevel_t level)
+{
+    min_level = level;
+}
+
+void sg_log(sg_loglevel_t level, const char *fmt, ...)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    if (level < min_level)
+        return;
+    struct timespec ts;
+    struct tm tm;
+    char when[32];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s.%03ldZ %-5s %s\n", when, ts.tv_nsec / 1000000, names[level], line);
+}

@@ -1,0 +1,59 @@
+#include "common/xalloc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static void *check(void *p)
+{
+    if (p == NULL) {
+        fputs("sandgate: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+void *xmalloc(size_t n)
+{
+    return check(malloc(n ? n : 1));
+}
+
+void *xzalloc(size_t n)
+{
+    return check(calloc(1, n ? n : 1));
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    return check(realloc(p, n ? n : 1));
+}
+
+char *xstrdup(const char *s)
+{
+    return check(strdup(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    return check(strndup(s, n));
+}
+
+void *xmemdup(const void *p, size_t n)
+{
+    void *q = xmalloc(n);
+    if (n)
+        memcpy(q, p, n);
+    return q;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    char *s;
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (r < 0)
+        check(NULL);
+    return s;
+}

@@ -1,0 +1,30 @@
+/* Allocation helpers: out of memory aborts (there is no sane recovery in a
+ * daemon whose every request allocates), so callers never check for NULL. */
+#ifndef SG_XALLOC_H
+#define SG_XALLOC_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void *xmalloc(size_t n);
+void *xzalloc(size_t n);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+void *xmemdup(const void *p, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline void cleanup_free_fn(void *p)
+{
+    free(*(void **)p);
+}
+static inline void cleanup_close_fn(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+}
+#define cleanup_free __attribute__((cleanup(cleanup_free_fn)))
+#define cleanup_close __attribute__((cleanup(cleanup_close_fn)))
+
+#endif

@@ -1,0 +1,288 @@
+#include "proto/jsession.h"
+
+#include <assert.h>
+#include <sodium.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+
+/* Signatures seen recently: a FIFO ring (eviction order) plus a hash (lookup). */
+typedef struct {
+    char (*ring)[65];
+    size_t cap, len, next;
+    zhashx_t *seen;
+} replay_cache_t;
+
+struct jsession {
+    crypto_auth_hmacsha256_state keyed; /* HMAC state after absorbing the key */
+    char id[37];
+    char *username;
+    size_t max_bytes;
+    replay_cache_t replay;
+    jsession_stats_t stats;
+};
+
+static void replay_init(replay_cache_t *rc, size_t cap)
+{
+    rc->cap = cap ? cap : 1;
+    rc->len = rc->next = 0;
+    rc->ring = xmalloc(rc->cap * sizeof *rc->ring);
+    rc->seen = zhashx_new();
+    assert(rc->seen);
+}
+
+static void replay_fini(replay_cache_t *rc)
+{
+    free(rc->ring);
+    rc->ring = NULL;
+    zhashx_destroy(&rc->seen);
+}
+
+/* Returns true if hex was seen before; otherwise remembers it. */
+static bool replay_check_and_add(replay_cache_t *rc, const char *hex)
+{
+    if (zhashx_lookup(rc->seen, hex))
+        return true;
+    if (rc->len == rc->cap)
+        zhashx_delete(rc->seen, rc->ring[rc->next]);
+    else
+        rc->len++;
+    memcpy(rc->ring[rc->next], hex, 65);
+    zhashx_insert(rc->seen, hex, (void *)1);
+    rc->next = (rc->next + 1) % rc->cap;
+    return false;
+}
+
+jsession_t *jsession_new(const void *key, size_t key_len, sg_error_t **err)
+{
+    if (key == NULL || key_len == 0) {
+        sg_error_set(err, SG_E_AUTH, "an empty HMAC key is refused: messages would be unsigned");
+        return NULL;
+    }
+    if (sodium_init() < 0) {
+        sg_error_set(err, SG_E_INTERNAL, "libsodium failed to initialise");
+        return NULL;
+    }
+    jsession_t *self = xzalloc(sizeof *self);
+    crypto_auth_hmacsha256_init(&self->keyed, key, key_len);
+    jmsg_uuid(self->id);
+    self->username = xstrdup("sandgate");
+    self->max_bytes = JSESSION_DEFAULT_MAX_BYTES;
+    replay_init(&self->replay, JSESSION_DEFAULT_REPLAY_WINDOW);
+    return self;
+}
+
+void jsession_destroy(jsession_t **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    jsession_t *self = *self_p;
+    sodium_memzero(&self->keyed, sizeof self->keyed);
+    replay_fini(&self->replay);
+    free(self->username);
+    free(self);
+    *self_p = NULL;
+}
+
+const char *jsession_id(const jsession_t *self)
+{
+    return self->id;
+}
+
+void jsession_set_username(jsession_t *self, const char *username)
+{
+    free(self->username);
+    self->username = xstrdup(username);
+}
+
+void jsession_set_max_bytes(jsession_t *self, size_t max_bytes)
+{
+    self->max_bytes = max_bytes;
+}
+
+void jsession_set_replay_window(jsession_t *self, size_t entries)
+{
+    replay_fini(&self->replay);
+    replay_init(&self->replay, entries);
+}
+
+void jsession_stats(const jsession_t *self, jsession_stats_t *out)
+{
+    *out = self->stats;
+}
+
+jmsg_t *jsession_msg(const jsession_t *self, const char *msg_type, json_t *content)
+{
+    jmsg_t *msg = jmsg_new(msg_type, self->id, self->username);
+    if (content)
+        jmsg_set_content(msg, content);
+    return msg;
+}
+
+void jsession_sign(const jsession_t *self, const void *const parts[], const size_t lens[], size_t n,
+                   char hex[65])
+{
+    crypto_auth_hmacsha256_state st = self->keyed;
+    unsigned char mac[crypto_auth_hmacsha256_BYTES];
+    for (size_t i = 0; i < n; i++)
+        crypto_auth_hmacsha256_update(&st, parts[i], lens[i]);
+    crypto_auth_hmacsha256_final(&st, mac);
+    sodium_bin2hex(hex, 65, mac, sizeof mac);
+}
+
+static char *dump(json_t *obj, size_t *len)
+{
+    char *s = json_dumps(obj, JSON_COMPACT);
+    assert(s != NULL); /* objects built by us always serialise */
+    *len = strlen(s);
+    return s;
+}
+
+zmsg_t *jsession_encode(const jsession_t *self, const jmsg_t *msg)
+{
+    json_t *objs[4] = {jmsg_header(msg), jmsg_parent(msg), jmsg_metadata(msg), jmsg_content(msg)};
+    char *parts[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++)
+        parts[i] = dump(objs[i], &lens[i]);
+
+    char hex[65];
+    jsession_sign(self, (const void *const *)parts, lens, 4, hex);
+
+    zmsg_t *out = zmsg_dup(jmsg_identities(msg));
+    zmsg_addstr(out, JSESSION_DELIM);
+    zmsg_addmem(out, hex, 64);
+    for (int i = 0; i < 4; i++) {
+        zmsg_addmem(out, parts[i], lens[i]);
+        free(parts[i]);
+    }
+    for (zframe_t *f = zmsg_first(jmsg_buffers(msg)); f; f = zmsg_next(jmsg_buffers(msg)))
+        zmsg_addmem(out, zframe_data(f), zframe_size(f));
+    return out;
+}
+
+static bool frame_is(zframe_t *f, const char *s)
+{
+    size_t n = strlen(s);
+    return zframe_size(f) == n && memcmp(zframe_data(f), s, n) == 0;
+}
+
+static json_t *parse_object(zframe_t *f, const char *what, sg_error_t **err)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb((const char *)zframe_data(f), zframe_size(f), JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (v == NULL) {
+        sg_error_set(err, SG_E_INVALID, "%s is not valid JSON: %s", what, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        sg_error_set(err, SG_E_INVALID, "%s is not a JSON object", what);
+        return NULL;
+    }
+    return v;
+}
+
+static int check_header(json_t *header, sg_error_t **err)
+{
+    static const char *required[] = {"msg_id", "msg_type", "session", "username", "date", "version"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        json_t *v = json_object_get(header, required[i]);
+        if (v == NULL)
+            return sg_error_set(err, SG_E_INVALID, "header has no %s", required[i]);
+        if (!json_is_string(v))
+            return sg_error_set(err, SG_E_INVALID, "header %s is not a string", required[i]);
+    }
+    if (json_string_length(json_object_get(header, "msg_type")) == 0)
+        return sg_error_set(err, SG_E_INVALID, "header msg_type is empty");
+    return 0;
+}
+
+/* Counts the rejection in the right bucket and passes the error on. */
+static jmsg_t *reject(jsession_t *self, uint64_t *counter, zmsg_t **frames_p, json_t *parsed[4])
+{
+    (*counter)++;
+    zmsg_destroy(frames_p);
+    for (int i = 0; parsed && i < 4; i++)
+        json_decref(parsed[i]);
+    return NULL;
+}
+
+jmsg_t *jsession_decode(jsession_t *self, zmsg_t **frames_p, sg_error_t **err)
+{
+    zmsg_t *frames = *frames_p;
+    *frames_p = NULL;
+    if (frames == NULL) {
+        sg_error_set(err, SG_E_INVALID, "no message");
+        self->stats.malformed++;
+        return NULL;
+    }
+    if (zmsg_content_size(frames) > self->max_bytes) {
+        sg_error_set(err, SG_E_LIMIT, "message of %zu bytes exceeds the limit of %zu",
+                     zmsg_content_size(frames), self->max_bytes);
+        return reject(self, &self->stats.oversized, &frames, NULL);
+    }
+
+    /* Identities are every frame before the delimiter. */
+    size_t nident = 0;
+    zframe_t *f;
+    for (f = zmsg_first(frames); f && !frame_is(f, JSESSION_DELIM); f = zmsg_next(frames))
+        nident++;
+    if (f == NULL) {
+        sg_error_set(err, SG_E_INVALID, "no <IDS|MSG> delimiter in %zu frames", zmsg_size(frames));
+        return reject(self, &self->stats.malformed, &frames, NULL);
+    }
+    if (zmsg_size(frames) < nident + 6) {
+        sg_error_set(err, SG_E_INVALID, "truncated message: %zu frames after the delimiter, need 5",
+                     zmsg_size(frames) - nident - 1);
+        return reject(self, &self->stats.malformed, &frames, NULL);
+    }
+
+    zframe_t *sig = zmsg_next(frames);
+    zframe_t *json_frames[4];
+    const void *parts[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        json_frames[i] = zmsg_next(frames);
+        parts[i] = zframe_data(json_frames[i]);
+        lens[i] = zframe_size(json_frames[i]);
+    }
+    if (zframe_size(sig) == 0) {
+        sg_error_set(err, SG_E_AUTH, "unsigned message refused");
+        return reject(self, &self->stats.unsigned_msgs, &frames, NULL);
+    }
+    char expect[65];
+    jsession_sign(self, parts, lens, 4, expect);
+    if (zframe_size(sig) != 64 || sodium_memcmp(zframe_data(sig), expect, 64) != 0) {
+        sg_error_set(err, SG_E_AUTH, "invalid message signature");
+        return reject(self, &self->stats.bad_signature, &frames, NULL);
+    }
+    if (replay_check_and_add(&self->replay, expect)) {
+        sg_error_set(err, SG_E_AUTH, "replayed message signature refused");
+        return reject(self, &self->stats.replayed, &frames, NULL);
+    }
+
+    static const char *names[4] = {"header", "parent_header", "metadata", "content"};
+    json_t *parsed[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        parsed[i] = parse_object(json_frames[i], names[i], err);
+        if (parsed[i] == NULL)
+            return reject(self, &self->stats.malformed, &frames, parsed);
+    }
+    if (check_header(parsed[0], err) < 0)
+        return reject(self, &self->stats.malformed, &frames, parsed);
+
+    jmsg_t *msg = jmsg_from_parts(parsed[0], parsed[1], parsed[2], parsed[3]);
+    /* Move identity frames and buffers out of the wire message. */
+    for (size_t i = 0; i < nident; i++)
+        zmsg_append(jmsg_identities(msg), &(zframe_t *){zmsg_pop(frames)});
+    for (int i = 0; i < 6; i++) {
+        zframe_t *drop = zmsg_pop(frames);
+        zframe_destroy(&drop);
+    }
+    while (zmsg_size(frames) > 0)
+        zmsg_append(jmsg_buffers(msg), &(zframe_t *){zmsg_pop(frames)});
+    zmsg_destroy(&frames);
+    self->stats.accepted++;
+    return msg;
+}
