@@ -73,10 +73,14 @@ static const struct {
     int status;
     const char *name;
 } kinds[] = {
-    [SG_E_INTERNAL] = {500, "internal"},   [SG_E_INVALID] = {400, "invalid"},
-    [SG_E_AUTH] = {401, "unauthorized"},   [SG_E_NOTFOUND] = {404, "not_found"},
-    [SG_E_CONFLICT] = {409, "conflict"},   [SG_E_LIMIT] = {413, "limit_exceeded"},
-    [SG_E_TIMEOUT] = {504, "timeout"},     [SG_E_UNAVAILABLE] = {503, "unavailable"},
+    [SG_E_INTERNAL] = {500, "internal"},
+    [SG_E_INVALID] = {400, "invalid"},
+    [SG_E_AUTH] = {401, "unauthorized"},
+    [SG_E_NOTFOUND] = {404, "not_found"},
+    [SG_E_CONFLICT] = {409, "conflict"},
+    [SG_E_LIMIT] = {413, "limit_exceeded"},
+    [SG_E_TIMEOUT] = {504, "timeout"},
+    [SG_E_UNAVAILABLE] = {503, "unavailable"},
     [SG_E_IO] = {500, "io"},
 };
 

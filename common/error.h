@@ -28,8 +28,8 @@ typedef enum {
 
 typedef struct sg_error {
     sg_errkind_t kind;
-    int errnum;  /* errno when the cause was a system call, else 0 */
-    char *msg;   /* owned, human-readable, no trailing newline */
+    int errnum; /* errno when the cause was a system call, else 0 */
+    char *msg;  /* owned, human-readable, no trailing newline */
 } sg_error_t;
 
 /* Stores a new error in *err (if err is not NULL) and returns -1. */
@@ -40,8 +40,7 @@ int sg_error_errno(sg_error_t **err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepends "context: " to the message of *err (no-op if err or *err is NULL).
  * Returns -1 so it can end a failure path. */
-int sg_error_prefix(sg_error_t **err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int sg_error_prefix(sg_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Frees *err and sets it to NULL; safe on NULL and twice. */
 void sg_error_free(sg_error_t **err);
 

@@ -5,8 +5,8 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <stdbool.h>
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -95,9 +95,9 @@ int jconn_parse(jconn_t *conn, const char *text, size_t len, sg_error_t **err)
     json_int_t ports[JCHAN_COUNT];
     json_error_t perr;
     if (json_unpack_ex(root, &perr, 0, "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s?s}",
-                       "transport", &transport, "ip", &ip, "key", &key, "signature_scheme",
-                       &scheme, port_keys[0], &ports[0], port_keys[1], &ports[1], port_keys[2],
-                       &ports[2], port_keys[3], &ports[3], port_keys[4], &ports[4], "kernel_name",
+                       "transport", &transport, "ip", &ip, "key", &key, "signature_scheme", &scheme,
+                       port_keys[0], &ports[0], port_keys[1], &ports[1], port_keys[2], &ports[2],
+                       port_keys[3], &ports[3], port_keys[4], &ports[4], "kernel_name",
                        &kernel_name) < 0) {
         sg_error_set(err, SG_E_INVALID, "bad connection info: %s", perr.text);
         goto out;
@@ -122,7 +122,8 @@ int jconn_parse(jconn_t *conn, const char *text, size_t len, sg_error_t **err)
     if (copy_str(conn->transport, sizeof conn->transport, transport, "transport", err) < 0 ||
         copy_str(conn->ip, sizeof conn->ip, ip, "ip", err) < 0 ||
         copy_str(conn->key, sizeof conn->key, key, "key", err) < 0 ||
-        copy_str(conn->signature_scheme, sizeof conn->signature_scheme, scheme, "scheme", err) < 0 ||
+        copy_str(conn->signature_scheme, sizeof conn->signature_scheme, scheme, "scheme", err) <
+            0 ||
         copy_str(conn->kernel_name, sizeof conn->kernel_name, kernel_name, "kernel_name", err) < 0)
         goto out;
     rc = 0;
@@ -151,8 +152,8 @@ int jconn_read(jconn_t *conn, const char *path, sg_error_t **err)
 int jconn_write(const jconn_t *conn, const char *path, sg_error_t **err)
 {
     json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s}", "transport", conn->transport, "ip",
-                             conn->ip, "key", conn->key, "signature_scheme",
-                             conn->signature_scheme, "kernel_name", conn->kernel_name);
+                             conn->ip, "key", conn->key, "signature_scheme", conn->signature_scheme,
+                             "kernel_name", conn->kernel_name);
     if (root == NULL)
         return sg_error_set(err, SG_E_INVALID, "connection info is not valid UTF-8");
     for (int c = 0; c < JCHAN_COUNT; c++)

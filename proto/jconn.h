@@ -12,7 +12,14 @@
 
 #include "common/error.h"
 
-typedef enum { JCHAN_SHELL, JCHAN_IOPUB, JCHAN_STDIN, JCHAN_CONTROL, JCHAN_HB, JCHAN_COUNT } jchan_t;
+typedef enum {
+    JCHAN_SHELL,
+    JCHAN_IOPUB,
+    JCHAN_STDIN,
+    JCHAN_CONTROL,
+    JCHAN_HB,
+    JCHAN_COUNT
+} jchan_t;
 
 typedef struct {
     char transport[8];         /* "tcp" or "ipc" */

@@ -51,9 +51,9 @@ jmsg_t *jmsg_new(const char *msg_type, const char *session, const char *username
     char id[37], date[32];
     jmsg_uuid(id);
     jmsg_now(date);
-    json_t *header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "msg_type", msg_type,
-                               "session", session, "username", username, "date", date, "version",
-                               JMSG_PROTOCOL_VERSION);
+    json_t *header =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "msg_type", msg_type, "session",
+                  session, "username", username, "date", date, "version", JMSG_PROTOCOL_VERSION);
     assert(header != NULL); /* only fails on NULL or invalid UTF-8 arguments */
     return jmsg_from_parts(header, json_object(), json_object(), json_object());
 }

@@ -6,27 +6,20 @@
 
 #include "common/xalloc.h"
 
-/* Signatures seen recently: a FIFO ring (eviction order) plus a hash (lookup). */
+/* Signatures seen recently: a FIFO ring (eviction order) plus a hash
+ * (lookup).  The ring grows on demand up to max entries, so an idle session
+ * costs little; once full, the oldest signature is forgotten. */
 typedef struct {
     char (*ring)[65];
-    size_t cap, len, next;
+    size_t max, alloc, len, next;
     zhashx_t *seen;
 } replay_cache_t;
 
-struct jsession {
-    crypto_auth_hmacsha256_state keyed; /* HMAC state after absorbing the key */
-    char id[37];
-    char *username;
-    size_t max_bytes;
-    replay_cache_t replay;
-    jsession_stats_t stats;
-};
-
-static void replay_init(replay_cache_t *rc, size_t cap)
+static void replay_init(replay_cache_t *rc, size_t max)
 {
-    rc->cap = cap ? cap : 1;
-    rc->len = rc->next = 0;
-    rc->ring = xmalloc(rc->cap * sizeof *rc->ring);
+    rc->max = max ? max : 1;
+    rc->alloc = rc->len = rc->next = 0;
+    rc->ring = NULL;
     rc->seen = zhashx_new();
     assert(rc->seen);
 }
@@ -43,15 +36,31 @@ static bool replay_check_and_add(replay_cache_t *rc, const char *hex)
 {
     if (zhashx_lookup(rc->seen, hex))
         return true;
-    if (rc->len == rc->cap)
+    if (rc->len == rc->max) {
         zhashx_delete(rc->seen, rc->ring[rc->next]);
-    else
+    } else {
+        if (rc->len == rc->alloc) {
+            rc->alloc = rc->alloc ? rc->alloc * 2 : 64;
+            if (rc->alloc > rc->max)
+                rc->alloc = rc->max;
+            rc->ring = xrealloc(rc->ring, rc->alloc * sizeof *rc->ring);
+        }
         rc->len++;
+    }
     memcpy(rc->ring[rc->next], hex, 65);
     zhashx_insert(rc->seen, hex, (void *)1);
-    rc->next = (rc->next + 1) % rc->cap;
+    rc->next = (rc->next + 1) % rc->max;
     return false;
 }
+
+struct jsession {
+    crypto_auth_hmacsha256_state keyed; /* HMAC state after absorbing the key */
+    char id[37];
+    char *username;
+    size_t max_bytes;
+    replay_cache_t replay;
+    jsession_stats_t stats;
+};
 
 jsession_t *jsession_new(const void *key, size_t key_len, sg_error_t **err)
 {
@@ -170,7 +179,8 @@ static bool frame_is(zframe_t *f, const char *s)
 static json_t *parse_object(zframe_t *f, const char *what, sg_error_t **err)
 {
     json_error_t jerr;
-    json_t *v = json_loadb((const char *)zframe_data(f), zframe_size(f), JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    json_t *v = json_loadb((const char *)zframe_data(f), zframe_size(f),
+                           JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (v == NULL) {
         sg_error_set(err, SG_E_INVALID, "%s is not valid JSON: %s", what, jerr.text);
         return NULL;
@@ -185,7 +195,8 @@ static json_t *parse_object(zframe_t *f, const char *what, sg_error_t **err)
 
 static int check_header(json_t *header, sg_error_t **err)
 {
-    static const char *required[] = {"msg_id", "msg_type", "session", "username", "date", "version"};
+    static const char *required[] = {"msg_id",   "msg_type", "session",
+                                     "username", "date",     "version"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         json_t *v = json_object_get(header, required[i]);
         if (v == NULL)

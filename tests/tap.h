@@ -24,18 +24,18 @@ static inline __attribute__((format(printf, 2, 3))) int ok(int cond, const char 
     return cond;
 }
 
-#define is_int(got, want, ...)                                                                   \
-    do {                                                                                         \
-        long long g_ = (got), w_ = (want);                                                       \
-        if (!ok(g_ == w_, __VA_ARGS__))                                                          \
-            printf("#   got %lld, want %lld\n", g_, w_);                                         \
+#define is_int(got, want, ...)                                                                     \
+    do {                                                                                           \
+        long long g_ = (got), w_ = (want);                                                         \
+        if (!ok(g_ == w_, __VA_ARGS__))                                                            \
+            printf("#   got %lld, want %lld\n", g_, w_);                                           \
     } while (0)
 
-#define is_str(got, want, ...)                                                                   \
-    do {                                                                                         \
-        const char *g_ = (got), *w_ = (want);                                                    \
-        if (!ok(g_ && w_ && strcmp(g_, w_) == 0, __VA_ARGS__))                                   \
-            printf("#   got '%s', want '%s'\n", g_ ? g_ : "(null)", w_ ? w_ : "(null)");         \
+#define is_str(got, want, ...)                                                                     \
+    do {                                                                                           \
+        const char *g_ = (got), *w_ = (want);                                                      \
+        if (!ok(g_ && w_ && strcmp(g_, w_) == 0, __VA_ARGS__))                                     \
+            printf("#   got '%s', want '%s'\n", g_ ? g_ : "(null)", w_ ? w_ : "(null)");           \
     } while (0)
 
 static inline void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -61,9 +61,9 @@ int main(int argc, char **argv)
                                     json_incref(json_object_get(in, "parent_header")),
                                     json_incref(json_object_get(in, "metadata")),
                                     json_incref(json_object_get(in, "content")));
-        json_array_foreach(json_object_get(in, "identities"), i, v)
+        json_array_foreach (json_object_get(in, "identities"), i, v)
             zmsg_addstr(jmsg_identities(m), json_string_value(v));
-        json_array_foreach(json_object_get(in, "buffers"), i, v) {
+        json_array_foreach (json_object_get(in, "buffers"), i, v) {
             zframe_t *f = unb64(json_string_value(v));
             zmsg_append(jmsg_buffers(m), &f);
         }
@@ -75,15 +75,15 @@ int main(int argc, char **argv)
         jmsg_destroy(&m);
     } else {
         zmsg_t *wire = zmsg_new();
-        json_array_foreach(json_object_get(in, "frames"), i, v) {
+        json_array_foreach (json_object_get(in, "frames"), i, v) {
             zframe_t *f = unb64(json_string_value(v));
             zmsg_append(wire, &f);
         }
         jmsg_t *m = jsession_decode(s, &wire, &err);
         if (m) {
-            out = json_pack("{s:O, s:O, s:O, s:O}", "header", jmsg_header(m), "parent_header",
-                            jmsg_parent(m), "metadata", jmsg_metadata(m), "content",
-                            jmsg_content(m));
+            out =
+                json_pack("{s:O, s:O, s:O, s:O}", "header", jmsg_header(m), "parent_header",
+                          jmsg_parent(m), "metadata", jmsg_metadata(m), "content", jmsg_content(m));
         } else {
             out = json_pack("{s:s, s:s}", "error", err->msg, "kind", sg_error_kind_name(err->kind));
             sg_error_free(&err);

@@ -60,10 +60,12 @@ static void handle(kernel_t *k, zsock_t *sock, jmsg_t *req)
         const char *code = jmsg_content_str(req, "code");
         code = code ? code : "";
         int n = ++k->execution_count;
-        publish(k, req, "execute_input", json_pack("{s:s, s:i}", "code", code, "execution_count", n));
+        publish(k, req, "execute_input",
+                json_pack("{s:s, s:i}", "code", code, "execution_count", n));
         if (strcmp(code, "error") == 0) {
-            json_t *err = json_pack("{s:s, s:s, s:[s]}", "ename", "EchoError", "evalue",
-                                    "asked for an error", "traceback", "EchoError: asked for an error");
+            json_t *err =
+                json_pack("{s:s, s:s, s:[s]}", "ename", "EchoError", "evalue", "asked for an error",
+                          "traceback", "EchoError: asked for an error");
             publish(k, req, "error", json_deep_copy(err));
             json_object_set_new(err, "status", json_string("error"));
             json_object_set_new(err, "execution_count", json_integer(n));
@@ -142,8 +144,8 @@ int main(int argc, char **argv)
     jsession_stats_t st;
     jsession_stats(k.session, &st);
     fprintf(stderr, "mini_kernel: accepted %llu refused %llu\n", (unsigned long long)st.accepted,
-            (unsigned long long)(st.bad_signature + st.unsigned_msgs + st.malformed +
-                                 st.replayed + st.oversized));
+            (unsigned long long)(st.bad_signature + st.unsigned_msgs + st.malformed + st.replayed +
+                                 st.oversized));
     zpoller_destroy(&p);
     zsock_destroy(&k.shell);
     zsock_destroy(&k.control);

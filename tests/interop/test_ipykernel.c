@@ -70,7 +70,8 @@ static json_t *execute(jclient_t *c, const char *code, json_t **reply)
     json_t *out = json_array();
     *reply = NULL;
     bool idle = false;
-    zpoller_t *p = zpoller_new(jclient_socket(c, JCHAN_SHELL), jclient_socket(c, JCHAN_IOPUB), NULL);
+    zpoller_t *p =
+        zpoller_new(jclient_socket(c, JCHAN_SHELL), jclient_socket(c, JCHAN_IOPUB), NULL);
     int64_t deadline = zclock_mono() + 30000;
     while ((!idle || *reply == NULL) && zclock_mono() < deadline) {
         void *which = zpoller_wait(p, 1000);
@@ -87,8 +88,8 @@ static json_t *execute(jclient_t *c, const char *code, json_t **reply)
         if (chan == JCHAN_SHELL && mine) {
             *reply = json_incref(jmsg_content(m));
         } else if (chan == JCHAN_IOPUB && mine) {
-            json_array_append_new(out, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content",
-                                                 jmsg_content(m)));
+            json_array_append_new(
+                out, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content", jmsg_content(m)));
             if (strcmp(jmsg_type(m), "status") == 0 &&
                 strcmp(json_string_value(json_object_get(jmsg_content(m), "execution_state")),
                        "idle") == 0)
@@ -105,8 +106,9 @@ static json_t *find(json_t *msgs, const char *type)
 {
     size_t i;
     json_t *m;
-    json_array_foreach(msgs, i, m) if (strcmp(json_string_value(json_object_get(m, "msg_type")),
-                                              type) == 0) return m;
+    json_array_foreach (msgs, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "msg_type")), type) == 0)
+            return m;
     return NULL;
 }
 
@@ -149,13 +151,13 @@ static void run(const char *transport)
 
     msgs = execute(c, "x", &reply);
     json_t *res = find(msgs, "execute_result");
-    is_str(json_string_value(json_object_get(json_object_get(json_object_get(res, "content"), "data"),
-                                             "text/plain")),
+    is_str(json_string_value(json_object_get(
+               json_object_get(json_object_get(res, "content"), "data"), "text/plain")),
            "42", "%s: x gives execute_result text/plain 42", transport);
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
     ok(last && strcmp(json_string_value(json_object_get(last, "msg_type")), "status") == 0 &&
-           strcmp(json_string_value(json_object_get(json_object_get(last, "content"),
-                                                    "execution_state")),
+           strcmp(json_string_value(
+                      json_object_get(json_object_get(last, "content"), "execution_state")),
                   "idle") == 0,
        "%s: then status idle, last", transport);
     size_t ri = 0, n = json_array_size(msgs);
@@ -180,14 +182,14 @@ static void run(const char *transport)
     jsession_destroy(&evil);
     msgs = execute(c, "x + 1", &reply);
     res = find(msgs, "execute_result");
-    is_str(json_string_value(json_object_get(json_object_get(json_object_get(res, "content"), "data"),
-                                             "text/plain")),
+    is_str(json_string_value(json_object_get(
+               json_object_get(json_object_get(res, "content"), "data"), "text/plain")),
            "43", "%s: kernel still serves correctly signed requests", transport);
     json_decref(reply);
     json_decref(msgs);
 
-    jmsg_t *sd = jsession_msg(jclient_session(c), "shutdown_request",
-                              json_pack("{s:b}", "restart", 0));
+    jmsg_t *sd =
+        jsession_msg(jclient_session(c), "shutdown_request", json_pack("{s:b}", "restart", 0));
     jmsg_t *sdr = jclient_request(c, JCHAN_CONTROL, &sd, 10000, &err);
     ok(sdr && strcmp(jmsg_type(sdr), "shutdown_reply") == 0, "%s: shutdown_reply on control",
        transport);

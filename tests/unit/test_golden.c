@@ -29,7 +29,7 @@ static void check_vector(json_t *v)
     zmsg_t *wire = zmsg_new();
     size_t i;
     json_t *f;
-    json_array_foreach(json_object_get(v, "frames"), i, f) {
+    json_array_foreach (json_object_get(v, "frames"), i, f) {
         zframe_t *fr = b64_frame(json_string_value(f));
         zmsg_append(wire, &fr);
     }
@@ -62,7 +62,7 @@ static void check_vector(json_t *v)
         int same = zmsg_size(jmsg_identities(m)) == nident;
         json_t *id;
         zframe_t *got = zmsg_first(jmsg_identities(m));
-        json_array_foreach(json_object_get(v, "identities"), i, id) {
+        json_array_foreach (json_object_get(v, "identities"), i, id) {
             same = same && got && zframe_streq(got, json_string_value(id));
             got = zmsg_next(jmsg_identities(m));
         }
@@ -70,7 +70,7 @@ static void check_vector(json_t *v)
         json_t *b;
         same = zmsg_size(jmsg_buffers(m)) == json_array_size(json_object_get(v, "buffers"));
         got = zmsg_first(jmsg_buffers(m));
-        json_array_foreach(json_object_get(v, "buffers"), i, b) {
+        json_array_foreach (json_object_get(v, "buffers"), i, b) {
             zframe_t *want = b64_frame(json_string_value(b));
             same = same && got && zframe_eq(got, want);
             zframe_destroy(&want);
@@ -108,7 +108,8 @@ int main(void)
     ok(json_array_size(vectors) >= 8, "at least 8 vectors");
     size_t i;
     json_t *v;
-    json_array_foreach(vectors, i, v) check_vector(v);
+    json_array_foreach (vectors, i, v)
+        check_vector(v);
     json_decref(root);
     return tap_done();
 }

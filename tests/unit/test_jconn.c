@@ -17,7 +17,8 @@ static void expect_parse_error(const char *json, const char *what)
     sg_error_free(&err);
 }
 
-#define GOOD_PORTS "\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5"
+#define GOOD_PORTS                                                                                 \
+    "\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5"
 
 int main(void)
 {
@@ -97,8 +98,9 @@ int main(void)
                        "\"signature_scheme\":\"hmac-sha256\",\"shell_port\":\"1\","
                        "\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,\"hb_port\":5}",
                        "port as a string");
-    char longip[600] = "{\"transport\":\"ipc\",\"signature_scheme\":\"hmac-sha256\",\"key\":\"k\","
-                       GOOD_PORTS ",\"ip\":\"";
+    char longip[600] =
+        "{\"transport\":\"ipc\",\"signature_scheme\":\"hmac-sha256\",\"key\":\"k\"," GOOD_PORTS
+        ",\"ip\":\"";
     size_t n = strlen(longip);
     memset(longip + n, 'a', 400);
     strcpy(longip + n + 400, "\"}");

@@ -8,8 +8,8 @@
 static const char KEY[] = "0123456789abcdef-test-key";
 
 /* A wire message from raw JSON frames, signed with s (or sig if given). */
-static zmsg_t *wire(jsession_t *s, const char *ident, const char *sig, const char *h,
-                    const char *p, const char *m, const char *c)
+static zmsg_t *wire(jsession_t *s, const char *ident, const char *sig, const char *h, const char *p,
+                    const char *m, const char *c)
 {
     const char *parts[4] = {h, p, m, c};
     size_t lens[4];
@@ -27,7 +27,7 @@ static zmsg_t *wire(jsession_t *s, const char *ident, const char *sig, const cha
     return z;
 }
 
-#define HDR(type)                                                                                \
+#define HDR(type)                                                                                  \
     "{\"msg_id\":\"m-" type "\",\"msg_type\":\"" type "\",\"session\":\"s\",\"username\":\"u\","   \
     "\"date\":\"2026-01-01T00:00:00.000000Z\",\"version\":\"5.3\"}"
 

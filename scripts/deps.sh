@@ -1,0 +1,26 @@
+#!/bin/bash
+# Installs everything sandgate needs to build, run and test, from Debian 12's
+# packages.  Idempotent: when every package is present it does nothing.
+set -euo pipefail
+packages=(
+  # build
+  build-essential autoconf automake libtool pkg-config
+  libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
+  # run: the sandbox and the kernels it runs
+  runsc python3 python3-ipykernel python3-jupyter-client
+  # test: the fuzzer (clang + libFuzzer runtime) and HTTP clients
+  clang libclang-rt-14-dev curl
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "deps: installing ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

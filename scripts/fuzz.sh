@@ -1,0 +1,39 @@
+#!/bin/bash
+# Builds the libFuzzer harnesses with clang (ASan + UBSan) and runs each for a
+# bounded time.  usage: scripts/fuzz.sh [SECONDS per harness, default 60]
+# Prints "fuzz: N passed, N failed" last; a finding leaves its input in
+# build-fuzz/<harness>/ (crash-*, leak-*, timeout-*).
+set -u
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+out=build-fuzz
+mkdir -p "$out"
+deps=$(pkg-config --cflags --libs libczmq libzmq libsodium jansson)
+common="common/error.c common/xalloc.c common/log.c"
+passed=0 failed=0
+
+run_harness() { # name sources... ; seed dir prepared by the caller
+    local name=$1; shift
+    local bin=$out/$name
+    if ! clang -g -O1 -std=gnu17 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+        -fno-sanitize-recover=undefined "$@" $common $deps -o "$bin"; then
+        echo "fuzz: $name: build failed"; failed=$((failed + 1)); return
+    fi
+    mkdir -p "$out/$name.corpus" "$out/$name.findings"
+    echo "fuzz: running $name for ${seconds}s"
+    if (cd "$out/$name.findings" && "../$name" -max_total_time="$seconds" -max_len=65536 \
+        -print_final_stats=1 "../$name.corpus" ../"$name".seeds) >"$out/$name.log" 2>&1; then
+        grep -E "stat::number_of_executed_units|cov:" "$out/$name.log" | tail -2
+        echo "fuzz: $name: no findings"; passed=$((passed + 1))
+    else
+        tail -40 "$out/$name.log"
+        echo "fuzz: $name: FINDING (see $out/$name.findings)"; failed=$((failed + 1))
+    fi
+}
+
+rm -rf "$out/fuzz_jmsg.seeds"
+/usr/bin/python3 tests/fuzz/make_seeds.py tests/interop/golden/vectors.json "$out/fuzz_jmsg.seeds"
+run_harness fuzz_jmsg tests/fuzz/fuzz_jmsg.c proto/jmsg.c proto/jsession.c
+
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,44 @@
+#!/bin/bash
+# Installs dependencies, builds, and runs every test: the whole suite in the
+# normal build and again under ASan + UBSan (LeakSanitizer on), then the
+# fuzzers for FUZZ_SECONDS each (default 60).  Ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+passed=0 failed=0
+count() { # build dir: add that build's automake test-suite summary to the totals
+  local log=$1/test-suite.log p=0 f=1
+  if [ -f "$log" ]; then
+    p=$(sed -n 's/^# PASS: *//p' "$log" | head -1)
+    f=$(( $(sed -n 's/^# FAIL: *//p' "$log" | head -1) + $(sed -n 's/^# ERROR: *//p' "$log" | head -1) + $(sed -n 's/^# XPASS: *//p' "$log" | head -1) ))
+  fi
+  passed=$((passed + p)) failed=$((failed + f))
+}
+
+for b in "build" "build-asan --enable-sanitizers"; do
+  set -- $b
+  dir=$1
+  echo "=== $dir: build"
+  if ! scripts/build.sh "$@"; then
+    echo "$dir: build FAILED"; failed=$((failed + 1)); continue
+  fi
+  echo "=== $dir: tests"
+  rm -f "$dir/test-suite.log"
+  make -C "$dir" -k check >"$dir/check.out" 2>&1
+  grep -E '^(FAIL|ERROR|XPASS):' "$dir/check.out"
+  [ -f "$dir/test-suite.log" ] && grep -E '^# (TOTAL|PASS|FAIL|ERROR)' "$dir/test-suite.log"
+  grep -qE '^(FAIL|ERROR)' "$dir/check.out" && [ -f "$dir/test-suite.log" ] && \
+    sed -n '/^FAIL\|^ERROR/,+30p' "$dir/test-suite.log" | head -120
+  count "$dir"
+done
+
+echo "=== fuzz"
+fuzz_out=$(scripts/fuzz.sh "${FUZZ_SECONDS:-60}" 2>&1)
+echo "$fuzz_out" | tail -15
+fp=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+ff=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+passed=$((passed + ${fp:-0})) failed=$((failed + ${ff:-1}))
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
