@@ -1,0 +1,791 @@
+#include "kernelmgr/kernel.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "common/defer.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "kernelmgr/proc.h"
+#include "proto/jclient.h"
+
+#define PROBE_INTERVAL_MS 250
+#define HB_INTERVAL_MS 1000
+#define HB_TIMEOUT_MS 10000
+
+typedef struct exec {
+    uint64_t id;
+    char *code;
+    kernel_exec_opts_t opts;
+    kernel_exec_cb_t cb;
+    char msg_id[64]; /* empty until sent */
+    json_t *reply;
+    bool got_reply, got_idle, timed_out;
+    bool is_preload; /* the kernel's preload snippet: READY follows it */
+    int timer;
+    struct exec *next;
+} exec_t;
+
+struct kernel {
+    zloop_t *loop;
+    sandbox_env_t *env;
+    const kspec_t *spec;
+    char *id, *workspace;
+    kernel_opts_t opts;
+    kernel_event_fn *ev;
+    void *ev_arg;
+
+    kernel_state_t state;
+    bool freed; /* handle released; waiting for the deferred free */
+    int generation;
+    sandbox_t *sb;
+    jclient_t *client;
+    pid_t watched;
+
+    /* start-up */
+    int start_timer, probe_timer;
+    bool info_replied, iopub_seen;
+
+    /* executions: queue head is the running one when state is BUSY */
+    exec_t *queue;
+    uint64_t next_exec;
+    int grace_timer;
+    int execution_count;
+    int64_t last_activity;
+
+    /* heartbeat */
+    int hb_timer;
+    int64_t hb_sent; /* 0: no ping outstanding */
+};
+
+static const char *state_names[] = {"starting", "idle", "busy", "dead"};
+
+const char *kernel_state_name(kernel_state_t state)
+{
+    return (unsigned)state <= KERNEL_DEAD ? state_names[state] : "?";
+}
+
+void kernel_opts_defaults(kernel_opts_t *opts)
+{
+    *opts = (kernel_opts_t){.start_timeout_ms = 60000, .exec_timeout_ms = 0,
+                            .interrupt_grace_ms = 5000, .preload = NULL};
+}
+
+static void end_timer(kernel_t *k, int *timer)
+{
+    if (*timer >= 0)
+        zloop_timer_end(k->loop, *timer);
+    *timer = -1;
+}
+
+static void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
+{
+    if (k->ev)
+        k->ev(k, ev, err, k->ev_arg);
+}
+
+/* --- connection to the kernel ---------------------------------------------- */
+
+static void client_free(void *arg)
+{
+    jclient_t *c = arg;
+    jclient_destroy(&c);
+}
+
+static void disconnect(kernel_t *k)
+{
+    end_timer(k, &k->probe_timer);
+    end_timer(k, &k->hb_timer);
+    end_timer(k, &k->start_timer);
+    if (k->watched > 0)
+        proc_unwatch(k->watched);
+    k->watched = 0;
+    if (k->client) {
+        for (int c = 0; c < JCHAN_COUNT; c++)
+            zloop_reader_end(k->loop, jclient_socket(k->client, c));
+        defer_call(k->loop, client_free, k->client);
+        k->client = NULL;
+    }
+}
+
+/* --- executions ----------------------------------------------------------------- */
+
+static void exec_free(exec_t *e)
+{
+    if (e == NULL)
+        return;
+    free(e->code);
+    json_decref(e->reply);
+    free(e);
+}
+
+/* Ends every execution with err (kernel died or restarted). Callbacks last. */
+static void fail_all(kernel_t *k, const sg_error_t *err)
+{
+    exec_t *list = k->queue;
+    k->queue = NULL;
+    end_timer(k, &k->grace_timer);
+    for (exec_t *e = list; e; e = e->next)
+        if (e->timer >= 0) {
+            zloop_timer_end(k->loop, e->timer);
+            e->timer = -1;
+        }
+    while (list) {
+        exec_t *e = list;
+        list = e->next;
+        if (e->cb.on_done)
+            e->cb.on_done(e->reply, err, e->cb.arg);
+        exec_free(e);
+    }
+}
+
+static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg);
+
+static void pump(kernel_t *k)
+{
+    exec_t *e = k->queue;
+    if (k->state != KERNEL_IDLE || e == NULL || e->msg_id[0])
+        return;
+    jmsg_t *req = jsession_msg(
+        jclient_session(k->client), "execute_request",
+        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code, "silent", e->opts.silent,
+                  "store_history", e->opts.store_history, "user_expressions", "allow_stdin",
+                  e->opts.allow_stdin, "stop_on_error", 1));
+    snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
+    sg_error_t *err = NULL;
+    if (jclient_send(k->client, JCHAN_SHELL, req, &err) < 0) {
+        log_warn("kernel %s: %s", k->id, err->msg);
+        sg_error_free(&err);
+    }
+    jmsg_destroy(&req);
+    k->state = KERNEL_BUSY;
+    k->last_activity = zclock_mono();
+    int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
+    if (timeout > 0)
+        e->timer = zloop_timer(k->loop, timeout, 1, on_exec_timeout, k);
+}
+
+static void finish_head(kernel_t *k, const sg_error_t *err)
+{
+    exec_t *e = k->queue;
+    k->queue = e->next;
+    end_timer(k, &e->timer);
+    end_timer(k, &k->grace_timer);
+    k->state = KERNEL_IDLE;
+    k->last_activity = zclock_mono();
+    json_int_t n = json_integer_value(json_object_get(e->reply, "execution_count"));
+    if (n > 0)
+        k->execution_count = (int)n;
+
+    sg_error_t *timeout_err = NULL;
+    if (err == NULL && e->timed_out) {
+        int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
+        sg_error_set(&timeout_err, SG_E_TIMEOUT,
+                     "execution exceeded its %d ms timeout and was interrupted", t);
+        err = timeout_err;
+    }
+    bool was_preload = e->is_preload;
+    pump(k);
+    /* Callbacks last: they may queue, restart or shut the kernel down. */
+    if (e->cb.on_done)
+        e->cb.on_done(e->reply, err, e->cb.arg);
+    exec_free(e);
+    sg_error_free(&timeout_err);
+    if (was_preload)
+        emit(k, KERNEL_EV_READY, NULL);
+}
+
+static void maybe_finish(kernel_t *k)
+{
+    exec_t *e = k->queue;
+    if (e && e->msg_id[0] && e->got_reply && e->got_idle)
+        finish_head(k, NULL);
+}
+
+static int on_grace_expired(zloop_t *loop, int timer_id, void *arg)
+{
+    kernel_t *k = arg;
+    k->grace_timer = -1;
+    if (k->freed || k->queue == NULL)
+        return 0;
+    log_warn("kernel %s: no answer %d ms after the interrupt; restarting it", k->id,
+             k->opts.interrupt_grace_ms);
+    exec_t *e = k->queue;
+    int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
+    sg_error_t *err = NULL;
+    sg_error_set(&err, SG_E_TIMEOUT,
+                 "execution exceeded its %d ms timeout and did not stop when interrupted; the "
+                 "kernel was restarted and its variables are lost",
+                 t);
+    /* The running execution gets the timeout; the queued ones are kept for the new kernel. */
+    k->queue = e->next;
+    e->next = NULL;
+    end_timer(k, &e->timer);
+    sg_error_t *rerr = NULL;
+    if (kernel_restart(k, &rerr) < 0) {
+        log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
+        sg_error_free(&rerr);
+    }
+    if (e->cb.on_done)
+        e->cb.on_done(NULL, err, e->cb.arg);
+    exec_free(e);
+    sg_error_free(&err);
+    return 0;
+}
+
+static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->queue == NULL)
+        return 0;
+    exec_t *e = k->queue;
+    e->timer = -1;
+    e->timed_out = true;
+    log_info("kernel %s: execution timed out; interrupting", k->id);
+    sg_error_t *err = NULL;
+    if (kernel_interrupt(k, &err) < 0) {
+        log_warn("kernel %s: interrupt failed: %s", k->id, err->msg);
+        sg_error_free(&err);
+    }
+    k->grace_timer = zloop_timer(k->loop, k->opts.interrupt_grace_ms, 1, on_grace_expired, k);
+    return 0;
+}
+
+uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
+                        const kernel_exec_cb_t *cb, sg_error_t **err)
+{
+    if (k->state == KERNEL_DEAD) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead", k->id);
+        return 0;
+    }
+    exec_t *e = xzalloc(sizeof *e);
+    e->id = ++k->next_exec;
+    e->code = xstrdup(code);
+    if (opts)
+        e->opts = *opts;
+    else
+        e->opts.store_history = true;
+    e->cb = *cb;
+    e->timer = -1;
+    exec_t **tail = &k->queue;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = e;
+    k->last_activity = zclock_mono();
+    pump(k);
+    return e->id;
+}
+
+void kernel_forget(kernel_t *k, uint64_t exec_id)
+{
+    for (exec_t *e = k->queue; e; e = e->next)
+        if (e->id == exec_id)
+            e->cb = (kernel_exec_cb_t){0};
+}
+
+/* --- messages from the kernel ------------------------------------------------- */
+
+static void become_ready(kernel_t *k)
+{
+    end_timer(k, &k->probe_timer);
+    end_timer(k, &k->start_timer);
+    k->state = KERNEL_IDLE;
+    k->last_activity = zclock_mono();
+    log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, sandbox_id(k->sb));
+    if (k->opts.preload && *k->opts.preload) {
+        /* First in line, ahead of anything queued during a restart. */
+        exec_t *e = xzalloc(sizeof *e);
+        e->id = ++k->next_exec;
+        e->code = xstrdup(k->opts.preload);
+        e->opts.silent = true;
+        e->is_preload = true;
+        e->timer = -1;
+        e->next = k->queue;
+        k->queue = e;
+        pump(k);
+        return; /* READY once the preload has run */
+    }
+    pump(k);
+    emit(k, KERNEL_EV_READY, NULL);
+}
+
+static void on_iopub(kernel_t *k, jmsg_t *m)
+{
+    if (k->state == KERNEL_STARTING) {
+        k->iopub_seen = true;
+        if (k->info_replied)
+            become_ready(k);
+        return;
+    }
+    exec_t *e = k->queue;
+    if (e == NULL || !e->msg_id[0] || strcmp(jmsg_parent_id(m), e->msg_id) != 0)
+        return;
+    const char *type = jmsg_type(m);
+    if (strcmp(type, "status") == 0) {
+        const char *st = jmsg_content_str(m, "execution_state");
+        if (st && strcmp(st, "idle") == 0) {
+            e->got_idle = true;
+            maybe_finish(k);
+        }
+        return;
+    }
+    if (e->cb.on_output)
+        e->cb.on_output(m, e->cb.arg);
+}
+
+static void on_shell(kernel_t *k, jmsg_t *m)
+{
+    const char *type = jmsg_type(m);
+    if (strcmp(type, "kernel_info_reply") == 0 && k->state == KERNEL_STARTING) {
+        k->info_replied = true;
+        if (k->iopub_seen)
+            become_ready(k);
+        return;
+    }
+    exec_t *e = k->queue;
+    if (strcmp(type, "execute_reply") == 0 && e && e->msg_id[0] &&
+        strcmp(jmsg_parent_id(m), e->msg_id) == 0) {
+        e->got_reply = true;
+        json_decref(e->reply);
+        e->reply = json_incref(jmsg_content(m));
+        maybe_finish(k);
+    }
+}
+
+static void on_stdin(kernel_t *k, jmsg_t *m)
+{
+    if (strcmp(jmsg_type(m), "input_request") != 0)
+        return;
+    /* No caller here can type: answer EOF, which ipykernel raises as EOFError. */
+    jmsg_t *reply = jsession_msg(jclient_session(k->client), "input_reply",
+                                 json_pack("{s:s}", "value", "\x04"));
+    jmsg_set_parent(reply, m);
+    zmsg_t *ids = jmsg_identities(reply);
+    while (zmsg_size(ids)) {
+        zframe_t *f = zmsg_pop(ids);
+        zframe_destroy(&f);
+    }
+    jclient_send(k->client, JCHAN_STDIN, reply, NULL);
+    jmsg_destroy(&reply);
+}
+
+static int on_socket(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->client == NULL)
+        return 0;
+    jchan_t chan = JCHAN_SHELL;
+    for (int c = 0; c < JCHAN_COUNT; c++)
+        if (jclient_socket(k->client, c) == sock)
+            chan = c;
+    if (chan == JCHAN_HB) {
+        char *pong = zstr_recv(sock);
+        zstr_free(&pong);
+        k->hb_sent = 0;
+        return 0;
+    }
+    sg_error_t *err = NULL;
+    jmsg_t *m = jclient_recv(k->client, chan, &err);
+    if (m == NULL) {
+        log_warn("kernel %s: message refused: %s", k->id, err->msg);
+        sg_error_free(&err);
+        return 0;
+    }
+    switch (chan) {
+    case JCHAN_IOPUB: on_iopub(k, m); break;
+    case JCHAN_SHELL: on_shell(k, m); break;
+    case JCHAN_STDIN: on_stdin(k, m); break;
+    default: break; /* control replies (interrupt, shutdown) need no action */
+    }
+    jmsg_destroy(&m);
+    return 0;
+}
+
+/* --- start, death, restart ------------------------------------------------------ */
+
+static void die(kernel_t *k, sg_error_t *err)
+{
+    if (k->state == KERNEL_DEAD)
+        return;
+    log_warn("kernel %s died: %s", k->id, err->msg);
+    k->state = KERNEL_DEAD;
+    disconnect(k);
+    if (k->sb) {
+        sandbox_remove(k->sb, false);
+        sandbox_free(&k->sb);
+    }
+    fail_all(k, err);
+    emit(k, KERNEL_EV_DEAD, err);
+}
+
+static void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    sg_error_t *err = NULL;
+    sg_error_set(&err, kind, "%s", buf);
+    die(k, err);
+    sg_error_free(&err);
+}
+
+/* Why a sandbox ended, as far as the host can tell. */
+static void death_cause(kernel_t *k, int status, char *buf, size_t size)
+{
+    char st[96];
+    if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+        sandbox_env_config(k->env)->mode == SANDBOX_RUNSC) {
+        /* sandgate-init reports a kernel killed by signal N as 128 + N. */
+        int sig = WEXITSTATUS(status) - 128;
+        snprintf(st, sizeof st, "saw the kernel killed by signal %d (%s)", sig, strsignal(sig));
+    } else {
+        proc_status_str(status, st, sizeof st);
+    }
+    cleanup_free char *failcnt_path =
+        xasprintf("/sys/fs/cgroup/memory/sandgate/%s/memory.failcnt", sandbox_id(k->sb));
+    FILE *f = fopen(failcnt_path, "re");
+    long long failcnt = 0;
+    if (f) {
+        if (fscanf(f, "%lld", &failcnt) != 1)
+            failcnt = 0;
+        fclose(f);
+    }
+    if (failcnt > 0)
+        snprintf(buf, size, "out of memory (limit %llu MiB); the sandbox %s",
+                 (unsigned long long)(sandbox_env_config(k->env)->memory_bytes >> 20), st);
+    else
+        snprintf(buf, size, "the kernel's sandbox %s", st);
+}
+
+static void on_exit_(pid_t pid, int status, void *arg)
+{
+    kernel_t *k = arg;
+    k->watched = 0;
+    if (k->freed)
+        return;
+    char cause[256];
+    death_cause(k, status, cause, sizeof cause);
+    cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
+    die_msg(k, SG_E_UNAVAILABLE, "%s%s%s", cause,
+            k->state == KERNEL_STARTING && *tail ? "; kernel log:\n" : "",
+            k->state == KERNEL_STARTING ? tail : "");
+}
+
+static int on_start_timeout(zloop_t *loop, int timer_id, void *arg)
+{
+    kernel_t *k = arg;
+    k->start_timer = -1;
+    if (k->freed || k->state != KERNEL_STARTING)
+        return 0;
+    cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
+    die_msg(k, SG_E_TIMEOUT, "kernel did not answer within %d ms of starting%s%s",
+            k->opts.start_timeout_ms, *tail ? "; kernel log:\n" : "", tail);
+    return 0;
+}
+
+static int on_probe(zloop_t *loop, int timer_id, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->client == NULL || k->state != KERNEL_STARTING)
+        return 0;
+    jmsg_t *req = jsession_msg(jclient_session(k->client), "kernel_info_request", NULL);
+    jclient_send(k->client, JCHAN_SHELL, req, NULL);
+    jmsg_destroy(&req);
+    return 0;
+}
+
+static int on_heartbeat(zloop_t *loop, int timer_id, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->client == NULL)
+        return 0;
+    int64_t now = zclock_mono();
+    if (k->hb_sent && now - k->hb_sent > HB_TIMEOUT_MS) {
+        if (k->state != KERNEL_STARTING) {
+            die_msg(k, SG_E_UNAVAILABLE, "heartbeat lost for %d ms", HB_TIMEOUT_MS);
+            return 0;
+        }
+    }
+    if (!k->hb_sent) {
+        zstr_send(jclient_socket(k->client, JCHAN_HB), "ping");
+        k->hb_sent = now;
+    }
+    return 0;
+}
+
+/* The sandbox runs: watch its process, connect, and probe until the kernel answers. */
+static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
+{
+    if (proc_watch(pid, on_exit_, k, err) < 0)
+        return -1;
+    k->watched = pid;
+    k->client = jclient_new(sandbox_conn(k->sb), err);
+    if (k->client == NULL)
+        return -1;
+    for (int c = 0; c < JCHAN_COUNT; c++)
+        zloop_reader(k->loop, jclient_socket(k->client, c), on_socket, k);
+    k->probe_timer = zloop_timer(k->loop, PROBE_INTERVAL_MS, 0, on_probe, k);
+    k->hb_timer = zloop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
+    on_probe(k->loop, -1, k);
+    return 0;
+}
+
+static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->sb != sb)
+        return;
+    if (pid < 0) {
+        die(k, err);
+        sg_error_free(&err);
+        return;
+    }
+    sg_error_t *cerr = NULL;
+    if (connect_kernel(k, pid, &cerr) < 0) {
+        die(k, cerr);
+        sg_error_free(&cerr);
+    }
+}
+
+static int launch(kernel_t *k, sg_error_t **err)
+{
+    char sbid[128];
+    snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
+    k->state = KERNEL_STARTING;
+    k->info_replied = k->iopub_seen = false;
+    k->hb_sent = 0;
+    k->sb = sandbox_new(k->env, sbid, k->spec, k->workspace, err);
+    if (k->sb == NULL)
+        return -1;
+    k->start_timer = zloop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    if (sandbox_start(k->sb, on_started, k, err) < 0) {
+        sandbox_remove(k->sb, false);
+        sandbox_free(&k->sb);
+        end_timer(k, &k->start_timer);
+        return -1;
+    }
+    return 0;
+}
+
+static kernel_t *alloc(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg)
+{
+    kernel_t *k = xzalloc(sizeof *k);
+    k->loop = loop;
+    k->env = env;
+    k->spec = spec;
+    k->id = xstrdup(id);
+    k->workspace = xstrdup(workspace);
+    if (opts)
+        k->opts = *opts;
+    else
+        kernel_opts_defaults(&k->opts);
+    if (k->opts.preload)
+        k->opts.preload = xstrdup(k->opts.preload);
+    k->ev = ev;
+    k->ev_arg = ev_arg;
+    k->start_timer = k->probe_timer = k->hb_timer = k->grace_timer = -1;
+    k->last_activity = zclock_mono();
+    return k;
+}
+
+static void kernel_free(void *arg)
+{
+    kernel_t *k = arg;
+    free(k->id);
+    free(k->workspace);
+    free((char *)k->opts.preload);
+    free(k);
+}
+
+kernel_t *kernel_start(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg, sg_error_t **err)
+{
+    kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
+    if (launch(k, err) < 0) {
+        sg_error_prefix(err, "starting kernel %s", id);
+        kernel_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+kernel_t *kernel_adopt(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const char *sandbox_id, pid_t pid,
+                       const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
+                       sg_error_t **err)
+{
+    kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
+    const char *dash = strrchr(sandbox_id, '-');
+    k->generation = dash ? atoi(dash + 1) : 1;
+    k->state = KERNEL_STARTING;
+    k->opts.preload = NULL; /* it ran in the previous life */
+    k->sb = sandbox_adopt(env, sandbox_id, pid, err);
+    if (k->sb == NULL || connect_kernel(k, pid, err) < 0) {
+        sg_error_prefix(err, "adopting kernel %s", id);
+        disconnect(k);
+        sandbox_free(&k->sb);
+        kernel_free(k);
+        return NULL;
+    }
+    k->start_timer = zloop_timer(loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    return k;
+}
+
+int kernel_interrupt(kernel_t *k, sg_error_t **err)
+{
+    if (k->state == KERNEL_DEAD || k->client == NULL)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is not running", k->id);
+    if (k->spec->interrupt_message) {
+        jmsg_t *req = jsession_msg(jclient_session(k->client), "interrupt_request", NULL);
+        int r = jclient_send(k->client, JCHAN_CONTROL, req, err);
+        jmsg_destroy(&req);
+        return r;
+    }
+    return sandbox_signal(k->sb, SIGINT, err);
+}
+
+int kernel_restart(kernel_t *k, sg_error_t **err)
+{
+    log_info("kernel %s: restarting", k->id);
+    k->state = KERNEL_STARTING; /* not DEAD: die() below must not fire */
+    disconnect(k);
+    if (k->sb) {
+        sandbox_remove(k->sb, false);
+        sandbox_free(&k->sb);
+    }
+    sg_error_t *why = NULL;
+    sg_error_set(&why, SG_E_UNAVAILABLE, "the kernel was restarted; its variables are lost");
+    /* Executions not yet sent survive into the new kernel; a sent one cannot. */
+    exec_t *unsent = NULL, **tail = &unsent;
+    exec_t *sent = NULL, **stail = &sent;
+    for (exec_t *e = k->queue, *next; e; e = next) {
+        next = e->next;
+        e->next = NULL;
+        if (e->msg_id[0]) {
+            *stail = e;
+            stail = &e->next;
+        } else {
+            *tail = e;
+            tail = &e->next;
+        }
+    }
+    k->queue = sent;
+    fail_all(k, why);
+    k->queue = unsent;
+    sg_error_free(&why);
+    k->execution_count = 0;
+    if (launch(k, err) < 0) {
+        die_msg(k, SG_E_UNAVAILABLE, "restart failed: %s", *err ? (*err)->msg : "?");
+        return -1;
+    }
+    emit(k, KERNEL_EV_RESTARTED, NULL);
+    return 0;
+}
+
+void kernel_shutdown(kernel_t **k_p, bool wait)
+{
+    if (k_p == NULL || *k_p == NULL)
+        return;
+    kernel_t *k = *k_p;
+    *k_p = NULL;
+    if (k->client && k->state != KERNEL_DEAD && k->state != KERNEL_STARTING) {
+        /* Polite first: a kernel may clean up.  The sandbox is removed either way. */
+        jmsg_t *req = jsession_msg(jclient_session(k->client), "shutdown_request",
+                                   json_pack("{s:b}", "restart", 0));
+        jclient_send(k->client, JCHAN_CONTROL, req, NULL);
+        jmsg_destroy(&req);
+    }
+    k->freed = true;
+    k->ev = NULL;
+    disconnect(k);
+    if (k->sb) {
+        sandbox_remove(k->sb, wait);
+        sandbox_free(&k->sb);
+    }
+    sg_error_t *err = NULL;
+    sg_error_set(&err, SG_E_UNAVAILABLE, "the kernel was shut down");
+    k->state = KERNEL_DEAD;
+    fail_all(k, err);
+    sg_error_free(&err);
+    defer_call(k->loop, kernel_free, k);
+}
+
+void kernel_detach(kernel_t **k_p)
+{
+    if (k_p == NULL || *k_p == NULL)
+        return;
+    kernel_t *k = *k_p;
+    *k_p = NULL;
+    k->freed = true;
+    k->ev = NULL;
+    disconnect(k);
+    sandbox_free(&k->sb);
+    sg_error_t *err = NULL;
+    sg_error_set(&err, SG_E_UNAVAILABLE, "sandgate is shutting down");
+    fail_all(k, err);
+    sg_error_free(&err);
+    defer_call(k->loop, kernel_free, k);
+}
+
+const char *kernel_id(const kernel_t *k)
+{
+    return k->id;
+}
+
+const char *kernel_sandbox_id(const kernel_t *k)
+{
+    return k->sb ? sandbox_id(k->sb) : "";
+}
+
+pid_t kernel_pid(const kernel_t *k)
+{
+    return k->sb ? sandbox_pid(k->sb) : 0;
+}
+
+const kspec_t *kernel_spec(const kernel_t *k)
+{
+    return k->spec;
+}
+
+const char *kernel_workspace(const kernel_t *k)
+{
+    return k->workspace;
+}
+
+kernel_state_t kernel_state(const kernel_t *k)
+{
+    return k->state;
+}
+
+int64_t kernel_last_activity(const kernel_t *k)
+{
+    return k->last_activity;
+}
+
+int kernel_execution_count(const kernel_t *k)
+{
+    return k->execution_count;
+}
+
+size_t kernel_pending(const kernel_t *k)
+{
+    size_t n = 0;
+    for (exec_t *e = k->queue; e; e = e->next)
+        n++;
+    return n;
+}
+
+void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg)
+{
+    k->ev = ev;
+    k->ev_arg = ev_arg;
+}

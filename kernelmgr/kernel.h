@@ -1,0 +1,100 @@
+/* kernel: one Jupyter kernel in its sandbox, driven by the event loop.
+ *
+ * States: starting -> idle <-> busy -> dead.  Ready (idle) means a
+ * kernel_info_reply arrived and iopub delivers.  Executions are queued and
+ * sent one at a time; each gets every iopub message whose parent is its
+ * request, as it arrives, and completes on execute_reply plus status idle.
+ * A timeout interrupts the kernel and, if it does not come back within the
+ * grace period, restarts it.  Death (process exit, whatever the cause, or a
+ * lost heartbeat) is noticed through a pidfd and reported with its cause.
+ */
+#ifndef SG_KERNEL_H
+#define SG_KERNEL_H
+
+#include <czmq.h>
+#include <stdint.h>
+
+#include "kernelmgr/kspec.h"
+#include "kernelmgr/sandbox.h"
+#include "proto/jmsg.h"
+
+typedef enum { KERNEL_STARTING, KERNEL_IDLE, KERNEL_BUSY, KERNEL_DEAD } kernel_state_t;
+
+typedef struct kernel kernel_t;
+
+/* Lifecycle events: the kernel became ready (err NULL), died or failed to
+ * start (err says why, with the kernel's stderr tail), or was restarted. */
+typedef enum { KERNEL_EV_READY, KERNEL_EV_DEAD, KERNEL_EV_RESTARTED } kernel_event_t;
+typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
+
+typedef struct {
+    int start_timeout_ms;   /* default 60000 */
+    int exec_timeout_ms;    /* default for executions; 0 = none */
+    int interrupt_grace_ms; /* after a timeout's interrupt, before restarting (5000) */
+    const char *preload;    /* code run silently once ready, before READY is reported */
+} kernel_opts_t;
+
+typedef struct {
+    int timeout_ms;   /* 0: the kernel's default */
+    bool allow_stdin; /* false: input() raises StdinNotImplementedError */
+    bool silent;
+    bool store_history;
+} kernel_exec_opts_t;
+
+typedef struct {
+    /* Each iopub message of the execution (stream, display_data,
+     * execute_result, error, clear_output, ...); msg is borrowed. */
+    void (*on_output)(const jmsg_t *msg, void *arg);
+    /* Once at the end.  reply: execute_reply content (borrowed; NULL when the
+     * kernel gave none).  err: NULL for a normal completion — an exception in
+     * user code is a normal completion with reply.status "error" — or why
+     * the execution ended abnormally (timeout, kernel died or restarted). */
+    void (*on_done)(const json_t *reply, const sg_error_t *err, void *arg);
+    void *arg;
+} kernel_exec_cb_t;
+
+const char *kernel_state_name(kernel_state_t state);
+void kernel_opts_defaults(kernel_opts_t *opts);
+
+/* Starts a kernel for spec (borrowed; must outlive the kernel) with the given
+ * workspace directory (already opened).  Returns at once; events report
+ * readiness or failure. */
+kernel_t *kernel_start(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg, sg_error_t **err);
+/* Reconnects to a kernel whose sandbox (container sandbox_id, process pid)
+ * outlived a previous sandgate.  Reports READY when it answers. */
+kernel_t *kernel_adopt(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const char *sandbox_id, pid_t pid,
+                       const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
+                       sg_error_t **err);
+
+/* Queues code for execution.  Returns an execution id (> 0), or 0 with *err
+ * set when the kernel is dead. */
+uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
+                        const kernel_exec_cb_t *cb, sg_error_t **err);
+/* The caller of execution id is gone: no more callbacks (the code runs on). */
+void kernel_forget(kernel_t *k, uint64_t exec_id);
+
+int kernel_interrupt(kernel_t *k, sg_error_t **err);
+/* A fresh kernel on the same workspace; pending executions end with an
+ * error; variables are lost. */
+int kernel_restart(kernel_t *k, sg_error_t **err);
+/* Ends the kernel: shutdown_request, then kill and remove the sandbox.
+ * Nothing is left when wait is true.  Frees the handle. */
+void kernel_shutdown(kernel_t **k_p, bool wait);
+/* Frees the handle and leaves the sandbox running (daemon exit). */
+void kernel_detach(kernel_t **k_p);
+
+const char *kernel_id(const kernel_t *k);
+const char *kernel_sandbox_id(const kernel_t *k);
+pid_t kernel_pid(const kernel_t *k);
+const kspec_t *kernel_spec(const kernel_t *k);
+const char *kernel_workspace(const kernel_t *k);
+kernel_state_t kernel_state(const kernel_t *k);
+int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
+int kernel_execution_count(const kernel_t *k);
+size_t kernel_pending(const kernel_t *k); /* queued + running executions */
+void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg);
+
+#endif

@@ -1,0 +1,315 @@
+#include "kernelmgr/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/defer.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+
+typedef struct watch {
+    pid_t pid;
+    int pidfd;
+    proc_exit_fn *cb;
+    void *arg;
+    zmq_pollitem_t item;
+    bool dead;   /* unwatched; freed on a later loop pass (see defer.h) */
+    bool reaped; /* reaped by proc_run_sync; status holds its wait status */
+    int status;
+    struct watch *next;
+} watch_t;
+
+static zloop_t *loop;
+static watch_t *watches;
+static int sweep_timer = -1;
+
+static watch_t *find(pid_t pid)
+{
+    for (watch_t *w = watches; w; w = w->next)
+        if (w->pid == pid)
+            return w;
+    return NULL;
+}
+
+static void free_watch(void *arg)
+{
+    watch_t *w = arg;
+    close(w->pidfd);
+    free(w);
+}
+
+static void unlink_watch(watch_t *w)
+{
+    for (watch_t **p = &watches; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    w->dead = true;
+    if (loop)
+        zloop_poller_end(loop, &w->item);
+    defer_call(loop, free_watch, w);
+}
+
+static void fire(watch_t *w, int status)
+{
+    proc_exit_fn *cb = w->cb;
+    void *arg = w->arg;
+    pid_t pid = w->pid;
+    unlink_watch(w);
+    cb(pid, status, arg);
+}
+
+static int on_pidfd(zloop_t *l, zmq_pollitem_t *item, void *arg)
+{
+    watch_t *w = arg;
+    if (w->dead)
+        return 0;
+    int status;
+    if (w->reaped) {
+        fire(w, w->status);
+        return 0;
+    }
+    pid_t r = waitpid(w->pid, &status, WNOHANG);
+    if (r == w->pid)
+        fire(w, status);
+    else if (r < 0 && errno == ECHILD)
+        fire(w, -1); /* not ours (adopted after a restart), or already reaped */
+    return 0;
+}
+
+/* Reaps exited children nobody watches (re-parented runsc helpers). */
+static int sweep(zloop_t *l, int timer_id, void *arg)
+{
+    for (;;) {
+        siginfo_t si = {0};
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            break;
+        watch_t *w = find(si.si_pid);
+        int status;
+        if (waitpid(si.si_pid, &status, WNOHANG) != si.si_pid)
+            break;
+        if (w)
+            fire(w, status);
+    }
+    return 0;
+}
+
+int proc_init(zloop_t *l, sg_error_t **err)
+{
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        return sg_error_errno(err, errno, "cannot become a child subreaper");
+    loop = l;
+    if (loop)
+        sweep_timer = zloop_timer(loop, 1000, 0, sweep, NULL);
+    return 0;
+}
+
+void proc_fini(void)
+{
+    while (watches) {
+        watch_t *w = watches;
+        watches = w->next;
+        if (loop)
+            zloop_poller_end(loop, &w->item);
+        free_watch(w);
+    }
+    if (loop && sweep_timer >= 0)
+        zloop_timer_end(loop, sweep_timer);
+    sweep_timer = -1;
+    loop = NULL;
+}
+
+pid_t proc_spawn(const proc_spec_t *spec, sg_error_t **err)
+{
+    int out = -1;
+    if (spec->output_fd > 0) {
+        out = fcntl(spec->output_fd, F_DUPFD_CLOEXEC, 3);
+        if (out < 0)
+            return sg_error_errno(err, errno, "dup");
+    } else if (spec->output) {
+        out = open(spec->output, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (out < 0)
+            return sg_error_errno(err, errno, "cannot open %s", spec->output);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        if (out >= 0)
+            close(out);
+        return sg_error_errno(err, e, "fork");
+    }
+    if (pid == 0) {
+        /* Child: only async-signal-safe calls from here on. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        if (spec->new_session)
+            setsid();
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(out >= 0 ? out : null, 1);
+        dup2(out >= 0 ? out : null, 2);
+        if (spec->cwd && chdir(spec->cwd) < 0)
+            _exit(126);
+        if (spec->env)
+            execve(spec->argv[0], (char *const *)spec->argv, (char *const *)spec->env);
+        else
+            execv(spec->argv[0], (char *const *)spec->argv);
+        static const char msg[] = "sandgate: exec failed\n";
+        if (write(2, msg, sizeof msg - 1) < 0)
+            _exit(127);
+        _exit(127);
+    }
+    if (out >= 0)
+        close(out);
+    return pid;
+}
+
+int proc_watch(pid_t pid, proc_exit_fn *cb, void *arg, sg_error_t **err)
+{
+    if (find(pid))
+        return sg_error_set(err, SG_E_CONFLICT, "process %d is already watched", (int)pid);
+    int fd = pidfd_open(pid, 0);
+    if (fd < 0)
+        return sg_error_errno(err, errno, "pidfd_open(%d)", (int)pid);
+    watch_t *w = xzalloc(sizeof *w);
+    w->pid = pid;
+    w->pidfd = fd;
+    w->cb = cb;
+    w->arg = arg;
+    w->item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    w->next = watches;
+    watches = w;
+    if (loop)
+        zloop_poller(loop, &w->item, on_pidfd, w);
+    return 0;
+}
+
+void proc_unwatch(pid_t pid)
+{
+    watch_t *w = find(pid);
+    if (w)
+        unlink_watch(w);
+}
+
+typedef struct {
+    proc_done_fn *cb;
+    void *arg;
+    int memfd;
+} async_t;
+
+static void async_exited(pid_t pid, int status, void *arg)
+{
+    async_t *a = arg;
+    char *buf = xmalloc(65537);
+    ssize_t n = pread(a->memfd, buf, 65536, 0);
+    buf[n > 0 ? n : 0] = 0;
+    close(a->memfd);
+    a->cb(status, buf, a->arg);
+    free(buf);
+    free(a);
+}
+
+int proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_error_t **err)
+{
+    int memfd = memfd_create("sandgate-cmd", MFD_CLOEXEC);
+    if (memfd < 0)
+        return sg_error_errno(err, errno, "memfd_create");
+    proc_spec_t spec = {.argv = argv, .output_fd = memfd, .new_session = true};
+    pid_t pid = proc_spawn(&spec, err);
+    if (pid < 0) {
+        close(memfd);
+        return -1;
+    }
+    async_t *a = xzalloc(sizeof *a);
+    *a = (async_t){cb, arg, memfd};
+    if (proc_watch(pid, async_exited, a, err) < 0) {
+        /* Cannot happen for a fresh child short of fd exhaustion; do not leak a zombie. */
+        waitpid(pid, NULL, 0);
+        close(memfd);
+        free(a);
+        return -1;
+    }
+    return 0;
+}
+
+int proc_run_sync(const char *const *argv, char **out, sg_error_t **err)
+{
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return sg_error_errno(err, errno, "pipe");
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return sg_error_errno(err, errno, "fork");
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        dup2(null, 0);
+        dup2(pipefd[1], 1);
+        dup2(pipefd[1], 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    size_t cap = 65536, len = 0;
+    char *buf = xmalloc(cap + 1);
+    ssize_t n;
+    char sink[4096];
+    while ((n = read(pipefd[0], len < cap ? buf + len : sink, len < cap ? cap - len : sizeof sink)) > 0 ||
+           (n < 0 && errno == EINTR))
+        if (n > 0 && len < cap)
+            len += n;
+    close(pipefd[0]);
+    buf[len] = 0;
+    /* Reap every child that exits meanwhile, not only ours: a subreaper's
+     * zombie sandbox would otherwise make the very runsc command we wait for
+     * (delete, kill) wait for it to disappear. */
+    int status = -1;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(-1, &st, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        if (r == pid) {
+            status = st;
+            break;
+        }
+        watch_t *w = find(r);
+        if (w) {
+            w->reaped = true;
+            w->status = st;
+        }
+    }
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return status;
+}
+
+const char *proc_status_str(int status, char *buf, size_t size)
+{
+    if (status < 0)
+        snprintf(buf, size, "exited (status unknown)");
+    else if (WIFEXITED(status))
+        snprintf(buf, size, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, size, "stopped");
+    return buf;
+}

@@ -1,0 +1,101 @@
+/* sandbox: one kernel's gVisor sandbox (or, with mode "none", a plain
+ * process) — its OCI bundle, connection file, start, signals and removal.
+ *
+ * Layout under the state directory:
+ *   sandbox/etc/          generated read-only /etc shared by all sandboxes
+ *   sandbox/rootfs/       empty read-only root: mount points + merged-usr links
+ *   runsc/                runsc's own state (--root), ours alone
+ *   kernels/<id>/         one kernel: bundle/config.json, conn/ (0700, the
+ *                         kernel's ipc sockets and connection file), kernel.log
+ * Inside the sandbox: / read-only, /usr and /etc read-only binds, the
+ * workspace read-write at /home/user (the kernel's cwd), /conn read-write,
+ * /sandgate-init (PID 1: reaps orphans, forwards signals to the kernel),
+ * /tmp a size-limited tmpfs; a dedicated uid (64123), no capabilities, noNewPrivileges,
+ * network namespace with loopback only.
+ */
+#ifndef SG_SANDBOX_H
+#define SG_SANDBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "kernelmgr/kspec.h"
+#include "proto/jconn.h"
+
+typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
+
+typedef struct {
+    sandbox_mode_t mode;
+    const char *runsc;         /* runsc binary (default /usr/bin/runsc) */
+    const char *platform;      /* runsc --platform (default ptrace) */
+    const char *rootfs;        /* image directory to use as /; NULL: minimal host /usr */
+    uint64_t memory_bytes;     /* linux.resources.memory.limit */
+    uint64_t cpu_quota_us;     /* CPU time per 100 ms period */
+    int64_t pids;              /* linux.resources.pids.limit (counts runsc's own tasks) */
+    uint64_t nproc;            /* RLIMIT_NPROC: processes inside the sandbox */
+    uint64_t nofile;           /* RLIMIT_NOFILE */
+    uint64_t workspace_bytes;  /* size of each workspace filesystem; 0: no limit */
+    uint64_t tmp_bytes;        /* size of the /tmp tmpfs */
+    const char *init;          /* sandgate-init binary; NULL: the installed one */
+} sandbox_config_t;
+
+/* Documented defaults (see sandgate --help). */
+void sandbox_config_defaults(sandbox_config_t *cfg);
+
+typedef struct sandbox_env sandbox_env_t;
+typedef struct sandbox sandbox_t;
+
+/* Prepares the shared parts under state_dir (etc, rootfs, runsc root).
+ * Blocking; call at start-up. cfg is copied. */
+sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir,
+                               sg_error_t **err);
+void sandbox_env_destroy(sandbox_env_t **self_p);
+const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env);
+const char *sandbox_env_state_dir(const sandbox_env_t *env);
+
+/* Creates (or, if it exists, mounts) a workspace at path: a directory owned
+ * by the sandbox user, on its own size-limited filesystem when
+ * workspace_bytes > 0.  Blocking (mkfs + mount, tens of ms). */
+int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
+/* Unmounts it; with remove, deletes its files too. */
+void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
+
+/* Prepares kernel id's directory, connection file and bundle for spec, with
+ * workspace as its home.  Does not start anything. */
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+                       const char *workspace, sg_error_t **err);
+/* Re-opens the sandbox of a kernel that outlived a previous sandgate. */
+sandbox_t *sandbox_adopt(sandbox_env_t *env, const char *id, pid_t pid, sg_error_t **err);
+/* Frees the handle only: the sandbox keeps running. */
+void sandbox_free(sandbox_t **self_p);
+
+const char *sandbox_id(const sandbox_t *self);
+const char *sandbox_dir(const sandbox_t *self);
+/* Host-side connection info (ip = host path of the ipc sockets). */
+const jconn_t *sandbox_conn(const sandbox_t *self);
+/* The process whose exit means the kernel is gone (runsc's sandbox process,
+ * or the kernel itself in mode none); 0 before started. */
+pid_t sandbox_pid(const sandbox_t *self);
+
+/* Starts the sandbox without blocking; calls cb once: with pid > 0 when it
+ * runs, or pid -1 and err (owned by the callee) when it failed. */
+typedef void(sandbox_started_fn)(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg);
+int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+
+/* Delivers sig to the kernel process (runsc kill, or kill(2)); async. */
+int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);
+
+/* Kills and removes the sandbox and its directory (not the workspace).
+ * Blocking when wait is true (tests, shutdown), else in the background. */
+void sandbox_remove(sandbox_t *self, bool wait);
+/* Same for a container id found in runsc's state but in no record. */
+void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait);
+/* Container ids runsc knows under our root (JSON array of strings). */
+json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
+
+/* The last max bytes of the kernel's log (stdout+stderr), for errors. */
+char *sandbox_log_tail(const sandbox_t *self, size_t max);
+
+#endif

@@ -1,0 +1,158 @@
+/* Test harness for kernelmgr: run the event loop until a condition holds,
+ * and collect an execution's outputs. */
+#ifndef SG_TEST_HARNESS_H
+#define SG_TEST_HARNESS_H
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/defer.h"
+#include "common/xalloc.h"
+#include "kernelmgr/kernel.h"
+#include "kernelmgr/proc.h"
+#include "tests/tap.h"
+
+static zloop_t *loop;
+
+typedef bool(cond_fn)(void *arg);
+typedef struct {
+    cond_fn *cond;
+    void *arg;
+} until_t;
+
+static int until_check(zloop_t *l, int id, void *arg)
+{
+    until_t *u = arg;
+    return u->cond(u->arg) ? -1 : 0;
+}
+
+static int until_timeout(zloop_t *l, int id, void *arg)
+{
+    return -1;
+}
+
+/* Runs the loop until cond(arg) or timeout_ms; returns cond(arg). */
+static bool run_until(cond_fn *cond, void *arg, int timeout_ms)
+{
+    if (cond(arg))
+        return true;
+    until_t u = {cond, arg};
+    int t1 = zloop_timer(loop, 10, 0, until_check, &u);
+    int t2 = zloop_timer(loop, timeout_ms, 1, until_timeout, NULL);
+    zloop_start(loop);
+    zloop_timer_end(loop, t1);
+    zloop_timer_end(loop, t2);
+    return cond(arg);
+}
+
+static bool never(void *arg)
+{
+    return false;
+}
+
+/* Lets the loop run for ms (deferred frees, background removals). */
+static void spin(int ms)
+{
+    run_until(never, NULL, ms);
+}
+
+/* One execution's results. */
+typedef struct {
+    bool done;
+    json_t *outputs; /* [{msg_type, content}] */
+    json_t *reply;
+    sg_error_t *err;
+    int64_t done_at;
+} result_t;
+
+static void r_output(const jmsg_t *m, void *arg)
+{
+    result_t *r = arg;
+    json_array_append_new(r->outputs, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content",
+                                                 jmsg_content(m)));
+}
+
+static void r_done(const json_t *reply, const sg_error_t *err, void *arg)
+{
+    result_t *r = arg;
+    r->done = true;
+    r->done_at = zclock_mono();
+    r->reply = reply ? json_deep_copy(reply) : NULL;
+    if (err) {
+        r->err = xzalloc(sizeof *r->err);
+        r->err->kind = err->kind;
+        r->err->msg = xstrdup(err->msg);
+    }
+}
+
+static bool r_is_done(void *arg)
+{
+    return ((result_t *)arg)->done;
+}
+
+static void result_clear(result_t *r)
+{
+    json_decref(r->outputs);
+    json_decref(r->reply);
+    sg_error_free(&r->err);
+    memset(r, 0, sizeof *r);
+}
+
+/* Executes code and waits; r must be cleared by the caller. */
+static bool run_code(kernel_t *k, const char *code, int timeout_ms, int wait_ms, result_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->outputs = json_array();
+    kernel_exec_opts_t o = {.timeout_ms = timeout_ms, .store_history = true};
+    kernel_exec_cb_t cb = {r_output, r_done, r};
+    sg_error_t *err = NULL;
+    if (kernel_execute(k, code, &o, &cb, &err) == 0) {
+        r->done = true;
+        r->err = err;
+        return false;
+    }
+    return run_until(r_is_done, r, wait_ms);
+}
+
+/* The concatenated stdout, and the text/plain of the execute_result. */
+static char *r_stdout(const result_t *r)
+{
+    size_t i;
+    json_t *m;
+    char *s = xstrdup("");
+    json_array_foreach(r->outputs, i, m)
+    {
+        json_t *c = json_object_get(m, "content");
+        if (strcmp(json_string_value(json_object_get(m, "msg_type")), "stream") == 0 &&
+            strcmp(json_string_value(json_object_get(c, "name")), "stdout") == 0) {
+            char *n = xasprintf("%s%s", s, json_string_value(json_object_get(c, "text")));
+            free(s);
+            s = n;
+        }
+    }
+    return s;
+}
+
+static const char *r_result(const result_t *r)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(r->outputs, i, m) if (
+        strcmp(json_string_value(json_object_get(m, "msg_type")), "execute_result") ==
+        0) return json_string_value(json_object_get(
+        json_object_get(json_object_get(m, "content"), "data"), "text/plain"));
+    return NULL;
+}
+
+static const char *r_status(const result_t *r)
+{
+    return r->reply ? json_string_value(json_object_get(r->reply, "status")) : NULL;
+}
+
+static const char *r_ename(const result_t *r)
+{
+    return r->reply ? json_string_value(json_object_get(r->reply, "ename")) : NULL;
+}
+
+#endif
