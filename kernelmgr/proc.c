@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -77,7 +78,7 @@ static int on_pidfd(zloop_t *l, zmq_pollitem_t *item, void *arg)
         fire(w, w->status);
         return 0;
     }
-    pid_t r = waitpid(w->pid, &status, WNOHANG);
+    pid_t r = waitpid(w->pid, &status, WNOHANG | __WALL);
     if (r == w->pid)
         fire(w, status);
     else if (r < 0 && errno == ECHILD)
@@ -85,17 +86,15 @@ static int on_pidfd(zloop_t *l, zmq_pollitem_t *item, void *arg)
     return 0;
 }
 
-/* Reaps exited children nobody watches (re-parented runsc helpers). */
+/* Reaps exited children, watched or not: runsc leaves its sandbox, gofer
+ * and ptrace stub processes to us (the stubs are clone children, hence
+ * __WALL). */
 static int sweep(zloop_t *l, int timer_id, void *arg)
 {
-    for (;;) {
-        siginfo_t si = {0};
-        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
-            break;
-        watch_t *w = find(si.si_pid);
-        int status;
-        if (waitpid(si.si_pid, &status, WNOHANG) != si.si_pid)
-            break;
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
+        watch_t *w = find(pid);
         if (w)
             fire(w, status);
     }
@@ -262,37 +261,52 @@ int proc_run_sync(const char *const *argv, char **out, sg_error_t **err)
         _exit(127);
     }
     close(pipefd[1]);
+    /* While the command runs, reap every child that exits, not only it: a
+     * subreaper's zombie sandbox would otherwise make the very runsc command
+     * we wait for (delete, kill) wait for that zombie to disappear. */
     size_t cap = 65536, len = 0;
     char *buf = xmalloc(cap + 1);
-    ssize_t n;
     char sink[4096];
-    while ((n = read(pipefd[0], len < cap ? buf + len : sink, len < cap ? cap - len : sizeof sink)) > 0 ||
-           (n < 0 && errno == EINTR))
-        if (n > 0 && len < cap)
-            len += n;
-    close(pipefd[0]);
-    buf[len] = 0;
-    /* Reap every child that exits meanwhile, not only ours: a subreaper's
-     * zombie sandbox would otherwise make the very runsc command we wait for
-     * (delete, kill) wait for it to disappear. */
     int status = -1;
-    for (;;) {
-        int st;
-        pid_t r = waitpid(-1, &st, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            break;
-        if (r == pid) {
-            status = st;
-            break;
+    bool eof = false, exited = false;
+    /* Until it exits, then what is left in the pipe (a grandchild holding the
+     * pipe open must not hold us). */
+    for (int drain = 0; !exited || (!eof && drain < 100); drain += exited) {
+        if (!eof) {
+            struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+            if (poll(&pfd, 1, exited ? 0 : 50) > 0) {
+                ssize_t n = read(pipefd[0], len < cap ? buf + len : sink,
+                                 len < cap ? cap - len : sizeof sink);
+                if (n > 0 && len < cap)
+                    len += n;
+                else if (n == 0 || (n < 0 && errno != EINTR))
+                    eof = true;
+            }
         }
-        watch_t *w = find(r);
-        if (w) {
-            w->reaped = true;
-            w->status = st;
+        int st;
+        pid_t r = 0;
+        while (!exited && (r = waitpid(-1, &st, (eof ? 0 : WNOHANG) | __WALL)) > 0) {
+            if (r == pid) {
+                status = st;
+                exited = true;
+                break;
+            }
+            watch_t *w = find(r);
+            if (w) {
+                w->reaped = true;
+                w->status = st;
+            }
+        }
+        if (r < 0 && errno == ECHILD && !exited)
+            exited = true; /* reaped elsewhere; status unknown */
+        if (exited && !eof) {
+            struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+            if (poll(&pfd, 1, 0) <= 0)
+                break;
         }
     }
+    close(pipefd[0]);
+    buf[len] = 0;
     if (out)
         *out = buf;
     else

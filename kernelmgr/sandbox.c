@@ -47,7 +47,7 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
         .memory_bytes = 1024ull << 20,
         .cpu_quota_us = 100000, /* one CPU */
         .pids = 4096, /* host tasks: a backstop; nproc is the real limit */
-        .nproc = 128,
+        .nproc = 64,
         .nofile = 1024,
         .init = getenv("SANDGATE_INIT"),
         .workspace_bytes = 1024ull << 20,
