@@ -20,6 +20,7 @@ typedef struct watch {
     int pidfd;
     proc_exit_fn *cb;
     void *arg;
+    void (*arg_free)(void *); /* for arg when unwatched before the exit */
     zmq_pollitem_t item;
     bool dead;   /* unwatched; freed on a later loop pass (see defer.h) */
     bool reaped; /* reaped by proc_run_sync; status holds its wait status */
@@ -42,6 +43,8 @@ static watch_t *find(pid_t pid)
 static void free_watch(void *arg)
 {
     watch_t *w = arg;
+    if (w->arg_free)
+        w->arg_free(w->arg);
     close(w->pidfd);
     free(w);
 }
@@ -61,6 +64,7 @@ static void unlink_watch(watch_t *w)
 
 static void fire(watch_t *w, int status)
 {
+    w->arg_free = NULL; /* the callback owns arg now */
     proc_exit_fn *cb = w->cb;
     void *arg = w->arg;
     pid_t pid = w->pid;
@@ -206,6 +210,13 @@ typedef struct {
     int memfd;
 } async_t;
 
+static void async_free(void *arg)
+{
+    async_t *a = arg;
+    close(a->memfd);
+    free(a);
+}
+
 static void async_exited(pid_t pid, int status, void *arg)
 {
     async_t *a = arg;
@@ -218,7 +229,7 @@ static void async_exited(pid_t pid, int status, void *arg)
     free(a);
 }
 
-int proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_error_t **err)
+pid_t proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_error_t **err)
 {
     int memfd = memfd_create("sandgate-cmd", MFD_CLOEXEC);
     if (memfd < 0)
@@ -238,7 +249,8 @@ int proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_err
         free(a);
         return -1;
     }
-    return 0;
+    find(pid)->arg_free = async_free;
+    return pid;
 }
 
 int proc_run_sync(const char *const *argv, char **out, sg_error_t **err)

@@ -44,9 +44,10 @@ void proc_unwatch(pid_t pid);
 
 /* Runs argv without blocking the loop and calls cb once it has exited, with
  * its wait status and its output (stdout+stderr, at most 64 KiB, NUL
- * terminated, borrowed for the call). */
+ * terminated, borrowed for the call).  Returns its pid; proc_unwatch(pid)
+ * cancels the callback. */
 typedef void(proc_done_fn)(int status, const char *output, void *arg);
-int proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_error_t **err);
+pid_t proc_exec_async(const char *const *argv, proc_done_fn *cb, void *arg, sg_error_t **err);
 
 /* Runs argv to completion, blocking, and returns its wait status (or -1
  * with *err set); output (stdout+stderr, at most 64 KiB) is stored in *out

@@ -32,6 +32,7 @@ struct sandbox {
     char *id, *dir, *workspace;
     jconn_t conn;
     pid_t pid;
+    pid_t pending; /* runsc run or state still running for us; 0: none */
     char **plain_argv, **plain_env; /* mode none only */
     sandbox_started_fn *started_cb;
     void *started_arg;
@@ -494,6 +495,8 @@ void sandbox_free(sandbox_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     sandbox_t *self = *self_p;
+    if (self->pending > 0)
+        proc_unwatch(self->pending); /* no callback into freed memory */
     free(self->id);
     free(self->dir);
     free(self->workspace);
@@ -564,6 +567,7 @@ static sg_error_t *start_error(sandbox_t *sb, const char *what, const char *outp
 static void state_done(int status, const char *output, void *arg)
 {
     sandbox_t *sb = arg;
+    sb->pending = 0;
     json_t *state = json_loads(output, JSON_DISABLE_EOF_CHECK, NULL);
     json_int_t pid = json_integer_value(json_object_get(state, "pid"));
     const char *st = json_string_value(json_object_get(state, "status"));
@@ -580,6 +584,7 @@ static void state_done(int status, const char *output, void *arg)
 static void run_done(int status, const char *output, void *arg)
 {
     sandbox_t *sb = arg;
+    sb->pending = 0;
     if (status != 0) {
         char why[64];
         cleanup_free char *what = xasprintf("runsc run %s", proc_status_str(status, why, sizeof why));
@@ -588,8 +593,11 @@ static void run_done(int status, const char *output, void *arg)
     }
     const char *cmd[] = {"state", sb->id, NULL};
     sg_error_t *err = NULL;
-    if (proc_exec_async(runsc_argv(sb->env, cmd), state_done, sb, &err) < 0)
+    sb->pending = proc_exec_async(runsc_argv(sb->env, cmd), state_done, sb, &err);
+    if (sb->pending < 0) {
+        sb->pending = 0;
         sb->started_cb(sb, -1, err, sb->started_arg);
+    }
 }
 
 static void run_exited(pid_t pid, int status, void *arg)
@@ -623,7 +631,10 @@ int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t
     pid_t pid = proc_spawn(&spec, err);
     if (pid < 0)
         return -1;
-    return proc_watch(pid, run_exited, self, err);
+    if (proc_watch(pid, run_exited, self, err) < 0)
+        return -1;
+    self->pending = pid;
+    return 0;
 }
 
 static void ignore_done(int status, const char *output, void *arg)
@@ -642,7 +653,9 @@ int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)
     char signame[16];
     snprintf(signame, sizeof signame, "%d", sig);
     const char *cmd[] = {"kill", self->id, signame, NULL};
-    return proc_exec_async(runsc_argv(self->env, cmd), ignore_done, (void *)"runsc kill", err);
+    return proc_exec_async(runsc_argv(self->env, cmd), ignore_done, (void *)"runsc kill", err) < 0
+               ? -1
+               : 0;
 }
 
 typedef struct {
@@ -690,6 +703,13 @@ void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait)
 
 void sandbox_remove(sandbox_t *self, bool wait)
 {
+    if (self->pending > 0) {
+        /* Still starting: stop runsc run first, or it creates the container
+         * after the delete below has found none. */
+        proc_unwatch(self->pending);
+        kill(-self->pending, SIGKILL);
+        self->pending = 0;
+    }
     if (self->env->cfg.mode == SANDBOX_NONE && self->pid > 0) {
         kill(-self->pid, SIGKILL); /* its own session and process group */
         kill(self->pid, SIGKILL);

@@ -21,19 +21,19 @@ typedef struct {
     void *arg;
 } until_t;
 
-static int until_check(zloop_t *l, int id, void *arg)
+static __attribute__((unused)) int until_check(zloop_t *l, int id, void *arg)
 {
     until_t *u = arg;
     return u->cond(u->arg) ? -1 : 0;
 }
 
-static int until_timeout(zloop_t *l, int id, void *arg)
+static __attribute__((unused)) int until_timeout(zloop_t *l, int id, void *arg)
 {
     return -1;
 }
 
 /* Runs the loop until cond(arg) or timeout_ms; returns cond(arg). */
-static bool run_until(cond_fn *cond, void *arg, int timeout_ms)
+static __attribute__((unused)) bool run_until(cond_fn *cond, void *arg, int timeout_ms)
 {
     if (cond(arg))
         return true;
@@ -46,13 +46,13 @@ static bool run_until(cond_fn *cond, void *arg, int timeout_ms)
     return cond(arg);
 }
 
-static bool never(void *arg)
+static __attribute__((unused)) bool never(void *arg)
 {
     return false;
 }
 
 /* Lets the loop run for ms (deferred frees, background removals). */
-static void spin(int ms)
+static __attribute__((unused)) void spin(int ms)
 {
     run_until(never, NULL, ms);
 }
@@ -66,14 +66,14 @@ typedef struct {
     int64_t done_at;
 } result_t;
 
-static void r_output(const jmsg_t *m, void *arg)
+static __attribute__((unused)) void r_output(const jmsg_t *m, void *arg)
 {
     result_t *r = arg;
     json_array_append_new(r->outputs, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content",
                                                  jmsg_content(m)));
 }
 
-static void r_done(const json_t *reply, const sg_error_t *err, void *arg)
+static __attribute__((unused)) void r_done(const json_t *reply, const sg_error_t *err, void *arg)
 {
     result_t *r = arg;
     r->done = true;
@@ -86,12 +86,12 @@ static void r_done(const json_t *reply, const sg_error_t *err, void *arg)
     }
 }
 
-static bool r_is_done(void *arg)
+static __attribute__((unused)) bool r_is_done(void *arg)
 {
     return ((result_t *)arg)->done;
 }
 
-static void result_clear(result_t *r)
+static __attribute__((unused)) void result_clear(result_t *r)
 {
     json_decref(r->outputs);
     json_decref(r->reply);
@@ -100,7 +100,7 @@ static void result_clear(result_t *r)
 }
 
 /* Executes code and waits; r must be cleared by the caller. */
-static bool run_code(kernel_t *k, const char *code, int timeout_ms, int wait_ms, result_t *r)
+static __attribute__((unused)) bool run_code(kernel_t *k, const char *code, int timeout_ms, int wait_ms, result_t *r)
 {
     memset(r, 0, sizeof *r);
     r->outputs = json_array();
@@ -116,7 +116,7 @@ static bool run_code(kernel_t *k, const char *code, int timeout_ms, int wait_ms,
 }
 
 /* The concatenated stdout, and the text/plain of the execute_result. */
-static char *r_stdout(const result_t *r)
+static __attribute__((unused)) char *r_stdout(const result_t *r)
 {
     size_t i;
     json_t *m;
@@ -134,7 +134,7 @@ static char *r_stdout(const result_t *r)
     return s;
 }
 
-static const char *r_result(const result_t *r)
+static __attribute__((unused)) const char *r_result(const result_t *r)
 {
     size_t i;
     json_t *m;
@@ -145,12 +145,12 @@ static const char *r_result(const result_t *r)
     return NULL;
 }
 
-static const char *r_status(const result_t *r)
+static __attribute__((unused)) const char *r_status(const result_t *r)
 {
     return r->reply ? json_string_value(json_object_get(r->reply, "status")) : NULL;
 }
 
-static const char *r_ename(const result_t *r)
+static __attribute__((unused)) const char *r_ename(const result_t *r)
 {
     return r->reply ? json_string_value(json_object_get(r->reply, "ename")) : NULL;
 }

@@ -1,0 +1,503 @@
+#include "kernelmgr/kmgr.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/defer.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+
+typedef struct entry {
+    kmgr_t *mgr;
+    kernel_t *k;
+    bool pool;   /* warm, unclaimed */
+    bool ready;  /* has been ready at least once (pool: claimable) */
+    kernel_event_fn *ev;
+    void *ev_arg;
+} entry_t;
+
+struct kmgr {
+    zloop_t *loop;
+    kmgr_config_t cfg;
+    char *state_dir, *preload;
+    sandbox_env_t *env;
+    kspecs_t *kspecs;
+    entry_t **entries;
+    size_t n, cap;
+    int tick;
+    kmgr_stats_t stats;
+};
+
+void kmgr_config_defaults(kmgr_config_t *cfg)
+{
+    *cfg = (kmgr_config_t){
+        .state_dir = "/var/lib/sandgate",
+        .pool_size = 1,
+        .pool_kernelspec = "python3",
+        .pool_preload = NULL,
+        .cull_idle_ms = 3600 * 1000,
+        .max_kernels = 64,
+    };
+    sandbox_config_defaults(&cfg->sandbox);
+    kernel_opts_defaults(&cfg->kernel);
+}
+
+/* --- records --------------------------------------------------------------- */
+
+static char *record_path(const kmgr_t *m, const char *id)
+{
+    return xasprintf("%s/sessions/%s.json", m->state_dir, id);
+}
+
+static char *workspace_path(const kmgr_t *m, const char *id)
+{
+    return xasprintf("%s/workspaces/%s", m->state_dir, id);
+}
+
+static void write_record(kmgr_t *m, entry_t *e)
+{
+    kernel_t *k = e->k;
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s}", "id", kernel_id(k), "kernelspec",
+                            kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
+                            (json_int_t)kernel_pid(k), "workspace", kernel_workspace(k), "pool",
+                            e->pool, "mode",
+                            m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
+    cleanup_free char *path = record_path(m, kernel_id(k));
+    cleanup_free char *tmp = xasprintf("%s.tmp", path);
+    if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
+        log_error("kmgr: cannot write %s: %s", path, strerror(errno));
+    json_decref(rec);
+}
+
+static void remove_record(kmgr_t *m, const char *id)
+{
+    cleanup_free char *path = record_path(m, id);
+    unlink(path);
+}
+
+/* --- entries ------------------------------------------------------------------- */
+
+static void add_entry(kmgr_t *m, entry_t *e)
+{
+    if (m->n == m->cap) {
+        m->cap = m->cap ? m->cap * 2 : 16;
+        m->entries = xrealloc(m->entries, m->cap * sizeof *m->entries);
+    }
+    m->entries[m->n++] = e;
+}
+
+static void drop_entry(kmgr_t *m, entry_t *e)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->entries[i] == e) {
+            m->entries[i] = m->entries[--m->n];
+            break;
+        }
+    defer_call(m->loop, free, e);
+}
+
+static entry_t *find(const kmgr_t *m, const char *id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (!m->entries[i]->pool && strcmp(kernel_id(m->entries[i]->k), id) == 0)
+            return m->entries[i];
+    return NULL;
+}
+
+static void fill_pool(kmgr_t *m);
+
+static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
+{
+    entry_t *e = arg;
+    kmgr_t *m = e->mgr;
+    if (ev == KERNEL_EV_READY) {
+        e->ready = true;
+        write_record(m, e);
+    }
+    if (e->pool) {
+        if (ev == KERNEL_EV_DEAD) {
+            log_warn("kmgr: pool kernel %s failed: %s", kernel_id(k), err ? err->msg : "?");
+            kernel_t *dead = e->k;
+            remove_record(m, kernel_id(dead));
+            cleanup_free char *ws = workspace_path(m, kernel_id(dead));
+            kernel_shutdown(&dead, false);
+            sandbox_workspace_close(m->env, ws, true);
+            drop_entry(m, e);
+            /* Do not spin on a kernelspec that cannot start: the next claim
+             * or the next tick retries. */
+            return;
+        }
+        if (ev == KERNEL_EV_READY)
+            fill_pool(m);
+        return;
+    }
+    if (e->ev)
+        e->ev(k, ev, err, e->ev_arg);
+}
+
+static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
+                        kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
+{
+    cleanup_free char *ws = workspace_path(m, id);
+    if (sandbox_workspace_open(m->env, ws, err) < 0)
+        return NULL;
+    entry_t *e = xzalloc(sizeof *e);
+    *e = (entry_t){.mgr = m, .pool = pool, .ev = ev, .ev_arg = ev_arg};
+    kernel_opts_t opts = m->cfg.kernel;
+    opts.preload = pool ? m->preload : NULL;
+    e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
+    if (e->k == NULL) {
+        sandbox_workspace_close(m->env, ws, true);
+        free(e);
+        return NULL;
+    }
+    add_entry(m, e);
+    m->stats.started++;
+    return e->k;
+}
+
+static void fill_pool(kmgr_t *m)
+{
+    const kspec_t *spec = kspecs_get(m->kspecs, m->cfg.pool_kernelspec);
+    if (spec == NULL || m->cfg.pool_size <= 0)
+        return;
+    size_t have = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        if (!m->entries[i]->pool)
+            continue;
+        if (!m->entries[i]->ready)
+            return; /* one start at a time: starts are CPU-heavy */
+        have++;
+    }
+    if (have >= (size_t)m->cfg.pool_size)
+        return;
+    char id[37];
+    jmsg_uuid(id);
+    sg_error_t *err = NULL;
+    if (launch(m, spec, id, true, NULL, NULL, &err) == NULL) {
+        log_error("kmgr: cannot start a pool kernel: %s", err->msg);
+        sg_error_free(&err);
+    }
+}
+
+/* --- public API ---------------------------------------------------------------- */
+
+kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_arg,
+                     sg_error_t **err)
+{
+    const kspec_t *spec = kspecs_get(m->kspecs, name);
+    if (spec == NULL) {
+        sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
+        return NULL;
+    }
+    if (kmgr_count(m) >= (size_t)m->cfg.max_kernels) {
+        sg_error_set(err, SG_E_LIMIT, "the maximum of %d kernels is running", m->cfg.max_kernels);
+        return NULL;
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        entry_t *e = m->entries[i];
+        if (e->pool && e->ready && kernel_spec(e->k) == spec &&
+            kernel_state(e->k) == KERNEL_IDLE) {
+            e->pool = false;
+            e->ev = ev;
+            e->ev_arg = ev_arg;
+            write_record(m, e);
+            m->stats.claimed_from_pool++;
+            log_info("kmgr: session %s claimed from the pool", kernel_id(e->k));
+            fill_pool(m);
+            return e->k;
+        }
+    }
+    char id[37];
+    jmsg_uuid(id);
+    kernel_t *k = launch(m, spec, id, false, ev, ev_arg, err);
+    fill_pool(m);
+    return k;
+}
+
+kernel_t *kmgr_get(kmgr_t *m, const char *id)
+{
+    entry_t *e = find(m, id);
+    return e ? e->k : NULL;
+}
+
+int kmgr_shutdown(kmgr_t *m, const char *id, sg_error_t **err)
+{
+    entry_t *e = find(m, id);
+    if (e == NULL)
+        return sg_error_set(err, SG_E_NOTFOUND, "no kernel %s", id);
+    cleanup_free char *ws = workspace_path(m, id);
+    remove_record(m, id);
+    kernel_shutdown(&e->k, false);
+    sandbox_workspace_close(m->env, ws, true);
+    drop_entry(m, e);
+    log_info("kmgr: session %s shut down", id);
+    return 0;
+}
+
+size_t kmgr_count(const kmgr_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += !m->entries[i]->pool;
+    return n;
+}
+
+kernel_t *kmgr_at(const kmgr_t *m, size_t i)
+{
+    for (size_t j = 0; j < m->n; j++)
+        if (!m->entries[j]->pool && i-- == 0)
+            return m->entries[j]->k;
+    return NULL;
+}
+
+const kspecs_t *kmgr_kspecs(const kmgr_t *m)
+{
+    return m->kspecs;
+}
+
+void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
+{
+    *out = m->stats;
+    out->sessions = out->starting = out->idle = out->busy = out->dead = 0;
+    out->pool_ready = out->pool_starting = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        entry_t *e = m->entries[i];
+        if (e->pool) {
+            if (e->ready)
+                out->pool_ready++;
+            else
+                out->pool_starting++;
+            continue;
+        }
+        out->sessions++;
+        switch (kernel_state(e->k)) {
+        case KERNEL_STARTING: out->starting++; break;
+        case KERNEL_IDLE: out->idle++; break;
+        case KERNEL_BUSY: out->busy++; break;
+        case KERNEL_DEAD: out->dead++; break;
+        }
+    }
+}
+
+/* --- culling ------------------------------------------------------------------ */
+
+static int on_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    kmgr_t *m = arg;
+    int64_t now = zclock_mono();
+    for (size_t i = 0; m->cfg.cull_idle_ms > 0 && i < m->n; i++) {
+        entry_t *e = m->entries[i];
+        if (e->pool || kernel_pending(e->k) > 0 ||
+            now - kernel_last_activity(e->k) < m->cfg.cull_idle_ms)
+            continue;
+        cleanup_free char *id = xstrdup(kernel_id(e->k));
+        log_info("kmgr: culling session %s, idle for %lld ms", id,
+                 (long long)(now - kernel_last_activity(e->k)));
+        m->stats.culled++;
+        kmgr_shutdown(m, id, NULL);
+        i--; /* the array was compacted */
+    }
+    fill_pool(m);
+    return 0;
+}
+
+/* --- start-up: re-adoption ------------------------------------------------------ */
+
+/* Whether pid is still the sandbox (or plain kernel) the record names. */
+static bool process_matches(pid_t pid, const char *needle)
+{
+    if (pid <= 0 || kill(pid, 0) < 0)
+        return false;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == 0)
+            buf[i] = ' ';
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
+{
+    json_error_t jerr;
+    json_t *rec = json_load_file(file, 0, &jerr);
+    const char *id = NULL, *spec_name = NULL, *sbid = NULL, *mode = NULL;
+    json_int_t pid = 0;
+    int pool = 0;
+    if (!rec || json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec",
+                            &spec_name, "sandbox_id", &sbid, "pid", &pid, "pool", &pool, "mode",
+                            &mode) < 0) {
+        log_warn("kmgr: ignoring unreadable record %s", file);
+        unlink(file);
+        json_decref(rec);
+        return;
+    }
+    const kspec_t *spec = kspecs_get(m->kspecs, spec_name);
+    bool same_mode = strcmp(mode, m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none") == 0;
+    cleanup_free char *ws = workspace_path(m, id);
+    cleanup_free char *needle = m->cfg.sandbox.mode == SANDBOX_RUNSC
+                                    ? xstrdup(sbid)
+                                    : xasprintf("%s/kernels/%s/", m->state_dir, sbid);
+    bool alive = same_mode && process_matches((pid_t)pid, needle);
+    sg_error_t *err = NULL;
+    if (pool || spec == NULL || !same_mode) {
+        /* Pool kernels are cheap to replace; foreign records cannot be served. */
+        if (alive || same_mode)
+            sandbox_remove_id(m->env, sbid, true);
+        sandbox_workspace_close(m->env, ws, true);
+        unlink(file);
+    } else if (alive) {
+        entry_t *e = xzalloc(sizeof *e);
+        *e = (entry_t){.mgr = m};
+        if (sandbox_workspace_open(m->env, ws, &err) < 0 ||
+            !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, &m->cfg.kernel,
+                                  on_kernel_event, e, &err))) {
+            log_error("kmgr: cannot re-adopt session %s: %s", id, err->msg);
+            sg_error_free(&err);
+            free(e);
+            sandbox_remove_id(m->env, sbid, true);
+            unlink(file);
+        } else {
+            add_entry(m, e);
+            json_array_append_new(live_ids, json_string(sbid));
+            m->stats.adopted++;
+            log_info("kmgr: re-adopting session %s (sandbox %s, pid %d)", id, sbid, (int)pid);
+        }
+    } else {
+        /* The sandbox is gone but the session's files are not: a fresh kernel. */
+        log_warn("kmgr: session %s lost its sandbox while sandgate was down; starting a new "
+                 "kernel (its variables are lost)",
+                 id);
+        sandbox_remove_id(m->env, sbid, true);
+        if (!launch(m, spec, id, false, NULL, NULL, &err)) {
+            log_error("kmgr: cannot restart session %s: %s", id, err->msg);
+            sg_error_free(&err);
+            unlink(file);
+        } else {
+            m->stats.restarted_after_restart++;
+        }
+    }
+    json_decref(rec);
+}
+
+static void adopt_all(kmgr_t *m)
+{
+    cleanup_free char *dir = xasprintf("%s/sessions", m->state_dir);
+    json_t *live = json_array();
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        cleanup_free char *file = xasprintf("%s/%s", dir, de->d_name);
+        adopt_one(m, file, live);
+    }
+    if (d)
+        closedir(d);
+
+    /* Containers under our runsc root that no live record names. */
+    sg_error_t *err = NULL;
+    json_t *ids = sandbox_list(m->env, &err);
+    size_t i, j;
+    json_t *v, *w;
+    json_array_foreach(ids, i, v)
+    {
+        bool known = false;
+        json_array_foreach(live, j, w) known |= json_equal(v, w);
+        if (!known) {
+            log_info("kmgr: removing orphan sandbox %s", json_string_value(v));
+            sandbox_remove_id(m->env, json_string_value(v), true);
+        }
+    }
+    if (!ids) {
+        log_warn("kmgr: %s", err->msg);
+        sg_error_free(&err);
+    }
+    json_decref(ids);
+    json_decref(live);
+}
+
+static int make_dirs(const char *state_dir, sg_error_t **err)
+{
+    static const char *sub[] = {"sessions", "workspaces"};
+    for (int i = 0; i < 2; i++) {
+        cleanup_free char *p = xasprintf("%s/%s", state_dir, sub[i]);
+        if (mkdir(p, 0711) < 0 && errno != EEXIST)
+            return sg_error_errno(err, errno, "cannot create %s", p);
+    }
+    return 0;
+}
+
+kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
+{
+    kmgr_t *m = xzalloc(sizeof *m);
+    m->loop = loop;
+    m->cfg = *cfg;
+    m->state_dir = xstrdup(cfg->state_dir);
+    m->cfg.state_dir = m->state_dir;
+    m->preload = cfg->pool_preload ? xstrdup(cfg->pool_preload) : NULL;
+    m->cfg.pool_preload = m->preload;
+    m->cfg.kernel.preload = NULL;
+    m->tick = -1;
+    m->env = sandbox_env_new(&cfg->sandbox, cfg->state_dir, err);
+    if (m->env == NULL)
+        goto fail;
+    if (make_dirs(cfg->state_dir, err) < 0)
+        goto fail;
+    m->kspecs = kspecs_discover(cfg->kernelspec_path);
+    if (kspecs_count(m->kspecs) == 0) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "no Jupyter kernelspecs found (install "
+                                            "python3-ipykernel)");
+        goto fail;
+    }
+    adopt_all(m);
+    m->tick = zloop_timer(loop, 1000, 0, on_tick, m);
+    fill_pool(m);
+    return m;
+fail:
+    kmgr_destroy(&m, false);
+    return NULL;
+}
+
+void kmgr_destroy(kmgr_t **self_p, bool shutdown)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    kmgr_t *m = *self_p;
+    *self_p = NULL;
+    if (m->tick >= 0)
+        zloop_timer_end(m->loop, m->tick);
+    while (m->n > 0) {
+        entry_t *e = m->entries[m->n - 1];
+        m->n--;
+        bool discard = shutdown || e->pool; /* pool kernels are not worth re-adopting */
+        if (discard) {
+            cleanup_free char *id = xstrdup(kernel_id(e->k));
+            cleanup_free char *ws = workspace_path(m, id);
+            remove_record(m, id);
+            kernel_shutdown(&e->k, true);
+            sandbox_workspace_close(m->env, ws, true);
+        } else {
+            kernel_detach(&e->k);
+        }
+        free(e);
+    }
+    free(m->entries);
+    kspecs_destroy(&m->kspecs);
+    sandbox_env_destroy(&m->env);
+    free(m->state_dir);
+    free(m->preload);
+    free(m);
+}

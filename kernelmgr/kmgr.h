@@ -1,0 +1,60 @@
+/* kmgr: the kernel manager — every session's kernel, the warm pool, idle
+ * culling, the kernel limit, and the state directory that lets a new sandgate
+ * re-adopt the sandboxes of the previous one.
+ *
+ * A session is a kernel plus its workspace; the session id is the kernel id
+ * (a UUID).  State directory:
+ *   sessions/<id>.json   one record per live kernel (written when it is ready)
+ *   workspaces/<id>/     the session's files (its own filesystem if limited)
+ *   kernels/, runsc/, sandbox/   see sandbox.h
+ */
+#ifndef SG_KMGR_H
+#define SG_KMGR_H
+
+#include "kernelmgr/kernel.h"
+
+typedef struct {
+    const char *state_dir;
+    sandbox_config_t sandbox;
+    const char *kernelspec_path; /* NULL: the Jupyter defaults */
+    kernel_opts_t kernel;        /* timeouts; preload is ignored (see pool_preload) */
+    int pool_size;               /* warm kernels per pooled kernelspec */
+    const char *pool_kernelspec; /* which kernelspec is pooled ("python3") */
+    const char *pool_preload;    /* code a pool kernel runs before it is claimable */
+    int cull_idle_ms;            /* shut down sessions idle this long; 0: never */
+    int max_kernels;             /* session kernels at once (the pool not counted) */
+} kmgr_config_t;
+
+typedef struct kmgr kmgr_t;
+
+typedef struct {
+    size_t sessions, starting, idle, busy, dead, pool_ready, pool_starting;
+    uint64_t started, claimed_from_pool, culled, adopted, restarted_after_restart;
+} kmgr_stats_t;
+
+void kmgr_config_defaults(kmgr_config_t *cfg);
+
+/* Prepares the state directory, re-adopts live sandboxes recorded there,
+ * starts fresh kernels for recorded sessions whose sandbox is gone, removes
+ * sandboxes nobody recorded, and begins filling the pool. */
+kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err);
+/* With shutdown, every kernel is shut down and its workspace removed;
+ * without, sandboxes keep running for the next sandgate to adopt. */
+void kmgr_destroy(kmgr_t **self_p, bool shutdown);
+
+/* A new session with a kernel of kernelspec name: a warm pool kernel when one
+ * is ready (then it is already idle), else a fresh start.  ev gets the
+ * kernel's lifecycle events.  Fails with SG_E_NOTFOUND for an unknown
+ * kernelspec and SG_E_LIMIT at max_kernels. */
+kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *ev_arg,
+                     sg_error_t **err);
+kernel_t *kmgr_get(kmgr_t *self, const char *id);
+/* Shuts the session down and removes its workspace. */
+int kmgr_shutdown(kmgr_t *self, const char *id, sg_error_t **err);
+
+size_t kmgr_count(const kmgr_t *self);
+kernel_t *kmgr_at(const kmgr_t *self, size_t i);
+const kspecs_t *kmgr_kspecs(const kmgr_t *self);
+void kmgr_stats(const kmgr_t *self, kmgr_stats_t *out);
+
+#endif
