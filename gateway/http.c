@@ -13,7 +13,13 @@ struct http_server {
     int timer_id;
     int port;
     zmq_pollitem_t item;
+    kmgr_t *kmgr;
 };
+
+void http_server_set_kmgr(http_server_t *self, kmgr_t *kmgr)
+{
+    self->kmgr = kmgr;
+}
 
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
 {
@@ -53,8 +59,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             return http_reply_json(conn, 405,
                                    json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
                                              "use GET /health"));
-        return http_reply_json(conn, 200,
-                               json_pack("{s:s, s:s}", "status", "ok", "version", PACKAGE_VERSION));
+        http_server_t *self = cls;
+        json_t *body = json_pack("{s:s, s:s}", "status", "ok", "version", PACKAGE_VERSION);
+        if (self->kmgr) {
+            kmgr_stats_t st;
+            kmgr_stats(self->kmgr, &st);
+            json_object_set_new(
+                body, "kernels",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "sessions", (json_int_t)st.sessions,
+                          "starting", (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
+                          (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready,
+                          "pool_starting", (json_int_t)st.pool_starting));
+        }
+        return http_reply_json(conn, 200, body);
     }
     sg_error_t e = {SG_E_NOTFOUND, 0, NULL};
     e.msg = xasprintf("no route for %s %s", method, url);

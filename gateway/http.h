@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 
 #include "common/error.h"
+#include "kernelmgr/kmgr.h"
 
 typedef struct http_server http_server_t;
 
@@ -20,6 +21,9 @@ typedef struct http_server http_server_t;
  * when the address cannot be used. */
 http_server_t *http_server_new(zloop_t *loop, const char *host, int port, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
+
+/* The kernel manager the API serves (borrowed). */
+void http_server_set_kmgr(http_server_t *self, kmgr_t *kmgr);
 
 /* The port actually bound (useful when port 0 was asked for). */
 int http_server_port(const http_server_t *self);

@@ -5,10 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/defer.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/http.h"
+#include "kernelmgr/kmgr.h"
+#include "kernelmgr/proc.h"
 
 static const char usage[] =
     "usage: sandgate [OPTIONS]\n"
@@ -17,96 +20,288 @@ static const char usage[] =
     "sandboxes, and serves it over HTTP.\n"
     "\n"
     "Options (each also read from the environment variable shown):\n"
-    "  -l, --listen HOST:PORT   address to serve HTTP on   [SANDGATE_LISTEN]\n"
-    "                           (default 127.0.0.1:49999)\n"
-    "      --log-level LEVEL    debug, info, warn or error [SANDGATE_LOG_LEVEL]\n"
-    "                           (default info)\n"
-    "  -h, --help               show this help and exit\n"
-    "  -V, --version            show the version and exit\n"
+    "  -l, --listen HOST:PORT    address to serve HTTP on          [SANDGATE_LISTEN]\n"
+    "                            (default 127.0.0.1:49999)\n"
+    "  -s, --state-dir DIR       sessions, workspaces, sandboxes   [SANDGATE_STATE_DIR]\n"
+    "                            (default /var/lib/sandgate)\n"
+    "      --sandbox MODE        runsc (default) or none: plain    [SANDGATE_SANDBOX]\n"
+    "                            processes, NO isolation, for development\n"
+    "      --platform NAME       runsc platform (default ptrace)   [SANDGATE_PLATFORM]\n"
+    "      --rootfs DIR          image directory to use as the     [SANDGATE_ROOTFS]\n"
+    "                            sandbox's / (default: host /usr, generated /etc)\n"
+    "      --memory MIB          memory per sandbox (1024)         [SANDGATE_MEMORY]\n"
+    "      --cpus N              CPUs per sandbox (1.0)            [SANDGATE_CPUS]\n"
+    "      --processes N         processes per sandbox (64)        [SANDGATE_PROCESSES]\n"
+    "      --open-files N        open files per process (1024)     [SANDGATE_OPEN_FILES]\n"
+    "      --workspace-size MIB  workspace filesystem size (1024;  [SANDGATE_WORKSPACE_SIZE]\n"
+    "                            0: a plain directory, no limit)\n"
+    "      --tmp-size MIB        /tmp size (256)                   [SANDGATE_TMP_SIZE]\n"
+    "      --exec-timeout SEC    default execution timeout (300;   [SANDGATE_EXEC_TIMEOUT]\n"
+    "                            0: none)\n"
+    "      --idle-timeout SEC    shut down sessions idle this long [SANDGATE_IDLE_TIMEOUT]\n"
+    "                            (3600; 0: never)\n"
+    "      --max-kernels N       session kernels at once (64)      [SANDGATE_MAX_KERNELS]\n"
+    "      --pool-size N         warm python3 kernels kept ready   [SANDGATE_POOL_SIZE]\n"
+    "                            (1)\n"
+    "      --preload CODE        code pool kernels run before use  [SANDGATE_PRELOAD]\n"
+    "                            (e.g. 'import pandas, matplotlib')\n"
+    "      --log-level LEVEL     debug, info, warn or error (info) [SANDGATE_LOG_LEVEL]\n"
+    "  -h, --help                show this help and exit\n"
+    "  -V, --version             show the version and exit\n"
     "\n"
     "Endpoints: GET /health\n";
 
-static int parse_listen(const char *arg, char *host, size_t hostlen, int *port)
-{
-    const char *colon = strrchr(arg, ':');
-    if (colon == NULL || (size_t)(colon - arg) >= hostlen)
-        return -1;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end != 0 || p < 0 || p > 65535 || colon[1] == 0)
-        return -1;
-    memcpy(host, arg, colon - arg);
-    host[colon - arg] = 0;
-    *port = (int)p;
-    return 0;
-}
+enum {
+    O_LISTEN = 'l',
+    O_STATE = 's',
+    O_HELP = 'h',
+    O_VERSION = 'V',
+    O_SANDBOX = 256,
+    O_PLATFORM,
+    O_ROOTFS,
+    O_MEMORY,
+    O_CPUS,
+    O_PROCESSES,
+    O_OPEN_FILES,
+    O_WORKSPACE,
+    O_TMP,
+    O_EXEC_TIMEOUT,
+    O_IDLE_TIMEOUT,
+    O_MAX_KERNELS,
+    O_POOL,
+    O_PRELOAD,
+    O_LOG_LEVEL
+};
 
-static int parse_level(const char *s, sg_loglevel_t *out)
+static const struct option opts[] = {
+    {"listen", required_argument, NULL, O_LISTEN},
+    {"state-dir", required_argument, NULL, O_STATE},
+    {"sandbox", required_argument, NULL, O_SANDBOX},
+    {"platform", required_argument, NULL, O_PLATFORM},
+    {"rootfs", required_argument, NULL, O_ROOTFS},
+    {"memory", required_argument, NULL, O_MEMORY},
+    {"cpus", required_argument, NULL, O_CPUS},
+    {"processes", required_argument, NULL, O_PROCESSES},
+    {"open-files", required_argument, NULL, O_OPEN_FILES},
+    {"workspace-size", required_argument, NULL, O_WORKSPACE},
+    {"tmp-size", required_argument, NULL, O_TMP},
+    {"exec-timeout", required_argument, NULL, O_EXEC_TIMEOUT},
+    {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
+    {"max-kernels", required_argument, NULL, O_MAX_KERNELS},
+    {"pool-size", required_argument, NULL, O_POOL},
+    {"preload", required_argument, NULL, O_PRELOAD},
+    {"log-level", required_argument, NULL, O_LOG_LEVEL},
+    {"help", no_argument, NULL, O_HELP},
+    {"version", no_argument, NULL, O_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct {
+    char host[256];
+    int port;
+    sg_loglevel_t level;
+    kmgr_config_t k;
+} settings_t;
+
+static int bad(const char *name, const char *value, const char *want)
 {
-    static const char *names[] = {"debug", "info", "warn", "error"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = (sg_loglevel_t)i;
-            return 0;
-        }
+    fprintf(stderr, "sandgate: --%s wants %s, got '%s'\nTry 'sandgate --help'.\n", name, want,
+            value);
     return -1;
 }
 
-int main(int argc, char **argv)
+static int parse_uint(const char *name, const char *v, unsigned long long max,
+                      unsigned long long *out)
 {
-    const char *listen = getenv("SANDGATE_LISTEN") ? getenv("SANDGATE_LISTEN") : "127.0.0.1:49999";
-    const char *level = getenv("SANDGATE_LOG_LEVEL") ? getenv("SANDGATE_LOG_LEVEL") : "info";
-    static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
-                                         {"log-level", required_argument, NULL, 'L'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {"version", no_argument, NULL, 'V'},
-                                         {NULL, 0, NULL, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "l:hV", opts, NULL)) != -1) {
-        switch (c) {
-        case 'l': listen = optarg; break;
-        case 'L': level = optarg; break;
-        case 'h': fputs(usage, stdout); return 0;
-        case 'V': printf("sandgate %s\n", PACKAGE_VERSION); return 0;
-        default: fputs("Try 'sandgate --help'.\n", stderr); return 2;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*v == 0 || *end != 0 || *v == '-' || n > max)
+        return bad(name, v, "a non-negative integer");
+    *out = n;
+    return 0;
+}
+
+/* Applies one option (from the command line or the environment). */
+static int apply(settings_t *s, int opt, const char *name, const char *v)
+{
+    unsigned long long n;
+    switch (opt) {
+    case O_LISTEN: {
+        const char *colon = strrchr(v, ':');
+        char *end;
+        long p = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == v || (size_t)(colon - v) >= sizeof s->host || colon[1] == 0 ||
+            *end != 0 || p < 0 || p > 65535)
+            return bad(name, v, "HOST:PORT");
+        memcpy(s->host, v, colon - v);
+        s->host[colon - v] = 0;
+        s->port = (int)p;
+        return 0;
+    }
+    case O_STATE: s->k.state_dir = v; return 0;
+    case O_SANDBOX:
+        if (strcmp(v, "runsc") == 0)
+            s->k.sandbox.mode = SANDBOX_RUNSC;
+        else if (strcmp(v, "none") == 0)
+            s->k.sandbox.mode = SANDBOX_NONE;
+        else
+            return bad(name, v, "runsc or none");
+        return 0;
+    case O_PLATFORM: s->k.sandbox.platform = v; return 0;
+    case O_ROOTFS: s->k.sandbox.rootfs = v; return 0;
+    case O_MEMORY:
+        if (parse_uint(name, v, 1 << 24, &n) < 0 || n < 64)
+            return n < 64 ? bad(name, v, "at least 64 (MiB)") : -1;
+        s->k.sandbox.memory_bytes = n << 20;
+        return 0;
+    case O_CPUS: {
+        char *end;
+        double c = strtod(v, &end);
+        if (*end != 0 || !(c >= 0.01 && c <= 1024))
+            return bad(name, v, "a number of CPUs such as 0.5 or 2");
+        s->k.sandbox.cpu_quota_us = (uint64_t)(c * 100000);
+        return 0;
+    }
+    case O_PROCESSES:
+        if (parse_uint(name, v, 1 << 20, &n) < 0)
+            return -1;
+        s->k.sandbox.nproc = n;
+        return 0;
+    case O_OPEN_FILES:
+        if (parse_uint(name, v, 1 << 20, &n) < 0)
+            return -1;
+        s->k.sandbox.nofile = n;
+        return 0;
+    case O_WORKSPACE:
+        if (parse_uint(name, v, 1 << 24, &n) < 0)
+            return -1;
+        s->k.sandbox.workspace_bytes = n << 20;
+        return 0;
+    case O_TMP:
+        if (parse_uint(name, v, 1 << 24, &n) < 0)
+            return -1;
+        s->k.sandbox.tmp_bytes = n << 20;
+        return 0;
+    case O_EXEC_TIMEOUT:
+        if (parse_uint(name, v, 86400 * 7, &n) < 0)
+            return -1;
+        s->k.kernel.exec_timeout_ms = (int)(n * 1000);
+        return 0;
+    case O_IDLE_TIMEOUT:
+        if (parse_uint(name, v, 86400 * 7, &n) < 0)
+            return -1;
+        s->k.cull_idle_ms = (int)(n * 1000);
+        return 0;
+    case O_MAX_KERNELS:
+        if (parse_uint(name, v, 100000, &n) < 0)
+            return -1;
+        s->k.max_kernels = (int)n;
+        return 0;
+    case O_POOL:
+        if (parse_uint(name, v, 1000, &n) < 0)
+            return -1;
+        s->k.pool_size = (int)n;
+        return 0;
+    case O_PRELOAD: s->k.pool_preload = v; return 0;
+    case O_LOG_LEVEL: {
+        static const char *names[] = {"debug", "info", "warn", "error"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(v, names[i]) == 0) {
+                s->level = (sg_loglevel_t)i;
+                return 0;
+            }
+        return bad(name, v, "debug, info, warn or error");
+    }
+    }
+    return -1;
+}
+
+static int parse(settings_t *s, int argc, char **argv)
+{
+    strcpy(s->host, "127.0.0.1");
+    s->port = 49999;
+    s->level = SG_LOG_INFO;
+    kmgr_config_defaults(&s->k);
+    s->k.kernel.exec_timeout_ms = 300 * 1000;
+    /* Environment first, so the command line wins. */
+    for (const struct option *o = opts; o->name; o++) {
+        if (o->has_arg == no_argument)
+            continue;
+        char env[64] = "SANDGATE_";
+        for (size_t i = 0; o->name[i] && i < 50; i++)
+            env[9 + i] = o->name[i] == '-' ? '_' : (char)(o->name[i] & ~0x20);
+        const char *v = getenv(env);
+        if (v && apply(s, o->val, o->name, v) < 0) {
+            fprintf(stderr, "sandgate: (from %s)\n", env);
+            return 2;
         }
+    }
+    int c, idx;
+    while ((c = getopt_long(argc, argv, "l:s:hV", opts, &idx)) != -1) {
+        if (c == O_HELP) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (c == O_VERSION) {
+            printf("sandgate %s\n", PACKAGE_VERSION);
+            return 0;
+        }
+        if (c == '?') {
+            fputs("Try 'sandgate --help'.\n", stderr);
+            return 2;
+        }
+        const char *name = opts[0].name;
+        for (const struct option *o = opts; o->name; o++)
+            if (o->val == c)
+                name = o->name;
+        if (apply(s, c, name, optarg) < 0)
+            return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "sandgate: unexpected argument '%s'\nTry 'sandgate --help'.\n",
                 argv[optind]);
         return 2;
     }
-    char host[256];
-    int port;
-    sg_loglevel_t lvl;
-    if (parse_listen(listen, host, sizeof host, &port) < 0) {
-        fprintf(stderr, "sandgate: --listen wants HOST:PORT, got '%s'\n", listen);
-        return 2;
-    }
-    if (parse_level(level, &lvl) < 0) {
-        fprintf(stderr, "sandgate: --log-level wants debug, info, warn or error, got '%s'\n",
-                level);
-        return 2;
-    }
-    sg_log_set_level(lvl);
+    return -1; /* go on */
+}
+
+int main(int argc, char **argv)
+{
+    settings_t s;
+    int rc = parse(&s, argc, argv);
+    if (rc >= 0)
+        return rc;
+    sg_log_set_level(s.level);
     signal(SIGPIPE, SIG_IGN);
+    if (s.k.sandbox.mode == SANDBOX_NONE)
+        log_warn("*** --sandbox=none: kernels run as plain processes with sandgate's privileges. "
+                 "Code can read and change this machine. For development only. ***");
 
     /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
     zsys_init();
     zloop_t *loop = zloop_new();
     sg_error_t *err = NULL;
-    http_server_t *http = http_server_new(loop, host, port, &err);
-    if (http == NULL) {
+    kmgr_t *kmgr = NULL;
+    http_server_t *http = NULL;
+    rc = 1;
+    if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
+        !(http = http_server_new(loop, s.host, s.port, &err))) {
         log_error("%s", err->msg);
         sg_error_free(&err);
-        zloop_destroy(&loop);
-        return 1;
+        goto out;
     }
-    log_info("sandgate %s listening on http://%s:%d", PACKAGE_VERSION, host,
-             http_server_port(http));
+    http_server_set_kmgr(http, kmgr);
+    log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
+             s.host, http_server_port(http), s.k.state_dir,
+             s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
     zloop_start(loop);
-    log_info("shutting down");
+    log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
+    rc = 0;
+out:
     http_server_destroy(&http);
+    kmgr_destroy(&kmgr, false);
+    proc_fini();
+    defer_flush();
     zloop_destroy(&loop);
-    return 0;
+    return rc;
 }

@@ -69,8 +69,10 @@ const char *kernel_state_name(kernel_state_t state)
 
 void kernel_opts_defaults(kernel_opts_t *opts)
 {
-    *opts = (kernel_opts_t){.start_timeout_ms = 60000, .exec_timeout_ms = 0,
-                            .interrupt_grace_ms = 5000, .preload = NULL};
+    *opts = (kernel_opts_t){.start_timeout_ms = 60000,
+                            .exec_timeout_ms = 0,
+                            .interrupt_grace_ms = 5000,
+                            .preload = NULL};
 }
 
 static void end_timer(kernel_t *k, int *timer)
@@ -148,11 +150,11 @@ static void pump(kernel_t *k)
     exec_t *e = k->queue;
     if (k->state != KERNEL_IDLE || e == NULL || e->msg_id[0])
         return;
-    jmsg_t *req = jsession_msg(
-        jclient_session(k->client), "execute_request",
-        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code, "silent", e->opts.silent,
-                  "store_history", e->opts.store_history, "user_expressions", "allow_stdin",
-                  e->opts.allow_stdin, "stop_on_error", 1));
+    jmsg_t *req = jsession_msg(jclient_session(k->client), "execute_request",
+                               json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code,
+                                         "silent", e->opts.silent, "store_history",
+                                         e->opts.store_history, "user_expressions", "allow_stdin",
+                                         e->opts.allow_stdin, "stop_on_error", 1));
     snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
     sg_error_t *err = NULL;
     if (jclient_send(k->client, JCHAN_SHELL, req, &err) < 0) {

@@ -15,8 +15,8 @@
 typedef struct entry {
     kmgr_t *mgr;
     kernel_t *k;
-    bool pool;   /* warm, unclaimed */
-    bool ready;  /* has been ready at least once (pool: claimable) */
+    bool pool;  /* warm, unclaimed */
+    bool ready; /* has been ready at least once (pool: claimable) */
     kernel_event_fn *ev;
     void *ev_arg;
 } entry_t;
@@ -62,11 +62,11 @@ static char *workspace_path(const kmgr_t *m, const char *id)
 static void write_record(kmgr_t *m, entry_t *e)
 {
     kernel_t *k = e->k;
-    json_t *rec = json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s}", "id", kernel_id(k), "kernelspec",
-                            kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
-                            (json_int_t)kernel_pid(k), "workspace", kernel_workspace(k), "pool",
-                            e->pool, "mode",
-                            m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
+    json_t *rec =
+        json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s}", "id", kernel_id(k), "kernelspec",
+                  kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
+                  (json_int_t)kernel_pid(k), "workspace", kernel_workspace(k), "pool", e->pool,
+                  "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -201,8 +201,7 @@ kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_
     }
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (e->pool && e->ready && kernel_spec(e->k) == spec &&
-            kernel_state(e->k) == KERNEL_IDLE) {
+        if (e->pool && e->ready && kernel_spec(e->k) == spec && kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
@@ -335,9 +334,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     const char *id = NULL, *spec_name = NULL, *sbid = NULL, *mode = NULL;
     json_int_t pid = 0;
     int pool = 0;
-    if (!rec || json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec",
-                            &spec_name, "sandbox_id", &sbid, "pid", &pid, "pool", &pool, "mode",
-                            &mode) < 0) {
+    if (!rec ||
+        json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
+                    "sandbox_id", &sbid, "pid", &pid, "pool", &pool, "mode", &mode) < 0) {
         log_warn("kmgr: ignoring unreadable record %s", file);
         unlink(file);
         json_decref(rec);
@@ -412,10 +411,10 @@ static void adopt_all(kmgr_t *m)
     json_t *ids = sandbox_list(m->env, &err);
     size_t i, j;
     json_t *v, *w;
-    json_array_foreach(ids, i, v)
-    {
+    json_array_foreach (ids, i, v) {
         bool known = false;
-        json_array_foreach(live, j, w) known |= json_equal(v, w);
+        json_array_foreach (live, j, w)
+            known |= json_equal(v, w);
         if (!known) {
             log_info("kmgr: removing orphan sandbox %s", json_string_value(v));
             sandbox_remove_id(m->env, json_string_value(v), true);
@@ -458,8 +457,9 @@ kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
         goto fail;
     m->kspecs = kspecs_discover(cfg->kernelspec_path);
     if (kspecs_count(m->kspecs) == 0) {
-        sg_error_set(err, SG_E_UNAVAILABLE, "no Jupyter kernelspecs found (install "
-                                            "python3-ipykernel)");
+        sg_error_set(err, SG_E_UNAVAILABLE,
+                     "no Jupyter kernelspecs found (install "
+                     "python3-ipykernel)");
         goto fail;
     }
     adopt_all(m);

@@ -62,8 +62,7 @@ kspec_t *kspec_load(const char *dir, const char *name, sg_error_t **err)
     self->argv = xzalloc((json_array_size(argv) + 1) * sizeof(char *));
     size_t i;
     json_t *a;
-    json_array_foreach(argv, i, a)
-    {
+    json_array_foreach (argv, i, a) {
         if (!json_is_string(a)) {
             sg_error_set(err, SG_E_INVALID, "%s: argv[%zu] is not a string", path, i);
             json_decref(root);

@@ -15,13 +15,13 @@
 
 typedef struct {
     char *name;
-    char *dir;            /* the directory holding kernel.json (resources) */
-    char **argv;          /* NULL-terminated, "{connection_file}" not yet substituted */
+    char *dir;   /* the directory holding kernel.json (resources) */
+    char **argv; /* NULL-terminated, "{connection_file}" not yet substituted */
     char *display_name;
     char *language;
     bool interrupt_message; /* interrupt_mode "message" (else "signal") */
-    json_t *env;          /* object of extra environment strings; never NULL */
-    json_t *json;         /* the kernel.json as read, for the API */
+    json_t *env;            /* object of extra environment strings; never NULL */
+    json_t *json;           /* the kernel.json as read, for the API */
 } kspec_t;
 
 typedef struct kspecs kspecs_t;

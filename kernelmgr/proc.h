@@ -20,12 +20,12 @@
 typedef void(proc_exit_fn)(pid_t pid, int status, void *arg);
 
 typedef struct {
-    const char *const *argv;  /* argv[0] is the program path */
-    const char *const *env;   /* NULL: inherit ours */
-    const char *cwd;          /* NULL: ours */
-    const char *output;       /* file that gets stdout and stderr (appended); NULL: /dev/null */
-    int output_fd;            /* if > 0, used instead of output */
-    bool new_session;         /* setsid(), so signals to our group do not reach it */
+    const char *const *argv; /* argv[0] is the program path */
+    const char *const *env;  /* NULL: inherit ours */
+    const char *cwd;         /* NULL: ours */
+    const char *output;      /* file that gets stdout and stderr (appended); NULL: /dev/null */
+    int output_fd;           /* if > 0, used instead of output */
+    bool new_session;        /* setsid(), so signals to our group do not reach it */
 } proc_spec_t;
 
 /* Makes the calling process a child subreaper and starts the reaping sweep

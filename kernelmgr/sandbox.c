@@ -32,7 +32,7 @@ struct sandbox {
     char *id, *dir, *workspace;
     jconn_t conn;
     pid_t pid;
-    pid_t pending; /* runsc run or state still running for us; 0: none */
+    pid_t pending;                  /* runsc run or state still running for us; 0: none */
     char **plain_argv, **plain_env; /* mode none only */
     sandbox_started_fn *started_cb;
     void *started_arg;
@@ -47,7 +47,7 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
         .rootfs = NULL,
         .memory_bytes = 1024ull << 20,
         .cpu_quota_us = 100000, /* one CPU */
-        .pids = 4096, /* host tasks: a backstop; nproc is the real limit */
+        .pids = 4096,           /* host tasks: a backstop; nproc is the real limit */
         .nproc = 64,
         .nofile = 1024,
         .init = getenv("SANDGATE_INIT"),
@@ -134,8 +134,8 @@ static int build_etc(const char *dir, sg_error_t **err)
      * Python config (sitecustomize.py links into it), fonts, alternatives
      * (numpy finds libblas through them), MIME types, public certificates.
      * Symlinks are kept: they point into /usr, which the sandbox has. */
-    static const char *copies[] = {"/etc/ld.so.cache", "/etc/localtime",  "/etc/python3",
-                                   "/etc/python3.11",  "/etc/fonts",      "/etc/alternatives",
+    static const char *copies[] = {"/etc/ld.so.cache", "/etc/localtime", "/etc/python3",
+                                   "/etc/python3.11",  "/etc/fonts",     "/etc/alternatives",
                                    "/etc/mime.types",  "/etc/ssl"};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
         if (access(copies[i], F_OK) != 0)
@@ -183,14 +183,14 @@ static int build_rootfs(const char *dir, sg_error_t **err)
     return 0;
 }
 
-sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir,
-                               sg_error_t **err)
+sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir, sg_error_t **err)
 {
     sandbox_env_t *self = xzalloc(sizeof *self);
     self->cfg = *cfg;
     self->state_dir = xstrdup(state_dir);
     self->etc_dir = xasprintf("%s/sandbox/etc", state_dir);
-    self->rootfs_dir = cfg->rootfs ? xstrdup(cfg->rootfs) : xasprintf("%s/sandbox/rootfs", state_dir);
+    self->rootfs_dir =
+        cfg->rootfs ? xstrdup(cfg->rootfs) : xasprintf("%s/sandbox/rootfs", state_dir);
     self->runsc_root = xasprintf("%s/runsc", state_dir);
     cleanup_free char *kernels = xasprintf("%s/kernels", state_dir);
     if (make_dir(state_dir, 0711, err) < 0 || make_dir(kernels, 0711, err) < 0 ||
@@ -210,8 +210,10 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
         self->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
         self->init = xstrdup(cfg->init ? cfg->init : SG_INIT_PATH);
         if (access(self->init, X_OK) != 0) {
-            sg_error_set(err, SG_E_UNAVAILABLE, "sandbox init %s is missing (run make install, "
-                         "or set SANDGATE_INIT)", self->init);
+            sg_error_set(err, SG_E_UNAVAILABLE,
+                         "sandbox init %s is missing (run make install, "
+                         "or set SANDGATE_INIT)",
+                         self->init);
             goto fail;
         }
     }
@@ -270,8 +272,9 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
             close(fd);
             if (r < 0)
                 return sg_error_errno(err, errno, "cannot size %s", img);
-            const char *mkfs[] = {"/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-                                  "-E", "root_owner=" SANDBOX_IDS, img, NULL};
+            const char *mkfs[] = {
+                "/sbin/mkfs.ext4",         "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
+                "root_owner=" SANDBOX_IDS, img,  NULL};
             cleanup_free char *out = NULL;
             if (proc_run_sync(mkfs, &out, err) != 0) {
                 unlink(img);
@@ -319,49 +322,51 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         json_array_append_new(args, json_string(*a));
     kspec_argv_free(argv);
 
-    json_t *env = json_pack("[s, s, s, s, s, s, s, s]", "PATH=/usr/local/bin:/usr/bin:/bin",
-                            "HOME=/home/user", "USER=user", "LANG=C.UTF-8",
-                            "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
-                            "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime",
-                            "PYDEVD_DISABLE_FILE_VALIDATION=1");
+    json_t *env = json_pack(
+        "[s, s, s, s, s, s, s, s]", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",
+        "USER=user", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
+        "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
     const char *k;
     json_t *v;
-    json_object_foreach(spec->env, k, v) if (json_is_string(v))
-        json_array_append_new(env, json_sprintf("%s=%s", k, json_string_value(v)));
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            json_array_append_new(env, json_sprintf("%s=%s", k, json_string_value(v)));
 
     char tmpopt[64], memopt[64];
     snprintf(tmpopt, sizeof tmpopt, "size=%llu", (unsigned long long)cfg->tmp_bytes);
     snprintf(memopt, sizeof memopt, "size=%llu", (unsigned long long)(64ull << 20));
     json_t *mounts = json_array();
     json_array_append_new(mounts, oci_mount("/proc", "proc", "proc", json_array()));
-    json_array_append_new(mounts, oci_mount("/dev", "tmpfs", "tmpfs",
-                                        json_pack("[s, s, s]", "nosuid", "mode=755", "size=65536k")));
+    json_array_append_new(mounts,
+                          oci_mount("/dev", "tmpfs", "tmpfs",
+                                    json_pack("[s, s, s]", "nosuid", "mode=755", "size=65536k")));
     json_array_append_new(mounts, oci_mount("/dev/shm", "tmpfs", "shm",
-                                        json_pack("[s, s, s, s, s]", "nosuid", "nodev", "noexec",
-                                                  "mode=1777", memopt)));
-    json_array_append_new(mounts, oci_mount("/tmp", "tmpfs", "tmpfs",
-                                        json_pack("[s, s, s, s]", "nosuid", "nodev", "mode=1777",
-                                                  tmpopt)));
+                                            json_pack("[s, s, s, s, s]", "nosuid", "nodev",
+                                                      "noexec", "mode=1777", memopt)));
+    json_array_append_new(
+        mounts, oci_mount("/tmp", "tmpfs", "tmpfs",
+                          json_pack("[s, s, s, s]", "nosuid", "nodev", "mode=1777", tmpopt)));
     if (!cfg->rootfs) {
-        json_array_append_new(mounts, oci_mount("/usr", "bind", "/usr",
-                                            json_pack("[s, s, s, s]", "rbind", "ro", "nosuid",
-                                                      "nodev")));
-        json_array_append_new(mounts, oci_mount("/etc", "bind", sb->env->etc_dir,
-                                            json_pack("[s, s, s, s]", "rbind", "ro", "nosuid",
-                                                      "nodev")));
+        json_array_append_new(
+            mounts, oci_mount("/usr", "bind", "/usr",
+                              json_pack("[s, s, s, s]", "rbind", "ro", "nosuid", "nodev")));
+        json_array_append_new(
+            mounts, oci_mount("/etc", "bind", sb->env->etc_dir,
+                              json_pack("[s, s, s, s]", "rbind", "ro", "nosuid", "nodev")));
         if (sb->env->mask_debugpy) /* the debugger costs 1.4 s of every start */
-            json_array_append_new(mounts, oci_mount("/usr/lib/python3/dist-packages/debugpy", "tmpfs",
-                                                "tmpfs",
-                                                json_pack("[s, s, s]", "ro", "size=4k", "mode=555")));
+            json_array_append_new(
+                mounts, oci_mount("/usr/lib/python3/dist-packages/debugpy", "tmpfs", "tmpfs",
+                                  json_pack("[s, s, s]", "ro", "size=4k", "mode=555")));
     }
     json_array_append_new(mounts, oci_mount("/sandgate-init", "bind", sb->env->init,
                                             json_pack("[s, s, s]", "bind", "ro", "nodev")));
-    json_array_append_new(mounts, oci_mount("/home/user", "bind", sb->workspace,
-                                        json_pack("[s, s, s, s]", "rbind", "rw", "nosuid", "nodev")));
+    json_array_append_new(mounts,
+                          oci_mount("/home/user", "bind", sb->workspace,
+                                    json_pack("[s, s, s, s]", "rbind", "rw", "nosuid", "nodev")));
     cleanup_free char *conndir = xasprintf("%s/conn", sb->dir);
     json_array_append_new(mounts, oci_mount("/conn", "bind", conndir,
-                                        json_pack("[s, s, s, s, s]", "rbind", "rw", "nosuid",
-                                                  "nodev", "noexec")));
+                                            json_pack("[s, s, s, s, s]", "rbind", "rw", "nosuid",
+                                                      "nodev", "noexec")));
 
     json_t *caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
                              "inheritable", "permitted", "ambient");
@@ -377,11 +382,11 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     json_t *linux_ = json_pack(
         "{s:s, s:{s:{s:I}, s:{s:I, s:I}, s:{s:I}}, s:[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}],"
         " s:[s, s, s, s], s:[s, s]}",
-        "cgroupsPath", cgroup, "resources", "memory", "limit", (json_int_t)cfg->memory_bytes,
-        "cpu", "quota", (json_int_t)cfg->cpu_quota_us, "period", (json_int_t)100000, "pids",
-        "limit", (json_int_t)cfg->pids, "namespaces", "type", "pid", "type", "ipc", "type", "uts",
-        "type", "mount", "type", "network", "maskedPaths", "/proc/kcore", "/proc/keys",
-        "/proc/timer_list", "/sys/firmware", "readonlyPaths", "/proc/sys", "/proc/sysrq-trigger");
+        "cgroupsPath", cgroup, "resources", "memory", "limit", (json_int_t)cfg->memory_bytes, "cpu",
+        "quota", (json_int_t)cfg->cpu_quota_us, "period", (json_int_t)100000, "pids", "limit",
+        (json_int_t)cfg->pids, "namespaces", "type", "pid", "type", "ipc", "type", "uts", "type",
+        "mount", "type", "network", "maskedPaths", "/proc/kcore", "/proc/keys", "/proc/timer_list",
+        "/sys/firmware", "readonlyPaths", "/proc/sys", "/proc/sysrq-trigger");
     return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process",
                      process, "root", "path", sb->env->rootfs_dir, "readonly", 1, "hostname",
                      "sandbox", "mounts", mounts, "linux", linux_);
@@ -401,8 +406,9 @@ static char **plain_env(const kspec_t *spec, const char *dir)
         env[m++] = xstrdup(environ[i]);
     const char *k;
     json_t *v;
-    json_object_foreach(spec->env, k, v) if (json_is_string(v))
-        env[m++] = xasprintf("%s=%s", k, json_string_value(v));
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            env[m++] = xasprintf("%s=%s", k, json_string_value(v));
     env[m++] = xasprintf("IPYTHONDIR=%s/ipython", dir);
     env[m++] = xasprintf("MPLCONFIGDIR=%s/matplotlib", dir);
     return env;
@@ -441,8 +447,10 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
         goto fail;
     strncpy(self->conn.kernel_name, spec->name, sizeof self->conn.kernel_name - 1);
     if (strlen(prefix) + 3 > 107) { /* "-N" suffix and NUL: sun_path holds 108 bytes */
-        sg_error_set(err, SG_E_INVALID, "socket path %s-N is too long for a Unix socket; use a "
-                     "shorter --state-dir", prefix);
+        sg_error_set(err, SG_E_INVALID,
+                     "socket path %s-N is too long for a Unix socket; use a "
+                     "shorter --state-dir",
+                     prefix);
         goto fail;
     }
 
@@ -575,8 +583,7 @@ static void state_done(int status, const char *output, void *arg)
         sb->pid = (pid_t)pid;
         sb->started_cb(sb, sb->pid, NULL, sb->started_arg);
     } else {
-        sb->started_cb(sb, -1, start_error(sb, "not running after start", output),
-                       sb->started_arg);
+        sb->started_cb(sb, -1, start_error(sb, "not running after start", output), sb->started_arg);
     }
     json_decref(state);
 }
@@ -587,7 +594,8 @@ static void run_done(int status, const char *output, void *arg)
     sb->pending = 0;
     if (status != 0) {
         char why[64];
-        cleanup_free char *what = xasprintf("runsc run %s", proc_status_str(status, why, sizeof why));
+        cleanup_free char *what =
+            xasprintf("runsc run %s", proc_status_str(status, why, sizeof why));
         sb->started_cb(sb, -1, start_error(sb, what, output), sb->started_arg);
         return;
     }
@@ -624,8 +632,16 @@ int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t
         return 0;
     }
     cleanup_free char *bundle = xasprintf("%s/bundle", self->dir);
-    const char *cmd[] = {"--platform", self->env->cfg.platform, "--network=none",
-                         "--host-uds=create", "run", "-detach", "-bundle", bundle, self->id, NULL};
+    const char *cmd[] = {"--platform",
+                         self->env->cfg.platform,
+                         "--network=none",
+                         "--host-uds=create",
+                         "run",
+                         "-detach",
+                         "-bundle",
+                         bundle,
+                         self->id,
+                         NULL};
     /* runsc's stdout/stderr become the kernel's: both go to kernel.log. */
     proc_spec_t spec = {.argv = runsc_argv(self->env, cmd), .output = log, .new_session = true};
     pid_t pid = proc_spawn(&spec, err);

@@ -53,6 +53,7 @@ static inline void diag(const char *fmt, ...)
 static inline int tap_done(void)
 {
     printf("1..%d\n", tap_n);
+    fflush(stdout);
     return tap_failed ? 1 : 0;
 }
 

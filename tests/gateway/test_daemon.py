@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -21,11 +22,29 @@ r = subprocess.run([SANDGATE, "--listen", "nonsense"], capture_output=True, text
 ok(r.returncode == 2 and "HOST:PORT" in r.stderr, "bad --listen is a usage error", r.stderr)
 r = subprocess.run([SANDGATE, "--bogus"], capture_output=True, text=True)
 ok(r.returncode == 2 and "--help" in r.stderr, "unknown option is a usage error")
-r = subprocess.run([SANDGATE, "--listen", "999.1.1.1:80"], capture_output=True, text=True)
+r = subprocess.run([SANDGATE, "--sandbox", "docker"], capture_output=True, text=True)
+ok(r.returncode == 2 and "runsc or none" in r.stderr, "bad --sandbox is a usage error", r.stderr)
+r = subprocess.run([SANDGATE], capture_output=True, text=True,
+                   env=dict(os.environ, SANDGATE_MEMORY="lots"))
+ok(r.returncode == 2 and "SANDGATE_MEMORY" in r.stderr, "bad environment value names the variable",
+   r.stderr)
+
+tmp = tempfile.mkdtemp(prefix="sg-daemon-")
+r = subprocess.run([SANDGATE, "--listen", "999.1.1.1:80", "--state-dir", tmp, "--pool-size", "0"],
+                   capture_output=True, text=True)
 ok(r.returncode == 1 and "not an IPv4 address" in r.stderr, "unusable address fails clearly",
    r.stderr)
 
-proc = subprocess.Popen([SANDGATE, "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
+r = subprocess.Popen([SANDGATE, "--listen", "127.0.0.1:0", "--sandbox", "none", "--state-dir",
+                      tmp + "/none", "--pool-size", "0"], stderr=subprocess.PIPE, text=True)
+line = r.stderr.readline()
+ok("--sandbox=none" in line and "development only" in line.lower(),
+   "--sandbox=none prints a loud warning first", line)
+r.terminate()
+r.wait(timeout=10)
+
+proc = subprocess.Popen([SANDGATE, "--listen", "127.0.0.1:0", "--state-dir", tmp, "--pool-size",
+                         "1"], stderr=subprocess.PIPE, text=True)
 url = None
 deadline = time.time() + 10
 while url is None and time.time() < deadline:
@@ -49,6 +68,12 @@ if url:
     status, ctype, body = get("/health")
     ok(status == 200 and ctype == "application/json" and body.get("status") == "ok",
        "GET /health is 200 JSON {status: ok}", body)
+    deadline = time.time() + 60
+    while time.time() < deadline and body.get("kernels", {}).get("pool_ready") != 1:
+        time.sleep(0.5)
+        status, ctype, body = get("/health")
+    ok(body.get("kernels", {}).get("pool_ready") == 1, "the warm pool kernel becomes ready",
+       body)
     status, _, body = get("/health", "POST")
     ok(status == 405 and body.get("error") == "method_not_allowed", "POST /health is 405", body)
     status, _, body = get("/no/such/thing")
@@ -62,4 +87,8 @@ except subprocess.TimeoutExpired:
     proc.kill()
     rc = None
 ok(rc == 0, "SIGTERM stops the daemon cleanly", rc)
+r = subprocess.run(["runsc", "--root", tmp + "/runsc", "list", "-quiet"], capture_output=True,
+                   text=True)
+ok(r.returncode == 0 and r.stdout.strip() == "", "pool kernels are removed at shutdown", r.stdout)
+subprocess.run(["rm", "-rf", tmp])
 done()

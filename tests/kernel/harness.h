@@ -69,8 +69,8 @@ typedef struct {
 static __attribute__((unused)) void r_output(const jmsg_t *m, void *arg)
 {
     result_t *r = arg;
-    json_array_append_new(r->outputs, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content",
-                                                 jmsg_content(m)));
+    json_array_append_new(
+        r->outputs, json_pack("{s:s, s:O}", "msg_type", jmsg_type(m), "content", jmsg_content(m)));
 }
 
 static __attribute__((unused)) void r_done(const json_t *reply, const sg_error_t *err, void *arg)
@@ -100,7 +100,8 @@ static __attribute__((unused)) void result_clear(result_t *r)
 }
 
 /* Executes code and waits; r must be cleared by the caller. */
-static __attribute__((unused)) bool run_code(kernel_t *k, const char *code, int timeout_ms, int wait_ms, result_t *r)
+static __attribute__((unused)) bool run_code(kernel_t *k, const char *code, int timeout_ms,
+                                             int wait_ms, result_t *r)
 {
     memset(r, 0, sizeof *r);
     r->outputs = json_array();
@@ -121,8 +122,7 @@ static __attribute__((unused)) char *r_stdout(const result_t *r)
     size_t i;
     json_t *m;
     char *s = xstrdup("");
-    json_array_foreach(r->outputs, i, m)
-    {
+    json_array_foreach (r->outputs, i, m) {
         json_t *c = json_object_get(m, "content");
         if (strcmp(json_string_value(json_object_get(m, "msg_type")), "stream") == 0 &&
             strcmp(json_string_value(json_object_get(c, "name")), "stdout") == 0) {
@@ -138,10 +138,10 @@ static __attribute__((unused)) const char *r_result(const result_t *r)
 {
     size_t i;
     json_t *m;
-    json_array_foreach(r->outputs, i, m) if (
-        strcmp(json_string_value(json_object_get(m, "msg_type")), "execute_result") ==
-        0) return json_string_value(json_object_get(
-        json_object_get(json_object_get(m, "content"), "data"), "text/plain"));
+    json_array_foreach (r->outputs, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "msg_type")), "execute_result") == 0)
+            return json_string_value(json_object_get(
+                json_object_get(json_object_get(m, "content"), "data"), "text/plain"));
     return NULL;
 }
 

@@ -73,8 +73,7 @@ static void check_code(kernel_t *k, const char *code, const char *want_result, c
     const char *got = r_result(&r) ? r_result(&r) : "";
     ok(r.done && !r.err && r_status(&r) && strcmp(r_status(&r), "ok") == 0 &&
            strcmp(got, want_result) == 0,
-       "%s (got %s%s)",
-       name, r_result(&r) ? r_result(&r) : "no result", r.err ? r.err->msg : "");
+       "%s (got %s%s)", name, r_result(&r) ? r_result(&r) : "no result", r.err ? r.err->msg : "");
     result_clear(&r);
 }
 
@@ -85,8 +84,8 @@ static char *output_of(kernel_t *k, const char *code)
     run_code(k, code, 30000, 60000, &r);
     char *out = r_stdout(&r);
     if (r.err || (r_status(&r) && strcmp(r_status(&r), "ok") != 0))
-        diag("%s -> %s %s %s", code, r_status(&r) ? r_status(&r) : "", r_ename(&r) ? r_ename(&r) : "",
-             r.err ? r.err->msg : "");
+        diag("%s -> %s %s %s", code, r_status(&r) ? r_status(&r) : "",
+             r_ename(&r) ? r_ename(&r) : "", r.err ? r.err->msg : "");
     result_clear(&r);
     size_t n = strlen(out);
     if (n && out[n - 1] == '\n')
@@ -150,7 +149,8 @@ int main(void)
     kernel_t *a = start(py, ida, &wa, &o);
     ok(a && kernel_state(a) == KERNEL_STARTING, "start returns at once, kernel starting");
     run_until(is_ready, &wa, 60000);
-    ok(wa.ready == 1 && kernel_state(a) == KERNEL_IDLE, "kernel ready (%s)", wa.why ? wa.why : "ok");
+    ok(wa.ready == 1 && kernel_state(a) == KERNEL_IDLE, "kernel ready (%s)",
+       wa.why ? wa.why : "ok");
     diag("cold start to ready: %lld ms", (long long)(zclock_mono() - t0));
     if (!wa.ready) {
         return tap_done();
@@ -184,7 +184,9 @@ int main(void)
         cleanup_free char *shadow = output_of(a, "import os; print(os.path.exists('/etc/shadow'))");
         is_str(shadow, "False", "/etc/shadow is invisible");
         const char *src = getenv("SG_SRCDIR") ? getenv("SG_SRCDIR") : "/work";
-        cleanup_free char *code = xasprintf("import os; print(os.path.exists(%s))", "'" "/work" "'");
+        cleanup_free char *code = xasprintf("import os; print(os.path.exists(%s))", "'"
+                                                                                    "/work"
+                                                                                    "'");
         (void)src;
         cleanup_free char *proj = output_of(a, code);
         is_str(proj, "False", "the project tree is invisible");
@@ -193,20 +195,19 @@ int main(void)
         cleanup_free char *procs = output_of(
             a, "import os; print(len([p for p in os.listdir('/proc') if p.isdigit()]) < 10)");
         is_str(procs, "True", "host processes are invisible");
-        cleanup_free char *sdir =
-            xasprintf("import os; print(os.path.exists('%s'))", state_dir);
+        cleanup_free char *sdir = xasprintf("import os; print(os.path.exists('%s'))", state_dir);
         cleanup_free char *st = output_of(a, sdir);
         is_str(st, "False", "sandgate's state directory is invisible");
         cleanup_free char *net = output_of(
             a, "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=3)\n"
                "    print('connected')\nexcept OSError as e:\n    print('blocked')");
         is_str(net, "blocked", "no network egress");
-        cleanup_free char *lo = output_of(
-            a, "import socket\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen()\n"
-               "c=socket.create_connection(s.getsockname()); print('loopback ok')");
+        cleanup_free char *lo =
+            output_of(a, "import socket\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen()\n"
+                         "c=socket.create_connection(s.getsockname()); print('loopback ok')");
         is_str(lo, "loopback ok", "loopback works");
-        cleanup_free char *ro = output_of(
-            a, "try:\n    open('/usr/x','w')\nexcept OSError as e:\n    print('ro')");
+        cleanup_free char *ro =
+            output_of(a, "try:\n    open('/usr/x','w')\nexcept OSError as e:\n    print('ro')");
         is_str(ro, "ro", "/usr is read-only");
     }
 
@@ -217,7 +218,7 @@ int main(void)
                "    f.flush(); print('wrote')\nexcept OSError as e:\n    print('ENOSPC' if "
                "e.errno==28 else e)");
         is_str(disk, "ENOSPC", "writing past the workspace limit fails inside the sandbox");
-        output_of(a, "import os; os.remove('big')");
+        free(output_of(a, "import os; os.remove('big')"));
     }
 
     /* a second kernel, to show limits hit one session only */
@@ -229,9 +230,10 @@ int main(void)
 
     if (sandboxed) {
         /* A process flood: far more processes than the limit allows. */
-        run_code(a, "import subprocess\nn = 0\ntry:\n    while n < 1000:\n"
-                    "        subprocess.Popen(['/bin/sleep', '600']); n += 1\n"
-                    "except OSError as e:\n    print('fork failed:', e.errno, 'after', n)",
+        run_code(a,
+                 "import subprocess\nn = 0\ntry:\n    while n < 1000:\n"
+                 "        subprocess.Popen(['/bin/sleep', '600']); n += 1\n"
+                 "except OSError as e:\n    print('fork failed:', e.errno, 'after', n)",
                  30000, 60000, &r);
         cleanup_free char *fo = r_stdout(&r);
         ok(strstr(fo, "fork failed: 11") != NULL, "a process flood hits the process limit: %s", fo);
@@ -249,7 +251,9 @@ int main(void)
         run_code(a, "b = bytearray(3 * 1024**3)", 0, 60000, &r);
         ok(r.done && (r.err || (r_ename(&r) && strcmp(r_ename(&r), "MemoryError") == 0)),
            "allocating past the memory limit ends in an error for that session (%s)",
-           r.err ? r.err->msg : r_ename(&r) ? r_ename(&r) : "none");
+           r.err         ? r.err->msg
+           : r_ename(&r) ? r_ename(&r)
+                         : "none");
         result_clear(&r);
         check_code(b, "y", "'neighbour'", "the neighbour kernel is unaffected");
     }
@@ -265,8 +269,8 @@ int main(void)
         run_until(is_ready, &wa, 60000);
     check_code(a, "z = 7", "", "state set before a timeout");
     run_code(a, "while True: pass", 2000, 60000, &r);
-    ok(r.done && r.err && r.err->kind == SG_E_TIMEOUT, "while True: pass is stopped by the timeout (%s)",
-       r.err ? r.err->msg : "no error");
+    ok(r.done && r.err && r.err->kind == SG_E_TIMEOUT,
+       "while True: pass is stopped by the timeout (%s)", r.err ? r.err->msg : "no error");
     result_clear(&r);
     check_code(a, "z", "7", "the session answers afterwards, state intact (interrupt worked)");
 
@@ -287,14 +291,16 @@ int main(void)
     r.outputs = json_array();
     wa.dead = 0;
     int64_t sent = zclock_mono();
-    kernel_execute(a, "import os; os._exit(3)", &eo, &(kernel_exec_cb_t){r_output, r_done, &r}, NULL);
+    kernel_execute(a, "import os; os._exit(3)", &eo, &(kernel_exec_cb_t){r_output, r_done, &r},
+                   NULL);
     run_until(is_dead, &wa, 10000);
     int64_t took = wa.dead_at - sent;
     ok(wa.dead == 1 && kernel_state(a) == KERNEL_DEAD, "os._exit is detected as death (%s)",
        wa.why ? wa.why : "");
     ok(took < 1000 + 500, "death noticed within about 1 s of the execution being sent (%lld ms)",
        (long long)took);
-    ok(r.done && r.err && r.err->kind == SG_E_UNAVAILABLE, "the running execution ends with the death");
+    ok(r.done && r.err && r.err->kind == SG_E_UNAVAILABLE,
+       "the running execution ends with the death");
     result_clear(&r);
 
     wa.ready = wa.dead = wa.restarted = 0;
@@ -327,7 +333,8 @@ int main(void)
     json_decref(left);
     if (sandboxed) {
         ok(run_until(no_runsc, NULL, 15000), "no runsc processes left (background removals end)");
-        cleanup_free char *ps = xasprintf("pgrep -af '[r]unsc.*%s' | sed 's/^/# left: /'", state_dir);
+        cleanup_free char *ps =
+            xasprintf("pgrep -af '[r]unsc.*%s' | sed 's/^/# left: /'", state_dir);
         if (system(ps) != 0)
             diag("none");
         is_int(count_dir("/sys/fs/cgroup/memory/sandgate", ida) +
