@@ -200,6 +200,7 @@ int main(int argc, char **argv)
     spin(500);
     proc_fini();
     defer_flush();
+    harness_fini();
     zloop_destroy(&loop);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", d1, d2, d3);

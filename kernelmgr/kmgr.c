@@ -149,7 +149,9 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .pool = pool, .ev = ev, .ev_arg = ev_arg};
     kernel_opts_t opts = m->cfg.kernel;
-    opts.preload = pool ? m->preload : NULL;
+    /* A pool kernel runs something before it is claimable, if only "None":
+     * an execution's first run pays for compiling IPython's machinery. */
+    opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_workspace_close(m->env, ws, true);

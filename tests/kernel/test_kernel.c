@@ -173,6 +173,9 @@ int main(void)
 
     run_code(a, "input('say: ')", 0, 30000, &r);
     is_str(r_ename(&r), "StdinNotImplementedError", "input() without stdin support fails clearly");
+    if (!r_ename(&r))
+        diag("done=%d err=%s reply=%s", r.done, r.err ? r.err->msg : "-",
+             r.reply ? json_dumps(r.reply, 0) : "-");
     result_clear(&r);
 
     /* --- isolation --------------------------------------------------------- */
@@ -352,6 +355,7 @@ int main(void)
     sandbox_env_destroy(&env);
     proc_fini();
     defer_flush();
+    harness_fini();
     zloop_destroy(&loop);
     cleanup_free char *rm = xasprintf("rm -rf '%s'", state_dir);
     if (system(rm) != 0)

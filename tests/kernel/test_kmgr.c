@@ -193,6 +193,7 @@ int main(int argc, char **argv)
     ok(system(mnt) != 0, "no mounts left");
     proc_fini();
     defer_flush();
+    harness_fini();
     zloop_destroy(&loop);
     cleanup_free char *rm = xasprintf("rm -rf '%s'", state_dir);
     if (system(rm) != 0)
