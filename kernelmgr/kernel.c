@@ -145,6 +145,10 @@ static void fail_all(kernel_t *k, const sg_error_t *err)
 
 static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg);
 
+/* Sends the head of the queue when the kernel is idle.  stop_on_error is
+ * false: sandgate queues executions itself, so the kernel never holds a
+ * second one to abort — and ipykernel would otherwise answer "aborted" to a
+ * request that arrives just after an error. */
 static void pump(kernel_t *k)
 {
     exec_t *e = k->queue;
@@ -154,7 +158,7 @@ static void pump(kernel_t *k)
                                json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code,
                                          "silent", e->opts.silent, "store_history",
                                          e->opts.store_history, "user_expressions", "allow_stdin",
-                                         e->opts.allow_stdin, "stop_on_error", 1));
+                                         e->opts.allow_stdin, "stop_on_error", 0));
     snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
     sg_error_t *err = NULL;
     if (jclient_send(k->client, JCHAN_SHELL, req, &err) < 0) {

@@ -428,6 +428,19 @@ static void adopt_all(kmgr_t *m)
     }
     json_decref(ids);
     json_decref(live);
+
+    /* Workspaces of sessions that no longer exist. */
+    cleanup_free char *wdir = xasprintf("%s/workspaces", m->state_dir);
+    d = opendir(wdir);
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.' || strchr(de->d_name, '.') || find(m, de->d_name))
+            continue;
+        cleanup_free char *ws = xasprintf("%s/%s", wdir, de->d_name);
+        log_info("kmgr: removing the workspace of ended session %s", de->d_name);
+        sandbox_workspace_close(m->env, ws, true);
+    }
+    if (d)
+        closedir(d);
 }
 
 static int make_dirs(const char *state_dir, sg_error_t **err)

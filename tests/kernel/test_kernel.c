@@ -113,6 +113,8 @@ static bool no_runsc(void *arg)
     return system(cmd) != 0;
 }
 
+static const kernel_exec_opts_t eo = {0};
+
 int main(void)
 {
     const char *mode = getenv("SG_SANDBOX") ? getenv("SG_SANDBOX") : "runsc";
@@ -130,6 +132,7 @@ int main(void)
     sandbox_config_defaults(&cfg);
     cfg.mode = sandboxed ? SANDBOX_RUNSC : SANDBOX_NONE;
     cfg.workspace_bytes = 32ull << 20;
+    cfg.tmp_bytes = 32ull << 20;
     env = sandbox_env_new(&cfg, state_dir, &err);
     if (!ok(env != NULL, "sandbox environment prepared (%s)", mode)) {
         diag("%s", err->msg);
@@ -145,6 +148,7 @@ int main(void)
     watch_t wa;
     kernel_opts_t o;
     kernel_opts_defaults(&o);
+    o.interrupt_grace_ms = 2000;
     int64_t t0 = zclock_mono();
     kernel_t *a = start(py, ida, &wa, &o);
     ok(a && kernel_state(a) == KERNEL_STARTING, "start returns at once, kernel starting");
@@ -277,7 +281,6 @@ int main(void)
     result_clear(&r);
     check_code(a, "z", "7", "the session answers afterwards, state intact (interrupt worked)");
 
-    kernel_exec_opts_t eo = {0};
     memset(&r, 0, sizeof r);
     r.outputs = json_array();
     kernel_execute(a, "import time\nfor i in range(60): time.sleep(0.5)", &eo,
@@ -288,6 +291,74 @@ int main(void)
     run_until(r_is_done, &r, 20000);
     is_str(r_ename(&r), "KeyboardInterrupt", "interrupt stops a long sleep with KeyboardInterrupt");
     result_clear(&r);
+
+    /* Code that does not notice the interrupt: the grace period ends and the
+     * kernel is restarted. */
+    wa.ready = wa.restarted = 0;
+    check_code(a, "w = 1", "", "state before a stuck execution");
+    /* sum() over a range runs in C and never looks at signals. */
+    run_code(a, "sum(range(10**13))", 1500, 60000, &r);
+    ok(r.done && r.err && r.err->kind == SG_E_TIMEOUT && strstr(r.err->msg, "restarted"),
+       "a kernel that ignores the interrupt is restarted after the grace period (%s)",
+       r.err ? r.err->msg : "no error");
+    result_clear(&r);
+    run_until(is_ready, &wa, 60000);
+    ok(wa.restarted == 1 && wa.ready == 1, "and comes back");
+    run_code(a, "w", 0, 30000, &r);
+    is_str(r_ename(&r), "NameError", "with its variables gone, as the error said");
+    result_clear(&r);
+    check_code(a, "z = 7", "", "state set again");
+
+    /* interrupt_mode "message": interrupt_request on the control channel. */
+    cleanup_free char *msgdir = xasprintf("%s/kspec-msg", state_dir);
+    cleanup_free char *mk =
+        xasprintf("mkdir -p %s && sed 's/\"display_name\"/\"interrupt_mode\": \"message\", "
+                  "\"display_name\"/' %s/kernel.json > %s/kernel.json",
+                  msgdir, py->dir, msgdir);
+    ok(system(mk) == 0, "a kernelspec with interrupt_mode message");
+    kspec_t *pymsg = kspec_load(msgdir, "python3-msg", &err);
+    ok(pymsg && pymsg->interrupt_message, "loaded");
+    watch_t wm;
+    cleanup_free char *idm = xasprintf("km%d", (int)getpid());
+    kernel_t *km = pymsg ? start(pymsg, idm, &wm, &o) : NULL;
+    run_until(is_ready, &wm, 60000);
+    memset(&r, 0, sizeof r);
+    r.outputs = json_array();
+    if (km)
+        kernel_execute(km, "import time\nfor i in range(60): time.sleep(0.5)", &eo,
+                       &(kernel_exec_cb_t){r_output, r_done, &r}, NULL);
+    spin(1500);
+    if (km)
+        kernel_interrupt(km, NULL);
+    run_until(r_is_done, &r, 20000);
+    is_str(r_ename(&r), "KeyboardInterrupt", "interrupt_request on control interrupts");
+    result_clear(&r);
+    kernel_shutdown(&km, true);
+    cleanup_free char *wsm = xasprintf("%s/workspaces/%s", state_dir, idm);
+    sandbox_workspace_close(env, wsm, true);
+    kspec_destroy(&pymsg);
+
+    /* A kernel that cannot start: the error carries its stderr. */
+    cleanup_free char *baddir = xasprintf("%s/kspec-bad", state_dir);
+    cleanup_free char *mkbad =
+        xasprintf("mkdir -p %s && echo '{\"argv\": [\"/usr/bin/python3\", \"-c\", "
+                  "\"import no_such_module_xyzzy\", \"{connection_file}\"], \"display_name\": "
+                  "\"bad\"}' > %s/kernel.json",
+                  baddir, baddir);
+    ok(system(mkbad) == 0, "a kernelspec whose kernel fails at once");
+    kspec_t *bad = kspec_load(baddir, "bad", &err);
+    watch_t wx;
+    cleanup_free char *idx = xasprintf("kx%d", (int)getpid());
+    kernel_t *kx = bad ? start(bad, idx, &wx, &o) : NULL;
+    run_until(is_ready, &wx, 60000);
+    ok(wx.dead == 1 && wx.why && strstr(wx.why, "No module named 'no_such_module_xyzzy'"),
+       "a failed start is reported with the kernel's stderr (%s)", wx.why ? wx.why : "no error");
+    kernel_shutdown(&kx, true);
+    cleanup_free char *wsx = xasprintf("%s/workspaces/%s", state_dir, idx);
+    sandbox_workspace_close(env, wsx, true);
+    kspec_destroy(&bad);
+    free(wm.why);
+    free(wx.why);
 
     /* --- death and restart ------------------------------------------------------- */
     memset(&r, 0, sizeof r);

@@ -56,6 +56,7 @@ static int child(const char *dir)
     kmgr_config_t cfg;
     config(&cfg, dir);
     cfg.pool_size = 0;
+    cfg.max_kernels = 3;
     sg_error_t *err = NULL;
     mgr = kmgr_new(loop, &cfg, &err);
     if (!mgr) {
@@ -64,8 +65,10 @@ static int child(const char *dir)
     }
     kernel_t *a = kmgr_start(mgr, "python3", NULL, NULL, &err);
     kernel_t *b = kmgr_start(mgr, "python3", NULL, NULL, &err);
+    kernel_t *c = kmgr_start(mgr, "python3", NULL, NULL, &err);
     run_until(ready_or_dead, a, 60000);
     run_until(ready_or_dead, b, 60000);
+    run_until(ready_or_dead, c, 60000);
     result_t r;
     run_code(a, "x = 1234", 0, 30000, &r);
     result_clear(&r);
@@ -73,7 +76,8 @@ static int child(const char *dir)
     result_clear(&r);
     cleanup_free char *path = xasprintf("%s/ids", dir);
     FILE *f = fopen(path, "w");
-    fprintf(f, "%s %s %d\n", kernel_id(a), kernel_id(b), (int)kernel_pid(b));
+    fprintf(f, "%s %s %d %s\n", kernel_id(a), kernel_id(b), (int)kernel_pid(b),
+            kernel_sandbox_id(c));
     fclose(f);
     for (;;)
         pause();
@@ -96,17 +100,23 @@ int main(int argc, char **argv)
     cleanup_free char *ids_path = xasprintf("%s/ids", state_dir);
     for (int i = 0; i < 1200 && access(ids_path, F_OK) != 0; i++)
         usleep(100000);
-    char ida[64] = "", idb[64] = "";
+    char ida[64] = "", idb[64] = "", sbc[80] = "";
     int pidb = 0;
     FILE *f = fopen(ids_path, "r");
-    ok(f && fscanf(f, "%63s %63s %d", ida, idb, &pidb) == 3, "a first sandgate made two sessions");
+    ok(f && fscanf(f, "%63s %63s %d %79s", ida, idb, &pidb, sbc) == 4,
+       "a first sandgate made three sessions");
     if (f)
         fclose(f);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     ok(pidb > 0 && kill(pidb, 0) == 0, "its sandboxes outlive it (SIGKILL)");
-    kill(pidb, SIGKILL); /* and one of them dies while no sandgate runs */
+    kill(pidb, SIGKILL); /* one of them dies while no sandgate runs */
     usleep(300000);
+    /* and one loses its record: its sandbox becomes an orphan */
+    char idc[64];
+    snprintf(idc, sizeof idc, "%.36s", sbc);
+    cleanup_free char *recc = xasprintf("%s/sessions/%s.json", state_dir, idc);
+    ok(unlink(recc) == 0, "the third session's record is removed");
 
     loop = zloop_new();
     sg_error_t *err = NULL;
@@ -123,6 +133,9 @@ int main(int argc, char **argv)
     kmgr_stats(mgr, &st);
     is_int(st.adopted, 1, "the live sandbox is re-adopted");
     is_int(st.restarted_after_restart, 1, "the session whose sandbox died gets a new kernel");
+    cleanup_free char *lst =
+        xasprintf("runsc --root %s/runsc list -quiet | grep -q '%s'", state_dir, sbc);
+    ok(system(lst) != 0, "the orphan sandbox (no record) is removed");
     kernel_t *a = kmgr_get(mgr, ida), *b = kmgr_get(mgr, idb);
     ok(a && b, "both sessions are known by id");
     if (!a || !b)
