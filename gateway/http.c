@@ -1,11 +1,13 @@
 #include "gateway/http.h"
 
 #include <arpa/inet.h>
+#include <sodium.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/api.h"
 
 struct http_server {
     struct MHD_Daemon *mhd;
@@ -13,12 +15,28 @@ struct http_server {
     int timer_id;
     int port;
     zmq_pollitem_t item;
-    kmgr_t *kmgr;
+    http_config_t cfg;
+    unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
+    api_t *api;
 };
 
-void http_server_set_kmgr(http_server_t *self, kmgr_t *kmgr)
+/* Per-request state between libmicrohttpd's calls. */
+typedef struct {
+    char *body;
+    size_t len;
+    bool too_big;
+    void *api_state;
+} request_t;
+
+void http_config_defaults(http_config_t *cfg)
 {
-    self->kmgr = kmgr;
+    *cfg = (http_config_t){.host = "127.0.0.1",
+                           .port = 49999,
+                           .token = NULL,
+                           .max_body = 1 << 20,
+                           .max_conns = 1024,
+                           .max_conns_ip = 256,
+                           .conn_timeout_s = 300};
 }
 
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
@@ -26,6 +44,7 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     size_t len = strlen(text);
+    text = xrealloc(text, len + 2);
     text[len] = '\n';
     struct MHD_Response *r = MHD_create_response_from_buffer(len + 1, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
@@ -36,55 +55,98 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
 
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
 {
-    return http_reply_json(
-        conn, sg_error_http_status(err->kind),
-        json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg));
+    return http_reply_json(conn, sg_error_http_status(err->kind),
+                           json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind),
+                                     "message", err->msg));
+}
+
+enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
+                                  const char *fmt, ...)
+{
+    sg_error_t e = {.kind = kind};
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&e.msg, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    enum MHD_Result r = http_reply_error(conn, &e);
+    free(e.msg);
+    return r;
+}
+
+/* The token may come as "Authorization: Bearer T" or "token T", or in the
+ * headers the E2B SDK sends. */
+static bool authorized(http_server_t *self, struct MHD_Connection *conn)
+{
+    if (self->cfg.token == NULL)
+        return true;
+    const char *given = NULL;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
+        given = auth + 7;
+    else if (auth && strncasecmp(auth, "token ", 6) == 0)
+        given = auth + 6;
+    if (!given)
+        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+    if (!given)
+        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
+    if (!given)
+        return false;
+    /* Hash first: the comparison then takes the same time whatever the length. */
+    unsigned char h[crypto_generichash_BYTES];
+    crypto_generichash(h, sizeof h, (const unsigned char *)given, strlen(given), NULL, 0);
+    return sodium_memcmp(h, self->token_hash, sizeof h) == 0;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_size, void **req_cls)
 {
-    /* The first call only announces the request; answer on the second. */
-    if (*req_cls == NULL) {
-        *req_cls = conn;
+    http_server_t *self = cls;
+    request_t *req = *req_cls;
+    if (req == NULL) { /* headers only so far */
+        *req_cls = xzalloc(sizeof(request_t));
         return MHD_YES;
     }
-    if (*upload_size) { /* no route takes a body yet: discard it */
+    if (*upload_size) {
+        if (!req->too_big && req->len + *upload_size <= self->cfg.max_body) {
+            req->body = xrealloc(req->body, req->len + *upload_size + 1);
+            memcpy(req->body + req->len, upload_data, *upload_size);
+            req->len += *upload_size;
+            req->body[req->len] = 0;
+        } else {
+            req->too_big = true; /* keep reading, discard, answer 413 at the end */
+        }
         *upload_size = 0;
         return MHD_YES;
     }
-    if (strcmp(url, "/health") == 0) {
-        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-            return http_reply_json(conn, 405,
-                                   json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
-                                             "use GET /health"));
-        http_server_t *self = cls;
-        json_t *body = json_pack("{s:s, s:s}", "status", "ok", "version", PACKAGE_VERSION);
-        if (self->kmgr) {
-            kmgr_stats_t st;
-            kmgr_stats(self->kmgr, &st);
-            json_object_set_new(
-                body, "kernels",
-                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "sessions", (json_int_t)st.sessions,
-                          "starting", (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
-                          (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready,
-                          "pool_starting", (json_int_t)st.pool_starting));
-        }
-        return http_reply_json(conn, 200, body);
-    }
-    sg_error_t e = {SG_E_NOTFOUND, 0, NULL};
-    e.msg = xasprintf("no route for %s %s", method, url);
-    enum MHD_Result r = http_reply_error(conn, &e);
-    free(e.msg);
-    return r;
+    if (req->api_state) /* a suspended request resumed */
+        return api_handle(self->api, conn, method, url, "", 0, &req->api_state);
+    if (req->too_big)
+        return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
+                                 self->cfg.max_body);
+    bool public_route = strcmp(url, "/health") == 0;
+    if (!public_route && !authorized(self, conn))
+        return http_reply_errorf(conn, SG_E_AUTH,
+                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+    return api_handle(self->api, conn, method, url, req->body ? req->body : "", req->len,
+                      &req->api_state);
 }
 
-static void log_request(void *cls, struct MHD_Connection *conn, void **req_cls,
-                        enum MHD_RequestTerminationCode code)
+static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                      enum MHD_RequestTerminationCode code)
 {
+    http_server_t *self = cls;
+    request_t *req = *req_cls;
+    if (req == NULL)
+        return;
+    if (req->api_state)
+        api_request_done(self->api, req->api_state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_debug("http: request ended early (code %d)", (int)code);
+    free(req->body);
+    free(req);
+    *req_cls = NULL;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -109,23 +171,28 @@ static int on_tick(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-http_server_t *http_server_new(zloop_t *loop, const char *host, int port, sg_error_t **err)
+http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error_t **err)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-        sg_error_set(err, SG_E_INVALID, "listen address '%s' is not an IPv4 address", host);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
+    if (inet_pton(AF_INET, cfg->host, &sa.sin_addr) != 1) {
+        sg_error_set(err, SG_E_INVALID, "listen address '%s' is not an IPv4 address", cfg->host);
         return NULL;
     }
     http_server_t *self = xzalloc(sizeof *self);
     self->loop = loop;
-    self->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-                                 (uint16_t)port, NULL, NULL, handle, self,
-                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self, MHD_OPTION_SOCK_ADDR,
-                                 &sa, MHD_OPTION_NOTIFY_COMPLETED, log_request, self,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    self->cfg = *cfg;
+    if (cfg->token)
+        crypto_generichash(self->token_hash, sizeof self->token_hash,
+                           (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
+    self->mhd = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, (uint16_t)cfg->port, NULL,
+        NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, self, MHD_OPTION_CONNECTION_TIMEOUT,
+        cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_ip, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",
-                     host, port);
+                     cfg->host, cfg->port);
         free(self);
         return NULL;
     }
@@ -134,8 +201,13 @@ http_server_t *http_server_new(zloop_t *loop, const char *host, int port, sg_err
     zloop_poller(loop, &self->item, on_readable, self);
     self->timer_id = zloop_timer(loop, 1000, 0, on_tick, self);
     info = MHD_get_daemon_info(self->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    self->port = info ? info->port : port;
+    self->port = info ? info->port : cfg->port;
     return self;
+}
+
+void http_server_set_api(http_server_t *self, api_t *api)
+{
+    self->api = api;
 }
 
 void http_server_destroy(http_server_t **self_p)

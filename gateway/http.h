@@ -2,8 +2,11 @@
  *
  * libmicrohttpd runs in external-epoll mode: its epoll fd is one poller of the
  * loop, and the loop calls MHD_run when it is readable (and once a second for
- * connection timeouts).  No thread of its own: every request handler runs on
- * the loop thread and must not block.
+ * connection timeouts).  No thread of its own: every handler runs on the loop
+ * thread and must not block; long responses suspend their connection.
+ *
+ * This layer reads the request body (bounded), checks the token, and hands
+ * complete requests to the API (api.h).
  */
 #ifndef SG_HTTP_H
 #define SG_HTTP_H
@@ -15,15 +18,28 @@
 #include "common/error.h"
 #include "kernelmgr/kmgr.h"
 
+typedef struct {
+    const char *host;
+    int port;
+    const char *token;       /* NULL: no authentication (loopback only) */
+    size_t max_body;         /* bytes */
+    unsigned max_conns;      /* connections at once */
+    unsigned max_conns_ip;   /* per client address */
+    unsigned conn_timeout_s; /* idle connection timeout */
+} http_config_t;
+
 typedef struct http_server http_server_t;
 
-/* Starts listening on host:port and registers with loop.  NULL with *err set
- * when the address cannot be used. */
-http_server_t *http_server_new(zloop_t *loop, const char *host, int port, sg_error_t **err);
+void http_config_defaults(http_config_t *cfg);
+
+/* Starts listening and registers with loop.  NULL with *err set when the
+ * address cannot be used. */
+http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
 
-/* The kernel manager the API serves (borrowed). */
-void http_server_set_kmgr(http_server_t *self, kmgr_t *kmgr);
+/* The API requests are handed to (borrowed); set before the loop runs. */
+struct api;
+void http_server_set_api(http_server_t *self, struct api *api);
 
 /* The port actually bound (useful when port 0 was asked for). */
 int http_server_port(const http_server_t *self);
@@ -32,5 +48,8 @@ int http_server_port(const http_server_t *self);
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body);
 /* Queues {"error": kind, "message": msg} with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
+/* Same from a kind and a message. */
+enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
+                                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

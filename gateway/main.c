@@ -8,7 +8,10 @@
 #include "common/defer.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include <sodium.h>
+
 #include "config.h"
+#include "gateway/api.h"
 #include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/proc.h"
@@ -22,6 +25,17 @@ static const char usage[] =
     "Options (each also read from the environment variable shown):\n"
     "  -l, --listen HOST:PORT    address to serve HTTP on          [SANDGATE_LISTEN]\n"
     "                            (default 127.0.0.1:49999)\n"
+    "  -t, --token TOKEN         API token (default: generated and [SANDGATE_TOKEN]\n"
+    "                            printed at start)\n"
+    "      --no-auth             no token (only with a loopback    [SANDGATE_NO_AUTH=1]\n"
+    "                            --listen address)\n"
+    "      --max-body BYTES      request body limit (1048576)      [SANDGATE_MAX_BODY]\n"
+    "      --max-output BYTES    output kept per execution         [SANDGATE_MAX_OUTPUT]\n"
+    "                            (16777216; the rest is dropped with a marker)\n"
+    "      --max-timeout SEC     the longest timeout a request may [SANDGATE_MAX_TIMEOUT]\n"
+    "                            ask for (3600)\n"
+    "      --max-connections N   HTTP connections (1024; per       [SANDGATE_MAX_CONNECTIONS]\n"
+    "                            client address: N/4)\n"
     "  -s, --state-dir DIR       sessions, workspaces, sandboxes   [SANDGATE_STATE_DIR]\n"
     "                            (default /var/lib/sandgate)\n"
     "      --sandbox MODE        runsc (default) or none: plain    [SANDGATE_SANDBOX]\n"
@@ -49,7 +63,8 @@ static const char usage[] =
     "  -h, --help                show this help and exit\n"
     "  -V, --version             show the version and exit\n"
     "\n"
-    "Endpoints: GET /health\n";
+    "Endpoints (docs/api.md): POST /execute; POST, GET /contexts;\n"
+    "  GET, DELETE /contexts/ID; POST /contexts/ID/restart; GET /health\n";
 
 enum {
     O_LISTEN = 'l',
@@ -70,12 +85,24 @@ enum {
     O_MAX_KERNELS,
     O_POOL,
     O_PRELOAD,
-    O_LOG_LEVEL
+    O_LOG_LEVEL,
+    O_TOKEN = 't',
+    O_NO_AUTH = 400,
+    O_MAX_BODY,
+    O_MAX_OUTPUT,
+    O_MAX_TIMEOUT,
+    O_MAX_CONNS,
 };
 
 static const struct option opts[] = {
     {"listen", required_argument, NULL, O_LISTEN},
     {"state-dir", required_argument, NULL, O_STATE},
+    {"token", required_argument, NULL, O_TOKEN},
+    {"no-auth", no_argument, NULL, O_NO_AUTH},
+    {"max-body", required_argument, NULL, O_MAX_BODY},
+    {"max-output", required_argument, NULL, O_MAX_OUTPUT},
+    {"max-timeout", required_argument, NULL, O_MAX_TIMEOUT},
+    {"max-connections", required_argument, NULL, O_MAX_CONNS},
     {"sandbox", required_argument, NULL, O_SANDBOX},
     {"platform", required_argument, NULL, O_PLATFORM},
     {"rootfs", required_argument, NULL, O_ROOTFS},
@@ -98,8 +125,10 @@ static const struct option opts[] = {
 
 typedef struct {
     char host[256];
-    int port;
     sg_loglevel_t level;
+    bool no_auth;
+    http_config_t http;
+    api_config_t api;
     kmgr_config_t k;
 } settings_t;
 
@@ -135,9 +164,36 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
             return bad(name, v, "HOST:PORT");
         memcpy(s->host, v, colon - v);
         s->host[colon - v] = 0;
-        s->port = (int)p;
+        s->http.port = (int)p;
         return 0;
     }
+    case O_TOKEN:
+        if (strlen(v) < 16)
+            return bad(name, "(hidden)", "at least 16 characters");
+        s->http.token = v;
+        return 0;
+    case O_NO_AUTH: s->no_auth = strcmp(v, "0") != 0; return 0;
+    case O_MAX_BODY:
+        if (parse_uint(name, v, 1ull << 32, &n) < 0)
+            return -1;
+        s->http.max_body = n;
+        return 0;
+    case O_MAX_OUTPUT:
+        if (parse_uint(name, v, 1ull << 34, &n) < 0)
+            return -1;
+        s->api.max_output = n;
+        return 0;
+    case O_MAX_TIMEOUT:
+        if (parse_uint(name, v, 86400 * 7, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
+        s->api.max_timeout_s = (int)n;
+        return 0;
+    case O_MAX_CONNS:
+        if (parse_uint(name, v, 1 << 20, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive integer") : -1;
+        s->http.max_conns = (unsigned)n;
+        s->http.max_conns_ip = (unsigned)(n / 4 ? n / 4 : 1);
+        return 0;
     case O_STATE: s->k.state_dir = v; return 0;
     case O_SANDBOX:
         if (strcmp(v, "runsc") == 0)
@@ -219,13 +275,15 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
 static int parse(settings_t *s, int argc, char **argv)
 {
     strcpy(s->host, "127.0.0.1");
-    s->port = 49999;
     s->level = SG_LOG_INFO;
+    s->no_auth = false;
+    http_config_defaults(&s->http);
+    api_config_defaults(&s->api);
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     /* Environment first, so the command line wins. */
     for (const struct option *o = opts; o->name; o++) {
-        if (o->has_arg == no_argument)
+        if (o->has_arg == no_argument && o->val != O_NO_AUTH)
             continue;
         char env[64] = "SANDGATE_";
         for (size_t i = 0; o->name[i] && i < 50; i++)
@@ -237,7 +295,7 @@ static int parse(settings_t *s, int argc, char **argv)
         }
     }
     int c, idx;
-    while ((c = getopt_long(argc, argv, "l:s:hV", opts, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "l:s:t:hV", opts, &idx)) != -1) {
         if (c == O_HELP) {
             fputs(usage, stdout);
             return 0;
@@ -254,12 +312,23 @@ static int parse(settings_t *s, int argc, char **argv)
         for (const struct option *o = opts; o->name; o++)
             if (o->val == c)
                 name = o->name;
-        if (apply(s, c, name, optarg) < 0)
+        if (apply(s, c, name, optarg ? optarg : "1") < 0)
             return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "sandgate: unexpected argument '%s'\nTry 'sandgate --help'.\n",
                 argv[optind]);
+        return 2;
+    }
+    s->http.host = s->host;
+    s->api.default_timeout_s = s->k.kernel.exec_timeout_ms > 0
+                                   ? s->k.kernel.exec_timeout_ms / 1000
+                                   : s->api.max_timeout_s;
+    if (s->api.default_timeout_s > s->api.max_timeout_s)
+        s->api.default_timeout_s = s->api.max_timeout_s;
+    bool loopback = strncmp(s->host, "127.", 4) == 0;
+    if (s->no_auth && !loopback) {
+        fprintf(stderr, "sandgate: --no-auth is refused on a non-loopback address (%s)\n", s->host);
         return 2;
     }
     return -1; /* go on */
@@ -278,27 +347,52 @@ int main(int argc, char **argv)
                  "Code can read and change this machine. For development only. ***");
 
     /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
+    char generated[65];
+    bool show_token = false;
+    if (s.no_auth) {
+        s.http.token = NULL;
+        log_warn("--no-auth: anyone who can reach %s can run code here", s.host);
+    } else if (s.http.token == NULL) {
+        unsigned char raw[24];
+        randombytes_buf(raw, sizeof raw);
+        sodium_bin2hex(generated, sizeof generated, raw, sizeof raw);
+        s.http.token = generated;
+        show_token = true;
+    }
+
+    /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
     zsys_init();
     zloop_t *loop = zloop_new();
     sg_error_t *err = NULL;
     kmgr_t *kmgr = NULL;
     http_server_t *http = NULL;
+    api_t *api = NULL;
     rc = 1;
     if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
-        !(http = http_server_new(loop, s.host, s.port, &err))) {
+        !(http = http_server_new(loop, &s.http, &err))) {
         log_error("%s", err->msg);
         sg_error_free(&err);
         goto out;
     }
-    http_server_set_kmgr(http, kmgr);
+    api = api_new(loop, kmgr, &s.api);
+    http_server_set_api(http, api);
     log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
              s.host, http_server_port(http), s.k.state_dir,
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
+    if (show_token) {
+        /* The token goes to stdout for the operator, never to the log. */
+        printf("sandgate is ready. Token (generated; set --token to choose one):\n  %s\n"
+               "Try:\n  curl -sN http://%s:%d/execute -H 'Authorization: Bearer %s' "
+               "-H 'Content-Type: application/json' -d '{\"code\": \"print(6*7)\"}'\n",
+               generated, s.host, http_server_port(http), generated);
+        fflush(stdout);
+    }
     zloop_start(loop);
     log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
     rc = 0;
 out:
     http_server_destroy(&http);
+    api_destroy(&api);
     kmgr_destroy(&kmgr, false);
     proc_fini();
     defer_flush();

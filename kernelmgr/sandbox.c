@@ -183,6 +183,23 @@ static int build_rootfs(const char *dir, sg_error_t **err)
     return 0;
 }
 
+/* sandgate-init beside the running binary (a build tree), else installed. */
+static char *default_init(void)
+{
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n > 0) {
+        path[n] = 0;
+        char *slash = strrchr(path, '/');
+        if (slash) {
+            strcpy(slash + 1, "sandgate-init");
+            if (access(path, X_OK) == 0)
+                return path;
+        }
+    }
+    return (char *)SG_INIT_PATH;
+}
+
 sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir, sg_error_t **err)
 {
     sandbox_env_t *self = xzalloc(sizeof *self);
@@ -208,7 +225,7 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
             (!cfg->rootfs && build_rootfs(self->rootfs_dir, err) < 0))
             goto fail;
         self->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
-        self->init = xstrdup(cfg->init ? cfg->init : SG_INIT_PATH);
+        self->init = xstrdup(cfg->init ? cfg->init : default_init());
         if (access(self->init, X_OK) != 0) {
             sg_error_set(err, SG_E_UNAVAILABLE,
                          "sandbox init %s is missing (run make install, "

@@ -22,6 +22,9 @@ r = subprocess.run([SANDGATE, "--listen", "nonsense"], capture_output=True, text
 ok(r.returncode == 2 and "HOST:PORT" in r.stderr, "bad --listen is a usage error", r.stderr)
 r = subprocess.run([SANDGATE, "--bogus"], capture_output=True, text=True)
 ok(r.returncode == 2 and "--help" in r.stderr, "unknown option is a usage error")
+r = subprocess.run([SANDGATE, "--no-auth", "--listen", "0.0.0.0:0"], capture_output=True,
+                   text=True)
+ok(r.returncode == 2 and "loopback" in r.stderr, "--no-auth is refused off loopback", r.stderr)
 r = subprocess.run([SANDGATE, "--sandbox", "docker"], capture_output=True, text=True)
 ok(r.returncode == 2 and "runsc or none" in r.stderr, "bad --sandbox is a usage error", r.stderr)
 r = subprocess.run([SANDGATE], capture_output=True, text=True,
@@ -44,7 +47,7 @@ r.terminate()
 r.wait(timeout=10)
 
 proc = subprocess.Popen([SANDGATE, "--listen", "127.0.0.1:0", "--state-dir", tmp, "--pool-size",
-                         "1"], stderr=subprocess.PIPE, text=True)
+                         "1"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 url = None
 deadline = time.time() + 10
 while url is None and time.time() < deadline:
@@ -53,10 +56,15 @@ while url is None and time.time() < deadline:
     if m:
         url = m.group(1)
 ok(url is not None, "daemon logs the URL it listens on")
+banner = proc.stdout.readline() + proc.stdout.readline()
+m = re.search(r"^  ([0-9a-f]{48})$", banner, re.M)
+ok(m is not None, "without --token, a generated token is printed on stdout", banner)
+token = m.group(1) if m else ""
 
 
 def get(path, method="GET"):
-    req = urllib.request.Request(url + path, method=method)
+    req = urllib.request.Request(url + path, method=method,
+                                 headers={"Authorization": "Bearer " + token})
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, resp.headers.get("Content-Type"), json.loads(resp.read())
@@ -87,6 +95,8 @@ except subprocess.TimeoutExpired:
     proc.kill()
     rc = None
 ok(rc == 0, "SIGTERM stops the daemon cleanly", rc)
+log = proc.stderr.read()
+ok(token and token not in log, "the token never appears in the log")
 r = subprocess.run(["runsc", "--root", tmp + "/runsc", "list", "-quiet"], capture_output=True,
                    text=True)
 ok(r.returncode == 0 and r.stdout.strip() == "", "pool kernels are removed at shutdown", r.stdout)

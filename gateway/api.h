@@ -1,0 +1,40 @@
+/* api: sandgate's REST API, wire-compatible with the E2B code interpreter.
+ *
+ *   POST   /execute                 run code; NDJSON stream (or one JSON
+ *                                   document with Accept: application/json)
+ *   POST   /contexts                create a context (a session: kernel +
+ *   GET    /contexts                workspace)
+ *   DELETE /contexts/{id}
+ *   POST   /contexts/{id}/restart
+ *   GET    /health
+ *
+ * See docs/api.md for the wire format and the errors.
+ */
+#ifndef SG_API_H
+#define SG_API_H
+
+#include <microhttpd.h>
+
+#include "kernelmgr/kmgr.h"
+
+typedef struct api api_t;
+
+typedef struct {
+    int default_timeout_s; /* per execution when the request gives none */
+    int max_timeout_s;     /* the most a request may ask for */
+    size_t max_output;     /* output bytes kept per execution */
+    int max_queue;         /* executions waiting per context */
+} api_config_t;
+
+void api_config_defaults(api_config_t *cfg);
+api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg);
+void api_destroy(api_t **self_p);
+
+/* One complete request (body read, token checked).  req_cls is the
+ * connection's slot for per-request state: api_request_done() is called
+ * with it when the request ends, normally or not. */
+enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char *method,
+                           const char *url, const char *body, size_t len, void **req_state);
+void api_request_done(api_t *self, void *req_state, bool completed);
+
+#endif
