@@ -7,10 +7,12 @@ packages=(
   build-essential autoconf automake libtool pkg-config
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
   # run: the sandbox and the kernels it runs
-  runsc python3 python3-ipykernel python3-jupyter-client
+  runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
   # test: the fuzzer (clang + libFuzzer runtime) and HTTP clients
   clang libclang-rt-14-dev curl
 )
+# Node.js runs the real client SDKs the tests drive (npm packages).
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+# The client SDKs the tests drive, pinned by tests/package-lock.json.
+(cd tests && npm ci --no-audit --no-fund --loglevel=error) || { echo "0 passed, 1 failed"; exit 1; }
+
 passed=0 failed=0
 count() { # build dir: add that build's automake test-suite summary to the totals
   local log=$1/test-suite.log p=0 f=1

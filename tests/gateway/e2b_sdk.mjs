@@ -1,0 +1,69 @@
+// The official E2B code-interpreter SDK against sandgate.
+// usage: node e2b_sdk.mjs URL TOKEN   — prints one JSON line per check: {ok, name, detail}
+import { Sandbox } from '@e2b/code-interpreter'
+
+const [url, token] = process.argv.slice(2)
+const check = (ok, name, detail) =>
+  console.log(JSON.stringify({ ok: !!ok, name, detail: ok ? undefined : detail }))
+
+try {
+  // Debug mode talks to a local server instead of E2B's cloud; sandboxUrl says where.
+  const sbx = await Sandbox.create({ debug: true, sandboxUrl: url })
+  sbx.trafficAccessToken = token
+  sbx.envdAccessToken = token
+
+  const out = [], err = [], results = []
+  let ex = await sbx.runCode("x = 41\nprint('hello')\nimport sys\nprint('oops', file=sys.stderr)\nx + 1", {
+    onStdout: (m) => out.push(m.line),
+    onStderr: (m) => err.push(m.line),
+    onResult: (r) => results.push(r),
+  })
+  check(ex.results.length === 1 && ex.results[0].text === '42', 'runCode returns the result 42', ex.results)
+  check(out.join('') === 'hello\n', 'onStdout receives stdout', out)
+  check(err.join('') === 'oops\n', 'onStderr receives stderr', err)
+  check(results.length === 1 && results[0].isMainResult, 'onResult receives the main result', results)
+  check(ex.executionCount > 0, 'executionCount is set', ex.executionCount)
+
+  ex = await sbx.runCode('x')
+  check(ex.results[0]?.text === '41', 'variables persist across runCode calls', ex.results)
+
+  ex = await sbx.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('sandgate')\nplt.show()")
+  const png = ex.results.find((r) => r.png)
+  check(png && Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG',
+    'a matplotlib plot comes back as a PNG result', ex.results.map((r) => r.formats?.()))
+
+  ex = await sbx.runCode('1/0')
+  check(ex.error && ex.error.name === 'ZeroDivisionError' && ex.error.value === 'division by zero' &&
+    ex.error.traceback.includes('ZeroDivisionError'), 'an error comes with name, value and traceback', ex.error)
+
+  ex = await sbx.runCode("import os\nos.environ['SG_ENV']", { envs: { SG_ENV: 'from-sdk' } })
+  check(ex.results[0]?.text === "'from-sdk'", 'envs are visible to the code', ex.results)
+
+  const ctx = await sbx.createCodeContext({ cwd: '/home/user' })
+  check(ctx && typeof ctx.id === 'string' && ctx.language === 'python', 'createCodeContext', ctx)
+  await sbx.runCode('in_ctx = 1', { context: ctx })
+  ex = await sbx.runCode("'in_ctx' in dir()", { context: ctx })
+  check(ex.results[0]?.text === 'True', 'code runs in the created context', ex.results)
+  ex = await sbx.runCode("'in_ctx' in dir()")
+  check(ex.results[0]?.text === 'False', 'the default context is separate', ex.results)
+  const list = await sbx.listCodeContexts()
+  check(list.some((c) => c.id === ctx.id), 'listCodeContexts includes it', list)
+  await sbx.restartCodeContext(ctx)
+  ex = await sbx.runCode("'in_ctx' in dir()", { context: ctx })
+  check(ex.results[0]?.text === 'False', 'restartCodeContext gives a fresh kernel', ex.results)
+  await sbx.removeCodeContext(ctx)
+  const after = await sbx.listCodeContexts()
+  check(!after.some((c) => c.id === ctx.id), 'removeCodeContext removes it', after)
+  let threw = null
+  try { await sbx.runCode('1', { context: ctx }) } catch (e) { threw = e }
+  check(threw && /404|not/i.test(`${threw.name} ${threw.message}`), 'running in a removed context fails with not found', `${threw}`)
+
+  const bad = await Sandbox.create({ debug: true, sandboxUrl: url })
+  bad.envdAccessToken = 'wrong-token-0123456789'
+  threw = null
+  try { await bad.runCode('1') } catch (e) { threw = e }
+  check(threw && /401/.test(`${threw.message}`), 'a wrong token is refused with 401', `${threw}`)
+} catch (e) {
+  check(false, 'the SDK run completes', `${e?.stack || e}`)
+}

@@ -1,0 +1,81 @@
+"""Starts a sandgate daemon for a test and talks to it."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SANDGATE = os.path.join(os.environ.get("SG_BUILDDIR", "."), "sandgate")
+TOKEN = "test-token-0123456789abcdef"
+
+
+class Daemon:
+    def __init__(self, *args, port=0):
+        self.dir = tempfile.mkdtemp(prefix="sg-api-", dir="/tmp")
+        os.chmod(self.dir, 0o711)
+        cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
+               "--token", TOKEN, *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True)
+        self.url = None
+        deadline = time.time() + 30
+        while self.url is None and time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+        if self.url is None:
+            raise RuntimeError("sandgate did not start")
+
+    def request(self, method, path, body=None, headers=None, token=TOKEN, raw=None, timeout=120):
+        h = {"Content-Type": "application/json"}
+        if token:
+            h["Authorization"] = "Bearer " + token
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None
+                                            else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def json(self, method, path, body=None, **kw):
+        status, headers, data = self.request(method, path, body, **kw)
+        return status, (json.loads(data) if data.strip() else None)
+
+    def execute(self, code, **fields):
+        """Runs code; returns the NDJSON lines as dicts."""
+        status, _, data = self.request("POST", "/execute", dict(code=code, **fields))
+        if status != 200:
+            raise RuntimeError(f"execute: {status} {data!r}")
+        return [json.loads(l) for l in data.decode().splitlines() if l.strip()]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        # Sessions outlive a stopped daemon by design; remove them for the test.
+        subprocess.run(f"for c in $(runsc --root {self.dir}/runsc list -quiet); do "
+                       f"runsc --root {self.dir}/runsc delete -force $c; done; "
+                       f"grep -o '{self.dir}[^ ]*' /proc/mounts | xargs -r umount -l",
+                       shell=True, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def of_type(lines, t):
+    return [l for l in lines if l.get("type") == t]
+
+
+def stdout(lines):
+    return "".join(l["text"] for l in of_type(lines, "stdout"))
