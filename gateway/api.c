@@ -19,10 +19,8 @@ struct api {
 
 void api_config_defaults(api_config_t *cfg)
 {
-    *cfg = (api_config_t){.default_timeout_s = 300,
-                          .max_timeout_s = 3600,
-                          .max_output = 16 << 20,
-                          .max_queue = 8};
+    *cfg = (api_config_t){
+        .default_timeout_s = 300, .max_timeout_s = 3600, .max_output = 16 << 20, .max_queue = 8};
 }
 
 api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
@@ -215,8 +213,7 @@ static json_t *result_line(json_t *data, bool main)
     json_t *extra = json_object();
     const char *mime;
     json_t *v;
-    json_object_foreach(data, mime, v)
-    {
+    json_object_foreach (data, mime, v) {
         const char *key = NULL;
         for (size_t i = 0; i < sizeof mime_keys / sizeof mime_keys[0]; i++)
             if (strcmp(mime, mime_keys[i].mime) == 0)
@@ -276,8 +273,7 @@ static void on_output(const jmsg_t *m, void *arg)
         char *joined = xstrdup("");
         size_t i;
         json_t *t;
-        json_array_foreach(tb, i, t)
-        {
+        json_array_foreach (tb, i, t) {
             char *n = xasprintf("%s%s%s", joined, i ? "\n" : "", json_string_value(t) ?: "");
             free(joined);
             joined = n;
@@ -301,8 +297,9 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
     stream_t *s = arg;
     if (err) {
         const char *name = err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
-        json_object_set_new(s->agg, "error", json_pack("{s:s, s:s, s:s}", "name", name, "value",
-                                                       err->msg, "traceback", ""));
+        json_object_set_new(
+            s->agg, "error",
+            json_pack("{s:s, s:s, s:s}", "name", name, "value", err->msg, "traceback", ""));
         emit(s, error_line(name, err->msg, ""));
     }
     if (s->env_restore) {
@@ -355,8 +352,8 @@ static json_t *parse_body(struct MHD_Connection *conn, const char *body, size_t 
     json_error_t jerr;
     json_t *j = len ? json_loadb(body, len, 0, &jerr) : json_object();
     if (j == NULL) {
-        *ret = http_reply_errorf(conn, SG_E_INVALID, "malformed JSON body: %s (line %d)",
-                                 jerr.text, jerr.line);
+        *ret = http_reply_errorf(conn, SG_E_INVALID, "malformed JSON body: %s (line %d)", jerr.text,
+                                 jerr.line);
         return NULL;
     }
     if (!json_is_object(j)) {
@@ -377,8 +374,8 @@ static bool field(json_t *obj, const char *key, json_type type, json_t **out,
         return true;
     bool good = json_typeof(v) == type || (type == JSON_REAL && json_is_integer(v));
     if (!good) {
-        static const char *names[] = {"an object", "an array", "a string", "an integer",
-                                      "a number", "a boolean", "a boolean", "null"};
+        static const char *names[] = {"an object", "an array",  "a string",  "an integer",
+                                      "a number",  "a boolean", "a boolean", "null"};
         *ret = http_reply_errorf(conn, SG_E_INVALID, "'%s' must be %s", key, names[type]);
         return false;
     }
@@ -428,17 +425,16 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         goto out;
     }
     if (ctx && lang) {
-        ret = http_reply_errorf(conn, SG_E_INVALID,
-                                "give 'context_id' or 'language', not both");
+        ret = http_reply_errorf(conn, SG_E_INVALID, "give 'context_id' or 'language', not both");
         goto out;
     }
     const char *k_;
     json_t *v_;
-    json_object_foreach(env, k_, v_) if (!json_is_string(v_))
-    {
-        ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k_);
-        goto out;
-    }
+    json_object_foreach (env, k_, v_)
+        if (!json_is_string(v_)) {
+            ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k_);
+            goto out;
+        }
     double t = timeout ? json_number_value(timeout) : self->cfg.default_timeout_s;
     if (t <= 0 || t > self->cfg.max_timeout_s) {
         ret = http_reply_errorf(conn, SG_E_INVALID, "'timeout' must be in (0, %d] seconds",
@@ -450,8 +446,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     if (ctx) {
         k = kmgr_get(self->kmgr, json_string_value(ctx));
         if (!k) {
-            ret = http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'",
-                                    json_string_value(ctx));
+            ret = http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'", json_string_value(ctx));
             goto out;
         }
     } else {
@@ -476,8 +471,8 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     s->k = k;
     s->keepalive = -1;
     s->started = zclock_mono();
-    s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n}", "stdout", "", "stderr", "", "results",
-                       "error", "execution_count");
+    s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n}", "stdout", "", "stderr", "", "results", "error",
+                       "execution_count");
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     s->json_mode = accept && strstr(accept, "application/json") && !strstr(accept, "ndjson");
     if (json_object_size(env) && strcmp(kernel_spec(k)->language, "python") == 0) {
@@ -504,9 +499,8 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         ret = MHD_YES;
     } else {
         s->keepalive = zloop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
-                                                                   stream_read, s,
-                                                                   stream_free_noop);
+        struct MHD_Response *r = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free_noop);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
         ret = MHD_queue_response(conn, 200, r);
         MHD_destroy_response(r);
@@ -536,7 +530,8 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
             field(req, "cwd", JSON_STRING, &cwd, conn, &ret)) {
             kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
                                          cwd ? json_string_value(cwd) : "/home/user", &err);
-            ret = k ? http_reply_json(conn, 201, context_json(self, k)) : http_reply_error(conn, err);
+            ret =
+                k ? http_reply_json(conn, 201, context_json(self, k)) : http_reply_error(conn, err);
         }
         sg_error_free(&err);
         json_decref(req);
@@ -563,8 +558,8 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
         const char *lang;
         json_t *v;
         void *tmp;
-        json_object_foreach_safe(self->defaults, tmp, lang, v) if (strcmp(json_string_value(v),
-                                                                          id) == 0)
+        json_object_foreach_safe(self->defaults, tmp, lang,
+                                 v) if (strcmp(json_string_value(v), id) == 0)
             json_object_del(self->defaults, lang);
         struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         ret = MHD_queue_response(conn, 204, r);
@@ -588,17 +583,18 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
 static enum MHD_Result health(api_t *self, struct MHD_Connection *conn, const char *method)
 {
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return http_reply_json(conn, 405, json_pack("{s:s, s:s}", "error", "method_not_allowed",
-                                                    "message", "use GET /health"));
+        return http_reply_json(
+            conn, 405,
+            json_pack("{s:s, s:s}", "error", "method_not_allowed", "message", "use GET /health"));
     kmgr_stats_t st;
     kmgr_stats(self->kmgr, &st);
-    return http_reply_json(
-        conn, 200,
-        json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "status", "ok", "version",
-                  PACKAGE_VERSION, "kernels", "sessions", (json_int_t)st.sessions, "starting",
-                  (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
-                  (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready, "pool_starting",
-                  (json_int_t)st.pool_starting));
+    return http_reply_json(conn, 200,
+                           json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "status", "ok",
+                                     "version", PACKAGE_VERSION, "kernels", "sessions",
+                                     (json_int_t)st.sessions, "starting", (json_int_t)st.starting,
+                                     "idle", (json_int_t)st.idle, "busy", (json_int_t)st.busy,
+                                     "pool_ready", (json_int_t)st.pool_ready, "pool_starting",
+                                     (json_int_t)st.pool_starting));
 }
 
 enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char *method,
@@ -617,9 +613,9 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
         return health(self, conn, method);
     if (strcmp(url, "/execute") == 0) {
         if (strcmp(method, "POST") != 0)
-            return http_reply_json(conn, 405, json_pack("{s:s, s:s}", "error",
-                                                        "method_not_allowed", "message",
-                                                        "use POST /execute"));
+            return http_reply_json(conn, 405,
+                                   json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
+                                             "use POST /execute"));
         return execute(self, conn, body, len, req_state);
     }
     if (strncmp(url, "/contexts", 9) == 0)

@@ -55,13 +55,13 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
 
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
 {
-    return http_reply_json(conn, sg_error_http_status(err->kind),
-                           json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind),
-                                     "message", err->msg));
+    return http_reply_json(
+        conn, sg_error_http_status(err->kind),
+        json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg));
 }
 
-enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
-                                  const char *fmt, ...)
+enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
+                                  ...)
 {
     sg_error_t e = {.kind = kind};
     va_list ap;

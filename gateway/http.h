@@ -49,7 +49,7 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
 /* Queues {"error": kind, "message": msg} with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
 /* Same from a kind and a message. */
-enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
-                                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
+                                  ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -321,9 +321,8 @@ static int parse(settings_t *s, int argc, char **argv)
         return 2;
     }
     s->http.host = s->host;
-    s->api.default_timeout_s = s->k.kernel.exec_timeout_ms > 0
-                                   ? s->k.kernel.exec_timeout_ms / 1000
-                                   : s->api.max_timeout_s;
+    s->api.default_timeout_s =
+        s->k.kernel.exec_timeout_ms > 0 ? s->k.kernel.exec_timeout_ms / 1000 : s->api.max_timeout_s;
     if (s->api.default_timeout_s > s->api.max_timeout_s)
         s->api.default_timeout_s = s->api.max_timeout_s;
     bool loopback = strncmp(s->host, "127.", 4) == 0;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/defer.h"
 #include "common/log.h"
@@ -13,7 +14,10 @@
 
 #define PROBE_INTERVAL_MS 250
 #define HB_INTERVAL_MS 1000
-#define HB_TIMEOUT_MS 10000
+/* Generous: death is noticed through the sandbox's pidfd at once; the
+ * heartbeat only catches a kernel that hangs with its process alive, and a
+ * short timeout would kill healthy kernels on a loaded machine. */
+#define HB_TIMEOUT_MS 60000
 
 typedef struct exec {
     uint64_t id;
@@ -45,6 +49,8 @@ struct kernel {
     pid_t watched;
 
     /* start-up */
+    bool holds_slot, waiting_slot;
+    struct kernel *next_waiting;
     int start_timer, probe_timer;
     bool info_replied, iopub_seen;
 
@@ -69,7 +75,7 @@ const char *kernel_state_name(kernel_state_t state)
 
 void kernel_opts_defaults(kernel_opts_t *opts)
 {
-    *opts = (kernel_opts_t){.start_timeout_ms = 60000,
+    *opts = (kernel_opts_t){.start_timeout_ms = 120000,
                             .exec_timeout_ms = 0,
                             .interrupt_grace_ms = 5000,
                             .preload = NULL};
@@ -96,8 +102,51 @@ static void client_free(void *arg)
     jclient_destroy(&c);
 }
 
+/* --- start slots ------------------------------------------------------------------
+ * Sandbox starts are CPU-heavy (Python imports under ptrace): running more at
+ * once than there are CPUs makes every one slower, until they time out.  Starts
+ * beyond that wait here; the start timeout runs from the real start. */
+
+static int starts_active;
+static kernel_t *waiting_head;
+static int launch_now(kernel_t *k, sg_error_t **err);
+static void die(kernel_t *k, sg_error_t *err);
+
+static int start_limit(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 2 ? 2 : (int)n;
+}
+
+static void release_slot(kernel_t *k)
+{
+    if (k->waiting_slot) {
+        for (kernel_t **p = &waiting_head; *p; p = &(*p)->next_waiting)
+            if (*p == k) {
+                *p = k->next_waiting;
+                break;
+            }
+        k->waiting_slot = false;
+    }
+    if (!k->holds_slot)
+        return;
+    k->holds_slot = false;
+    starts_active--;
+    while (waiting_head && starts_active < start_limit()) {
+        kernel_t *next = waiting_head;
+        waiting_head = next->next_waiting;
+        next->waiting_slot = false;
+        sg_error_t *err = NULL;
+        if (launch_now(next, &err) < 0) {
+            die(next, err);
+            sg_error_free(&err);
+        }
+    }
+}
+
 static void disconnect(kernel_t *k)
 {
+    release_slot(k);
     end_timer(k, &k->probe_timer);
     end_timer(k, &k->hb_timer);
     end_timer(k, &k->start_timer);
@@ -295,6 +344,7 @@ void kernel_forget(kernel_t *k, uint64_t exec_id)
 
 static void become_ready(kernel_t *k)
 {
+    release_slot(k);
     end_timer(k, &k->probe_timer);
     end_timer(k, &k->start_timer);
     k->state = KERNEL_IDLE;
@@ -561,19 +611,38 @@ static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
 
 static int launch(kernel_t *k, sg_error_t **err)
 {
-    char sbid[128];
-    snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
     k->state = KERNEL_STARTING;
     k->info_replied = k->iopub_seen = false;
     k->hb_sent = 0;
+    if (starts_active >= start_limit()) {
+        kernel_t **p = &waiting_head;
+        while (*p)
+            p = &(*p)->next_waiting;
+        *p = k;
+        k->next_waiting = NULL;
+        k->waiting_slot = true;
+        return 0;
+    }
+    return launch_now(k, err);
+}
+
+static int launch_now(kernel_t *k, sg_error_t **err)
+{
+    char sbid[128];
+    snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
+    k->holds_slot = true;
+    starts_active++;
     k->sb = sandbox_new(k->env, sbid, k->spec, k->workspace, err);
-    if (k->sb == NULL)
+    if (k->sb == NULL) {
+        release_slot(k);
         return -1;
+    }
     k->start_timer = zloop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
     if (sandbox_start(k->sb, on_started, k, err) < 0) {
         sandbox_remove(k->sb, false);
         sandbox_free(&k->sb);
         end_timer(k, &k->start_timer);
+        release_slot(k);
         return -1;
     }
     return 0;

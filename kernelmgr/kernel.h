@@ -28,7 +28,7 @@ typedef enum { KERNEL_EV_READY, KERNEL_EV_DEAD, KERNEL_EV_RESTARTED } kernel_eve
 typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 
 typedef struct {
-    int start_timeout_ms;   /* default 60000 */
+    int start_timeout_ms;   /* default 120000 (starts queue for CPU under load) */
     int exec_timeout_ms;    /* default for executions; 0 = none */
     int interrupt_grace_ms; /* after a timeout's interrupt, before restarting (5000) */
     const char *preload;    /* code run silently once ready, before READY is reported */

@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""REST benchmark: warm POST /execute round trip (JSON and NDJSON) against a
+direct ZeroMQ client (jupyter_client) to the same sandboxed kernel, and first
+result for a new context with and without the warm pool.
+
+usage: bench/rest.py [--runs N] [--cold-runs M]   (needs a build in build/)
+Prints a Markdown table of medians (min..max) and the ratios.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import http.client
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "tests", "gateway")]
+os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
+from sgd import Daemon, TOKEN  # noqa: E402
+from jupyter_client import BlockingKernelClient  # noqa: E402
+
+
+def stats(xs):
+    return statistics.median(xs), min(xs), max(xs), len(xs)
+
+
+def row(name, s):
+    print(f"| {name:<46} | {s[0]:9.2f} | {s[1]:9.2f} | {s[2]:9.2f} | {s[3]:5d} |", flush=True)
+
+
+class Client:
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.c = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+
+    def post(self, path, body, accept=None):
+        h = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+        if accept:
+            h["Accept"] = accept
+        self.c.request("POST", path, json.dumps(body), h)
+        r = self.c.getresponse()
+        data = r.read()
+        return r.status, data
+
+
+def timed(fn, n):
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--cold-runs", type=int, default=20)
+    a = ap.parse_args()
+
+    d = Daemon("--pool-size", "1", "--max-kernels", "8")
+    try:
+        cl = Client(d.url)
+        st, data = cl.post("/contexts", {})
+        ctx = json.loads(data)["id"]
+        cl.post("/execute", {"code": "1+1", "context_id": ctx}, "application/json")
+
+        # A second, direct client on the same kernel's ZeroMQ sockets.
+        rec = json.load(open(f"{d.dir}/sessions/{ctx}.json"))
+        conn_dir = f"{d.dir}/kernels/{rec['sandbox_id']}/conn"
+        info = json.load(open(f"{conn_dir}/kernel.json"))
+        info["ip"] = f"{conn_dir}/kernel"
+        kc = BlockingKernelClient()
+        kc.load_connection_info(info)
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+
+        def direct():
+            kc.execute_interactive("1+1", timeout=30, output_hook=lambda m: None)
+
+        print(f"sandgate REST benchmark — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores; "
+              f"medians of {a.runs} warm runs, {a.cold_runs} new-context runs (ms)\n")
+        print(f"| {'measure':<46} | {'median':>9} | {'min':>9} | {'max':>9} | {'runs':>5} |")
+        print(f"|{'-' * 48}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 7}|")
+        floor = stats(timed(direct, a.runs))
+        row("direct ZeroMQ (jupyter_client), gVisor kernel", floor)
+        js = stats(timed(lambda: cl.post("/execute", {"code": "1+1", "context_id": ctx},
+                                         "application/json"), a.runs))
+        row("POST /execute, JSON", js)
+        nd = stats(timed(lambda: cl.post("/execute", {"code": "1+1", "context_id": ctx}),
+                         a.runs))
+        row("POST /execute, NDJSON stream", nd)
+        kc.stop_channels()
+
+        def new_context(wait_pool):
+            if wait_pool:
+                deadline = time.time() + 120
+                while time.time() < deadline:
+                    st, h = d.json("GET", "/health")
+                    if h["kernels"]["pool_ready"] >= 1:
+                        break
+                    time.sleep(0.2)
+            t0 = time.perf_counter()
+            st, data = cl.post("/contexts", {})
+            cid = json.loads(data)["id"]
+            cl.post("/execute", {"code": "1+1", "context_id": cid}, "application/json")
+            took = (time.perf_counter() - t0) * 1000
+            d.json("DELETE", "/contexts/" + cid)
+            return took
+
+        warm = stats([new_context(True) for _ in range(a.cold_runs)])
+        row("new context to first result, warm pool", warm)
+    finally:
+        d.stop()
+    d2 = Daemon("--pool-size", "0", "--max-kernels", "8")
+    try:
+        cl = Client(d2.url)
+        d = d2
+        cold = stats([new_context(False) for _ in range(a.cold_runs)])
+        row("new context to first result, no pool (cold)", cold)
+    finally:
+        d2.stop()
+    print(f"\nratios: JSON / direct {js[0] / floor[0]:.2f}x, NDJSON / direct "
+          f"{nd[0] / floor[0]:.2f}x, warm pool / cold {warm[0] / cold[0]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
