@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +34,14 @@ class Daemon:
                 self.url = m.group(1)
         if self.url is None:
             raise RuntimeError("sandgate did not start")
+        # Keep reading the log, or the daemon blocks once the pipe is full.
+        self.log = []
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+            del self.log[:-200]
 
     def request(self, method, path, body=None, headers=None, token=TOKEN, raw=None, timeout=120):
         h = {"Content-Type": "application/json"}
