@@ -15,7 +15,15 @@ struct api {
     api_config_t cfg;
     json_t *contexts; /* id -> {language, cwd}: what the API adds to a session */
     json_t *defaults; /* language -> id of its default context */
+    api_wake_fn *waker;
+    void *waker_arg;
 };
+
+void api_set_waker(api_t *self, api_wake_fn *fn, void *arg)
+{
+    self->waker = fn;
+    self->waker_arg = arg;
+}
 
 void api_config_defaults(api_config_t *cfg)
 {
@@ -150,6 +158,8 @@ static void wake(stream_t *s)
     if (s->suspended && !s->gone) {
         s->suspended = false;
         MHD_resume_connection(s->conn);
+        if (s->api->waker)
+            s->api->waker(s->api->waker_arg);
     }
 }
 

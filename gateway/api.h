@@ -27,8 +27,12 @@ typedef struct {
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);
+/* Called after a suspended connection is resumed, so the HTTP server runs
+ * soon (libmicrohttpd does not wake an external event loop by itself). */
+typedef void(api_wake_fn)(void *arg);
 api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg);
 void api_destroy(api_t **self_p);
+void api_set_waker(api_t *self, api_wake_fn *fn, void *arg);
 
 /* One complete request (body read, token checked).  req_cls is the
  * connection's slot for per-request state: api_request_done() is called

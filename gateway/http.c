@@ -18,6 +18,7 @@ struct http_server {
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
     api_t *api;
+    int kick_timer; /* pending "run libmicrohttpd now"; -1 if none */
 };
 
 /* Per-request state between libmicrohttpd's calls. */
@@ -157,17 +158,28 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", line);
 }
 
+static int on_kick(zloop_t *loop, int timer_id, void *arg);
+
+/* Runs libmicrohttpd, and again as soon as it says it has more to do
+ * (MHD_get_timeout): with edge-triggered sockets it will not make its own fd
+ * readable for work it already knows about. */
+static void run_mhd(http_server_t *self)
+{
+    MHD_run(self->mhd);
+    MHD_UNSIGNED_LONG_LONG to;
+    if (self->kick_timer < 0 && MHD_get_timeout(self->mhd, &to) == MHD_YES && to < 1000)
+        self->kick_timer = zloop_timer(self->loop, (size_t)to, 1, on_kick, self);
+}
+
 static int on_readable(zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
-    http_server_t *self = arg;
-    MHD_run(self->mhd);
+    run_mhd(arg);
     return 0;
 }
 
 static int on_tick(zloop_t *loop, int timer_id, void *arg)
 {
-    http_server_t *self = arg;
-    MHD_run(self->mhd);
+    run_mhd(arg);
     return 0;
 }
 
@@ -181,6 +193,7 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
     http_server_t *self = xzalloc(sizeof *self);
     self->loop = loop;
     self->cfg = *cfg;
+    self->kick_timer = -1;
     if (cfg->token)
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
@@ -205,9 +218,26 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
     return self;
 }
 
+static int on_kick(zloop_t *loop, int timer_id, void *arg)
+{
+    http_server_t *self = arg;
+    self->kick_timer = -1;
+    run_mhd(self);
+    return 0;
+}
+
+/* Runs libmicrohttpd on the next loop pass (after a connection resumed). */
+static void kick(void *arg)
+{
+    http_server_t *self = arg;
+    if (self->kick_timer < 0)
+        self->kick_timer = zloop_timer(self->loop, 0, 1, on_kick, self);
+}
+
 void http_server_set_api(http_server_t *self, api_t *api)
 {
     self->api = api;
+    api_set_waker(api, kick, self);
 }
 
 void http_server_destroy(http_server_t **self_p)
@@ -217,6 +247,8 @@ void http_server_destroy(http_server_t **self_p)
     http_server_t *self = *self_p;
     zloop_poller_end(self->loop, &self->item);
     zloop_timer_end(self->loop, self->timer_id);
+    if (self->kick_timer >= 0)
+        zloop_timer_end(self->loop, self->kick_timer);
     MHD_stop_daemon(self->mhd);
     free(self);
     *self_p = NULL;
