@@ -183,6 +183,17 @@ static void emit(stream_t *s, json_t *line)
     wake(s);
 }
 
+/* JSON mode only: a stream's client gets each line as it comes. */
+static void append_text(json_t *agg, const char *key, const char *text)
+{
+    if (agg == NULL)
+        return;
+    const char *old = json_string_value(json_object_get(agg, key));
+    char *joined = xasprintf("%s%s", old ? old : "", text);
+    json_object_set_new(agg, key, json_string(joined));
+    free(joined);
+}
+
 /* Counts output against the limit; false once it is exhausted. */
 static bool output_allowed(stream_t *s, size_t n)
 {
@@ -198,12 +209,7 @@ static bool output_allowed(stream_t *s, size_t n)
              "is dropped]\n",
              s->api->cfg.max_output);
     emit(s, json_pack("{s:s, s:s}", "type", "stderr", "text", note));
-    json_t *t = json_object_get(s->agg, "stderr");
-    if (t) {
-        char *joined = xasprintf("%s%s", json_string_value(t), note);
-        json_object_set_new(s->agg, "stderr", json_string(joined));
-        free(joined);
-    }
+    append_text(s->agg, "stderr", note);
     return false;
 }
 
@@ -237,14 +243,6 @@ static json_t *result_line(json_t *data, bool main)
     return r;
 }
 
-static void append_text(json_t *agg, const char *key, const char *text)
-{
-    const char *old = json_string_value(json_object_get(agg, key));
-    char *joined = xasprintf("%s%s", old ? old : "", text);
-    json_object_set_new(agg, key, json_string(joined));
-    free(joined);
-}
-
 static json_t *error_line(const char *name, const char *value, const char *traceback)
 {
     return json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value", value,
@@ -274,9 +272,11 @@ static void on_output(const jmsg_t *m, void *arg)
         if (!json_is_object(data) || !output_allowed(s, n))
             return;
         json_t *line = result_line(data, strcmp(type, "execute_result") == 0);
-        json_t *copy = json_deep_copy(line);
-        json_object_del(copy, "type");
-        json_array_append_new(json_object_get(s->agg, "results"), copy);
+        if (s->agg) {
+            json_t *copy = json_deep_copy(line);
+            json_object_del(copy, "type");
+            json_array_append_new(json_object_get(s->agg, "results"), copy);
+        }
         emit(s, line);
     } else if (strcmp(type, "error") == 0) {
         json_t *tb = json_object_get(c, "traceback");
@@ -481,10 +481,11 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     s->k = k;
     s->keepalive = -1;
     s->started = zclock_mono();
-    s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n}", "stdout", "", "stderr", "", "results", "error",
-                       "execution_count");
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     s->json_mode = accept && strstr(accept, "application/json") && !strstr(accept, "ndjson");
+    if (s->json_mode) /* a stream's client gets each line as it comes: nothing to gather */
+        s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n}", "stdout", "", "stderr", "", "results",
+                           "error", "execution_count");
     if (json_object_size(env) && strcmp(kernel_spec(k)->language, "python") == 0) {
         char *set = env_code(env, false);
         kernel_exec_opts_t o = {.silent = true};

@@ -308,13 +308,9 @@ static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
-                        const kernel_exec_cb_t *cb, sg_error_t **err)
+static exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
+                        const kernel_exec_cb_t *cb)
 {
-    if (k->state == KERNEL_DEAD) {
-        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead", k->id);
-        return 0;
-    }
     exec_t *e = xzalloc(sizeof *e);
     e->id = ++k->next_exec;
     e->code = xstrdup(code);
@@ -324,6 +320,17 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
         e->opts.store_history = true;
     e->cb = *cb;
     e->timer = -1;
+    return e;
+}
+
+uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
+                        const kernel_exec_cb_t *cb, sg_error_t **err)
+{
+    if (k->state == KERNEL_DEAD) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead", k->id);
+        return 0;
+    }
+    exec_t *e = exec_new(k, code, opts, cb);
     exec_t **tail = &k->queue;
     while (*tail)
         tail = &(*tail)->next;
@@ -352,12 +359,9 @@ static void become_ready(kernel_t *k)
     log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, sandbox_id(k->sb));
     if (k->opts.preload && *k->opts.preload) {
         /* First in line, ahead of anything queued during a restart. */
-        exec_t *e = xzalloc(sizeof *e);
-        e->id = ++k->next_exec;
-        e->code = xstrdup(k->opts.preload);
-        e->opts.silent = true;
+        exec_t *e = exec_new(k, k->opts.preload, &(kernel_exec_opts_t){.silent = true},
+                             &(kernel_exec_cb_t){0});
         e->is_preload = true;
-        e->timer = -1;
         e->next = k->queue;
         k->queue = e;
         pump(k);
