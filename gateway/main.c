@@ -1,9 +1,14 @@
 /* sandgate: the daemon's entry point — options, the event loop, shutdown. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "common/defer.h"
 #include "common/log.h"
@@ -23,6 +28,8 @@ static const char usage[] =
     "sandboxes, and serves it over HTTP.\n"
     "\n"
     "Options (each also read from the environment variable shown):\n"
+    "  -c, --config FILE         read options from FILE (default   [SANDGATE_CONFIG]\n"
+    "                            /etc/sandgate/sandgate.conf, if it exists)\n"
     "  -l, --listen HOST:PORT    address to serve HTTP on          [SANDGATE_LISTEN]\n"
     "                            (default 127.0.0.1:49999)\n"
     "  -t, --token TOKEN         API token (default: generated and [SANDGATE_TOKEN]\n"
@@ -63,10 +70,16 @@ static const char usage[] =
     "  -h, --help                show this help and exit\n"
     "  -V, --version             show the version and exit\n"
     "\n"
+    "The config file has one 'name = value' a line, name being a long option\n"
+    "without its dashes ('listen = 127.0.0.1:8080', 'no-auth = true'); lines that\n"
+    "start with '#' are comments. The command line wins over the environment, and\n"
+    "the environment over the config file.\n"
+    "\n"
     "Endpoints (docs/api.md): POST /execute; POST, GET /contexts;\n"
     "  GET, DELETE /contexts/ID; POST /contexts/ID/restart; GET /health\n";
 
 enum {
+    O_CONFIG = 'c',
     O_LISTEN = 'l',
     O_STATE = 's',
     O_HELP = 'h',
@@ -94,7 +107,9 @@ enum {
     O_MAX_CONNS,
 };
 
+static const char shortopts[] = "c:l:s:t:hV";
 static const struct option opts[] = {
+    {"config", required_argument, NULL, O_CONFIG},
     {"listen", required_argument, NULL, O_LISTEN},
     {"state-dir", required_argument, NULL, O_STATE},
     {"token", required_argument, NULL, O_TOKEN},
@@ -130,12 +145,17 @@ typedef struct {
     http_config_t http;
     api_config_t api;
     kmgr_config_t k;
+    char *config_text; /* the config file's text; values point into it */
 } settings_t;
+
+/* Where the value being applied came from (SANDGATE_X, FILE:LINE), for bad();
+ * "" for the command line. */
+static const char *origin = "";
 
 static int bad(const char *name, const char *value, const char *want)
 {
-    fprintf(stderr, "sandgate: --%s wants %s, got '%s'\nTry 'sandgate --help'.\n", name, want,
-            value);
+    fprintf(stderr, "sandgate: %s%s--%s wants %s, got '%s'\nTry 'sandgate --help'.\n", origin,
+            *origin ? ": " : "", name, want, value);
     return -1;
 }
 
@@ -172,7 +192,14 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
             return bad(name, "(hidden)", "at least 16 characters");
         s->http.token = v;
         return 0;
-    case O_NO_AUTH: s->no_auth = strcmp(v, "0") != 0; return 0;
+    case O_NO_AUTH:
+        if (strcasecmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0)
+            s->no_auth = true;
+        else if (strcasecmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0)
+            s->no_auth = false;
+        else
+            return bad(name, v, "true, false, yes, no, 1 or 0");
+        return 0;
     case O_MAX_BODY:
         if (parse_uint(name, v, 1ull << 32, &n) < 0)
             return -1;
@@ -272,6 +299,96 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
     return -1;
 }
 
+/* apply() for a value from the environment or the config file: its errors
+ * name where. */
+static int apply_from(settings_t *s, const struct option *o, const char *v, const char *where)
+{
+    origin = where;
+    int rc = apply(s, o->val, o->name, v);
+    origin = "";
+    return rc;
+}
+
+static char *trim(char *p)
+{
+    while (isspace((unsigned char)*p))
+        p++;
+    char *end = p + strlen(p);
+    while (end > p && isspace((unsigned char)end[-1]))
+        *--end = 0;
+    return p;
+}
+
+/* Applies one line of the config file at path. */
+static int config_line(settings_t *s, const char *path, int lineno, char *line)
+{
+    char *name = trim(line), *eq = strchr(name, '=');
+    if (*name == 0 || *name == '#')
+        return 0;
+    if (eq)
+        *eq = 0;
+    if (!eq || *trim(name) == 0) {
+        fprintf(stderr, "sandgate: %s:%d: expected 'name = value'\n", path, lineno);
+        return -1;
+    }
+    const struct option *o = opts;
+    while (o->name && strcmp(o->name, name) != 0)
+        o++;
+    if (!o->name) {
+        fprintf(stderr, "sandgate: %s:%d: unknown option '%s'\n", path, lineno, name);
+        return -1;
+    }
+    if (o->val == O_CONFIG || o->val == O_HELP || o->val == O_VERSION) {
+        fprintf(stderr, "sandgate: %s:%d: '%s' is not allowed in a config file\n", path, lineno,
+                name);
+        return -1;
+    }
+    char *value = trim(eq + 1), where[PATH_MAX + 16];
+    size_t n = strlen(value);
+    if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
+        value[n - 1] = 0;
+        value++;
+    }
+    snprintf(where, sizeof where, "%s:%d", path, lineno);
+    return apply_from(s, o, value, where);
+}
+
+/* Reads the config file at path into s; a missing file is an error only when
+ * it was named. */
+static int read_config(settings_t *s, const char *path, bool named)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !named)
+            return 0;
+        fprintf(stderr, "sandgate: cannot open config file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t len = 0, cap = 4096, got;
+    char *text = xmalloc(cap);
+    while ((got = fread(text + len, 1, cap - 1 - len, f)) > 0)
+        if ((len += got) == cap - 1)
+            text = xrealloc(text, cap *= 2);
+    text[len] = 0;
+    s->config_text = text; /* apply() may keep pointers into it */
+    int err = ferror(f) ? errno : 0;
+    struct stat st;
+    bool shared = fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH);
+    fclose(f);
+    if (err || memchr(text, 0, len)) {
+        fprintf(stderr, "sandgate: cannot read config file %s: %s\n", path,
+                err ? strerror(err) : "not a text file");
+        return -1;
+    }
+    int lineno = 0;
+    for (char *next = text, *line; (line = strsep(&next, "\n"));)
+        if (config_line(s, path, ++lineno, line) < 0)
+            return -1;
+    if (s->http.token && shared) /* the environment and command line come later */
+        log_warn("%s holds the API token and every user can read it; make it mode 0600", path);
+    return 0;
+}
+
 static int parse(settings_t *s, int argc, char **argv)
 {
     strcpy(s->host, "127.0.0.1");
@@ -281,21 +398,12 @@ static int parse(settings_t *s, int argc, char **argv)
     api_config_defaults(&s->api);
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
-    /* Environment first, so the command line wins. */
-    for (const struct option *o = opts; o->name; o++) {
-        if (o->has_arg == no_argument && o->val != O_NO_AUTH)
-            continue;
-        char env[64] = "SANDGATE_";
-        for (size_t i = 0; o->name[i] && i < 50; i++)
-            env[9 + i] = o->name[i] == '-' ? '_' : (char)(o->name[i] & ~0x20);
-        const char *v = getenv(env);
-        if (v && apply(s, o->val, o->name, v) < 0) {
-            fprintf(stderr, "sandgate: (from %s)\n", env);
-            return 2;
-        }
-    }
+    s->config_text = NULL;
+    /* A first pass for what decides the rest: --help, --version, --config. */
+    const char *config = getenv("SANDGATE_CONFIG");
     int c, idx;
-    while ((c = getopt_long(argc, argv, "l:s:t:hV", opts, &idx)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, shortopts, opts, &idx)) != -1) {
         if (c == O_HELP) {
             fputs(usage, stdout);
             return 0;
@@ -304,6 +412,28 @@ static int parse(settings_t *s, int argc, char **argv)
             printf("sandgate %s\n", PACKAGE_VERSION);
             return 0;
         }
+        if (c == O_CONFIG)
+            config = optarg;
+    }
+    opterr = 1;
+    optind = 0;
+    /* The config file, then the environment, then the command line: each
+     * overrides what came before. */
+    if (read_config(s, config ? config : "/etc/sandgate/sandgate.conf", config != NULL) < 0)
+        return 2;
+    for (const struct option *o = opts; o->name; o++) {
+        if ((o->has_arg == no_argument && o->val != O_NO_AUTH) || o->val == O_CONFIG)
+            continue;
+        char env[64] = "SANDGATE_";
+        for (size_t i = 0; o->name[i] && i < 50; i++)
+            env[9 + i] = o->name[i] == '-' ? '_' : (char)(o->name[i] & ~0x20);
+        const char *v = getenv(env);
+        if (v && apply_from(s, o, v, env) < 0)
+            return 2;
+    }
+    while ((c = getopt_long(argc, argv, shortopts, opts, &idx)) != -1) {
+        if (c == O_CONFIG)
+            continue;
         if (c == '?') {
             fputs("Try 'sandgate --help'.\n", stderr);
             return 2;
@@ -337,8 +467,10 @@ int main(int argc, char **argv)
 {
     settings_t s;
     int rc = parse(&s, argc, argv);
-    if (rc >= 0)
+    if (rc >= 0) {
+        free(s.config_text);
         return rc;
+    }
     sg_log_set_level(s.level);
     signal(SIGPIPE, SIG_IGN);
     if (s.k.sandbox.mode == SANDBOX_NONE)
@@ -396,5 +528,6 @@ out:
     proc_fini();
     defer_flush();
     zloop_destroy(&loop);
+    free(s.config_text);
     return rc;
 }

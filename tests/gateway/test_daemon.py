@@ -1,15 +1,19 @@
-"""The sandgate daemon as a user meets it: --help, bad options, startup,
-GET /health, error bodies, and a clean exit on SIGTERM."""
+"""The sandgate daemon as a user meets it: --help, bad options, a config file,
+startup, GET /health, error bodies, and a clean exit on SIGTERM."""
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 
+from sgd import Daemon
 from tap import ok, diag, done
 
 SANDGATE = os.path.join(os.environ.get("SG_BUILDDIR", "."), "sandgate")
@@ -101,4 +105,122 @@ r = subprocess.run(["runsc", "--root", tmp + "/runsc", "list", "-quiet"], captur
                    text=True)
 ok(r.returncode == 0 and r.stdout.strip() == "", "pool kernels are removed at shutdown", r.stdout)
 subprocess.run(["rm", "-rf", tmp])
+
+# --- the config file ------------------------------------------------------------
+cfg = tempfile.mkdtemp(prefix="sg-config-")
+# Should a broken build ignore the file, these keep the daemon it starts quick and harmless.
+QUICK = ["--sandbox", "none", "--pool-size", "0"]
+
+
+def conf(name, text, mode=0o600):
+    path = os.path.join(cfg, name)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+def refused(args, env=None):
+    """Runs sandgate expecting it to refuse to start; returns (rc, stderr)."""
+    try:
+        r = subprocess.run([SANDGATE, *args, *QUICK, "--state-dir", cfg + "/state"],
+                           capture_output=True, text=True, timeout=10,
+                           env=dict(os.environ, **(env or {})))
+        return r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        return None, e.stderr
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Started(Daemon):
+    """sgd's Daemon without the --listen and --token it passes, which these tests
+    leave to the config file; log holds what it logged, stdout is kept."""
+
+    def __init__(self, args, env=None):
+        self.dir = tempfile.mkdtemp(prefix="sg-config-", dir="/tmp")
+        self.proc = subprocess.Popen([SANDGATE, "--state-dir", self.dir, *args],
+                                     stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, **(env or {})))
+        self.log = []
+        self.url = None
+        for line in self.proc.stderr:
+            self.log.append(line)
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def status(self, token):
+        return self.request("GET", "/contexts", token=token, timeout=5)[0]
+
+
+# Options from the file: its port and (quoted) token are used; comments, blank
+# lines and spaces are ignored; a world-readable file holding the token is warned about.
+port = free_port()
+path = conf("sandgate.conf", f"""# sandgate
+listen = 127.0.0.1:{port}
+
+   token   =  "file-token-0123456789"
+log-level = info
+""", 0o644)
+d = Started(["--config", path, *QUICK])
+ok(d.url == f"http://127.0.0.1:{port}", "the config file's listen address is used", d.url)
+if d.url:
+    ok(d.status("file-token-0123456789") == 200,
+       "a request with the config file's token succeeds")
+    ok(d.status("wrong-token-0123456789") == 401, "a wrong token is 401")
+d.stop()
+out = d.proc.stdout.read()
+ok("Token" not in out, "no token is generated when the file sets one", out)
+ok(any(path in l and "0600" in l for l in d.log),
+   "a world-readable file holding the token is warned about", "".join(d.log))
+
+# The command line overrides the file (listen), the environment overrides it too
+# (token); what neither sets still comes from the file (sandbox).
+port2 = free_port()
+path = conf("override.conf", f"listen = 127.0.0.1:{port}\ntoken = file-token-0123456789\n"
+            "sandbox = none\n")
+d = Started(["-c", path, "--listen", f"127.0.0.1:{port2}", "--pool-size", "0"],
+            env={"SANDGATE_TOKEN": "env-token-0123456789"})
+ok(d.url == f"http://127.0.0.1:{port2}" and any("--sandbox=none" in l for l in d.log),
+   "the command line overrides the config file", "".join(d.log))
+if d.url:
+    ok(d.status("env-token-0123456789") == 200 and
+       d.status("file-token-0123456789") == 401,
+       "the environment overrides the config file")
+d.stop()
+ok(not any("0600" in l for l in d.log), "no warning for a mode 0600 file", "".join(d.log))
+
+# Files that stop sandgate: exit status 2 and a message that says where.
+path = conf("env.conf", "listen = 10.0.0.1:0\nno-auth = yes\n")
+rc, err = refused([], {"SANDGATE_CONFIG": path})
+ok(rc == 2 and "(10.0.0.1)" in err, "SANDGATE_CONFIG names the config file", err)
+rc, err = refused(["--config", path], {"SANDGATE_CONFIG": cfg + "/missing.conf"})
+ok(rc == 2 and "(10.0.0.1)" in err, "--config wins over SANDGATE_CONFIG", err)
+path = conf("unknown.conf", "# a comment\nfoo = 1\n")
+rc, err = refused(["-c", path, "--listen", "127.0.0.1:0"])
+ok(rc == 2 and f"{path}:2: unknown option 'foo'" in err,
+   "an unknown option in the file names file:line", err)
+path = conf("bad.conf", "memory = 512\nmemory = lots\n")
+rc, err = refused(["-c", path, "--listen", "127.0.0.1:0"])
+ok(rc == 2 and f"{path}:2: --memory wants" in err and "'lots'" in err,
+   "a bad value in the file names file:line", err)
+path = conf("syntax.conf", "listen 127.0.0.1:0\n")
+rc, err = refused(["-c", path, "--listen", "127.0.0.1:0"])
+ok(rc == 2 and f"{path}:1: expected 'name = value'" in err, "a line without '='", err)
+path = conf("help.conf", "\nhelp = true\n")
+rc, err = refused(["-c", path, "--listen", "127.0.0.1:0"])
+ok(rc == 2 and f"{path}:2: 'help' is not allowed" in err, "'help' is refused in the file", err)
+rc, err = refused(["-c", cfg + "/missing.conf", "--listen", "127.0.0.1:0"])
+ok(rc == 2 and f"{cfg}/missing.conf: No such file or directory" in err,
+   "a missing --config file is an error naming it", err)
+rc, err = refused(["--listen", "127.0.0.1:0"], {"SANDGATE_CONFIG": cfg + "/missing.conf"})
+ok(rc == 2 and f"{cfg}/missing.conf" in err, "a missing SANDGATE_CONFIG file is an error", err)
+shutil.rmtree(cfg, ignore_errors=True)
 done()
