@@ -3,7 +3,7 @@
 direct ZeroMQ client (jupyter_client) to the same sandboxed kernel, and first
 result for a new context with and without the warm pool.
 
-usage: bench/rest.py [--runs N] [--cold-runs M]   (needs a build in build/)
+usage: bench/rest.py [--runs N] [--new-runs M]   (needs a build in build/)
 Prints a Markdown table of medians (min..max) and the ratios.
 """
 import argparse
@@ -57,7 +57,7 @@ def timed(fn, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--cold-runs", type=int, default=20)
+    ap.add_argument("--new-runs", type=int, default=200)
     a = ap.parse_args()
 
     d = Daemon("--pool-size", "1", "--max-kernels", "8")
@@ -81,7 +81,7 @@ def main():
             kc.execute_interactive("1+1", timeout=30, output_hook=lambda m: None)
 
         print(f"sandgate REST benchmark — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores; "
-              f"medians of {a.runs} warm runs, {a.cold_runs} new-context runs (ms)\n")
+              f"medians of {a.runs} warm runs, {a.new_runs} new-context runs (ms)\n")
         print(f"| {'measure':<46} | {'median':>9} | {'min':>9} | {'max':>9} | {'runs':>5} |")
         print(f"|{'-' * 48}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 7}|")
         floor = stats(timed(direct, a.runs))
@@ -94,34 +94,47 @@ def main():
         row("POST /execute, NDJSON stream", nd)
         kc.stop_channels()
 
-        def new_context(wait_pool):
-            if wait_pool:
-                deadline = time.time() + 120
-                while time.time() < deadline:
-                    st, h = d.json("GET", "/health")
-                    if h["kernels"]["pool_ready"] >= 1:
-                        break
-                    time.sleep(0.2)
+    finally:
+        d.stop()
+
+    # New context to first result, with and without the pool, interleaved so
+    # that both see the same machine; each waits until the pooled daemon has
+    # refilled, so no pool start runs behind a measurement but its own.
+    pooled = Daemon("--pool-size", "1", "--max-kernels", "8")
+    cold_d = Daemon("--pool-size", "0", "--max-kernels", "8")
+    try:
+        def pool_ready():
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                st, h = pooled.json("GET", "/health")
+                if h["kernels"]["pool_ready"] >= 1 and h["kernels"]["pool_starting"] == 0:
+                    return
+                time.sleep(0.1)
+
+        def new_context(daemon):
+            cl = Client(daemon.url)
             t0 = time.perf_counter()
             st, data = cl.post("/contexts", {})
             cid = json.loads(data)["id"]
             cl.post("/execute", {"code": "1+1", "context_id": cid}, "application/json")
             took = (time.perf_counter() - t0) * 1000
-            d.json("DELETE", "/contexts/" + cid)
+            daemon.json("DELETE", "/contexts/" + cid)
             return took
 
-        warm = stats([new_context(True) for _ in range(a.cold_runs)])
+        warm_t, cold_t = [], []
+        for i in range(a.new_runs):
+            pool_ready()
+            warm_t.append(new_context(pooled))
+            pool_ready()
+            cold_t.append(new_context(cold_d))
+            if (i + 1) % 20 == 0:
+                print(f"  ({i + 1}/{a.new_runs} new-context pairs)", file=sys.stderr, flush=True)
+        warm, cold = stats(warm_t), stats(cold_t)
         row("new context to first result, warm pool", warm)
-    finally:
-        d.stop()
-    d2 = Daemon("--pool-size", "0", "--max-kernels", "8")
-    try:
-        cl = Client(d2.url)
-        d = d2
-        cold = stats([new_context(False) for _ in range(a.cold_runs)])
         row("new context to first result, no pool (cold)", cold)
     finally:
-        d2.stop()
+        pooled.stop()
+        cold_d.stop()
     print(f"\nratios: JSON / direct {js[0] / floor[0]:.2f}x, NDJSON / direct "
           f"{nd[0] / floor[0]:.2f}x, warm pool / cold {warm[0] / cold[0]:.3f}")
 

@@ -82,6 +82,7 @@ static const struct {
     [SG_E_TIMEOUT] = {504, "timeout"},
     [SG_E_UNAVAILABLE] = {503, "unavailable"},
     [SG_E_IO] = {500, "io"},
+    [SG_E_FORBIDDEN] = {403, "forbidden"},
 };
 
 int sg_error_http_status(sg_errkind_t kind)

@@ -1,13 +1,18 @@
 #include "gateway/api.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/files.h"
 #include "gateway/http.h"
+#include "gateway/metrics.h"
 
 #define KEEPALIVE_MS 5000
+#define ARTIFACT_DIR "output" /* files written here are announced */
 
 struct api {
     zloop_t *loop;
@@ -27,8 +32,11 @@ void api_set_waker(api_t *self, api_wake_fn *fn, void *arg)
 
 void api_config_defaults(api_config_t *cfg)
 {
-    *cfg = (api_config_t){
-        .default_timeout_s = 300, .max_timeout_s = 3600, .max_output = 16 << 20, .max_queue = 8};
+    *cfg = (api_config_t){.default_timeout_s = 300,
+                          .max_timeout_s = 3600,
+                          .max_output = 16 << 20,
+                          .max_queue = 8,
+                          .max_upload = (size_t)256 << 20};
 }
 
 api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
@@ -139,6 +147,11 @@ typedef struct {
     int64_t started;
     json_t *agg; /* JSON mode */
     char *env_restore;
+    json_t *before; /* output/ when the request came */
+    bool command;   /* a shell command: agg becomes {stdout, stderr, exit_code} */
+    char *cmd_out;  /* the command runner's report (its stdout) */
+    size_t cmd_len;
+    unsigned status; /* JSON mode: the reply's status */
 } stream_t;
 
 static void stream_unref(stream_t *s)
@@ -149,7 +162,9 @@ static void stream_unref(stream_t *s)
         zloop_timer_end(s->api->loop, s->keepalive);
     free(s->buf);
     free(s->env_restore);
+    free(s->cmd_out);
     json_decref(s->agg);
+    json_decref(s->before);
     free(s);
 }
 
@@ -203,6 +218,7 @@ static bool output_allowed(stream_t *s, size_t n)
     if (s->out_bytes <= s->api->cfg.max_output)
         return true;
     s->truncated = true;
+    metrics.output_truncated++;
     char note[160];
     snprintf(note, sizeof note,
              "[sandgate: output limit of %zu bytes reached; further output of this execution "
@@ -249,11 +265,30 @@ static json_t *error_line(const char *name, const char *value, const char *trace
                      "traceback", traceback);
 }
 
+/* A command's runner reports on its stdout; nothing else is output. */
+static void command_output(stream_t *s, const jmsg_t *m)
+{
+    const char *text = jmsg_content_str(m, "text");
+    const char *name = jmsg_content_str(m, "name");
+    if (strcmp(jmsg_type(m), "stream") != 0 || !text || !name || strcmp(name, "stdout") != 0)
+        return;
+    size_t n = strlen(text);
+    if (s->cmd_len + n > 8 * s->api->cfg.max_output + 65536)
+        return; /* cannot happen with the runner's own limit; bounded anyway */
+    s->cmd_out = xrealloc(s->cmd_out, s->cmd_len + n + 1);
+    memcpy(s->cmd_out + s->cmd_len, text, n + 1);
+    s->cmd_len += n;
+}
+
 static void on_output(const jmsg_t *m, void *arg)
 {
     stream_t *s = arg;
     const char *type = jmsg_type(m);
     json_t *c = jmsg_content(m);
+    if (s->command) {
+        command_output(s, m);
+        return;
+    }
     if (strcmp(type, "stream") == 0) {
         const char *name = jmsg_content_str(m, "name");
         const char *text = jmsg_content_str(m, "text");
@@ -302,10 +337,64 @@ static void on_output(const jmsg_t *m, void *arg)
     }
 }
 
+/* The files the execution wrote under output/, announced and counted. */
+static void announce_artifacts(stream_t *s)
+{
+    json_t *list = files_changed(kernel_workspace(s->k), ARTIFACT_DIR, s->before);
+    size_t i;
+    json_t *a;
+    json_array_foreach (list, i, a) {
+        char *url = xasprintf("/contexts/%s/files/%s", kernel_id(s->k),
+                              json_string_value(json_object_get(a, "path")));
+        json_object_set_new(a, "url", json_string(url));
+        free(url);
+        json_t *line = json_deep_copy(a);
+        json_object_set_new(line, "type", json_string("artifact"));
+        emit(s, line);
+    }
+    metrics.artifacts += json_array_size(list);
+    if (s->agg && (!s->command || json_array_size(list)))
+        json_object_set(s->agg, "artifacts", list);
+    json_decref(list);
+}
+
+/* The command runner's report becomes the reply. */
+static void command_done(stream_t *s, const json_t *reply, const sg_error_t *err)
+{
+    json_t *doc = s->cmd_out ? json_loads(s->cmd_out, 0, NULL) : NULL;
+    if (err && err->kind == SG_E_TIMEOUT) {
+        json_decref(doc);
+        doc = json_pack("{s:s, s:s, s:i, s:{s:s, s:s}}", "stdout", "", "stderr", err->msg,
+                        "exit_code", 124, "error", "name", "TimeoutError", "value", err->msg);
+    } else if (err || !json_is_object(doc)) {
+        const char *why = err ? err->msg : json_string_value(json_object_get(reply, "evalue"));
+        json_decref(doc);
+        s->status = 503;
+        doc = json_pack("{s:s, s:s}", "error", "unavailable", "message",
+                        why ? why : "the command runner gave no report");
+    }
+    json_decref(s->agg);
+    s->agg = doc;
+}
+
+static exec_outcome_t outcome_of(stream_t *s, const json_t *reply, const sg_error_t *err)
+{
+    if (err)
+        return err->kind == SG_E_TIMEOUT ? OUTCOME_TIMEOUT : OUTCOME_KERNEL;
+    if (s->command) {
+        json_t *code = json_object_get(s->agg, "exit_code");
+        return json_is_integer(code) && json_integer_value(code) == 0 ? OUTCOME_OK : OUTCOME_ERROR;
+    }
+    const char *status = json_string_value(json_object_get(reply, "status"));
+    return status && strcmp(status, "ok") == 0 ? OUTCOME_OK : OUTCOME_ERROR;
+}
+
 static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
 {
     stream_t *s = arg;
-    if (err) {
+    if (s->command)
+        command_done(s, reply, err);
+    else if (err) {
         const char *name = err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
         json_object_set_new(
             s->agg, "error",
@@ -316,8 +405,12 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(s->k, s->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
     }
-    json_object_set_new(s->agg, "duration_ms",
-                        json_integer((json_int_t)(zclock_mono() - s->started)));
+    announce_artifacts(s);
+    int64_t took = zclock_mono() - s->started;
+    metrics_execution(s->command ? EXEC_COMMAND : EXEC_CODE, outcome_of(s, reply, err),
+                      (double)took / 1000.0);
+    if (s->status == 0)
+        json_object_set_new(s->agg, "duration_ms", json_integer((json_int_t)took));
     emit(s, json_pack("{s:s}", "type", "end_of_execution"));
     s->done = true;
     wake(s);
@@ -412,6 +505,60 @@ static char *env_code(json_t *env, bool restore)
     return code;
 }
 
+/* A shell command runs in the context's sandbox through its kernel: a
+ * runner started in a new session (so a timeout's interrupt kills the
+ * whole process group), reading at most limit bytes of each stream and
+ * draining the rest, reports {stdout, stderr, exit_code} on its stdout. */
+static char *command_code(const char *command, size_t limit)
+{
+    json_t *cmd = json_string(command);
+    char *lit = json_dumps(cmd, JSON_ENCODE_ANY);
+    json_decref(cmd);
+    char *code = xasprintf(
+        "def _sandgate_command(cmd, limit):\n"
+        "    import json, os, selectors, signal, subprocess, sys\n"
+        "    p = subprocess.Popen(['/bin/sh', '-c', cmd], stdin=subprocess.DEVNULL,\n"
+        "                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,\n"
+        "                         start_new_session=True)\n"
+        "    got = {p.stdout: bytearray(), p.stderr: bytearray()}\n"
+        "    over = set()\n"
+        "    try:\n"
+        "        sel = selectors.DefaultSelector()\n"
+        "        for f in got: sel.register(f, selectors.EVENT_READ)\n"
+        "        while sel.get_map():\n"
+        "            for key, _ in sel.select():\n"
+        "                chunk = os.read(key.fd, 65536)\n"
+        "                if not chunk:\n"
+        "                    sel.unregister(key.fileobj)\n"
+        "                    continue\n"
+        "                buf = got[key.fileobj]\n"
+        "                room = max(limit - len(buf), 0)\n"
+        "                buf += chunk[:room]\n"
+        "                if len(chunk) > room: over.add(key.fileobj)\n"
+        "        p.wait()\n"
+        "    except BaseException:\n"
+        "        try: os.killpg(p.pid, signal.SIGKILL)\n"
+        "        except OSError: pass\n"
+        "        p.wait()\n"
+        "        raise\n"
+        "    def text(f):\n"
+        "        t = got[f].decode('utf-8', 'replace')\n"
+        "        if f in over: t += '\\n[sandgate: output limit of %%d bytes reached; the rest "
+        "is dropped]\\n' %% limit\n"
+        "        return t\n"
+        "    rc = p.returncode if p.returncode >= 0 else 128 - p.returncode\n"
+        "    sys.stdout.write(json.dumps({'stdout': text(p.stdout), 'stderr': text(p.stderr),\n"
+        "                                 'exit_code': rc}))\n"
+        "    sys.stdout.flush()\n"
+        "try:\n"
+        "    _sandgate_command(%s, %zu)\n"
+        "finally:\n"
+        "    del _sandgate_command\n",
+        lit, limit);
+    free(lit);
+    return code;
+}
+
 static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const char *body,
                                size_t len, void **req_state)
 {
@@ -427,11 +574,8 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         !field(req, "timeout", JSON_REAL, &timeout, conn, &ret) ||
         !field(req, "command", JSON_STRING, &command, conn, &ret))
         goto out;
-    if (code == NULL) {
-        ret = command ? http_reply_errorf(conn, SG_E_INVALID,
-                                          "'command' executions are not supported yet; send "
-                                          "'code'")
-                      : http_reply_errorf(conn, SG_E_INVALID, "'code' is required");
+    if ((code == NULL) == (command == NULL)) {
+        ret = http_reply_errorf(conn, SG_E_INVALID, "give either 'code' or 'command'");
         goto out;
     }
     if (ctx && lang) {
@@ -467,6 +611,12 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
             goto out;
         }
     }
+    if (command && strcmp(kernel_spec(k)->language, "python") != 0) {
+        ret = http_reply_errorf(conn, SG_E_INVALID,
+                                "'command' needs a Python context (this one runs %s)",
+                                kernel_spec(k)->language);
+        goto out;
+    }
     if (kernel_pending(k) >= (size_t)self->cfg.max_queue) {
         ret = http_reply_errorf(conn, SG_E_CONFLICT,
                                 "context %s already has %d executions waiting; try again later",
@@ -481,11 +631,14 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     s->k = k;
     s->keepalive = -1;
     s->started = zclock_mono();
+    s->command = command != NULL;
+    s->before = files_snapshot(kernel_workspace(k), ARTIFACT_DIR);
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
-    s->json_mode = accept && strstr(accept, "application/json") && !strstr(accept, "ndjson");
+    s->json_mode =
+        s->command || (accept && strstr(accept, "application/json") && !strstr(accept, "ndjson"));
     if (s->json_mode) /* a stream's client gets each line as it comes: nothing to gather */
-        s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n}", "stdout", "", "stderr", "", "results",
-                           "error", "execution_count");
+        s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n, s:[]}", "stdout", "", "stderr", "",
+                           "results", "error", "execution_count", "artifacts");
     if (json_object_size(env) && strcmp(kernel_spec(k)->language, "python") == 0) {
         char *set = env_code(env, false);
         kernel_exec_opts_t o = {.silent = true};
@@ -493,9 +646,12 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         free(set);
         s->env_restore = env_code(env, true);
     }
-    kernel_exec_opts_t o = {.timeout_ms = (int)(t * 1000), .store_history = true};
-    s->exec_id = kernel_execute(k, json_string_value(code), &o,
-                                &(kernel_exec_cb_t){on_output, on_done, s}, &err);
+    kernel_exec_opts_t o = {
+        .timeout_ms = (int)(t * 1000), .store_history = !s->command, .silent = s->command};
+    char *run = s->command ? command_code(json_string_value(command), self->cfg.max_output)
+                           : xstrdup(json_string_value(code));
+    s->exec_id = kernel_execute(k, run, &o, &(kernel_exec_cb_t){on_output, on_done, s}, &err);
+    free(run);
     if (s->exec_id == 0) {
         ret = http_reply_error(conn, err);
         sg_error_free(&err);
@@ -519,6 +675,114 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
 out:
     json_decref(req);
     return ret;
+}
+
+/* "/{id}/rest..." of a /contexts URL: the id, and *action at the rest. */
+static bool split_context_url(const char *rest, char id[128], const char **action)
+{
+    const char *slash = strchr(rest + 1, '/');
+    size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    if (n == 0 || n >= 128)
+        return false;
+    memcpy(id, rest + 1, n);
+    id[n] = 0;
+    *action = slash ? slash : "";
+    return true;
+}
+
+static enum MHD_Result reply_status(struct MHD_Connection *conn, unsigned status)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_failed(struct MHD_Connection *conn, sg_error_t **err)
+{
+    enum MHD_Result ret = http_reply_error(conn, *err);
+    sg_error_free(err);
+    return ret;
+}
+
+/* GET and DELETE on a context's files (PUT arrives as a sink). */
+static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, const char *method,
+                                   kernel_t *k, const char *path)
+{
+    sg_error_t *err = NULL;
+    if (strcmp(method, "DELETE") == 0)
+        return files_remove(kernel_workspace(k), path, &err) < 0 ? reply_failed(conn, &err)
+                                                                 : reply_status(conn, 204);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return http_reply_json(conn, 405,
+                               json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
+                                         "use GET, PUT or DELETE on /contexts/ID/files/PATH"));
+    struct stat st;
+    int fd = files_open(kernel_workspace(k), path, &st, &err);
+    if (fd < 0)
+        return reply_failed(conn, &err);
+    if (S_ISDIR(st.st_mode)) {
+        json_t *list = files_list(fd, path, &err);
+        close(fd);
+        return list ? http_reply_json(conn, 200, list) : reply_failed(conn, &err);
+    }
+    metrics.downloads++;
+    metrics.download_bytes += (uint64_t)st.st_size;
+    struct MHD_Response *r = MHD_create_response_from_fd64((uint64_t)st.st_size, fd);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, files_mime(path));
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+struct api_sink {
+    files_upload_t *up;
+    sg_error_t *err; /* the first failure; the rest of the body is discarded */
+};
+
+api_sink_t *api_sink_open(api_t *self, const char *url)
+{
+    char id[128];
+    const char *action;
+    if (strncmp(url, "/contexts/", 10) != 0 || !split_context_url(url + 9, id, &action) ||
+        strncmp(action, "/files", 6) != 0 || (action[6] != 0 && action[6] != '/'))
+        return NULL;
+    api_sink_t *sink = xzalloc(sizeof *sink);
+    kernel_t *k = kmgr_get(self->kmgr, id);
+    if (!k)
+        sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
+    else
+        sink->up =
+            files_upload_begin(kernel_workspace(k), action + 6, self->cfg.max_upload, &sink->err);
+    return sink;
+}
+
+void api_sink_write(api_sink_t *sink, const char *data, size_t len)
+{
+    if (sink->up && files_upload_write(sink->up, data, len, &sink->err) < 0)
+        files_upload_abort(&sink->up);
+}
+
+enum MHD_Result api_sink_finish(api_t *self, struct MHD_Connection *conn, api_sink_t *sink)
+{
+    json_t *info = sink->up ? files_upload_commit(&sink->up, &sink->err) : NULL;
+    enum MHD_Result ret;
+    if (info) {
+        metrics.uploads++;
+        metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));
+        ret = http_reply_json(conn, 201, info);
+    } else {
+        ret = reply_failed(conn, &sink->err);
+    }
+    api_sink_abort(sink);
+    return ret;
+}
+
+void api_sink_abort(api_sink_t *sink)
+{
+    files_upload_abort(&sink->up);
+    sg_error_free(&sink->err);
+    free(sink);
 }
 
 static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const char *method,
@@ -551,16 +815,14 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     if (*rest != '/')
         return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);
     char id[128];
-    const char *slash = strchr(rest + 1, '/');
-    size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
-    if (n == 0 || n >= sizeof id)
+    const char *action;
+    if (!split_context_url(rest, id, &action))
         return http_reply_errorf(conn, SG_E_NOTFOUND, "no such context");
-    memcpy(id, rest + 1, n);
-    id[n] = 0;
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         return http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'", id);
-    const char *action = slash ? slash : "";
+    if (strncmp(action, "/files", 6) == 0 && (action[6] == 0 || action[6] == '/'))
+        return files_route(self, conn, method, k, action + 6);
     if (*action == 0 && strcmp(method, "GET") == 0)
         return http_reply_json(conn, 200, context_json(self, k));
     if (*action == 0 && strcmp(method, "DELETE") == 0) {
@@ -572,21 +834,12 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
         json_object_foreach_safe(self->defaults, tmp, lang,
                                  v) if (strcmp(json_string_value(v), id) == 0)
             json_object_del(self->defaults, lang);
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        ret = MHD_queue_response(conn, 204, r);
-        MHD_destroy_response(r);
-        return ret;
+        return reply_status(conn, 204);
     }
     if (strcmp(action, "/restart") == 0 && strcmp(method, "POST") == 0) {
-        if (kernel_restart(k, &err) < 0) {
-            ret = http_reply_error(conn, err);
-            sg_error_free(&err);
-            return ret;
-        }
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        ret = MHD_queue_response(conn, 204, r);
-        MHD_destroy_response(r);
-        return ret;
+        if (kernel_restart(k, &err) < 0)
+            return reply_failed(conn, &err);
+        return reply_status(conn, 204);
     }
     return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);
 }
@@ -618,10 +871,22 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
             MHD_suspend_connection(conn);
             return MHD_YES;
         }
-        return http_reply_json(conn, 200, json_incref(s->agg));
+        return http_reply_json(conn, s->status ? s->status : 200, json_incref(s->agg));
     }
     if (strcmp(url, "/health") == 0)
         return health(self, conn, method);
+    if (strcmp(url, "/metrics") == 0) {
+        if (strcmp(method, "GET") != 0)
+            return http_reply_errorf(conn, SG_E_INVALID, "use GET /metrics");
+        char *page = metrics_render(self->kmgr);
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                "text/plain; version=0.0.4; charset=utf-8");
+        enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (strcmp(url, "/execute") == 0) {
         if (strcmp(method, "POST") != 0)
             return http_reply_json(conn, 405,
@@ -643,6 +908,8 @@ void api_request_done(api_t *self, void *req_state, bool completed)
         log_info("api: client left during an execution on %s; interrupting it", kernel_id(s->k));
         kernel_forget(s->k, s->exec_id);
         kernel_interrupt(s->k, NULL);
+        metrics_execution(s->command ? EXEC_COMMAND : EXEC_CODE, OUTCOME_CANCELLED,
+                          (double)(zclock_mono() - s->started) / 1000.0);
         s->done = true;
         stream_unref(s); /* the kernel's reference: it will not call back */
     }

@@ -6,7 +6,10 @@
  *   GET    /contexts                workspace)
  *   DELETE /contexts/{id}
  *   POST   /contexts/{id}/restart
- *   GET    /health
+ *   GET    /contexts/{id}/files[/{path}]   a file, or a directory's listing
+ *   PUT    /contexts/{id}/files/{path}     upload (streamed to disk)
+ *   DELETE /contexts/{id}/files/{path}
+ *   GET    /health, GET /metrics
  *
  * See docs/api.md for the wire format and the errors.
  */
@@ -24,6 +27,7 @@ typedef struct {
     int max_timeout_s;     /* the most a request may ask for */
     size_t max_output;     /* output bytes kept per execution */
     int max_queue;         /* executions waiting per context */
+    size_t max_upload;     /* bytes per uploaded file */
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);
@@ -40,5 +44,15 @@ void api_set_waker(api_t *self, api_wake_fn *fn, void *arg);
 enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char *method,
                            const char *url, const char *body, size_t len, void **req_state);
 void api_request_done(api_t *self, void *req_state, bool completed);
+
+/* Request bodies the API takes as they arrive instead of in memory (file
+ * uploads).  api_sink_open() returns NULL when url is not such a route;
+ * errors found on the way are kept and answered by api_sink_finish(), which
+ * also frees the sink.  api_sink_abort() frees one whose request broke off. */
+typedef struct api_sink api_sink_t;
+api_sink_t *api_sink_open(api_t *self, const char *url);
+void api_sink_write(api_sink_t *sink, const char *data, size_t len);
+enum MHD_Result api_sink_finish(api_t *self, struct MHD_Connection *conn, api_sink_t *sink);
+void api_sink_abort(api_sink_t *sink);
 
 #endif

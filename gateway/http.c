@@ -8,6 +8,7 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/api.h"
+#include "gateway/metrics.h"
 
 struct http_server {
     struct MHD_Daemon *mhd;
@@ -27,6 +28,8 @@ typedef struct {
     size_t len;
     bool too_big;
     void *api_state;
+    api_sink_t *sink; /* a body the API takes as it arrives (uploads) */
+    int64_t started;
 } request_t;
 
 void http_config_defaults(http_config_t *cfg)
@@ -106,8 +109,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     http_server_t *self = cls;
     request_t *req = *req_cls;
     if (req == NULL) { /* headers only so far */
-        *req_cls = xzalloc(sizeof(request_t));
+        req = xzalloc(sizeof(request_t));
+        req->started = zclock_mono();
+        *req_cls = req;
+        if (strcmp(method, "PUT") == 0 && authorized(self, conn))
+            req->sink = api_sink_open(self->api, url);
         return MHD_YES;
+    }
+    if (*upload_size && req->sink) {
+        api_sink_write(req->sink, upload_data, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (req->sink) {
+        api_sink_t *sink = req->sink;
+        req->sink = NULL;
+        return api_sink_finish(self->api, conn, sink);
     }
     if (*upload_size) {
         if (!req->too_big && req->len + *upload_size <= self->cfg.max_body) {
@@ -123,13 +140,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     }
     if (req->api_state) /* a suspended request resumed */
         return api_handle(self->api, conn, method, url, "", 0, &req->api_state);
+    bool public_route = strcmp(url, "/health") == 0;
+    if (!public_route && !authorized(self, conn)) {
+        metrics.auth_failures++;
+        return http_reply_errorf(conn, SG_E_AUTH,
+                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+    }
     if (req->too_big)
         return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
                                  self->cfg.max_body);
-    bool public_route = strcmp(url, "/health") == 0;
-    if (!public_route && !authorized(self, conn))
-        return http_reply_errorf(conn, SG_E_AUTH,
-                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
     return api_handle(self->api, conn, method, url, req->body ? req->body : "", req->len,
                       &req->api_state);
 }
@@ -143,6 +162,13 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         return;
     if (req->api_state)
         api_request_done(self->api, req->api_state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (req->sink)
+        api_sink_abort(req->sink);
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+    if (info && info->http_status >= 100 && info->http_status < 600)
+        metrics.http_status[info->http_status]++;
+    histogram_observe(&metrics.http_seconds, (double)(zclock_mono() - req->started) / 1000.0);
     if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_debug("http: request ended early (code %d)", (int)code);
     free(req->body);

@@ -39,6 +39,8 @@ static const char usage[] =
     "      --max-body BYTES      request body limit (1048576)      [SANDGATE_MAX_BODY]\n"
     "      --max-output BYTES    output kept per execution         [SANDGATE_MAX_OUTPUT]\n"
     "                            (16777216; the rest is dropped with a marker)\n"
+    "      --max-upload BYTES    size of one uploaded file         [SANDGATE_MAX_UPLOAD]\n"
+    "                            (268435456)\n"
     "      --max-timeout SEC     the longest timeout a request may [SANDGATE_MAX_TIMEOUT]\n"
     "                            ask for (3600)\n"
     "      --max-connections N   HTTP connections (1024; per       [SANDGATE_MAX_CONNECTIONS]\n"
@@ -76,7 +78,8 @@ static const char usage[] =
     "the environment over the config file.\n"
     "\n"
     "Endpoints (docs/api.md): POST /execute; POST, GET /contexts;\n"
-    "  GET, DELETE /contexts/ID; POST /contexts/ID/restart; GET /health\n";
+    "  GET, DELETE /contexts/ID; POST /contexts/ID/restart;\n"
+    "  GET, PUT, DELETE /contexts/ID/files/PATH; GET /health; GET /metrics\n";
 
 enum {
     O_CONFIG = 'c',
@@ -103,6 +106,7 @@ enum {
     O_NO_AUTH = 400,
     O_MAX_BODY,
     O_MAX_OUTPUT,
+    O_MAX_UPLOAD,
     O_MAX_TIMEOUT,
     O_MAX_CONNS,
 };
@@ -116,6 +120,7 @@ static const struct option opts[] = {
     {"no-auth", no_argument, NULL, O_NO_AUTH},
     {"max-body", required_argument, NULL, O_MAX_BODY},
     {"max-output", required_argument, NULL, O_MAX_OUTPUT},
+    {"max-upload", required_argument, NULL, O_MAX_UPLOAD},
     {"max-timeout", required_argument, NULL, O_MAX_TIMEOUT},
     {"max-connections", required_argument, NULL, O_MAX_CONNS},
     {"sandbox", required_argument, NULL, O_SANDBOX},
@@ -209,6 +214,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         if (parse_uint(name, v, 1ull << 34, &n) < 0)
             return -1;
         s->api.max_output = n;
+        return 0;
+    case O_MAX_UPLOAD:
+        if (parse_uint(name, v, 1ull << 40, &n) < 0)
+            return -1;
+        s->api.max_upload = n;
         return 0;
     case O_MAX_TIMEOUT:
         if (parse_uint(name, v, 86400 * 7, &n) < 0 || n == 0)

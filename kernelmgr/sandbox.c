@@ -24,6 +24,7 @@
 struct sandbox_env {
     sandbox_config_t cfg;
     char *state_dir, *etc_dir, *rootfs_dir, *runsc_root, *init;
+    char *preload; /* sandgate-preload.so beside init; NULL: none */
     bool mask_debugpy;
 };
 
@@ -233,6 +234,20 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
                          self->init);
             goto fail;
         }
+        /* The host's glibc runs in the sandbox unless --rootfs says otherwise. */
+        char *dir = xstrdup(self->init);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        self->preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
+        free(dir);
+        if (cfg->rootfs || access(self->preload, R_OK) != 0) {
+            if (!cfg->rootfs)
+                log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes",
+                         self->preload);
+            free(self->preload);
+            self->preload = NULL;
+        }
     }
     return self;
 fail:
@@ -251,6 +266,7 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->rootfs_dir);
     free(self->runsc_root);
     free(self->init);
+    free(self->preload);
     free(self);
     *self_p = NULL;
 }
@@ -308,6 +324,14 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
     }
     if (chown(path, SANDBOX_UID, SANDBOX_GID) < 0)
         return sg_error_errno(err, errno, "chown %s", path);
+    /* Where executions leave artifacts (gateway/files.h).  *at() calls, as
+     * sandboxed code may have put a symlink there in an existing workspace. */
+    int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (mkdirat(dfd, "output", 0755) == 0)
+            (void)fchownat(dfd, "output", SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW);
+        close(dfd);
+    }
     return 0;
 }
 
@@ -343,6 +367,8 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "[s, s, s, s, s, s, s, s]", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",
         "USER=user", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
+    if (sb->env->preload)
+        json_array_append_new(env, json_string("LD_PRELOAD=/sandgate-preload.so"));
     const char *k;
     json_t *v;
     json_object_foreach (spec->env, k, v)
@@ -377,6 +403,9 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     }
     json_array_append_new(mounts, oci_mount("/sandgate-init", "bind", sb->env->init,
                                             json_pack("[s, s, s]", "bind", "ro", "nodev")));
+    if (sb->env->preload)
+        json_array_append_new(mounts, oci_mount("/sandgate-preload.so", "bind", sb->env->preload,
+                                                json_pack("[s, s, s]", "bind", "ro", "nodev")));
     json_array_append_new(mounts,
                           oci_mount("/home/user", "bind", sb->workspace,
                                     json_pack("[s, s, s, s]", "rbind", "rw", "nosuid", "nodev")));

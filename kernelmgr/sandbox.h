@@ -10,6 +10,8 @@
  * Inside the sandbox: / read-only, /usr and /etc read-only binds, the
  * workspace read-write at /home/user (the kernel's cwd), /conn read-write,
  * /sandgate-init (PID 1: reaps orphans, forwards signals to the kernel),
+ * /sandgate-preload.so (LD_PRELOAD; works around runsc's statx, see
+ * sandbox_preload.c; not with --rootfs),
  * /tmp a size-limited tmpfs; a dedicated uid (64123), no capabilities, noNewPrivileges,
  * network namespace with loopback only.
  */

@@ -1,0 +1,128 @@
+#include "gateway/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+
+metrics_t metrics;
+
+static const double bounds[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                               1,     2.5,  5,     10,   30,  60,   300};
+
+void histogram_observe(histogram_t *h, double seconds)
+{
+    h->count++;
+    h->sum += seconds;
+    for (int i = 0; i < METRICS_BUCKETS; i++)
+        if (seconds <= bounds[i]) {
+            h->counts[i]++;
+            break;
+        }
+}
+
+void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds)
+{
+    metrics.executions[kind][outcome]++;
+    histogram_observe(&metrics.exec_seconds[kind], seconds);
+}
+
+static void header(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void scalar(FILE *f, const char *name, const char *type, const char *help,
+                   unsigned long long value)
+{
+    header(f, name, type, help);
+    fprintf(f, "%s %llu\n", name, value);
+}
+
+/* labels: "" or 'kind="code",' (with the trailing comma). */
+static void histogram(FILE *f, const char *name, const char *labels, const histogram_t *h)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < METRICS_BUCKETS; i++) {
+        cum += h->counts[i];
+        fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, bounds[i],
+                (unsigned long long)cum);
+    }
+    fprintf(f, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->count);
+    size_t n = 0;
+    while (labels[n] && !(labels[n] == ',' && labels[n + 1] == 0))
+        n++;
+    fprintf(f, "%s_sum%s%.*s%s %.6f\n", name, n ? "{" : "", (int)n, labels, n ? "}" : "", h->sum);
+    fprintf(f, "%s_count%s%.*s%s %llu\n", name, n ? "{" : "", (int)n, labels, n ? "}" : "",
+            (unsigned long long)h->count);
+}
+
+char *metrics_render(const kmgr_t *kmgr)
+{
+    static const char *kinds[EXEC_KINDS] = {"code", "command"};
+    static const char *outcomes[OUTCOMES] = {"ok", "error", "timeout", "kernel_error", "cancelled"};
+    kmgr_stats_t st;
+    kmgr_stats(kmgr, &st);
+    char *page = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&page, &size);
+    if (!f)
+        abort();
+
+    header(f, "sandgate_info", "gauge", "sandgate's version.");
+    fprintf(f, "sandgate_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+    scalar(f, "sandgate_contexts", "gauge", "Live sessions (contexts, kernels).",
+           (unsigned long long)st.sessions);
+    header(f, "sandgate_kernels", "gauge", "Session kernels by state.");
+    fprintf(f,
+            "sandgate_kernels{state=\"starting\"} %zu\nsandgate_kernels{state=\"idle\"} %zu\n"
+            "sandgate_kernels{state=\"busy\"} %zu\nsandgate_kernels{state=\"dead\"} %zu\n",
+            st.starting, st.idle, st.busy, st.dead);
+    header(f, "sandgate_pool_kernels", "gauge", "Warm pool kernels by state.");
+    fprintf(f, "sandgate_pool_kernels{state=\"ready\"} %zu\n", st.pool_ready);
+    fprintf(f, "sandgate_pool_kernels{state=\"starting\"} %zu\n", st.pool_starting);
+
+    header(f, "sandgate_executions_total", "counter",
+           "Executions by kind (code, command) and outcome.");
+    for (int k = 0; k < EXEC_KINDS; k++)
+        for (int o = 0; o < OUTCOMES; o++)
+            fprintf(f, "sandgate_executions_total{kind=\"%s\",outcome=\"%s\"} %llu\n", kinds[k],
+                    outcomes[o], (unsigned long long)metrics.executions[k][o]);
+    header(f, "sandgate_execution_duration_seconds", "histogram",
+           "From the request to the end of the execution (queueing included).");
+    for (int k = 0; k < EXEC_KINDS; k++) {
+        char labels[32];
+        snprintf(labels, sizeof labels, "kind=\"%s\",", kinds[k]);
+        histogram(f, "sandgate_execution_duration_seconds", labels, &metrics.exec_seconds[k]);
+    }
+    const struct {
+        const char *name, *help;
+        uint64_t value;
+    } counters[] = {
+        {"sandgate_output_truncated_total", "Executions whose output passed --max-output.",
+         metrics.output_truncated},
+        {"sandgate_artifacts_total", "Files announced from output/.", metrics.artifacts},
+        {"sandgate_file_uploads_total", "Workspace files uploaded.", metrics.uploads},
+        {"sandgate_file_upload_bytes_total", "Bytes uploaded.", metrics.upload_bytes},
+        {"sandgate_file_downloads_total", "Workspace files downloaded.", metrics.downloads},
+        {"sandgate_file_download_bytes_total", "Bytes downloaded.", metrics.download_bytes},
+        {"sandgate_http_auth_failures_total", "Requests refused for a missing or wrong token.",
+         metrics.auth_failures},
+        {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
+        {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
+        {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        scalar(f, counters[i].name, "counter", counters[i].help,
+               (unsigned long long)counters[i].value);
+    header(f, "sandgate_http_responses_total", "counter", "HTTP responses by status code.");
+    for (int c = 100; c < 600; c++)
+        if (metrics.http_status[c])
+            fprintf(f, "sandgate_http_responses_total{code=\"%d\"} %llu\n", c,
+                    (unsigned long long)metrics.http_status[c]);
+    header(f, "sandgate_http_request_duration_seconds", "histogram",
+           "From a request's headers to the end of its response.");
+    histogram(f, "sandgate_http_request_duration_seconds", "", &metrics.http_seconds);
+    fclose(f);
+    return page;
+}

@@ -1,0 +1,53 @@
+/* metrics: sandgate's counters and latency histograms, served by GET
+ * /metrics in the Prometheus text exposition format (version 0.0.4).
+ *
+ * One process-wide instance: the daemon is single-threaded, so plain
+ * increments suffice.  Gauges (contexts, kernels by state, pool) are read
+ * from the kernel manager when the page is rendered.
+ */
+#ifndef SG_METRICS_H
+#define SG_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernelmgr/kmgr.h"
+
+#define METRICS_BUCKETS 14
+
+typedef struct {
+    uint64_t counts[METRICS_BUCKETS]; /* per bucket (not cumulative) */
+    uint64_t count;
+    double sum;
+} histogram_t;
+
+typedef enum { EXEC_CODE, EXEC_COMMAND, EXEC_KINDS } exec_kind_t;
+typedef enum {
+    OUTCOME_OK,        /* ran to the end without an exception */
+    OUTCOME_ERROR,     /* the code raised, or the command exited non-zero */
+    OUTCOME_TIMEOUT,   /* stopped by its timeout */
+    OUTCOME_KERNEL,    /* the kernel died or was restarted under it */
+    OUTCOME_CANCELLED, /* the client went away */
+    OUTCOMES
+} exec_outcome_t;
+
+typedef struct {
+    uint64_t http_status[600]; /* responses by status code */
+    histogram_t http_seconds;
+    uint64_t auth_failures;
+    uint64_t executions[EXEC_KINDS][OUTCOMES];
+    histogram_t exec_seconds[EXEC_KINDS];
+    uint64_t output_truncated;
+    uint64_t artifacts;
+    uint64_t uploads, upload_bytes, downloads, download_bytes;
+} metrics_t;
+
+extern metrics_t metrics;
+
+void histogram_observe(histogram_t *h, double seconds);
+void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds);
+
+/* The page (malloc'd, NUL-terminated). */
+char *metrics_render(const kmgr_t *kmgr);
+
+#endif
