@@ -39,7 +39,7 @@ void http_config_defaults(http_config_t *cfg)
                            .token = NULL,
                            .max_body = 1 << 20,
                            .max_conns = 1024,
-                           .max_conns_ip = 256,
+                           .max_conns_ip = 0,
                            .conn_timeout_s = 300};
 }
 
@@ -228,7 +228,8 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
         NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, completed, self, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_ip, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        cfg->max_conns_ip ? cfg->max_conns_ip : (cfg->max_conns + 3) / 4, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);

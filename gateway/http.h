@@ -24,7 +24,7 @@ typedef struct {
     const char *token;       /* NULL: no authentication (loopback only) */
     size_t max_body;         /* bytes */
     unsigned max_conns;      /* connections at once */
-    unsigned max_conns_ip;   /* per client address */
+    unsigned max_conns_ip;   /* per client address; 0: max_conns / 4 */
     unsigned conn_timeout_s; /* idle connection timeout */
 } http_config_t;
 

@@ -43,8 +43,11 @@ static const char usage[] =
     "                            (268435456)\n"
     "      --max-timeout SEC     the longest timeout a request may [SANDGATE_MAX_TIMEOUT]\n"
     "                            ask for (3600)\n"
-    "      --max-connections N   HTTP connections (1024; per       [SANDGATE_MAX_CONNECTIONS]\n"
-    "                            client address: N/4)\n"
+    "      --max-connections N   HTTP connections (1024)           [SANDGATE_MAX_CONNECTIONS]\n"
+    "      --max-connections-per-ip N                          [SANDGATE_MAX_CONNECTIONS_PER_IP]\n"
+    "                            from one client address (--max-connections / 4)\n"
+    "      --connection-timeout SEC  close connections idle    [SANDGATE_CONNECTION_TIMEOUT]\n"
+    "                            this long (300)\n"
     "  -s, --state-dir DIR       sessions, workspaces, sandboxes   [SANDGATE_STATE_DIR]\n"
     "                            (default /var/lib/sandgate)\n"
     "      --sandbox MODE        runsc (default) or none: plain    [SANDGATE_SANDBOX]\n"
@@ -109,6 +112,8 @@ enum {
     O_MAX_UPLOAD,
     O_MAX_TIMEOUT,
     O_MAX_CONNS,
+    O_MAX_CONNS_IP,
+    O_CONN_TIMEOUT,
 };
 
 static const char shortopts[] = "c:l:s:t:hV";
@@ -123,6 +128,8 @@ static const struct option opts[] = {
     {"max-upload", required_argument, NULL, O_MAX_UPLOAD},
     {"max-timeout", required_argument, NULL, O_MAX_TIMEOUT},
     {"max-connections", required_argument, NULL, O_MAX_CONNS},
+    {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
+    {"connection-timeout", required_argument, NULL, O_CONN_TIMEOUT},
     {"sandbox", required_argument, NULL, O_SANDBOX},
     {"platform", required_argument, NULL, O_PLATFORM},
     {"rootfs", required_argument, NULL, O_ROOTFS},
@@ -229,7 +236,16 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         if (parse_uint(name, v, 1 << 20, &n) < 0 || n == 0)
             return n == 0 ? bad(name, v, "a positive integer") : -1;
         s->http.max_conns = (unsigned)n;
-        s->http.max_conns_ip = (unsigned)(n / 4 ? n / 4 : 1);
+        return 0;
+    case O_MAX_CONNS_IP:
+        if (parse_uint(name, v, 1 << 20, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive integer") : -1;
+        s->http.max_conns_ip = (unsigned)n;
+        return 0;
+    case O_CONN_TIMEOUT:
+        if (parse_uint(name, v, 86400, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
+        s->http.conn_timeout_s = (unsigned)n;
         return 0;
     case O_STATE: s->k.state_dir = v; return 0;
     case O_SANDBOX:

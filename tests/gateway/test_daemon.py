@@ -223,4 +223,30 @@ ok(rc == 2 and f"{cfg}/missing.conf: No such file or directory" in err,
 rc, err = refused(["--listen", "127.0.0.1:0"], {"SANDGATE_CONFIG": cfg + "/missing.conf"})
 ok(rc == 2 and f"{cfg}/missing.conf" in err, "a missing SANDGATE_CONFIG file is an error", err)
 shutil.rmtree(cfg, ignore_errors=True)
+
+# Connection limits: per client address, and idle connections closed.
+d = Daemon("--sandbox", "none", "--pool-size", "0", "--max-connections-per-ip", "2",
+           "--connection-timeout", "2")
+try:
+    port = int(d.url.rsplit(":", 1)[1])
+
+    def closed_within(sock, seconds):
+        sock.settimeout(seconds)
+        try:
+            return sock.recv(1) == b""
+        except (socket.timeout, ConnectionResetError):
+            return False
+
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    third = socket.create_connection(("127.0.0.1", port))
+    ok(closed_within(third, 2), "a third connection from one address is closed at once "
+                                "(--max-connections-per-ip 2)")
+    ok(not closed_within(held[0], 0.5), "the first two stay open")
+    ok(closed_within(held[0], 5) and closed_within(held[1], 1),
+       "idle connections are closed after --connection-timeout 2")
+    ok(d.json("GET", "/health")[0] == 200, "and the daemon serves the next client")
+    for c in held + [third]:
+        c.close()
+finally:
+    d.stop()
 done()
