@@ -3,7 +3,7 @@
 direct ZeroMQ client (jupyter_client) to the same sandboxed kernel, and first
 result for a new context with and without the warm pool.
 
-usage: bench/rest.py [--runs N] [--new-runs M]   (needs a build in build/)
+usage: bench/rest.py [--runs N] [--new-runs M] [--preload-runs K]   (needs a build in build/)
 Prints a Markdown table of medians (min..max) and the ratios.
 """
 import argparse
@@ -19,6 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "tests", "gateway")]
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 from sgd import Daemon, TOKEN  # noqa: E402
+
+PRELOAD = "import pandas, matplotlib.pyplot"
 from jupyter_client import BlockingKernelClient  # noqa: E402
 
 
@@ -58,6 +60,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--new-runs", type=int, default=200)
+    ap.add_argument("--preload-runs", type=int, default=0)
     a = ap.parse_args()
 
     d = Daemon("--pool-size", "1", "--max-kernels", "8")
@@ -100,41 +103,55 @@ def main():
     # New context to first result, with and without the pool, interleaved so
     # that both see the same machine; each waits until the pooled daemon has
     # refilled, so no pool start runs behind a measurement but its own.
+    # With --preload-runs, a third daemon's pool imports pandas and
+    # matplotlib before a kernel is claimable; the pooled daemon's first
+    # execution of the same imports is its counterpart.
     pooled = Daemon("--pool-size", "1", "--max-kernels", "8")
     cold_d = Daemon("--pool-size", "0", "--max-kernels", "8")
+    preload_d = Daemon("--pool-size", "1", "--max-kernels", "8", "--preload", PRELOAD) \
+        if a.preload_runs else None
     try:
-        def pool_ready():
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                st, h = pooled.json("GET", "/health")
+        def pool_ready(daemon):
+            deadline = time.time() + 180
+            while daemon and time.time() < deadline:
+                st, h = daemon.json("GET", "/health")
                 if h["kernels"]["pool_ready"] >= 1 and h["kernels"]["pool_starting"] == 0:
                     return
                 time.sleep(0.1)
 
-        def new_context(daemon):
+        def new_context(daemon, code="1+1"):
+            pool_ready(pooled)
+            pool_ready(preload_d)
             cl = Client(daemon.url)
             t0 = time.perf_counter()
             st, data = cl.post("/contexts", {})
             cid = json.loads(data)["id"]
-            cl.post("/execute", {"code": "1+1", "context_id": cid}, "application/json")
+            cl.post("/execute", {"code": code, "context_id": cid}, "application/json")
             took = (time.perf_counter() - t0) * 1000
             daemon.json("DELETE", "/contexts/" + cid)
             return took
 
-        warm_t, cold_t = [], []
-        for i in range(a.new_runs):
-            pool_ready()
-            warm_t.append(new_context(pooled))
-            pool_ready()
-            cold_t.append(new_context(cold_d))
+        warm_t, cold_t, imp_t, pre_t = [], [], [], []
+        for i in range(max(a.new_runs, a.preload_runs)):
+            if i < a.new_runs:
+                warm_t.append(new_context(pooled))
+                cold_t.append(new_context(cold_d))
+            if i < a.preload_runs:
+                imp_t.append(new_context(pooled, PRELOAD + "; 1+1"))
+                pre_t.append(new_context(preload_d, PRELOAD + "; 1+1"))
             if (i + 1) % 20 == 0:
-                print(f"  ({i + 1}/{a.new_runs} new-context pairs)", file=sys.stderr, flush=True)
+                print(f"  ({i + 1} new-context rounds)", file=sys.stderr, flush=True)
         warm, cold = stats(warm_t), stats(cold_t)
         row("new context to first result, warm pool", warm)
         row("new context to first result, no pool (cold)", cold)
+        if a.preload_runs:
+            row("same, first result of pandas+matplotlib, pool", stats(imp_t))
+            row("same, pool with them preloaded (--preload)", stats(pre_t))
     finally:
         pooled.stop()
         cold_d.stop()
+        if preload_d:
+            preload_d.stop()
     print(f"\nratios: JSON / direct {js[0] / floor[0]:.2f}x, NDJSON / direct "
           f"{nd[0] / floor[0]:.2f}x, warm pool / cold {warm[0] / cold[0]:.3f}")
 
