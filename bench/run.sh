@@ -31,7 +31,7 @@ if [ $quick = 1 ]; then
     peers=(--quick); levels=1,8; duration=5; stream=(--runs 1); none_levels=1,8
     out=bench/results/$date-quick.md
 else
-    kernel=(-n 20 -e 200); rest=(--runs 200 --new-runs 50 --preload-runs 20)
+    kernel=(-n 20 -e 200); rest=(--runs 200 --new-runs 30 --preload-runs 15)
     peers=(); levels=1,8,32,64; duration=20; stream=(--runs 5); none_levels=1,8,32,64
 fi
 
