@@ -85,6 +85,7 @@ def main():
     d = Daemon("--sandbox", a.sandbox, "--pool-size", "0", "--max-kernels", str(top + 8),
                "--idle-timeout", "0")
     pid = d.proc.pid
+    contexts = []
     try:
         time.sleep(1)
         mem0, rss0 = mem_available(), proc_status(pid, "VmRSS")
@@ -133,6 +134,8 @@ def main():
         if a.profile:
             profile(d, pid, contexts[:min(8, top)], a.duration, a.profile)
     finally:
+        for c in contexts:  # sessions outlive the daemon by design
+            d.json("DELETE", "/contexts/" + c)
         d.stop()
 
 

@@ -169,6 +169,8 @@ def main():
                       f"{max(peaks) / 2**20:.1f} |", flush=True)
         kc.stop_channels()
     finally:
+        for c in d.json("GET", "/contexts")[1] or []:  # sessions outlive the daemon by design
+            d.json("DELETE", "/contexts/" + c["id"])
         d.stop()
 
 

@@ -157,7 +157,8 @@ static int by_key(const void *a, const void *b, void *key)
 /* items[0..n) (stolen, and freed) as an array sorted by their string key. */
 static json_t *sorted_array(json_t **items, size_t n, const char *key)
 {
-    qsort_r(items, n, sizeof *items, by_key, (void *)key);
+    if (n > 1)
+        qsort_r(items, n, sizeof *items, by_key, (void *)key);
     json_t *list = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(list, items[i]);

@@ -368,7 +368,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "USER=user", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
     if (sb->env->preload)
-        json_array_append_new(env, json_string("LD_PRELOAD=/sandgate-preload.so"));
+        json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
     const char *k;
     json_t *v;
     json_object_foreach (spec->env, k, v)

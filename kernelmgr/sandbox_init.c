@@ -9,9 +9,13 @@
  * (runsc kill ID INT becomes the kernel's KeyboardInterrupt), reaps whatever
  * exits, and when the kernel ends, kills what is left of its group and exits
  * with the kernel's status (128 + signal number when it was killed).
+ *
+ * SANDGATE_PRELOAD becomes the kernel's LD_PRELOAD (not init's own: a
+ * sanitizer build of init must have its runtime first).
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +36,10 @@ int main(int argc, char **argv)
     if (child == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         setpgid(0, 0);
+        const char *preload = getenv("SANDGATE_PRELOAD");
+        if (preload && *preload)
+            setenv("LD_PRELOAD", preload, 1);
+        unsetenv("SANDGATE_PRELOAD");
         execv(argv[1], argv + 1);
         perror("sandgate-init: exec");
         _exit(127);
