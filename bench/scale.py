@@ -60,7 +60,9 @@ def run_wrk(url, contexts, duration):
            "--timeout", "60s", "-s", os.path.join(HERE, "execute.lua"), url, "--", TOKEN,
            *contexts]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    lat = dict(re.findall(r"^\s*(50|99)%\s+([\d.]+[a-z]+)", out, re.M))
+    if "99" not in lat:
+        raise RuntimeError("unexpected wrk output:\n" + out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock = re.search(r"Socket errors: (.*)$", out, re.M)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
