@@ -29,7 +29,7 @@ py=/usr/bin/python3
 if [ $quick = 1 ]; then
     kernel=(-n 3 -e 30); rest=(--runs 30 --new-runs 3 --preload-runs 2)
     peers=(--quick); levels=1,8; duration=5; stream=(--runs 1); none_levels=1,8
-    out=bench/results/$date-quick.md
+    out=bench/results/$date-quick.md; date=$date-quick
 else
     kernel=(-n 20 -e 200); rest=(--runs 200 --new-runs 30 --preload-runs 15)
     peers=(); levels=1,8,32,64; duration=20; stream=(--runs 5); none_levels=1,8,32,64
@@ -37,7 +37,7 @@ fi
 
 section() { printf '\n## %s\n\n' "$1" >>"$out"; echo "bench: $1" >&2; }
 {
-    echo "# sandgate benchmarks — $date$([ $quick = 1 ] && echo ' (quick)')"
+    echo "# sandgate benchmarks — $date"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
          "$(uname -sr), $(. /etc/os-release && echo "$PRETTY_NAME")."
