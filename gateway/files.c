@@ -382,21 +382,16 @@ json_t *files_upload_commit(files_upload_t **u_p, sg_error_t **err)
 {
     files_upload_t *u = *u_p;
     json_t *info = NULL;
-    if (close(u->fd) < 0)
+    int closed = close(u->fd);
+    u->fd = -1;
+    if (closed < 0)
         write_error(u, errno, err);
     else if (renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0)
         sg_error_set(err, errno == EISDIR ? SG_E_CONFLICT : SG_E_IO, "cannot store '%s': %s",
                      u->path, strerror(errno));
     else
         info = json_pack("{s:s, s:I}", "path", u->path, "size", (json_int_t)u->size);
-    u->fd = -1;
-    if (!info)
-        unlinkat(u->dirfd, u->tmp, 0);
-    close(u->dirfd);
-    free(u->name);
-    free(u->path);
-    free(u);
-    *u_p = NULL;
+    files_upload_abort(u_p); /* removes the temporary file if it is still there */
     return info;
 }
 
