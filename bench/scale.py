@@ -48,6 +48,18 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
+def machine_busy(seconds):
+    """The machine's CPU busy in a window, in cores (from /proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return (1 - (i1 - i0) / max(1, t1 - t0)) * os.cpu_count()
+
+
 def ms(text):
     """wrk's durations ("812.00us", "12.5ms", "1.2s") in milliseconds."""
     m = re.match(r"([\d.]+)(us|ms|s|m)", text)
@@ -107,6 +119,7 @@ def main():
         mem1, rss1 = mem_available(), proc_status(pid, "VmRSS")
         per_session = (mem0 - mem1) / top
         own = (rss1 - rss0) / top
+        idle_cores = machine_busy(10)
 
         print(f"sandgate scaling benchmark — {time.strftime('%Y-%m-%d')}, "
               f"{os.cpu_count()} cores, sandbox {a.sandbox}; wrk closed loop, "
@@ -116,7 +129,8 @@ def main():
               f"{per_session / 2**20:.1f} MiB each of machine memory (MemAvailable), "
               f"{own / 1024:.1f} KiB each in sandgate's RSS; at that rate the "
               f"{mem0 / 2**30:.1f} GiB available hold ~{int(mem0 / per_session)} idle "
-              f"sessions\n")
+              f"sessions. While they idle, the machine's CPU is {idle_cores:.2f} cores busy "
+              f"(/proc/stat over 10 s; every level below runs with all {top} alive)\n")
         print("| sessions | executes/s | p50 ms | p99 ms | errors | sandgate CPU (% of a core) "
               "| sandgate RSS MiB |")
         print("|---|---|---|---|---|---|---|")

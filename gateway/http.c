@@ -8,6 +8,7 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/api.h"
+#include "gateway/jupyter.h"
 #include "gateway/metrics.h"
 
 struct http_server {
@@ -19,6 +20,7 @@ struct http_server {
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
     api_t *api;
+    jupyter_t *jupyter;
     int kick_timer; /* pending "run libmicrohttpd now"; -1 if none */
 };
 
@@ -28,6 +30,7 @@ typedef struct {
     size_t len;
     bool too_big;
     void *api_state;
+    bool jupyter; /* api_state belongs to the Jupyter API */
     api_sink_t *sink; /* a body the API takes as it arrives (uploads) */
     int64_t started;
 } request_t;
@@ -78,8 +81,9 @@ enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind
     return r;
 }
 
-/* The token may come as "Authorization: Bearer T" or "token T", or in the
- * headers the E2B SDK sends. */
+/* The token may come as "Authorization: Bearer T" or "token T", in the
+ * headers the E2B SDK sends, or as ?token=T (browsers cannot set headers on
+ * a WebSocket; Jupyter clients send it so). */
 static bool authorized(http_server_t *self, struct MHD_Connection *conn)
 {
     if (self->cfg.token == NULL)
@@ -94,6 +98,8 @@ static bool authorized(http_server_t *self, struct MHD_Connection *conn)
         given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
     if (!given)
         given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
+    if (!given)
+        given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
     if (!given)
         return false;
     /* Hash first: the comparison then takes the same time whatever the length. */
@@ -138,7 +144,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    if (req->api_state) /* a suspended request resumed */
+    if (req->api_state && req->jupyter) /* a suspended request resumed */
+        return jupyter_handle(self->jupyter, conn, method, url, "", 0, &req->api_state);
+    if (req->api_state)
         return api_handle(self->api, conn, method, url, "", 0, &req->api_state);
     bool public_route = strcmp(url, "/health") == 0;
     if (!public_route && !authorized(self, conn)) {
@@ -149,6 +157,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req->too_big)
         return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
                                  self->cfg.max_body);
+    if (self->jupyter && jupyter_route(url)) {
+        req->jupyter = true;
+        return jupyter_handle(self->jupyter, conn, method, url, req->body ? req->body : "",
+                              req->len, &req->api_state);
+    }
     return api_handle(self->api, conn, method, url, req->body ? req->body : "", req->len,
                       &req->api_state);
 }
@@ -160,7 +173,9 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     request_t *req = *req_cls;
     if (req == NULL)
         return;
-    if (req->api_state)
+    if (req->api_state && req->jupyter)
+        jupyter_request_done(self->jupyter, req->api_state);
+    else if (req->api_state)
         api_request_done(self->api, req->api_state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (req->sink)
         api_sink_abort(req->sink);
@@ -224,7 +239,7 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
     self->mhd = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, (uint16_t)cfg->port, NULL,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, (uint16_t)cfg->port, NULL,
         NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, completed, self, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
@@ -253,8 +268,7 @@ static int on_kick(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-/* Runs libmicrohttpd on the next loop pass (after a connection resumed). */
-static void kick(void *arg)
+void http_server_wake(void *arg)
 {
     http_server_t *self = arg;
     if (self->kick_timer < 0)
@@ -264,7 +278,12 @@ static void kick(void *arg)
 void http_server_set_api(http_server_t *self, api_t *api)
 {
     self->api = api;
-    api_set_waker(api, kick, self);
+    api_set_waker(api, http_server_wake, self);
+}
+
+void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter)
+{
+    self->jupyter = jupyter;
 }
 
 void http_server_destroy(http_server_t **self_p)

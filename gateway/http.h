@@ -41,6 +41,14 @@ void http_server_destroy(http_server_t **self_p);
 struct api;
 void http_server_set_api(http_server_t *self, struct api *api);
 
+/* The Jupyter Server API (jupyter.h), served under /api and /kernelspecs. */
+struct jupyter;
+void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter);
+
+/* Runs libmicrohttpd on the next loop pass: after a suspended connection is
+ * resumed or an upgraded one handed back.  arg is the http_server_t. */
+void http_server_wake(void *arg);
+
 /* The port actually bound (useful when port 0 was asked for). */
 int http_server_port(const http_server_t *self);
 

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "gateway/api.h"
 #include "gateway/http.h"
+#include "gateway/jupyter.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/proc.h"
 
@@ -41,6 +42,8 @@ static const char usage[] =
     "                            (16777216; the rest is dropped with a marker)\n"
     "      --max-upload BYTES    size of one uploaded file         [SANDGATE_MAX_UPLOAD]\n"
     "                            (268435456)\n"
+    "      --max-ws-message BYTES  one WebSocket message from a  [SANDGATE_MAX_WS_MESSAGE]\n"
+    "                            frontend (16777216)\n"
     "      --max-timeout SEC     the longest timeout a request may [SANDGATE_MAX_TIMEOUT]\n"
     "                            ask for (3600)\n"
     "      --max-connections N   HTTP connections (1024)           [SANDGATE_MAX_CONNECTIONS]\n"
@@ -82,7 +85,9 @@ static const char usage[] =
     "\n"
     "Endpoints (docs/api.md): POST /execute; POST, GET /contexts;\n"
     "  GET, DELETE /contexts/ID; POST /contexts/ID/restart;\n"
-    "  GET, PUT, DELETE /contexts/ID/files/PATH; GET /health; GET /metrics\n";
+    "  GET, PUT, DELETE /contexts/ID/files/PATH; GET /health; GET /metrics\n"
+    "Jupyter Server API (docs/jupyter.md): /api/kernelspecs, /api/kernels,\n"
+    "  /api/sessions, WebSocket /api/kernels/ID/channels\n";
 
 enum {
     O_CONFIG = 'c',
@@ -114,6 +119,7 @@ enum {
     O_MAX_CONNS,
     O_MAX_CONNS_IP,
     O_CONN_TIMEOUT,
+    O_MAX_WS_MESSAGE,
 };
 
 static const char shortopts[] = "c:l:s:t:hV";
@@ -126,6 +132,7 @@ static const struct option opts[] = {
     {"max-body", required_argument, NULL, O_MAX_BODY},
     {"max-output", required_argument, NULL, O_MAX_OUTPUT},
     {"max-upload", required_argument, NULL, O_MAX_UPLOAD},
+    {"max-ws-message", required_argument, NULL, O_MAX_WS_MESSAGE},
     {"max-timeout", required_argument, NULL, O_MAX_TIMEOUT},
     {"max-connections", required_argument, NULL, O_MAX_CONNS},
     {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
@@ -156,6 +163,7 @@ typedef struct {
     bool no_auth;
     http_config_t http;
     api_config_t api;
+    channels_config_t channels;
     kmgr_config_t k;
     char *config_text; /* the config file's text; values point into it */
 } settings_t;
@@ -226,6 +234,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         if (parse_uint(name, v, 1ull << 40, &n) < 0)
             return -1;
         s->api.max_upload = n;
+        return 0;
+    case O_MAX_WS_MESSAGE:
+        if (parse_uint(name, v, 1ull << 32, &n) < 0 || n < 1024)
+            return n < 1024 ? bad(name, v, "at least 1024 bytes") : -1;
+        s->channels.max_message = n;
         return 0;
     case O_MAX_TIMEOUT:
         if (parse_uint(name, v, 86400 * 7, &n) < 0 || n == 0)
@@ -422,6 +435,7 @@ static int parse(settings_t *s, int argc, char **argv)
     s->no_auth = false;
     http_config_defaults(&s->http);
     api_config_defaults(&s->api);
+    channels_config_defaults(&s->channels);
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->config_text = NULL;
@@ -524,6 +538,7 @@ int main(int argc, char **argv)
     kmgr_t *kmgr = NULL;
     http_server_t *http = NULL;
     api_t *api = NULL;
+    jupyter_t *jupyter = NULL;
     rc = 1;
     if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
         !(http = http_server_new(loop, &s.http, &err))) {
@@ -533,6 +548,8 @@ int main(int argc, char **argv)
     }
     api = api_new(loop, kmgr, &s.api);
     http_server_set_api(http, api);
+    jupyter = jupyter_new(loop, kmgr, &s.channels, http_server_wake, http);
+    http_server_set_jupyter(http, jupyter);
     log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
              s.host, http_server_port(http), s.k.state_dir,
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
@@ -548,6 +565,7 @@ int main(int argc, char **argv)
     log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
     rc = 0;
 out:
+    jupyter_destroy(&jupyter);
     http_server_destroy(&http);
     api_destroy(&api);
     kmgr_destroy(&kmgr, false);

@@ -111,10 +111,16 @@ char *metrics_render(const kmgr_t *kmgr)
         {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
         {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
         {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},
+        {"sandgate_websocket_connections_total", "Kernel channel WebSockets accepted.",
+         metrics.ws_accepted},
+        {"sandgate_websocket_protocol_errors_total",
+         "Kernel channel WebSockets closed for a framing error.", metrics.ws_protocol_errors},
     };
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
         scalar(f, counters[i].name, "counter", counters[i].help,
                (unsigned long long)counters[i].value);
+    scalar(f, "sandgate_websocket_connections", "gauge", "Kernel channel WebSockets open now.",
+           (unsigned long long)metrics.ws_connections);
     header(f, "sandgate_http_responses_total", "counter", "HTTP responses by status code.");
     for (int c = 100; c < 600; c++)
         if (metrics.http_status[c])

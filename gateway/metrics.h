@@ -40,6 +40,8 @@ typedef struct {
     uint64_t output_truncated;
     uint64_t artifacts;
     uint64_t uploads, upload_bytes, downloads, download_bytes;
+    uint64_t ws_connections; /* kernel channel WebSockets open now */
+    uint64_t ws_accepted, ws_protocol_errors;
 } metrics_t;
 
 extern metrics_t metrics;

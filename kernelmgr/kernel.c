@@ -40,6 +40,9 @@ struct kernel {
     kernel_opts_t opts;
     kernel_event_fn *ev;
     void *ev_arg;
+    kernel_tap_t tap;
+    int connections;
+    char published[16]; /* the last iopub execution_state */
 
     kernel_state_t state;
     bool freed; /* handle released; waiting for the deferred free */
@@ -90,6 +93,8 @@ static void end_timer(kernel_t *k, int *timer)
 
 static void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
 {
+    if (k->tap.on_event)
+        k->tap.on_event(k, ev, err, k->tap.arg);
     if (k->ev)
         k->ev(k, ev, err, k->ev_arg);
 }
@@ -379,10 +384,17 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
             become_ready(k);
         return;
     }
+    const char *type = jmsg_type(m);
+    if (strcmp(type, "status") == 0) {
+        const char *st = jmsg_content_str(m, "execution_state");
+        if (st && strlen(st) < sizeof k->published)
+            strcpy(k->published, st);
+    }
+    if (k->tap.on_message)
+        k->tap.on_message(k, JCHAN_IOPUB, m, k->tap.arg);
     exec_t *e = k->queue;
     if (e == NULL || !e->msg_id[0] || strcmp(jmsg_parent_id(m), e->msg_id) != 0)
         return;
-    const char *type = jmsg_type(m);
     if (strcmp(type, "status") == 0) {
         const char *st = jmsg_content_str(m, "execution_state");
         if (st && strcmp(st, "idle") == 0) {
@@ -393,6 +405,17 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
     }
     if (e->cb.on_output)
         e->cb.on_output(m, e->cb.arg);
+}
+
+/* Whether m answers a request sandgate itself sent (its executions, and the
+ * kernel_info / interrupt / shutdown requests of its own session). */
+static bool own_request(const kernel_t *k, const jmsg_t *m)
+{
+    for (const exec_t *e = k->queue; e; e = e->next)
+        if (e->msg_id[0] && strcmp(jmsg_parent_id(m), e->msg_id) == 0)
+            return true;
+    const char *session = json_string_value(json_object_get(jmsg_parent(m), "session"));
+    return session && k->client && strcmp(session, jsession_id(jclient_session(k->client))) == 0;
 }
 
 static void on_shell(kernel_t *k, jmsg_t *m)
@@ -411,13 +434,20 @@ static void on_shell(kernel_t *k, jmsg_t *m)
         json_decref(e->reply);
         e->reply = json_incref(jmsg_content(m));
         maybe_finish(k);
+        return;
     }
+    if (k->tap.on_message && !own_request(k, m))
+        k->tap.on_message(k, JCHAN_SHELL, m, k->tap.arg);
 }
 
 static void on_stdin(kernel_t *k, jmsg_t *m)
 {
     if (strcmp(jmsg_type(m), "input_request") != 0)
         return;
+    if (k->tap.on_message && !own_request(k, m)) {
+        k->tap.on_message(k, JCHAN_STDIN, m, k->tap.arg);
+        return;
+    }
     /* No caller here can type: answer EOF, which ipykernel raises as EOFError. */
     jmsg_t *reply = jsession_msg(jclient_session(k->client), "input_reply",
                                  json_pack("{s:s}", "value", "\x04"));
@@ -457,7 +487,10 @@ static int on_socket(zloop_t *loop, zsock_t *sock, void *arg)
     case JCHAN_IOPUB: on_iopub(k, m); break;
     case JCHAN_SHELL: on_shell(k, m); break;
     case JCHAN_STDIN: on_stdin(k, m); break;
-    default: break; /* control replies (interrupt, shutdown) need no action */
+    default: /* control: sandgate's own replies (interrupt, shutdown) need no action */
+        if (k->tap.on_message && !own_request(k, m))
+            k->tap.on_message(k, chan, m, k->tap.arg);
+        break;
     }
     jmsg_destroy(&m);
     return 0;
@@ -762,6 +795,7 @@ int kernel_restart(kernel_t *k, sg_error_t **err)
     k->queue = unsent;
     sg_error_free(&why);
     k->execution_count = 0;
+    k->published[0] = 0;
     if (launch(k, err) < 0) {
         die_msg(k, SG_E_UNAVAILABLE, "restart failed: %s", *err ? (*err)->msg : "?");
         return -1;
@@ -783,6 +817,9 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
         jclient_send(k->client, JCHAN_CONTROL, req, NULL);
         jmsg_destroy(&req);
     }
+    if (k->tap.on_event)
+        k->tap.on_event(k, KERNEL_EV_GONE, NULL, k->tap.arg);
+    k->tap = (kernel_tap_t){0};
     k->freed = true;
     k->ev = NULL;
     disconnect(k);
@@ -804,6 +841,9 @@ void kernel_detach(kernel_t **k_p)
         return;
     kernel_t *k = *k_p;
     *k_p = NULL;
+    if (k->tap.on_event)
+        k->tap.on_event(k, KERNEL_EV_GONE, NULL, k->tap.arg);
+    k->tap = (kernel_tap_t){0};
     k->freed = true;
     k->ev = NULL;
     disconnect(k);
@@ -867,4 +907,40 @@ void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg)
 {
     k->ev = ev;
     k->ev_arg = ev_arg;
+}
+
+void kernel_set_tap(kernel_t *k, const kernel_tap_t *tap)
+{
+    k->tap = tap ? *tap : (kernel_tap_t){0};
+}
+
+int kernel_send(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
+{
+    if (chan != JCHAN_SHELL && chan != JCHAN_CONTROL && chan != JCHAN_STDIN)
+        return sg_error_set(err, SG_E_INVALID, "messages cannot be sent on %s", jchan_name(chan));
+    if (k->client == NULL || (k->state != KERNEL_IDLE && k->state != KERNEL_BUSY))
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s", k->id,
+                            kernel_state_name(k->state));
+    k->last_activity = zclock_mono();
+    return jclient_send(k->client, chan, msg, err);
+}
+
+const char *kernel_execution_state(const kernel_t *k)
+{
+    if (k->state == KERNEL_STARTING || k->state == KERNEL_DEAD)
+        return kernel_state_name(k->state);
+    return k->published[0] ? k->published : "idle";
+}
+
+void kernel_add_connections(kernel_t *k, int delta)
+{
+    k->connections += delta;
+    if (k->connections < 0)
+        k->connections = 0;
+    k->last_activity = zclock_mono();
+}
+
+int kernel_connections(const kernel_t *k)
+{
+    return k->connections;
 }

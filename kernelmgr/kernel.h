@@ -16,6 +16,7 @@
 
 #include "kernelmgr/kspec.h"
 #include "kernelmgr/sandbox.h"
+#include "proto/jconn.h"
 #include "proto/jmsg.h"
 
 typedef enum { KERNEL_STARTING, KERNEL_IDLE, KERNEL_BUSY, KERNEL_DEAD } kernel_state_t;
@@ -24,7 +25,7 @@ typedef struct kernel kernel_t;
 
 /* Lifecycle events: the kernel became ready (err NULL), died or failed to
  * start (err says why, with the kernel's stderr tail), or was restarted. */
-typedef enum { KERNEL_EV_READY, KERNEL_EV_DEAD, KERNEL_EV_RESTARTED } kernel_event_t;
+typedef enum { KERNEL_EV_READY, KERNEL_EV_DEAD, KERNEL_EV_RESTARTED, KERNEL_EV_GONE } kernel_event_t;
 typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 
 typedef struct {
@@ -96,5 +97,33 @@ int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
 int kernel_execution_count(const kernel_t *k);
 size_t kernel_pending(const kernel_t *k); /* queued + running executions */
 void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg);
+
+/* --- raw channels: frontends that speak the Jupyter protocol themselves ---------- */
+
+/* A tap sees what sandgate's own executions do not consume: every iopub
+ * message once the kernel is ready (those of sandgate's executions too: iopub
+ * is a broadcast), replies on shell and control to requests it did not send,
+ * and input_requests on stdin whose parent it did not send.  Its on_event gets
+ * the lifecycle events, and KERNEL_EV_GONE just before the handle is freed.
+ * One tap per kernel; NULL clears it. */
+typedef struct {
+    void (*on_message)(kernel_t *k, jchan_t chan, const jmsg_t *msg, void *arg);
+    kernel_event_fn *on_event;
+    void *arg;
+} kernel_tap_t;
+void kernel_set_tap(kernel_t *k, const kernel_tap_t *tap);
+
+/* Signs msg (its header kept as the frontend made it) and sends it on chan
+ * (shell, control or stdin).  SG_E_CONFLICT while the kernel is not ready. */
+int kernel_send(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err);
+
+/* What the kernel last published on iopub ("idle", "busy"), or "starting" /
+ * "dead" when it is not running. */
+const char *kernel_execution_state(const kernel_t *k);
+
+/* Frontends connected to the kernel's channels; a connected kernel is not
+ * culled. */
+void kernel_add_connections(kernel_t *k, int delta);
+int kernel_connections(const kernel_t *k);
 
 #endif

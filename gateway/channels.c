@@ -1,0 +1,846 @@
+#include "gateway/channels.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/defer.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/metrics.h"
+#include "gateway/ws.h"
+
+#define ROUTES_MAX 65536   /* requests awaiting a reply, per kernel */
+#define EARLY_MAX 256      /* messages held while a kernel (re)starts */
+#define MAX_OFFSETS 4096   /* buffers + parts in one binary message */
+
+typedef struct hub hub_t;
+
+typedef struct conn {
+    channels_t *ch;
+    hub_t *hub;
+    struct conn *next;
+    char session[129];
+    bool v1, closing, closed, polling_out;
+    MHD_socket fd;
+    struct MHD_UpgradeResponseHandle *urh;
+    zmq_pollitem_t item;
+    ws_parser_t *parser;
+    uint8_t *out;
+    size_t out_len, out_off, out_cap;
+    unsigned close_code; /* set by the parser callback; acted on after the feed */
+} conn_t;
+
+/* A message kept for replay, or held until the kernel is ready. */
+typedef struct stored {
+    jchan_t chan;
+    jmsg_t *msg;
+    size_t bytes;
+    struct stored *next;
+} stored_t;
+
+typedef struct waiter {
+    channels_ready_fn *fn;
+    void *arg;
+    struct waiter *next;
+} waiter_t;
+
+struct hub {
+    channels_t *ch;
+    kernel_t *k;
+    hub_t *next;
+    conn_t *conns;
+    zhashx_t *routes; /* request msg_id -> session of the connection that sent it */
+    stored_t *replay, **replay_tail;
+    size_t replay_bytes, replay_dropped;
+    char replay_session[129]; /* empty: not keeping */
+    stored_t *early, **early_tail;
+    size_t early_n;
+    waiter_t *waiters;
+};
+
+struct channels {
+    zloop_t *loop;
+    channels_config_t cfg;
+    hub_t *hubs;
+    void (*wake)(void *);
+    void *wake_arg;
+    uint64_t next_anon;
+};
+
+void channels_config_defaults(channels_config_t *cfg)
+{
+    *cfg = (channels_config_t){
+        .max_message = 16 << 20, .max_pending = 64 << 20, .replay_max = 16 << 20};
+}
+
+channels_t *channels_new(zloop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
+                         void *wake_arg)
+{
+    channels_t *self = xzalloc(sizeof *self);
+    self->loop = loop;
+    self->cfg = *cfg;
+    self->wake = wake;
+    self->wake_arg = wake_arg;
+    return self;
+}
+
+/* --- stored messages -------------------------------------------------------------- */
+
+static void stored_free_list(stored_t *s)
+{
+    while (s) {
+        stored_t *next = s->next;
+        jmsg_destroy(&s->msg);
+        free(s);
+        s = next;
+    }
+}
+
+static jmsg_t *msg_copy(const jmsg_t *m)
+{
+    jmsg_t *c = jmsg_from_parts(json_deep_copy(jmsg_header(m)), json_deep_copy(jmsg_parent(m)),
+                                json_deep_copy(jmsg_metadata(m)), json_deep_copy(jmsg_content(m)));
+    zmsg_t *b = jmsg_buffers(m);
+    for (zframe_t *f = zmsg_first(b); f; f = zmsg_next(b))
+        zmsg_addmem(jmsg_buffers(c), zframe_data(f), zframe_size(f));
+    return c;
+}
+
+static size_t msg_bytes(const jmsg_t *m)
+{
+    size_t n = json_dumpb(jmsg_content(m), NULL, 0, JSON_COMPACT) + 512;
+    zmsg_t *b = jmsg_buffers(m);
+    return n + zmsg_content_size(b);
+}
+
+/* --- output to a frontend --------------------------------------------------------- */
+
+static void conn_close(conn_t *c);
+static int on_io(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+/* Asks the loop for writability only while output waits. */
+static void conn_poll(conn_t *c, bool want_out)
+{
+    if (c->closed || want_out == c->polling_out)
+        return;
+    zloop_poller_end(c->ch->loop, &c->item);
+    c->item.events = ZMQ_POLLIN | (want_out ? ZMQ_POLLOUT : 0);
+    c->polling_out = want_out;
+    zloop_poller(c->ch->loop, &c->item, on_io, c);
+    zloop_poller_set_tolerant(c->ch->loop, &c->item);
+}
+
+static void flush(conn_t *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            log_debug("channels: write to a frontend failed: %s", strerror(errno));
+            conn_close(c);
+            return;
+        }
+        c->out_off += (size_t)n;
+    }
+    if (c->out_off == c->out_len) {
+        c->out_off = c->out_len = 0;
+        if (c->closing) {
+            conn_close(c);
+            return;
+        }
+    }
+}
+
+static void conn_send(conn_t *c, ws_opcode_t op, const void *data, size_t len)
+{
+    if (c->closed || (c->closing && op != WS_CLOSE))
+        return;
+    size_t pending = c->out_len - c->out_off;
+    if (pending + len > c->ch->cfg.max_pending) {
+        log_warn("channels: kernel %s: a frontend reads too slowly (%zu bytes waiting); "
+                 "dropping its connection",
+                 kernel_id(c->hub->k), pending);
+        conn_close(c);
+        return;
+    }
+    if (c->out_off > 0 && c->out_off == c->out_len)
+        c->out_off = c->out_len = 0;
+    size_t need = c->out_len + 10 + len;
+    if (need > c->out_cap) {
+        if (c->out_off > 0) { /* compact first */
+            memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_len -= c->out_off;
+            c->out_off = 0;
+            need = c->out_len + 10 + len;
+        }
+        if (need > c->out_cap) {
+            c->out_cap = need > 2 * c->out_cap ? need : 2 * c->out_cap;
+            c->out = xrealloc(c->out, c->out_cap);
+        }
+    }
+    c->out_len += ws_frame_header(c->out + c->out_len, op, len);
+    if (len)
+        memcpy(c->out + c->out_len, data, len);
+    c->out_len += len;
+    bool was_pending = pending > 0;
+    if (!was_pending)
+        flush(c);
+    if (!c->closed)
+        conn_poll(c, c->out_off < c->out_len);
+}
+
+static void conn_begin_close(conn_t *c, unsigned code, const char *reason)
+{
+    if (c->closing || c->closed)
+        return;
+    uint8_t payload[125];
+    size_t n = ws_close_payload(payload, code, reason);
+    conn_send(c, WS_CLOSE, payload, n);
+    c->closing = true;
+    if (!c->closed && c->out_off == c->out_len)
+        conn_close(c);
+}
+
+/* Appends n bytes to a growing buffer. */
+static void put(uint8_t **buf, size_t *len, size_t *cap, const void *data, size_t n)
+{
+    if (*len + n > *cap) {
+        *cap = (*len + n) * 2;
+        *buf = xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, data, n);
+    *len += n;
+}
+
+static void put_json(uint8_t **buf, size_t *len, size_t *cap, const json_t *j)
+{
+    size_t n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+    if (*len + n > *cap) {
+        *cap = (*len + n) * 2;
+        *buf = xrealloc(*buf, *cap);
+    }
+    *len += json_dumpb(j, (char *)*buf + *len, n, JSON_COMPACT);
+}
+
+static void conn_deliver(conn_t *c, jchan_t chan, const jmsg_t *m)
+{
+    zmsg_t *bufs = jmsg_buffers(m);
+    size_t nbuf = zmsg_size(bufs);
+    uint8_t *out = NULL;
+    size_t len = 0, cap = 0;
+    if (c->v1) {
+        const char *name = jchan_name(chan);
+        const json_t *parts[4] = {jmsg_header(m), jmsg_parent(m), jmsg_metadata(m),
+                                  jmsg_content(m)};
+        uint64_t noff = 1 + 4 + nbuf + 1;
+        size_t table = 8 * (1 + noff);
+        out = xzalloc(table);
+        len = cap = table;
+        uint64_t offs[1 + 4 + 1];
+        offs[0] = len;
+        put(&out, &len, &cap, name, strlen(name));
+        for (int i = 0; i < 4; i++) {
+            offs[1 + i] = len;
+            put_json(&out, &len, &cap, parts[i]);
+        }
+        size_t i = 5;
+        offs[i] = len;
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(noff >> (8 * b));
+        memcpy(out, le, 8);
+        for (size_t j = 0; j < 5; j++)
+            for (int b = 0; b < 8; b++)
+                out[8 * (1 + j) + b] = (uint8_t)(offs[j] >> (8 * b));
+        for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
+            uint64_t o = len;
+            for (int b = 0; b < 8; b++)
+                out[8 * (1 + i) + b] = (uint8_t)(o >> (8 * b));
+            i++;
+            put(&out, &len, &cap, zframe_data(f), zframe_size(f));
+        }
+        for (int b = 0; b < 8; b++)
+            out[8 * (1 + i) + b] = (uint8_t)((uint64_t)len >> (8 * b));
+        conn_send(c, WS_BINARY, out, len);
+        free(out);
+        return;
+    }
+    json_t *j = json_pack("{s:O, s:O, s:O, s:O, s:s, s:[]}", "header", jmsg_header(m),
+                          "parent_header", jmsg_parent(m), "metadata", jmsg_metadata(m),
+                          "content", jmsg_content(m), "channel", jchan_name(chan), "buffers");
+    json_object_set(j, "msg_id", json_object_get(jmsg_header(m), "msg_id"));
+    json_object_set(j, "msg_type", json_object_get(jmsg_header(m), "msg_type"));
+    if (nbuf == 0) {
+        put_json(&out, &len, &cap, j);
+        json_decref(j);
+        conn_send(c, WS_TEXT, out, len);
+        free(out);
+        return;
+    }
+    /* Default format with buffers: u32 count, u32 offsets (big-endian), the
+     * JSON, then each buffer. */
+    json_object_del(j, "buffers");
+    uint32_t n = (uint32_t)(1 + nbuf);
+    size_t table = 4 * (1 + (size_t)n);
+    out = xzalloc(table);
+    len = cap = table;
+    uint32_t *offs = xzalloc(sizeof *offs * n);
+    offs[0] = (uint32_t)len;
+    put_json(&out, &len, &cap, j);
+    json_decref(j);
+    size_t i = 1;
+    for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
+        offs[i++] = (uint32_t)len;
+        put(&out, &len, &cap, zframe_data(f), zframe_size(f));
+    }
+    for (size_t k = 0; k <= n; k++) {
+        uint32_t v = k == 0 ? n : offs[k - 1];
+        out[4 * k] = (uint8_t)(v >> 24);
+        out[4 * k + 1] = (uint8_t)(v >> 16);
+        out[4 * k + 2] = (uint8_t)(v >> 8);
+        out[4 * k + 3] = (uint8_t)v;
+    }
+    free(offs);
+    conn_send(c, WS_BINARY, out, len);
+    free(out);
+}
+
+/* --- the hub: kernel -> frontends ---------------------------------------------- */
+
+static void keep_for_replay(hub_t *h, jchan_t chan, const jmsg_t *m)
+{
+    size_t bytes = msg_bytes(m);
+    if (h->replay_bytes + bytes > h->ch->cfg.replay_max) {
+        h->replay_dropped++;
+        return;
+    }
+    stored_t *s = xzalloc(sizeof *s);
+    *s = (stored_t){.chan = chan, .msg = msg_copy(m), .bytes = bytes};
+    *h->replay_tail = s;
+    h->replay_tail = &s->next;
+    h->replay_bytes += bytes;
+}
+
+static void replay_clear(hub_t *h)
+{
+    stored_free_list(h->replay);
+    h->replay = NULL;
+    h->replay_tail = &h->replay;
+    h->replay_bytes = h->replay_dropped = 0;
+    h->replay_session[0] = 0;
+}
+
+static void on_kernel_message(kernel_t *k, jchan_t chan, const jmsg_t *m, void *arg)
+{
+    hub_t *h = arg;
+    if (chan == JCHAN_IOPUB) {
+        if (h->conns == NULL && h->replay_session[0])
+            keep_for_replay(h, chan, m);
+        for (conn_t *c = h->conns; c; c = c->next)
+            conn_deliver(c, chan, m);
+        return;
+    }
+    const char *parent = jmsg_parent_id(m);
+    const char *session = zhashx_lookup(h->routes, parent);
+    if (session == NULL) {
+        log_debug("channels: kernel %s: %s reply to no known request; dropped", kernel_id(k),
+                  jchan_name(chan));
+        return;
+    }
+    bool delivered = false;
+    for (conn_t *c = h->conns; c; c = c->next)
+        if (strcmp(c->session, session) == 0) {
+            conn_deliver(c, chan, m);
+            delivered = true;
+        }
+    if (!delivered && h->replay_session[0] && strcmp(h->replay_session, session) == 0)
+        keep_for_replay(h, chan, m);
+    if (chan != JCHAN_STDIN) /* a request's one reply; input_requests may repeat */
+        zhashx_delete(h->routes, parent);
+}
+
+static jmsg_t *status_msg(const char *state)
+{
+    jmsg_t *m = jmsg_new("status", "sandgate", "sandgate");
+    jmsg_set_content(m, json_pack("{s:s}", "execution_state", state));
+    return m;
+}
+
+static void broadcast_status(hub_t *h, const char *state)
+{
+    jmsg_t *m = status_msg(state);
+    on_kernel_message(h->k, JCHAN_IOPUB, m, h);
+    jmsg_destroy(&m);
+}
+
+static void send_early(hub_t *h)
+{
+    stored_t *list = h->early;
+    h->early = NULL;
+    h->early_tail = &h->early;
+    h->early_n = 0;
+    for (stored_t *s = list; s; s = s->next) {
+        sg_error_t *err = NULL;
+        if (kernel_send(h->k, s->chan, s->msg, &err) < 0) {
+            log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+            sg_error_free(&err);
+        }
+    }
+    stored_free_list(list);
+}
+
+static void fire_waiters(hub_t *h, const sg_error_t *err)
+{
+    waiter_t *w = h->waiters;
+    h->waiters = NULL;
+    while (w) {
+        waiter_t *next = w->next;
+        w->fn(err, w->arg);
+        free(w);
+        w = next;
+    }
+}
+
+static void hub_free(hub_t *h);
+
+static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
+{
+    hub_t *h = arg;
+    switch (ev) {
+    case KERNEL_EV_READY:
+        send_early(h);
+        fire_waiters(h, NULL);
+        break;
+    case KERNEL_EV_RESTARTED:
+        broadcast_status(h, "restarting");
+        break;
+    case KERNEL_EV_DEAD:
+        broadcast_status(h, "dead");
+        stored_free_list(h->early);
+        h->early = NULL;
+        h->early_tail = &h->early;
+        h->early_n = 0;
+        fire_waiters(h, err);
+        break;
+    case KERNEL_EV_GONE: {
+        sg_error_t *gone = NULL;
+        sg_error_set(&gone, SG_E_NOTFOUND, "kernel %s was shut down", kernel_id(k));
+        fire_waiters(h, gone);
+        sg_error_free(&gone);
+        hub_free(h);
+        break;
+    }
+    }
+}
+
+static hub_t *hub_get(channels_t *ch, kernel_t *k)
+{
+    for (hub_t *h = ch->hubs; h; h = h->next)
+        if (h->k == k)
+            return h;
+    hub_t *h = xzalloc(sizeof *h);
+    h->ch = ch;
+    h->k = k;
+    h->routes = zhashx_new();
+    zhashx_set_destructor(h->routes, (zhashx_destructor_fn *)zstr_free);
+    zhashx_set_duplicator(h->routes, (zhashx_duplicator_fn *)strdup);
+    h->replay_tail = &h->replay;
+    h->early_tail = &h->early;
+    h->next = ch->hubs;
+    ch->hubs = h;
+    kernel_set_tap(k, &(kernel_tap_t){.on_message = on_kernel_message,
+                                      .on_event = on_kernel_event,
+                                      .arg = h});
+    return h;
+}
+
+static void hub_free(hub_t *h)
+{
+    channels_t *ch = h->ch;
+    while (h->conns) {
+        conn_t *c = h->conns;
+        conn_begin_close(c, WS_CLOSE_NORMAL, "kernel shut down");
+        if (h->conns == c) /* still flushing: detach it, it closes on its own */
+            conn_close(c);
+    }
+    for (hub_t **p = &ch->hubs; *p; p = &(*p)->next)
+        if (*p == h) {
+            *p = h->next;
+            break;
+        }
+    kernel_set_tap(h->k, NULL);
+    zhashx_destroy(&h->routes);
+    replay_clear(h);
+    stored_free_list(h->early);
+    fire_waiters(h, NULL);
+    free(h);
+}
+
+/* --- a frontend -> the kernel ---------------------------------------------------- */
+
+static uint64_t be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static json_t *json_part(const uint8_t *data, size_t len)
+{
+    return json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, NULL);
+}
+
+/* Reads an offset table: n entries of width bytes after a count of width
+ * bytes; every offset must lie within len and not go backwards. */
+static bool read_offsets(const uint8_t *data, size_t len, int width, bool little, uint64_t **out,
+                         size_t *n_out)
+{
+    if (len < (size_t)width)
+        return false;
+    uint64_t n = little ? le64(data) : be(data, width);
+    if (n == 0 || n > MAX_OFFSETS || (1 + n) * (uint64_t)width > len)
+        return false;
+    uint64_t *offs = xzalloc(sizeof *offs * n);
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = data + (1 + i) * width;
+        offs[i] = little ? le64(p) : be(p, width);
+        if (offs[i] > len || offs[i] < (1 + n) * (uint64_t)width || (i && offs[i] < offs[i - 1])) {
+            free(offs);
+            return false;
+        }
+    }
+    *out = offs;
+    *n_out = n;
+    return true;
+}
+
+/* Decodes a frontend's message.  NULL with why set when it is not one. */
+static jmsg_t *decode(const conn_t *c, ws_opcode_t op, const uint8_t *data, size_t len,
+                      jchan_t *chan, const char **why)
+{
+    json_t *obj = NULL, *parts[4] = {0};
+    char channel[16] = "shell";
+    zmsg_t *bufs = zmsg_new();
+    uint64_t *offs = NULL;
+    size_t n = 0;
+    jmsg_t *m = NULL;
+    *why = "not a Jupyter message";
+    if (op == WS_TEXT) {
+        obj = json_part(data, len);
+    } else if (c->v1) {
+        if (!read_offsets(data, len, 8, true, &offs, &n) || n < 6) {
+            *why = "bad v1 offset table";
+            goto out;
+        }
+        size_t clen = offs[1] - offs[0];
+        if (clen == 0 || clen >= sizeof channel) {
+            *why = "bad channel";
+            goto out;
+        }
+        memcpy(channel, data + offs[0], clen);
+        channel[clen] = 0;
+        for (int i = 0; i < 4; i++)
+            parts[i] = json_part(data + offs[1 + i], offs[2 + i] - offs[1 + i]);
+        for (size_t i = 5; i + 1 < n; i++)
+            zmsg_addmem(bufs, data + offs[i], offs[i + 1] - offs[i]);
+    } else {
+        if (!read_offsets(data, len, 4, false, &offs, &n)) {
+            *why = "bad offset table";
+            goto out;
+        }
+        size_t end = n > 1 ? offs[1] : len;
+        obj = json_part(data + offs[0], end - offs[0]);
+        for (size_t i = 1; i < n; i++)
+            zmsg_addmem(bufs, data + offs[i], (i + 1 < n ? offs[i + 1] : len) - offs[i]);
+    }
+    if (obj) {
+        if (!json_is_object(obj))
+            goto out;
+        const char *ch = json_string_value(json_object_get(obj, "channel"));
+        if (ch && strlen(ch) < sizeof channel)
+            strcpy(channel, ch);
+        else if (ch) {
+            *why = "bad channel";
+            goto out;
+        }
+        const char *keys[4] = {"header", "parent_header", "metadata", "content"};
+        for (int i = 0; i < 4; i++) {
+            json_t *v = json_object_get(obj, keys[i]);
+            parts[i] = json_is_null(v) || v == NULL ? json_object() : json_incref(v);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        if (!json_is_object(parts[i])) {
+            *why = "header, parent_header, metadata and content must be JSON objects";
+            goto out;
+        }
+    const char *id = json_string_value(json_object_get(parts[0], "msg_id"));
+    const char *type = json_string_value(json_object_get(parts[0], "msg_type"));
+    if (!id || !*id || strlen(id) > 256 || !type || !*type) {
+        *why = "the header needs msg_id and msg_type";
+        goto out;
+    }
+    if (strcmp(channel, "shell") == 0)
+        *chan = JCHAN_SHELL;
+    else if (strcmp(channel, "control") == 0)
+        *chan = JCHAN_CONTROL;
+    else if (strcmp(channel, "stdin") == 0)
+        *chan = JCHAN_STDIN;
+    else {
+        *why = "channel must be shell, control or stdin";
+        goto out;
+    }
+    m = jmsg_from_parts(parts[0], parts[1], parts[2], parts[3]);
+    memset(parts, 0, sizeof parts);
+    for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs))
+        zmsg_addmem(jmsg_buffers(m), zframe_data(f), zframe_size(f));
+out:
+    for (int i = 0; i < 4; i++)
+        json_decref(parts[i]);
+    json_decref(obj);
+    zmsg_destroy(&bufs);
+    free(offs);
+    return m;
+}
+
+static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t len)
+{
+    hub_t *h = c->hub;
+    jchan_t chan = JCHAN_SHELL;
+    const char *why = NULL;
+    jmsg_t *m = decode(c, op, data, len, &chan, &why);
+    if (m == NULL) {
+        log_warn("channels: kernel %s: message from a frontend dropped: %s", kernel_id(h->k),
+                 why);
+        return;
+    }
+    if (chan != JCHAN_STDIN) {
+        if (zhashx_size(h->routes) >= ROUTES_MAX)
+            zhashx_purge(h->routes); /* requests that never got a reply */
+        zhashx_update(h->routes, jmsg_id(m), c->session);
+    }
+    kernel_state_t st = kernel_state(h->k);
+    if (st == KERNEL_STARTING) {
+        if (h->early_n >= EARLY_MAX) {
+            log_warn("channels: kernel %s is starting; too many messages waiting, one dropped",
+                     kernel_id(h->k));
+            jmsg_destroy(&m);
+            return;
+        }
+        stored_t *s = xzalloc(sizeof *s);
+        *s = (stored_t){.chan = chan, .msg = m};
+        *h->early_tail = s;
+        h->early_tail = &s->next;
+        h->early_n++;
+        return;
+    }
+    sg_error_t *err = NULL;
+    if (kernel_send(h->k, chan, m, &err) < 0) {
+        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+        sg_error_free(&err);
+    }
+    jmsg_destroy(&m);
+}
+
+static void on_ws_message(ws_opcode_t op, const uint8_t *data, size_t len, void *arg)
+{
+    conn_t *c = arg;
+    if (c->closed || c->close_code)
+        return;
+    switch (op) {
+    case WS_TEXT:
+    case WS_BINARY:
+        if (!c->closing)
+            from_frontend(c, op, data, len);
+        break;
+    case WS_PING: conn_send(c, WS_PONG, data, len); break;
+    case WS_CLOSE:
+        /* Echo the code, then close once it is written. */
+        c->close_code = len >= 2 ? (unsigned)(data[0] << 8 | data[1]) : WS_CLOSE_NORMAL;
+        break;
+    default: break;
+    }
+}
+
+static int on_io(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    conn_t *c = arg;
+    if (c->closed)
+        return 0;
+    if (item->revents & ZMQ_POLLOUT) {
+        flush(c);
+        if (c->closed)
+            return 0;
+        conn_poll(c, c->out_off < c->out_len);
+    }
+    if (!(item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+        return 0;
+    uint8_t buf[65536];
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n <= 0) {
+        log_debug("channels: kernel %s: a frontend disconnected", kernel_id(c->hub->k));
+        conn_close(c);
+        return 0;
+    }
+    int code = ws_parser_feed(c->parser, buf, (size_t)n, on_ws_message, c);
+    if (c->closed)
+        return 0;
+    if (code) {
+        log_warn("channels: kernel %s: closing a frontend's connection: WebSocket error %d",
+                 kernel_id(c->hub->k), code);
+        metrics.ws_protocol_errors++;
+        conn_begin_close(c, (unsigned)code,
+                         code == WS_CLOSE_TOO_BIG        ? "message too big"
+                         : code == WS_CLOSE_INVALID_DATA ? "invalid UTF-8"
+                                                         : "protocol error");
+    } else if (c->close_code) {
+        unsigned echo = c->close_code == 1005 ? WS_CLOSE_NORMAL : c->close_code;
+        conn_begin_close(c, echo, "");
+    }
+    return 0;
+}
+
+static void conn_free(void *arg)
+{
+    conn_t *c = arg;
+    ws_parser_destroy(&c->parser);
+    free(c->out);
+    free(c);
+}
+
+static void conn_close(conn_t *c)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    zloop_poller_end(c->ch->loop, &c->item);
+    MHD_upgrade_action(c->urh, MHD_UPGRADE_ACTION_CLOSE);
+    if (c->ch->wake)
+        c->ch->wake(c->ch->wake_arg);
+    hub_t *h = c->hub;
+    for (conn_t **p = &h->conns; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    kernel_add_connections(h->k, -1);
+    metrics.ws_connections--;
+    if (h->conns == NULL) { /* keep what comes for this session until it reconnects */
+        replay_clear(h);
+        snprintf(h->replay_session, sizeof h->replay_session, "%s", c->session);
+    }
+    log_info("channels: kernel %s: frontend %s disconnected", kernel_id(h->k), c->session);
+    defer_call(c->ch->loop, conn_free, c);
+}
+
+/* --- public --------------------------------------------------------------------- */
+
+void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
+                     struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len)
+{
+    hub_t *h = hub_get(self, k);
+    conn_t *c = xzalloc(sizeof *c);
+    c->ch = self;
+    c->hub = h;
+    c->v1 = v1;
+    c->fd = fd;
+    c->urh = urh;
+    c->parser = ws_parser_new(self->cfg.max_message);
+    if (session && *session)
+        snprintf(c->session, sizeof c->session, "%s", session);
+    else
+        snprintf(c->session, sizeof c->session, "anonymous-%llu",
+                 (unsigned long long)++self->next_anon);
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    c->item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    zloop_poller(self->loop, &c->item, on_io, c);
+    zloop_poller_set_tolerant(self->loop, &c->item);
+    c->next = h->conns;
+    h->conns = c;
+    kernel_add_connections(k, 1);
+    metrics.ws_connections++;
+    metrics.ws_accepted++;
+    log_info("channels: kernel %s: frontend %s connected (%s protocol)", kernel_id(k), c->session,
+             v1 ? CHANNELS_V1_PROTOCOL : "default");
+
+    if (h->replay_session[0]) {
+        if (strcmp(h->replay_session, c->session) == 0) {
+            size_t n = 0;
+            for (stored_t *s = h->replay; s && !c->closed; s = s->next, n++)
+                conn_deliver(c, s->chan, s->msg);
+            log_info("channels: kernel %s: replayed %zu messages to %s%s", kernel_id(k), n,
+                     c->session, h->replay_dropped ? " (some were dropped: over the limit)" : "");
+        } else if (h->replay) {
+            log_info("channels: kernel %s: discarding output kept for session %s", kernel_id(k),
+                     h->replay_session);
+        }
+        replay_clear(h);
+    }
+    if (extra_len && !c->closed) {
+        int code = ws_parser_feed(c->parser, (const uint8_t *)extra, extra_len, on_ws_message, c);
+        if (code && !c->closed)
+            conn_begin_close(c, (unsigned)code, "protocol error");
+    }
+}
+
+void channels_when_ready(channels_t *self, kernel_t *k, channels_ready_fn *fn, void *arg)
+{
+    kernel_state_t st = kernel_state(k);
+    if (st == KERNEL_IDLE || st == KERNEL_BUSY) {
+        fn(NULL, arg);
+        return;
+    }
+    if (st == KERNEL_DEAD) {
+        sg_error_t *err = NULL;
+        sg_error_set(&err, SG_E_UNAVAILABLE, "kernel %s is dead", kernel_id(k));
+        fn(err, arg);
+        sg_error_free(&err);
+        return;
+    }
+    hub_t *h = hub_get(self, k);
+    waiter_t *w = xzalloc(sizeof *w);
+    *w = (waiter_t){.fn = fn, .arg = arg, .next = h->waiters};
+    h->waiters = w;
+}
+
+void channels_cancel_wait(channels_t *self, void *arg)
+{
+    for (hub_t *h = self->hubs; h; h = h->next)
+        for (waiter_t **p = &h->waiters; *p;) {
+            waiter_t *w = *p;
+            if (w->arg == arg) {
+                *p = w->next;
+                free(w);
+            } else {
+                p = &w->next;
+            }
+        }
+}
+
+void channels_destroy(channels_t **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    channels_t *self = *self_p;
+    while (self->hubs)
+        hub_free(self->hubs);
+    free(self);
+    *self_p = NULL;
+}

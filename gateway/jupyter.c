@@ -1,0 +1,759 @@
+#include "gateway/jupyter.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "config.h"
+#include "gateway/http.h"
+#include "gateway/ws.h"
+
+#define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */
+
+struct jupyter {
+    zloop_t *loop;
+    kmgr_t *kmgr;
+    channels_t *ch;
+    json_t *sessions; /* id -> {id, path, name, type, kernel_id} */
+    void (*wake)(void *);
+    void *wake_arg;
+    int64_t started; /* wall clock ms */
+};
+
+/* A request that waits (for a kernel to be ready) or upgrades to a WebSocket. */
+typedef struct {
+    jupyter_t *j;
+    struct MHD_Connection *conn;
+    char kernel_id[64];
+    char session_id[40]; /* /api/sessions request: the session to answer with */
+    unsigned status;     /* to answer with once ready */
+    bool waiting, ready;
+    sg_error_t *err;
+    /* WebSocket upgrade */
+    char ws_session[129];
+    bool ws_v1;
+} jreq_t;
+
+static void jreq_free(jreq_t *r)
+{
+    sg_error_free(&r->err);
+    free(r);
+}
+
+jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
+                       void (*wake)(void *), void *wake_arg)
+{
+    jupyter_t *self = xzalloc(sizeof *self);
+    self->loop = loop;
+    self->kmgr = kmgr;
+    self->ch = channels_new(loop, cfg, wake, wake_arg);
+    self->sessions = json_object();
+    self->wake = wake;
+    self->wake_arg = wake_arg;
+    self->started = zclock_time();
+    return self;
+}
+
+void jupyter_destroy(jupyter_t **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    jupyter_t *self = *self_p;
+    channels_destroy(&self->ch);
+    json_decref(self->sessions);
+    free(self);
+    *self_p = NULL;
+}
+
+bool jupyter_route(const char *url)
+{
+    return strcmp(url, "/api") == 0 || strncmp(url, "/api/", 5) == 0 ||
+           strncmp(url, "/kernelspecs/", 13) == 0;
+}
+
+/* --- replies ---------------------------------------------------------------------- */
+
+/* jupyter_server's error body: {"message", "reason"}; sandgate adds its kind. */
+static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    unsigned status = sg_error_http_status(kind);
+    const char *reason = MHD_get_reason_phrase_for(status);
+    return http_reply_json(conn, status,
+                           json_pack("{s:s, s:s, s:s}", "message", msg, "reason", reason, "error",
+                                     sg_error_kind_name(kind)));
+}
+
+/* Answers with *err and frees it. */
+static enum MHD_Result fail_err(struct MHD_Connection *conn, sg_error_t **err)
+{
+    enum MHD_Result ret = fail(conn, (*err)->kind, "%s", (*err)->msg);
+    sg_error_free(err);
+    return ret;
+}
+
+static enum MHD_Result no_content(struct MHD_Connection *conn)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(conn, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result method_not_allowed(struct MHD_Connection *conn, const char *method,
+                                          const char *url)
+{
+    return http_reply_json(conn, 405,
+                           json_pack("{s:s, s:s, s:s}", "message", "method not allowed", "reason",
+                                     "Method Not Allowed", "error", "method_not_allowed"));
+    (void)method, (void)url;
+}
+
+static json_t *parse(struct MHD_Connection *conn, const char *body, size_t len,
+                     enum MHD_Result *ret)
+{
+    if (len == 0)
+        return json_object();
+    json_error_t e;
+    json_t *j = json_loadb(body, len, 0, &e);
+    if (j == NULL) {
+        *ret = fail(conn, SG_E_INVALID, "request body is not JSON: %s (line %d, column %d)",
+                    e.text, e.line, e.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *ret = fail(conn, SG_E_INVALID, "request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* --- models ------------------------------------------------------------------------ */
+
+static void iso_time(int64_t wall_ms, char out[32])
+{
+    time_t s = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%06dZ", (int)(wall_ms % 1000) * 1000);
+}
+
+static json_t *kernel_model(kernel_t *k)
+{
+    char when[32];
+    iso_time(zclock_time() - (zclock_mono() - kernel_last_activity(k)), when);
+    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", kernel_id(k), "name",
+                     kernel_spec(k)->name, "last_activity", when, "execution_state",
+                     kernel_execution_state(k), "connections", kernel_connections(k));
+}
+
+static bool resource_name(const char *f)
+{
+    size_t n = strlen(f);
+    if (strchr(f, '/') || f[0] == '.' || n > 64)
+        return false;
+    return (strncmp(f, "logo-", 5) == 0 && n > 9 &&
+            (strcmp(f + n - 4, ".png") == 0 || strcmp(f + n - 4, ".svg") == 0)) ||
+           strcmp(f, "kernel.js") == 0 || strcmp(f, "kernel.css") == 0;
+}
+
+static json_t *kernelspec_model(const kspec_t *s)
+{
+    json_t *res = json_object();
+    DIR *d = opendir(s->dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!resource_name(de->d_name))
+            continue;
+        char *key = xstrdup(de->d_name);
+        if (strncmp(key, "logo-", 5) == 0)
+            *strrchr(key, '.') = 0; /* "logo-64x64", as jupyter_server names it */
+        json_object_set_new(res, key, json_sprintf("/kernelspecs/%s/%s", s->name, de->d_name));
+        free(key);
+    }
+    if (d)
+        closedir(d);
+    json_t *spec = json_deep_copy(s->json);
+    if (!json_is_object(json_object_get(spec, "metadata")))
+        json_object_set_new(spec, "metadata", json_object());
+    if (!json_object_get(spec, "interrupt_mode"))
+        json_object_set_new(spec, "interrupt_mode",
+                            json_string(s->interrupt_message ? "message" : "signal"));
+    return json_pack("{s:s, s:o, s:o}", "name", s->name, "spec", spec, "resources", res);
+}
+
+static const char *default_kernelspec(jupyter_t *self)
+{
+    const kspecs_t *ks = kmgr_kspecs(self->kmgr);
+    if (kspecs_get(ks, "python3"))
+        return "python3";
+    return kspecs_count(ks) ? kspecs_at(ks, 0)->name : "python3";
+}
+
+static json_t *session_model(jupyter_t *self, json_t *s)
+{
+    kernel_t *k = kmgr_get(self->kmgr, json_string_value(json_object_get(s, "kernel_id")));
+    json_t *m = json_pack("{s:O, s:O, s:O, s:O, s:{s:O, s:O}}", "id", json_object_get(s, "id"),
+                          "path", json_object_get(s, "path"), "name", json_object_get(s, "name"),
+                          "type", json_object_get(s, "type"), "notebook", "path",
+                          json_object_get(s, "path"), "name", json_object_get(s, "name"));
+    json_object_set_new(m, "kernel", k ? kernel_model(k) : json_null());
+    return m;
+}
+
+/* Sessions whose kernel is gone (shut down, culled) go too. */
+static void prune_sessions(jupyter_t *self)
+{
+    const char *id;
+    json_t *s;
+    void *tmp;
+    json_object_foreach_safe(self->sessions, tmp, id, s)
+    {
+        if (!kmgr_get(self->kmgr, json_string_value(json_object_get(s, "kernel_id"))))
+            json_object_del(self->sessions, id);
+    }
+}
+
+/* --- kernels ----------------------------------------------------------------------- */
+
+/* What a new kernel runs first: the environment and working directory the
+ * request asked for (Python kernels only). */
+static void setup_kernel(kernel_t *k, json_t *env, const char *path)
+{
+    if (strcmp(kernel_spec(k)->language, "python") != 0)
+        return;
+    json_t *vars = json_object();
+    const char *key;
+    json_t *v;
+    json_object_foreach(env, key, v) if (json_is_string(v)) json_object_set(vars, key, v);
+    bool use_path = path && *path && path[0] != '/' && strstr(path, "..") == NULL;
+    if (json_object_size(vars) == 0 && !use_path) {
+        json_decref(vars);
+        return;
+    }
+    char *vars_lit = json_dumps(vars, JSON_COMPACT);
+    json_t *p = json_string(use_path ? path : "");
+    char *path_lit = json_dumps(p, JSON_ENCODE_ANY);
+    char *code = xasprintf("import os as _os\n_os.environ.update(%s)\n"
+                           "_p = _os.path.join('/home/user', %s)\n"
+                           "if %s and _os.path.isdir(_p): _os.chdir(_p)\n"
+                           "del _os, _p",
+                           vars_lit, path_lit, use_path ? "True" : "False");
+    kernel_exec_opts_t o = {.silent = true};
+    kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
+    free(code);
+    free(path_lit);
+    free(vars_lit);
+    json_decref(p);
+    json_decref(vars);
+}
+
+static void on_ready(const sg_error_t *err, void *arg)
+{
+    jreq_t *r = arg;
+    r->ready = true;
+    if (err)
+        sg_error_set(&r->err, err->kind, "%s", err->msg);
+    if (r->waiting) {
+        r->waiting = false;
+        MHD_resume_connection(r->conn);
+        r->j->wake(r->j->wake_arg);
+    }
+}
+
+/* Answers once kernel k is ready: with its model (or the session's). */
+static enum MHD_Result answer(jupyter_t *self, jreq_t *r)
+{
+    if (r->err)
+        return fail_err(r->conn, &r->err);
+    kernel_t *k = kmgr_get(self->kmgr, r->kernel_id);
+    if (k == NULL)
+        return fail(r->conn, SG_E_NOTFOUND, "kernel %s is gone", r->kernel_id);
+    json_t *model;
+    char location[128];
+    if (r->session_id[0]) {
+        json_t *s = json_object_get(self->sessions, r->session_id);
+        if (s == NULL)
+            return fail(r->conn, SG_E_NOTFOUND, "session %s is gone", r->session_id);
+        model = session_model(self, s);
+        snprintf(location, sizeof location, "/api/sessions/%s", r->session_id);
+    } else {
+        model = kernel_model(k);
+        snprintf(location, sizeof location, "/api/kernels/%s", r->kernel_id);
+    }
+    char *text = json_dumps(model, JSON_COMPACT);
+    json_decref(model);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (r->status == 201)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
+    enum MHD_Result ret = MHD_queue_response(r->conn, r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* Waits for k, then answers with status; r becomes the request's state. */
+static enum MHD_Result when_ready(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                  unsigned status, const char *session_id, void **req_state)
+{
+    jreq_t *r = xzalloc(sizeof *r);
+    r->j = self;
+    r->conn = conn;
+    r->status = status;
+    snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
+    if (session_id)
+        snprintf(r->session_id, sizeof r->session_id, "%s", session_id);
+    *req_state = r;
+    channels_when_ready(self->ch, k, on_ready, r);
+    if (r->ready)
+        return answer(self, r);
+    r->waiting = true;
+    MHD_suspend_connection(conn);
+    return MHD_YES;
+}
+
+static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
+{
+    json_t *name = json_object_get(req, "name");
+    json_t *env = json_object_get(req, "env");
+    json_t *path = json_object_get(req, "path");
+    if ((name && !json_is_string(name) && !json_is_null(name)) ||
+        (env && !json_is_object(env) && !json_is_null(env)) ||
+        (path && !json_is_string(path) && !json_is_null(path))) {
+        sg_error_set(err, SG_E_INVALID, "name and path must be strings, env an object");
+        return NULL;
+    }
+    const char *n = json_string_value(name);
+    kernel_t *k = kmgr_start(self->kmgr, n && *n ? n : default_kernelspec(self), NULL, NULL, err);
+    if (k == NULL)
+        return NULL;
+    setup_kernel(k, env, json_string_value(path));
+    log_info("jupyter: kernel %s started (%s)", kernel_id(k), kernel_spec(k)->name);
+    return k;
+}
+
+/* GET /api/kernels/{id}/channels: the WebSocket handshake (RFC 6455). */
+static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra,
+                       size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+    jreq_t *r = cls;
+    kernel_t *k = kmgr_get(r->j->kmgr, r->kernel_id);
+    if (k == NULL) {
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        return;
+    }
+    channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len);
+    (void)conn, (void)req_cls;
+}
+
+static bool header_has_token(struct MHD_Connection *conn, const char *name, const char *token)
+{
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+    if (v == NULL)
+        return false;
+    size_t n = strlen(token);
+    for (const char *p = v; *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        size_t t = len;
+        while (t && (p[t - 1] == ' ' || p[t - 1] == '\t'))
+            t--;
+        if (t == n && strncasecmp(p, token, n) == 0)
+            return true;
+        p += len;
+    }
+    return false;
+}
+
+static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                      void **req_state)
+{
+    const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Upgrade");
+    if (upgrade == NULL || strcasecmp(upgrade, "websocket") != 0 ||
+        !header_has_token(conn, "Connection", "upgrade"))
+        return fail(conn, SG_E_INVALID,
+                    "this is a WebSocket endpoint: send 'Upgrade: websocket' and "
+                    "'Connection: Upgrade'");
+    const char *version =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+    if (version == NULL || strcmp(version, "13") != 0) {
+        json_t *body = json_pack("{s:s, s:s, s:s}", "message",
+                                 "unsupported WebSocket version (use 13)", "reason",
+                                 "Upgrade Required", "error", "invalid");
+        char *text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(r, "Sec-WebSocket-Version", "13");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        enum MHD_Result ret = MHD_queue_response(conn, 426, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    char accept[29];
+    const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+    if (key == NULL || ws_accept_key(key, accept) < 0)
+        return fail(conn, SG_E_INVALID, "missing or malformed Sec-WebSocket-Key");
+    const char *session = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "session_id");
+    if (session && strlen(session) > 128)
+        return fail(conn, SG_E_INVALID, "session_id longer than 128 characters");
+    if (kernel_state(k) == KERNEL_DEAD)
+        return fail(conn, SG_E_UNAVAILABLE, "kernel %s is dead; restart it first", kernel_id(k));
+
+    jreq_t *r = xzalloc(sizeof *r);
+    r->j = self;
+    r->conn = conn;
+    snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
+    snprintf(r->ws_session, sizeof r->ws_session, "%s", session ? session : "");
+    /* As jupyter_server: v1 when the client offers it, else the default format. */
+    r->ws_v1 = header_has_token(conn, "Sec-WebSocket-Protocol", CHANNELS_V1_PROTOCOL);
+    *req_state = r;
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, r);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
+    MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+    if (r->ws_v1)
+        MHD_add_response_header(resp, "Sec-WebSocket-Protocol", CHANNELS_V1_PROTOCOL);
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                               const char *rest, const char *body, size_t len, void **req_state)
+{
+    enum MHD_Result ret = MHD_NO;
+    sg_error_t *err = NULL;
+    if (*rest == 0 || strcmp(rest, "/") == 0) {
+        if (strcmp(method, "GET") == 0) {
+            json_t *list = json_array();
+            for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
+                json_array_append_new(list, kernel_model(kmgr_at(self->kmgr, i)));
+            return http_reply_json(conn, 200, list);
+        }
+        if (strcmp(method, "POST") != 0)
+            return method_not_allowed(conn, method, rest);
+        json_t *req = parse(conn, body, len, &ret);
+        if (req == NULL)
+            return ret;
+        kernel_t *k = start_kernel(self, req, &err);
+        json_decref(req);
+        if (k == NULL) {
+            return fail_err(conn, &err);
+        }
+        return when_ready(self, conn, k, 201, NULL, req_state);
+    }
+    char id[64];
+    size_t n = strcspn(rest + 1, "/");
+    if (rest[0] != '/' || n == 0 || n >= sizeof id)
+        return fail(conn, SG_E_NOTFOUND, "no such kernel");
+    memcpy(id, rest + 1, n);
+    id[n] = 0;
+    const char *action = rest + 1 + n;
+    kernel_t *k = kmgr_get(self->kmgr, id);
+    if (k == NULL)
+        return fail(conn, SG_E_NOTFOUND, "Kernel does not exist: %s", id);
+    if (*action == 0) {
+        if (strcmp(method, "GET") == 0)
+            return http_reply_json(conn, 200, kernel_model(k));
+        if (strcmp(method, "DELETE") == 0) {
+            kmgr_shutdown(self->kmgr, id, NULL);
+            log_info("jupyter: kernel %s shut down", id);
+            return no_content(conn);
+        }
+        return method_not_allowed(conn, method, rest);
+    }
+    if (strcmp(action, "/channels") == 0) {
+        if (strcmp(method, "GET") != 0)
+            return method_not_allowed(conn, method, rest);
+        return channels_route(self, conn, k, req_state);
+    }
+    if (strcmp(method, "POST") != 0)
+        return method_not_allowed(conn, method, rest);
+    if (strcmp(action, "/interrupt") == 0) {
+        if (kernel_interrupt(k, &err) < 0) {
+            return fail_err(conn, &err);
+        }
+        return no_content(conn);
+    }
+    if (strcmp(action, "/restart") == 0) {
+        if (kernel_restart(k, &err) < 0) {
+            return fail_err(conn, &err);
+        }
+        return when_ready(self, conn, k, 200, NULL, req_state);
+    }
+    return fail(conn, SG_E_NOTFOUND, "no route for %s /api/kernels%s", method, rest);
+}
+
+/* --- sessions ---------------------------------------------------------------------- */
+
+/* A session request's body, its fields checked; NULL when answered with an error. */
+static json_t *session_request(struct MHD_Connection *conn, const char *body, size_t len,
+                               enum MHD_Result *ret)
+{
+    json_t *req = parse(conn, body, len, ret);
+    if (req == NULL)
+        return NULL;
+    const char *keys[] = {"path", "name", "type"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *v = json_object_get(req, keys[i]);
+        if (v && !json_is_string(v) && !json_is_null(v)) {
+            *ret = fail(conn, SG_E_INVALID, "'%s' must be a string", keys[i]);
+            json_decref(req);
+            return NULL;
+        }
+    }
+    json_t *kern = json_object_get(req, "kernel");
+    if (kern && !json_is_object(kern) && !json_is_null(kern)) {
+        *ret = fail(conn, SG_E_INVALID, "'kernel' must be an object {name} or {id}");
+        json_decref(req);
+        return NULL;
+    }
+    return req;
+}
+
+/* The kernel a session request names: an existing one by id, or a new one. */
+static kernel_t *session_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
+{
+    json_t *kern = json_object_get(req, "kernel");
+    const char *id = json_string_value(json_object_get(kern, "id"));
+    if (id) {
+        kernel_t *k = kmgr_get(self->kmgr, id);
+        if (k == NULL)
+            sg_error_set(err, SG_E_NOTFOUND, "Kernel does not exist: %s", id);
+        return k;
+    }
+    json_t *start = json_pack("{s:O?, s:O?}", "name", json_object_get(kern, "name"), "env",
+                              json_object_get(kern, "env"));
+    const char *path = json_string_value(json_object_get(req, "path"));
+    if (path && strrchr(path, '/')) /* the notebook's directory */
+        json_object_set_new(start, "path", json_stringn(path, (size_t)(strrchr(path, '/') - path)));
+    kernel_t *k = start_kernel(self, start, err);
+    json_decref(start);
+    return k;
+}
+
+/* path, name and type from a request, defaults for those a new session lacks. */
+static void set_fields(json_t *s, json_t *req)
+{
+    const char *keys[] = {"path", "name", "type"}, *dflt[] = {"", "", "notebook"};
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(req, keys[i]);
+        if (json_is_string(v))
+            json_object_set(s, keys[i], v);
+        else if (!json_object_get(s, keys[i]))
+            json_object_set_new(s, keys[i], json_string(dflt[i]));
+    }
+}
+
+static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                                const char *rest, const char *body, size_t len, void **req_state)
+{
+    enum MHD_Result ret = MHD_NO;
+    sg_error_t *err = NULL;
+    prune_sessions(self);
+    if (*rest == 0 || strcmp(rest, "/") == 0) {
+        if (strcmp(method, "GET") == 0) {
+            json_t *list = json_array();
+            const char *id;
+            json_t *s;
+            json_object_foreach(self->sessions, id, s)
+                json_array_append_new(list, session_model(self, s));
+            return http_reply_json(conn, 200, list);
+        }
+        if (strcmp(method, "POST") != 0)
+            return method_not_allowed(conn, method, rest);
+        json_t *req = session_request(conn, body, len, &ret);
+        if (req == NULL)
+            return ret;
+        /* A session for a path that has one already is that session. */
+        const char *path = json_string_value(json_object_get(req, "path"));
+        const char *sid;
+        json_t *s;
+        json_object_foreach(self->sessions, sid, s)
+        {
+            if (path && strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
+                json_decref(req);
+                return http_reply_json(conn, 201, session_model(self, s));
+            }
+        }
+        kernel_t *k = session_kernel(self, req, &err);
+        if (k == NULL) {
+            json_decref(req);
+            return fail_err(conn, &err);
+        }
+        char id[37];
+        jmsg_uuid(id);
+        s = json_pack("{s:s, s:s}", "id", id, "kernel_id", kernel_id(k));
+        set_fields(s, req);
+        json_object_set_new(self->sessions, id, s);
+        json_decref(req);
+        log_info("jupyter: session %s (%s) on kernel %s", id,
+                 json_string_value(json_object_get(s, "path")), kernel_id(k));
+        return when_ready(self, conn, k, 201, id, req_state);
+    }
+    const char *id = rest + 1;
+    json_t *s = json_object_get(self->sessions, id);
+    if (rest[0] != '/' || s == NULL)
+        return fail(conn, SG_E_NOTFOUND, "Session not found: %s", rest[0] ? rest + 1 : "");
+    if (strcmp(method, "GET") == 0)
+        return http_reply_json(conn, 200, session_model(self, s));
+    if (strcmp(method, "DELETE") == 0) {
+        const char *kid = json_string_value(json_object_get(s, "kernel_id"));
+        if (kmgr_get(self->kmgr, kid))
+            kmgr_shutdown(self->kmgr, kid, NULL);
+        json_object_del(self->sessions, id);
+        return no_content(conn);
+    }
+    if (strcmp(method, "PATCH") != 0)
+        return method_not_allowed(conn, method, rest);
+    json_t *req = session_request(conn, body, len, &ret);
+    if (req == NULL)
+        return ret;
+    set_fields(s, req);
+    json_t *kern = json_object_get(req, "kernel");
+    if (json_is_object(kern)) {
+        char old[64];
+        snprintf(old, sizeof old, "%s", json_string_value(json_object_get(s, "kernel_id")));
+        kernel_t *k = session_kernel(self, req, &err);
+        if (k == NULL) {
+            json_decref(req);
+            return fail_err(conn, &err);
+        }
+        json_object_set_new(s, "kernel_id", json_string(kernel_id(k)));
+        /* A kernel started for this session replaces the old one, as in jupyter_server. */
+        if (!json_object_get(kern, "id") && strcmp(old, kernel_id(k)) != 0 &&
+            kmgr_get(self->kmgr, old))
+            kmgr_shutdown(self->kmgr, old, NULL);
+        json_decref(req);
+        return when_ready(self, conn, k, 200, id, req_state);
+    }
+    json_decref(req);
+    return http_reply_json(conn, 200, session_model(self, s));
+}
+
+/* --- kernelspecs ------------------------------------------------------------------- */
+
+static enum MHD_Result kernelspecs(jupyter_t *self, struct MHD_Connection *conn,
+                                   const char *method, const char *rest)
+{
+    if (strcmp(method, "GET") != 0)
+        return method_not_allowed(conn, method, rest);
+    const kspecs_t *ks = kmgr_kspecs(self->kmgr);
+    if (*rest == 0 || strcmp(rest, "/") == 0) {
+        json_t *all = json_object();
+        for (size_t i = 0; i < kspecs_count(ks); i++)
+            json_object_set_new(all, kspecs_at(ks, i)->name, kernelspec_model(kspecs_at(ks, i)));
+        return http_reply_json(conn, 200,
+                               json_pack("{s:s, s:o}", "default", default_kernelspec(self),
+                                         "kernelspecs", all));
+    }
+    const kspec_t *s = kspecs_get(ks, rest + 1);
+    if (s == NULL)
+        return fail(conn, SG_E_NOTFOUND, "Kernel spec %s not found", rest + 1);
+    return http_reply_json(conn, 200, kernelspec_model(s));
+}
+
+/* GET /kernelspecs/{name}/{file}: a logo or other resource of a kernelspec. */
+static enum MHD_Result resource(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                                const char *rest)
+{
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return method_not_allowed(conn, method, rest);
+    char name[128];
+    size_t n = strcspn(rest, "/");
+    if (n == 0 || n >= sizeof name || rest[n] != '/')
+        return fail(conn, SG_E_NOTFOUND, "no such kernelspec resource");
+    memcpy(name, rest, n);
+    name[n] = 0;
+    const char *file = rest + n + 1;
+    const kspec_t *s = kspecs_get(kmgr_kspecs(self->kmgr), name);
+    if (s == NULL || !resource_name(file))
+        return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
+    char *path = xasprintf("%s/%s", s->dir, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    free(path);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > RESOURCE_MAX) {
+        if (fd >= 0)
+            close(fd);
+        return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((size_t)st.st_size, fd);
+    size_t fl = strlen(file);
+    const char *type = strcmp(file + fl - 4, ".png") == 0   ? "image/png"
+                       : strcmp(file + fl - 4, ".svg") == 0 ? "image/svg+xml"
+                       : strcmp(file + fl - 3, ".js") == 0  ? "application/javascript"
+                                                            : "text/css";
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "max-age=3600");
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* --- dispatch ---------------------------------------------------------------------- */
+
+enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                               const char *url, const char *body, size_t len, void **req_state)
+{
+    jreq_t *r = *req_state;
+    if (r) { /* resumed: the kernel it waited for is ready (or not) */
+        if (!r->ready) {
+            r->waiting = true;
+            MHD_suspend_connection(conn);
+            return MHD_YES;
+        }
+        return answer(self, r);
+    }
+    if (strncmp(url, "/kernelspecs/", 13) == 0)
+        return resource(self, conn, method, url + 13);
+    if (strcmp(url, "/api") == 0 || strcmp(url, "/api/") == 0) {
+        if (strcmp(method, "GET") != 0)
+            return method_not_allowed(conn, method, url);
+        return http_reply_json(conn, 200,
+                               json_pack("{s:s, s:s}", "version", PACKAGE_VERSION, "server",
+                                         "sandgate"));
+    }
+    if (strcmp(url, "/api/status") == 0) {
+        char started[32], now[32];
+        iso_time(self->started, started);
+        iso_time(zclock_time(), now);
+        size_t conns = 0;
+        for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
+            conns += (size_t)kernel_connections(kmgr_at(self->kmgr, i));
+        return http_reply_json(conn, 200,
+                               json_pack("{s:s, s:s, s:I, s:I}", "started", started,
+                                         "last_activity", now, "kernels",
+                                         (json_int_t)kmgr_count(self->kmgr), "connections",
+                                         (json_int_t)conns));
+    }
+    if (strncmp(url, "/api/kernels", 12) == 0 && (url[12] == 0 || url[12] == '/'))
+        return kernels(self, conn, method, url + 12, body, len, req_state);
+    if (strncmp(url, "/api/sessions", 13) == 0 && (url[13] == 0 || url[13] == '/'))
+        return sessions(self, conn, method, url + 13, body, len, req_state);
+    if (strncmp(url, "/api/kernelspecs", 16) == 0 && (url[16] == 0 || url[16] == '/'))
+        return kernelspecs(self, conn, method, url + 16);
+    return fail(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
+}
+
+void jupyter_request_done(jupyter_t *self, void *req_state)
+{
+    jreq_t *r = req_state;
+    if (!r->ready)
+        channels_cancel_wait(self->ch, r);
+    jreq_free(r);
+}

@@ -1,0 +1,44 @@
+/* jupyter: the Jupyter Server REST API for kernels, so that JupyterLab,
+ * Notebook (--gateway-url) and @jupyterlab/services use sandgate's sandboxed
+ * kernels unchanged.
+ *
+ *   GET    /api                          version
+ *   GET    /api/status
+ *   GET    /api/kernelspecs[/{name}]     kernelspecs (resources under
+ *   GET    /kernelspecs/{name}/{file}    /kernelspecs: logos)
+ *   GET    /api/kernels                  kernel models
+ *   POST   /api/kernels {name, env?, path?}   201 + Location, once ready
+ *   GET    /api/kernels/{id}
+ *   DELETE /api/kernels/{id}
+ *   POST   /api/kernels/{id}/interrupt
+ *   POST   /api/kernels/{id}/restart     200 once the new kernel is ready
+ *   GET    /api/kernels/{id}/channels    WebSocket (channels.h)
+ *   GET, POST /api/sessions; GET, PATCH, DELETE /api/sessions/{id}
+ *
+ * A kernel here is a sandgate session: the same one /contexts lists, with
+ * the same workspace, limits and culling.  Errors are {"message", "reason"}
+ * as jupyter_server sends them (plus sandgate's "error" kind).
+ */
+#ifndef SG_JUPYTER_H
+#define SG_JUPYTER_H
+
+#include <microhttpd.h>
+
+#include "gateway/channels.h"
+#include "kernelmgr/kmgr.h"
+
+typedef struct jupyter jupyter_t;
+
+jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
+                       void (*wake)(void *), void *wake_arg);
+void jupyter_destroy(jupyter_t **self_p);
+
+/* Whether url is one of this API's routes (/api, /api/..., /kernelspecs/...). */
+bool jupyter_route(const char *url);
+
+/* Like api_handle (api.h): one complete, authorised request. */
+enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                               const char *url, const char *body, size_t len, void **req_state);
+void jupyter_request_done(jupyter_t *self, void *req_state);
+
+#endif
