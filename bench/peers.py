@@ -8,6 +8,8 @@ Debian ipykernel (the python3 kernelspec):
             jupyter_client's KernelManager;
   sandgate  `--sandbox none`: POST /execute (JSON and NDJSON) on one warm
             context, and a direct ZeroMQ client to that same kernel;
+  sandgate WebSocket: the Jupyter kernel channels of that same kernel
+            (/api/kernels/{id}/channels, the default JSON frames);
   Notebook  Debian's Jupyter Notebook server: a kernel from POST /api/kernels,
             executed over its WebSocket /api/kernels/{id}/channels;
   FastAPI   bench/peers/fastapi_exec.py, the common tutorial design of a code
@@ -44,7 +46,7 @@ import urllib.request
 import uuid
 
 from rest import Client, stats  # bench/rest.py; also puts tests/gateway on sys.path
-from sgd import SANDGATE, Daemon
+from sgd import SANDGATE, TOKEN, Daemon
 from jupyter_client import BlockingKernelClient, KernelManager
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
@@ -125,13 +127,17 @@ def zmq_execute(kc):
 
 
 class NotebookKernel:
-    """A kernel of a Notebook server, driven over its WebSocket with the
-    legacy JSON message frames, from an asyncio loop that runs only while a
-    call of ours waits (so the timing loop itself stays synchronous)."""
+    """A kernel of a Jupyter-Server-API server (the Notebook server, or
+    sandgate), driven over its WebSocket with the default JSON message frames,
+    from an asyncio loop that runs only while a call of ours waits (so the
+    timing loop itself stays synchronous). kernel_id: an existing kernel;
+    otherwise one is started (and shut down by close())."""
 
-    def __init__(self, base):
-        self.base, self.auth = base, {"Authorization": "token " + NB_TOKEN}
-        self.id = http_json("POST", f"{base}/api/kernels", {"name": "python3"}, self.auth)["id"]
+    def __init__(self, base, token=NB_TOKEN, kernel_id=None):
+        self.base, self.auth = base, {"Authorization": "token " + token}
+        self.owned = kernel_id is None
+        self.id = kernel_id or http_json("POST", f"{base}/api/kernels", {"name": "python3"},
+                                         self.auth)["id"]
         self.session = uuid.uuid4().hex
         self.loop = asyncio.new_event_loop()
         ws_url = f"ws{base[4:]}/api/kernels/{self.id}/channels?session_id={self.session}"
@@ -178,7 +184,8 @@ class NotebookKernel:
         self.ws.close()
         self.loop.run_until_complete(asyncio.sleep(0.1))  # let the close go out
         self.loop.close()
-        http_json("DELETE", f"{self.base}/api/kernels/{self.id}", headers=self.auth)
+        if self.owned:
+            http_json("DELETE", f"{self.base}/api/kernels/{self.id}", headers=self.auth)
 
 
 def sandgate_json(cl, ctx):
@@ -253,7 +260,9 @@ def start_sandgate(stack):
     kc.start_channels()
     stack.callback(kc.stop_channels)
     kc.wait_for_ready(timeout=30)
-    return cl, ctx, kc
+    ws = NotebookKernel(d.url, TOKEN, ctx)  # the same kernel, through its WebSocket
+    stack.callback(ws.close)
+    return cl, ctx, kc, ws
 
 
 def main():
@@ -291,7 +300,7 @@ def main():
         floor_kc.wait_for_ready(timeout=60)
 
         # 2. sandgate, unsandboxed.
-        sg, ctx, sg_kc = start_sandgate(stack)
+        sg, ctx, sg_kc, sg_ws = start_sandgate(stack)
 
         # 3. The Notebook server.
         port = free_port()
@@ -336,6 +345,8 @@ def main():
             "sg_json": ("sandgate --sandbox none: POST /execute, JSON", "sandgate JSON"),
             "sg_ndjson": ("sandgate --sandbox none: POST /execute, NDJSON stream",
                           "sandgate NDJSON"),
+            "sg_ws": ("sandgate --sandbox none: WebSocket /api/kernels/{id}/chan.",
+                      "sandgate WebSocket"),
             "sg_zmq": ("direct ZeroMQ to sandgate's kernel (ipc)", "sandgate's kernel direct"),
             "notebook": (f"Notebook {v['notebook']}: WebSocket /api/kernels/{{id}}/channels",
                          "Notebook"),
@@ -346,6 +357,7 @@ def main():
             "floor": lambda: zmq_execute(floor_kc),
             "sg_json": lambda: sandgate_json(sg, ctx),
             "sg_ndjson": lambda: sandgate_ndjson(sg, ctx),
+            "sg_ws": sg_ws.execute,
             "sg_zmq": lambda: zmq_execute(sg_kc),
             "notebook": nbk.execute,
         }, a.runs)
@@ -362,6 +374,7 @@ def main():
         print("\nratios of medians over the floor: " + ", ".join(
             f"{short} {med[k] / med['floor']:.2f}x" for k, (_, short) in names.items()
             if k != "floor"))
+        print(f"Notebook's WebSocket over sandgate's: {med['notebook'] / med['sg_ws']:.2f}x")
         print(f"over sandgate's (JSON): Notebook {med['notebook'] / med['sg_json']:.2f}x, "
               f"FastAPI per-request kernel {med['fastapi'] / med['sg_json']:.1f}x")
 
