@@ -13,9 +13,9 @@
 #include "gateway/metrics.h"
 #include "gateway/ws.h"
 
-#define ROUTES_MAX 65536   /* requests awaiting a reply, per kernel */
-#define EARLY_MAX 256      /* messages held while a kernel (re)starts */
-#define MAX_OFFSETS 4096   /* buffers + parts in one binary message */
+#define ROUTES_MAX 65536 /* requests awaiting a reply, per kernel */
+#define EARLY_MAX 256    /* messages held while a kernel (re)starts */
+#define MAX_OFFSETS 4096 /* buffers + parts in one binary message */
 
 typedef struct hub hub_t;
 
@@ -273,8 +273,8 @@ static void conn_deliver(conn_t *c, jchan_t chan, const jmsg_t *m)
         return;
     }
     json_t *j = json_pack("{s:O, s:O, s:O, s:O, s:s, s:[]}", "header", jmsg_header(m),
-                          "parent_header", jmsg_parent(m), "metadata", jmsg_metadata(m),
-                          "content", jmsg_content(m), "channel", jchan_name(chan), "buffers");
+                          "parent_header", jmsg_parent(m), "metadata", jmsg_metadata(m), "content",
+                          jmsg_content(m), "channel", jchan_name(chan), "buffers");
     json_object_set(j, "msg_id", json_object_get(jmsg_header(m), "msg_id"));
     json_object_set(j, "msg_type", json_object_get(jmsg_header(m), "msg_type"));
     if (nbuf == 0) {
@@ -418,9 +418,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         send_early(h);
         fire_waiters(h, NULL);
         break;
-    case KERNEL_EV_RESTARTED:
-        broadcast_status(h, "restarting");
-        break;
+    case KERNEL_EV_RESTARTED: broadcast_status(h, "restarting"); break;
     case KERNEL_EV_DEAD:
         broadcast_status(h, "dead");
         stored_free_list(h->early);
@@ -455,9 +453,8 @@ static hub_t *hub_get(channels_t *ch, kernel_t *k)
     h->early_tail = &h->early;
     h->next = ch->hubs;
     ch->hubs = h;
-    kernel_set_tap(k, &(kernel_tap_t){.on_message = on_kernel_message,
-                                      .on_event = on_kernel_event,
-                                      .arg = h});
+    kernel_set_tap(
+        k, &(kernel_tap_t){.on_message = on_kernel_message, .on_event = on_kernel_event, .arg = h});
     return h;
 }
 
@@ -626,8 +623,7 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
     const char *why = NULL;
     jmsg_t *m = decode(c, op, data, len, &chan, &why);
     if (m == NULL) {
-        log_warn("channels: kernel %s: message from a frontend dropped: %s", kernel_id(h->k),
-                 why);
+        log_warn("channels: kernel %s: message from a frontend dropped: %s", kernel_id(h->k), why);
         return;
     }
     if (chan != JCHAN_STDIN) {
@@ -791,8 +787,10 @@ void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1
             size_t n = 0;
             for (stored_t *s = h->replay; s && !c->closed; s = s->next, n++)
                 conn_deliver(c, s->chan, s->msg);
-            log_info("channels: kernel %s: replayed %zu messages to %s%s", kernel_id(k), n,
-                     c->session, h->replay_dropped ? " (some were dropped: over the limit)" : "");
+            if (n)
+                log_info("channels: kernel %s: replayed %zu messages to %s%s", kernel_id(k), n,
+                         c->session,
+                         h->replay_dropped ? " (some were dropped: over the limit)" : "");
         } else if (h->replay) {
             log_info("channels: kernel %s: discarding output kept for session %s", kernel_id(k),
                      h->replay_session);

@@ -29,9 +29,9 @@
 typedef struct channels channels_t;
 
 typedef struct {
-    size_t max_message;   /* bytes of one WebSocket message from a frontend */
-    size_t max_pending;   /* bytes queued for a slow frontend before it is dropped */
-    size_t replay_max;    /* bytes kept for a disconnected session */
+    size_t max_message; /* bytes of one WebSocket message from a frontend */
+    size_t max_pending; /* bytes queued for a slow frontend before it is dropped */
+    size_t replay_max;  /* bytes kept for a disconnected session */
 } channels_config_t;
 
 void channels_config_defaults(channels_config_t *cfg);

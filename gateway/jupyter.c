@@ -128,8 +128,8 @@ static json_t *parse(struct MHD_Connection *conn, const char *body, size_t len,
     json_error_t e;
     json_t *j = json_loadb(body, len, 0, &e);
     if (j == NULL) {
-        *ret = fail(conn, SG_E_INVALID, "request body is not JSON: %s (line %d, column %d)",
-                    e.text, e.line, e.column);
+        *ret = fail(conn, SG_E_INVALID, "request body is not JSON: %s (line %d, column %d)", e.text,
+                    e.line, e.column);
         return NULL;
     }
     if (!json_is_object(j)) {
@@ -155,9 +155,9 @@ static json_t *kernel_model(kernel_t *k)
 {
     char when[32];
     iso_time(zclock_time() - (zclock_mono() - kernel_last_activity(k)), when);
-    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", kernel_id(k), "name",
-                     kernel_spec(k)->name, "last_activity", when, "execution_state",
-                     kernel_execution_state(k), "connections", kernel_connections(k));
+    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", kernel_id(k), "name", kernel_spec(k)->name,
+                     "last_activity", when, "execution_state", kernel_execution_state(k),
+                     "connections", kernel_connections(k));
 }
 
 static bool resource_name(const char *f)
@@ -238,7 +238,9 @@ static void setup_kernel(kernel_t *k, json_t *env, const char *path)
     json_t *vars = json_object();
     const char *key;
     json_t *v;
-    json_object_foreach(env, key, v) if (json_is_string(v)) json_object_set(vars, key, v);
+    json_object_foreach (env, key, v)
+        if (json_is_string(v))
+            json_object_set(vars, key, v);
     bool use_path = path && *path && path[0] != '/' && strstr(path, "..") == NULL;
     if (json_object_size(vars) == 0 && !use_path) {
         json_decref(vars);
@@ -391,9 +393,9 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     const char *version =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
     if (version == NULL || strcmp(version, "13") != 0) {
-        json_t *body = json_pack("{s:s, s:s, s:s}", "message",
-                                 "unsupported WebSocket version (use 13)", "reason",
-                                 "Upgrade Required", "error", "invalid");
+        json_t *body =
+            json_pack("{s:s, s:s, s:s}", "message", "unsupported WebSocket version (use 13)",
+                      "reason", "Upgrade Required", "error", "invalid");
         char *text = json_dumps(body, JSON_COMPACT);
         json_decref(body);
         struct MHD_Response *r =
@@ -570,7 +572,7 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
             json_t *list = json_array();
             const char *id;
             json_t *s;
-            json_object_foreach(self->sessions, id, s)
+            json_object_foreach (self->sessions, id, s)
                 json_array_append_new(list, session_model(self, s));
             return http_reply_json(conn, 200, list);
         }
@@ -583,8 +585,7 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
         const char *path = json_string_value(json_object_get(req, "path"));
         const char *sid;
         json_t *s;
-        json_object_foreach(self->sessions, sid, s)
-        {
+        json_object_foreach (self->sessions, sid, s) {
             if (path && strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
                 json_decref(req);
                 return http_reply_json(conn, 201, session_model(self, s));
@@ -647,8 +648,8 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
 
 /* --- kernelspecs ------------------------------------------------------------------- */
 
-static enum MHD_Result kernelspecs(jupyter_t *self, struct MHD_Connection *conn,
-                                   const char *method, const char *rest)
+static enum MHD_Result kernelspecs(jupyter_t *self, struct MHD_Connection *conn, const char *method,
+                                   const char *rest)
 {
     if (strcmp(method, "GET") != 0)
         return method_not_allowed(conn, method, rest);
@@ -657,9 +658,9 @@ static enum MHD_Result kernelspecs(jupyter_t *self, struct MHD_Connection *conn,
         json_t *all = json_object();
         for (size_t i = 0; i < kspecs_count(ks); i++)
             json_object_set_new(all, kspecs_at(ks, i)->name, kernelspec_model(kspecs_at(ks, i)));
-        return http_reply_json(conn, 200,
-                               json_pack("{s:s, s:o}", "default", default_kernelspec(self),
-                                         "kernelspecs", all));
+        return http_reply_json(
+            conn, 200,
+            json_pack("{s:s, s:o}", "default", default_kernelspec(self), "kernelspecs", all));
     }
     const kspec_t *s = kspecs_get(ks, rest + 1);
     if (s == NULL)
@@ -724,9 +725,8 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
     if (strcmp(url, "/api") == 0 || strcmp(url, "/api/") == 0) {
         if (strcmp(method, "GET") != 0)
             return method_not_allowed(conn, method, url);
-        return http_reply_json(conn, 200,
-                               json_pack("{s:s, s:s}", "version", PACKAGE_VERSION, "server",
-                                         "sandgate"));
+        return http_reply_json(
+            conn, 200, json_pack("{s:s, s:s}", "version", PACKAGE_VERSION, "server", "sandgate"));
     }
     if (strcmp(url, "/api/status") == 0) {
         char started[32], now[32];
@@ -735,11 +735,10 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
         size_t conns = 0;
         for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
             conns += (size_t)kernel_connections(kmgr_at(self->kmgr, i));
-        return http_reply_json(conn, 200,
-                               json_pack("{s:s, s:s, s:I, s:I}", "started", started,
-                                         "last_activity", now, "kernels",
-                                         (json_int_t)kmgr_count(self->kmgr), "connections",
-                                         (json_int_t)conns));
+        return http_reply_json(
+            conn, 200,
+            json_pack("{s:s, s:s, s:I, s:I}", "started", started, "last_activity", now, "kernels",
+                      (json_int_t)kmgr_count(self->kmgr), "connections", (json_int_t)conns));
     }
     if (strncmp(url, "/api/kernels", 12) == 0 && (url[12] == 0 || url[12] == '/'))
         return kernels(self, conn, method, url + 12, body, len, req_state);

@@ -125,7 +125,10 @@ int main(void)
     ok(feed_all(100, buf, n, &g, false) == 0 && g.n == 1 && g.len[0] == 2,
        "a UTF-8 character split across fragments");
     /* close, pong, empty frames */
-    n = cframe(buf, 0x88, "\x03\xe8" "bye", 5, K);
+    n = cframe(buf, 0x88,
+               "\x03\xe8"
+               "bye",
+               5, K);
     g = (got_t){0};
     ok(feed_all(100, buf, n, &g, false) == 0 && g.n == 1 && g.op[0] == WS_CLOSE && g.len[0] == 5,
        "a close frame with code 1000 and a reason");
@@ -200,8 +203,8 @@ int main(void)
            u[i].what);
         n = cframe(buf, 0x81, u[i].s, strlen(u[i].s), K);
         g = (got_t){0};
-        is_int(feed_all(100, buf, n, &g, false), u[i].valid ? 0 : 1007,
-               "a text frame with %s", u[i].what);
+        is_int(feed_all(100, buf, n, &g, false), u[i].valid ? 0 : 1007, "a text frame with %s",
+               u[i].what);
     }
     n = cframe(buf, 0x82, "\xff\xfe", 2, K);
     g = (got_t){0};
