@@ -25,6 +25,7 @@ typedef struct conn {
     struct conn *next;
     char session[129];
     bool v1, closing, closed, polling_out;
+    bool anonymous; /* no session_id: nothing is kept for it when it leaves */
     MHD_socket fd;
     struct MHD_UpgradeResponseHandle *urh;
     zmq_pollitem_t item;
@@ -341,7 +342,7 @@ static void on_kernel_message(kernel_t *k, jchan_t chan, const jmsg_t *m, void *
 {
     hub_t *h = arg;
     if (chan == JCHAN_IOPUB) {
-        if (h->conns == NULL && h->replay_session[0])
+        if (h->replay_session[0])
             keep_for_replay(h, chan, m);
         for (conn_t *c = h->conns; c; c = c->next)
             conn_deliver(c, chan, m);
@@ -476,7 +477,12 @@ static void hub_free(hub_t *h)
     zhashx_destroy(&h->routes);
     replay_clear(h);
     stored_free_list(h->early);
-    fire_waiters(h, NULL);
+    if (h->waiters) {
+        sg_error_t *err = NULL;
+        sg_error_set(&err, SG_E_UNAVAILABLE, "sandgate is shutting down");
+        fire_waiters(h, err);
+        sg_error_free(&err);
+    }
     free(h);
 }
 
@@ -739,7 +745,12 @@ static void conn_close(conn_t *c)
         }
     kernel_add_connections(h->k, -1);
     metrics.ws_connections--;
-    if (h->conns == NULL) { /* keep what comes for this session until it reconnects */
+    /* Keep what comes for this session until it reconnects (one session per
+     * kernel, as jupyter_server keeps one buffer per kernel). */
+    bool same_session_left = false;
+    for (conn_t *o = h->conns; o; o = o->next)
+        same_session_left |= strcmp(o->session, c->session) == 0;
+    if (!same_session_left && !c->anonymous) {
         replay_clear(h);
         snprintf(h->replay_session, sizeof h->replay_session, "%s", c->session);
     }
@@ -762,9 +773,11 @@ void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1
     c->parser = ws_parser_new(self->cfg.max_message);
     if (session && *session)
         snprintf(c->session, sizeof c->session, "%s", session);
-    else
+    else {
+        c->anonymous = true;
         snprintf(c->session, sizeof c->session, "anonymous-%llu",
                  (unsigned long long)++self->next_anon);
+    }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     /* A reply is several small messages written one by one: without this,

@@ -59,6 +59,12 @@ jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg
     return self;
 }
 
+void jupyter_close(jupyter_t *self)
+{
+    if (self)
+        channels_destroy(&self->ch);
+}
+
 void jupyter_destroy(jupyter_t **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
@@ -354,7 +360,7 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, co
 {
     jreq_t *r = cls;
     kernel_t *k = kmgr_get(r->j->kmgr, r->kernel_id);
-    if (k == NULL) {
+    if (k == NULL || r->j->ch == NULL) { /* gone, or sandgate is stopping */
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
         return;
     }
@@ -752,7 +758,7 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
 void jupyter_request_done(jupyter_t *self, void *req_state)
 {
     jreq_t *r = req_state;
-    if (!r->ready)
+    if (!r->ready && self->ch)
         channels_cancel_wait(self->ch, r);
     jreq_free(r);
 }

@@ -31,6 +31,10 @@ typedef struct jupyter jupyter_t;
 
 jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg);
+/* Shutdown: jupyter_close() closes every WebSocket (libmicrohttpd must
+ * still run); jupyter_destroy() frees the rest, after the HTTP server, whose
+ * last completion callbacks still call jupyter_request_done(). */
+void jupyter_close(jupyter_t *self);
 void jupyter_destroy(jupyter_t **self_p);
 
 /* Whether url is one of this API's routes (/api, /api/..., /kernelspecs/...). */

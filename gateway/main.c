@@ -565,8 +565,9 @@ int main(int argc, char **argv)
     log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
     rc = 0;
 out:
-    jupyter_destroy(&jupyter);
+    jupyter_close(jupyter);
     http_server_destroy(&http);
+    jupyter_destroy(&jupyter);
     api_destroy(&api);
     kmgr_destroy(&kmgr, false);
     proc_fini();

@@ -376,6 +376,27 @@ static void become_ready(kernel_t *k)
     emit(k, KERNEL_EV_READY, NULL);
 }
 
+/* Whether m answers a request sandgate itself sent (its executions, and the
+ * kernel_info / interrupt / shutdown requests of its own session). */
+static bool own_request(const kernel_t *k, const jmsg_t *m)
+{
+    for (const exec_t *e = k->queue; e; e = e->next)
+        if (e->msg_id[0] && strcmp(jmsg_parent_id(m), e->msg_id) == 0)
+            return true;
+    const char *session = json_string_value(json_object_get(jmsg_parent(m), "session"));
+    return session && k->client && strcmp(session, jsession_id(jclient_session(k->client))) == 0;
+}
+
+/* A reply to sandgate's own bookkeeping (start-up kernel_info probes), not
+ * to an execution: it says nothing about the kernel being busy with work. */
+static bool own_probe(const kernel_t *k, const jmsg_t *m)
+{
+    for (const exec_t *e = k->queue; e; e = e->next)
+        if (e->msg_id[0] && strcmp(jmsg_parent_id(m), e->msg_id) == 0)
+            return false;
+    return own_request(k, m);
+}
+
 static void on_iopub(kernel_t *k, jmsg_t *m)
 {
     if (k->state == KERNEL_STARTING) {
@@ -385,7 +406,7 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
         return;
     }
     const char *type = jmsg_type(m);
-    if (strcmp(type, "status") == 0) {
+    if (strcmp(type, "status") == 0 && !own_probe(k, m)) {
         const char *st = jmsg_content_str(m, "execution_state");
         if (st && strlen(st) < sizeof k->published)
             strcpy(k->published, st);
@@ -405,17 +426,6 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
     }
     if (e->cb.on_output)
         e->cb.on_output(m, e->cb.arg);
-}
-
-/* Whether m answers a request sandgate itself sent (its executions, and the
- * kernel_info / interrupt / shutdown requests of its own session). */
-static bool own_request(const kernel_t *k, const jmsg_t *m)
-{
-    for (const exec_t *e = k->queue; e; e = e->next)
-        if (e->msg_id[0] && strcmp(jmsg_parent_id(m), e->msg_id) == 0)
-            return true;
-    const char *session = json_string_value(json_object_get(jmsg_parent(m), "session"));
-    return session && k->client && strcmp(session, jsession_id(jclient_session(k->client))) == 0;
 }
 
 static void on_shell(kernel_t *k, jmsg_t *m)

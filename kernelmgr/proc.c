@@ -115,8 +115,32 @@ int proc_init(zloop_t *l, sg_error_t **err)
     return 0;
 }
 
+static void async_free(void *arg);
+
+/* Commands from proc_exec_async are short (runsc delete) and their callbacks
+ * clean up after them: let them finish before sandgate exits, 10 s at most. */
+static void finish_async(void)
+{
+    int64_t deadline = zclock_mono() + 10000;
+    for (watch_t *w = watches, *next; w; w = next) {
+        next = w->next;
+        if (w->dead || w->arg_free != async_free)
+            continue;
+        int status = w->status;
+        pid_t r = w->reaped ? w->pid : 0;
+        while (r == 0 && (r = waitpid(w->pid, &status, WNOHANG | __WALL)) == 0 &&
+               zclock_mono() < deadline)
+            zclock_sleep(20);
+        if (r == w->pid)
+            fire(w, status);
+        else if (r < 0)
+            fire(w, -1);
+    }
+}
+
 void proc_fini(void)
 {
+    finish_async();
     while (watches) {
         watch_t *w = watches;
         watches = w->next;

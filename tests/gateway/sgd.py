@@ -36,12 +36,19 @@ class Daemon:
             raise RuntimeError("sandgate did not start")
         # Keep reading the log, or the daemon blocks once the pipe is full.
         self.log = []
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.sanitizer = []  # every line of a sanitizer report, kept whole
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
 
     def _drain(self):
+        reporting = False
         for line in self.proc.stderr:
             self.log.append(line)
             del self.log[:-200]
+            if re.search(r"(Address|Leak|UndefinedBehavior)Sanitizer|runtime error:", line):
+                reporting = True
+            if reporting:
+                self.sanitizer.append(line)
 
     def request(self, method, path, body=None, headers=None, token=TOKEN, raw=None, timeout=120):
         h = {"Content-Type": "application/json"}
@@ -80,6 +87,11 @@ class Daemon:
                        f"grep -o '{self.dir}[^ ]*' /proc/mounts | xargs -r umount -l",
                        shell=True, capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+        # A sanitizer build reports leaks and errors on stderr at exit: fail
+        # the test that ran the daemon.
+        self.drain.join(timeout=30)
+        if self.sanitizer:
+            raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
 
 
 def of_type(lines, t):
