@@ -34,9 +34,13 @@ class Daemon:
                 self.url = m.group(1)
         if self.url is None:
             raise RuntimeError("sandgate did not start")
-        # Keep reading the log, or the daemon blocks once the pipe is full.
         self.log = []
-        self.sanitizer = []  # every line of a sanitizer report, kept whole
+        self.watch_log()
+
+    def watch_log(self):
+        """Keeps reading the log, or the daemon blocks once the pipe is full;
+        keeps any sanitizer report whole for stop()."""
+        self.sanitizer = []
         self.drain = threading.Thread(target=self._drain, daemon=True)
         self.drain.start()
 

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -154,7 +153,7 @@ class Started(Daemon):
             if m:
                 self.url = m.group(1)
                 break
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.watch_log()
 
     def status(self, token):
         return self.request("GET", "/contexts", token=token, timeout=5)[0]
