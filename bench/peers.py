@@ -345,7 +345,7 @@ def main():
             "sg_json": ("sandgate --sandbox none: POST /execute, JSON", "sandgate JSON"),
             "sg_ndjson": ("sandgate --sandbox none: POST /execute, NDJSON stream",
                           "sandgate NDJSON"),
-            "sg_ws": ("sandgate --sandbox none: WebSocket /api/kernels/{id}/chan.",
+            "sg_ws": ("sandgate --sandbox none: WebSocket channels, same kernel",
                       "sandgate WebSocket"),
             "sg_zmq": ("direct ZeroMQ to sandgate's kernel (ipc)", "sandgate's kernel direct"),
             "notebook": (f"Notebook {v['notebook']}: WebSocket /api/kernels/{{id}}/channels",

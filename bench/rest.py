@@ -95,6 +95,12 @@ def main():
         nd = stats(timed(lambda: cl.post("/execute", {"code": "1+1", "context_id": ctx}),
                          a.runs))
         row("POST /execute, NDJSON stream", nd)
+        from peers import NotebookKernel  # tornado's WebSocket client
+        wsk = NotebookKernel(d.url, TOKEN, ctx)
+        wsk.execute()
+        ws = stats(timed(wsk.execute, a.runs))
+        row("WebSocket /api/kernels/{id}/channels", ws)
+        wsk.close()
         kc.stop_channels()
 
     finally:
@@ -153,7 +159,7 @@ def main():
         if preload_d:
             preload_d.stop()
     print(f"\nratios: JSON / direct {js[0] / floor[0]:.2f}x, NDJSON / direct "
-          f"{nd[0] / floor[0]:.2f}x, warm pool / cold {warm[0] / cold[0]:.3f}")
+          f"{nd[0] / floor[0]:.2f}x, WebSocket / direct {ws[0] / floor[0]:.2f}x, warm pool / cold {warm[0] / cold[0]:.3f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ quick=0
 [ "${1:-}" = --quick ] && quick=1
 
 need=()
-for p in wrk python3-notebook python3-fastapi python3-uvicorn python3-matplotlib; do
+for p in wrk linux-perf python3-notebook python3-fastapi python3-uvicorn python3-matplotlib; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -70,6 +70,9 @@ $py bench/scale.py --sandbox none --levels "$none_levels" --duration "$duration"
     --profile "bench/results/$date-profile-none.txt" >>"$out"
 echo -e "\n![scaling, none]($date-scaling-none.png)" >>"$out"
 echo -e "\nsandgate's own CPU by function at 8 sessions: $date-profile-none.txt (perf)" >>"$out"
+
+section "Event-loop wake-ups per execute, --sandbox=none (bench/wakeups.py)"
+$py bench/wakeups.py --duration "$duration" >>"$out"
 
 section "Streaming delay and large outputs, gVisor (bench/stream.py ${stream[*]})"
 $py bench/stream.py --sandbox runsc "${stream[@]}" >>"$out"
