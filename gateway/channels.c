@@ -61,6 +61,9 @@ struct hub {
     stored_t *early, **early_tail;
     size_t early_n;
     waiter_t *waiters;
+    /* the frontend execution running now (the kernel runs one at a time) */
+    char running[257];
+    int run_timer;
 };
 
 struct channels {
@@ -338,9 +341,59 @@ static void replay_clear(hub_t *h)
     h->replay_session[0] = 0;
 }
 
+static void end_run_timer(hub_t *h)
+{
+    if (h->run_timer >= 0)
+        zloop_timer_end(h->ch->loop, h->run_timer);
+    h->run_timer = -1;
+    h->running[0] = 0;
+}
+
+static int on_run_timeout(zloop_t *loop, int timer_id, void *arg)
+{
+    hub_t *h = arg;
+    h->run_timer = -1;
+    log_info("channels: kernel %s: a frontend's execution passed %d ms (--exec-timeout); "
+             "interrupting it",
+             kernel_id(h->k), h->ch->cfg.exec_timeout_ms);
+    h->running[0] = 0;
+    sg_error_t *err = NULL;
+    if (kernel_interrupt(h->k, &err) < 0) {
+        log_warn("channels: kernel %s: interrupt failed: %s", kernel_id(h->k), err->msg);
+        sg_error_free(&err);
+    }
+    return 0;
+}
+
+/* Frontend executions get the same timeout as sandgate's own: the clock
+ * starts when the kernel says it is busy with the request and stops at its
+ * execute_reply. */
+static void watch_execution(hub_t *h, jchan_t chan, const jmsg_t *m)
+{
+    const char *parent = jmsg_parent_id(m);
+    const char *type = jmsg_type(m);
+    if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0 &&
+        strcmp(parent, h->running) == 0) {
+        end_run_timer(h);
+        return;
+    }
+    if (chan != JCHAN_IOPUB || h->ch->cfg.exec_timeout_ms <= 0 || strcmp(type, "status") != 0)
+        return;
+    const char *st = jmsg_content_str(m, "execution_state");
+    const char *ptype = json_string_value(json_object_get(jmsg_parent(m), "msg_type"));
+    if (st && strcmp(st, "busy") == 0 && ptype && strcmp(ptype, "execute_request") == 0 &&
+        zhashx_lookup(h->routes, parent) && strlen(parent) < sizeof h->running) {
+        end_run_timer(h);
+        strcpy(h->running, parent);
+        h->run_timer =
+            zloop_timer(h->ch->loop, (size_t)h->ch->cfg.exec_timeout_ms, 1, on_run_timeout, h);
+    }
+}
+
 static void on_kernel_message(kernel_t *k, jchan_t chan, const jmsg_t *m, void *arg)
 {
     hub_t *h = arg;
+    watch_execution(h, chan, m);
     if (chan == JCHAN_IOPUB) {
         if (h->replay_session[0])
             keep_for_replay(h, chan, m);
@@ -421,6 +474,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         break;
     case KERNEL_EV_RESTARTED: broadcast_status(h, "restarting"); break;
     case KERNEL_EV_DEAD:
+        end_run_timer(h);
         broadcast_status(h, "dead");
         stored_free_list(h->early);
         h->early = NULL;
@@ -452,6 +506,7 @@ static hub_t *hub_get(channels_t *ch, kernel_t *k)
     zhashx_set_duplicator(h->routes, (zhashx_duplicator_fn *)strdup);
     h->replay_tail = &h->replay;
     h->early_tail = &h->early;
+    h->run_timer = -1;
     h->next = ch->hubs;
     ch->hubs = h;
     kernel_set_tap(
@@ -474,6 +529,7 @@ static void hub_free(hub_t *h)
             break;
         }
     kernel_set_tap(h->k, NULL);
+    end_run_timer(h);
     zhashx_destroy(&h->routes);
     replay_clear(h);
     stored_free_list(h->early);

@@ -32,6 +32,7 @@ typedef struct {
     size_t max_message; /* bytes of one WebSocket message from a frontend */
     size_t max_pending; /* bytes queued for a slow frontend before it is dropped */
     size_t replay_max;  /* bytes kept for a disconnected session */
+    int exec_timeout_ms; /* a frontend's execution running longer is interrupted; 0: never */
 } channels_config_t;
 
 void channels_config_defaults(channels_config_t *cfg);

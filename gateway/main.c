@@ -548,6 +548,7 @@ int main(int argc, char **argv)
     }
     api = api_new(loop, kmgr, &s.api);
     http_server_set_api(http, api);
+    s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;
     jupyter = jupyter_new(loop, kmgr, &s.channels, http_server_wake, http);
     http_server_set_jupyter(http, jupyter);
     log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,

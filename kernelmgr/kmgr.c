@@ -294,8 +294,10 @@ static int on_tick(zloop_t *loop, int timer_id, void *arg)
     int64_t now = zclock_mono();
     for (size_t i = 0; m->cfg.cull_idle_ms > 0 && i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (e->pool || kernel_pending(e->k) > 0 || kernel_connections(e->k) > 0 ||
-            now - kernel_last_activity(e->k) < m->cfg.cull_idle_ms)
+        /* Not idle: starting (a slow start is not idleness), running or queued
+         * work, a frontend connected. */
+        if (e->pool || kernel_state(e->k) == KERNEL_STARTING || kernel_pending(e->k) > 0 ||
+            kernel_connections(e->k) > 0 || now - kernel_last_activity(e->k) < m->cfg.cull_idle_ms)
             continue;
         cleanup_free char *id = xstrdup(kernel_id(e->k));
         log_info("kmgr: culling session %s, idle for %lld ms", id,

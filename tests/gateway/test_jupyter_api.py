@@ -212,12 +212,18 @@ try:
 
     # --- replay after a reconnect --------------------------------------------------------
     mid = ws.send("shell", "execute_request",
-                  {"code": "import time; time.sleep(2); print('while away')", "silent": False,
+                  {"code": "import time; time.sleep(5); print('while away')", "silent": False,
                    "store_history": True, "user_expressions": {}, "allow_stdin": False,
                    "stop_on_error": True})
     time.sleep(0.3)
     ws.sock.close()  # abrupt: no close frame
-    time.sleep(4)
+    for _ in range(40):  # the server notices long before the output comes
+        if jget("/api/kernels/" + kid)[1]["connections"] == 0:
+            break
+        time.sleep(0.1)
+    ok(jget("/api/kernels/" + kid)[1]["connections"] == 0,
+       "an abrupt disconnect is noticed at once")
+    time.sleep(7)
     ws = WS(d.url, kid, TOKEN, session="sess-a")
     msgs = ws.until(lambda m: m["channel"] == "shell" and m["parent_header"]["msg_id"] == mid)
     ok("while away\n" in stream_text(msgs),
@@ -370,5 +376,30 @@ try:
 finally:
     if any("ERROR" in l or "AddressSanitizer" in l for l in d.log):
         diag("".join(d.log[-40:]))
+    d.stop()
+
+# --- the same timeouts and culling as every session ----------------------------------
+d = Daemon("--pool-size", "1", "--exec-timeout", "3", "--idle-timeout", "6")
+try:
+    st, a = d.json("POST", "/api/kernels", {})
+    ws = WS(d.url, a["id"], TOKEN, session="timeouts")
+    st, b = d.json("POST", "/api/kernels", {})
+    t0 = time.time()
+    reply, io = ws.execute("import time\nwhile True: time.sleep(0.1)")
+    took = time.time() - t0
+    ok(reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+       and took < 30, f"a WebSocket execution past --exec-timeout is interrupted ({took:.1f} s)",
+       reply["content"])
+    ok(any("--exec-timeout" in l for l in d.log), "the log says why it was interrupted")
+    reply, io = ws.execute("'still alive'")
+    ok(result_text(io) == "'still alive'", "the kernel keeps working after the timeout")
+    time.sleep(10)
+    st, body = jget("/api/kernels/" + b["id"])
+    ok(st == 404, "an idle kernel with no frontend is culled (--idle-timeout)", (st, body))
+    st, body = jget("/api/kernels/" + a["id"])
+    ok(st == 200 and body["connections"] == 1,
+       "an idle kernel with a frontend connected is not culled", (st, body))
+    ws.close()
+finally:
     d.stop()
 done()
