@@ -155,6 +155,11 @@ static void flush(conn_t *c)
     }
     if (c->out_off == c->out_len) {
         c->out_off = c->out_len = 0;
+        if (c->out_cap > (1 << 20)) { /* a large output went out: give the memory back */
+            free(c->out);
+            c->out = NULL;
+            c->out_cap = 0;
+        }
         if (c->closing) {
             conn_close(c);
             return;

@@ -142,8 +142,9 @@ try:
     ok(req["header"]["msg_type"] == "input_request" and req["content"]["prompt"] == "name? "
        and req["parent_header"]["msg_id"] == mid, "input() reaches the client on stdin", req)
     ws.send("stdin", "input_reply", {"value": "sandgate"}, parent=req["header"])
-    msgs = ws.until(lambda m: m["channel"] == "shell" and m["parent_header"]["msg_id"] == mid)
-    ok("hi sandgate\n" in stream_text(msgs) and msgs[-1]["content"]["status"] == "ok",
+    msgs = ws.until_done(mid)
+    rep = [m for m in msgs if m["channel"] == "shell"][-1]
+    ok("hi sandgate\n" in stream_text(msgs) and rep["content"]["status"] == "ok",
        "the input_reply is the value input() returns", stream_text(msgs))
 
     # binary buffers, both directions, through a comm that echoes them
@@ -215,7 +216,8 @@ try:
                   {"code": "import time; time.sleep(5); print('while away')", "silent": False,
                    "store_history": True, "user_expressions": {}, "allow_stdin": False,
                    "stop_on_error": True})
-    time.sleep(0.3)
+    ws.until(lambda m: m["parent_header"].get("msg_id") == mid and
+             m["header"]["msg_type"] == "execute_input")  # it runs: sandgate has it
     ws.sock.close()  # abrupt: no close frame
     for _ in range(40):  # the server notices long before the output comes
         if jget("/api/kernels/" + kid)[1]["connections"] == 0:
@@ -225,7 +227,7 @@ try:
        "an abrupt disconnect is noticed at once")
     time.sleep(7)
     ws = WS(d.url, kid, TOKEN, session="sess-a")
-    msgs = ws.until(lambda m: m["channel"] == "shell" and m["parent_header"]["msg_id"] == mid)
+    msgs = ws.until_done(mid)
     ok("while away\n" in stream_text(msgs),
        "output made while disconnected is replayed to the same session_id", msg_types(msgs))
     ws.sock.close()
@@ -323,9 +325,10 @@ try:
                frame(0, body[10:30], fin=False) + frame(0, body[30:]))
     op, fin, data = w.recv_frame()
     ok(op == 10 and data == b"are you there", "a ping mid-message gets its pong", (op, data))
-    msgs = w.until(lambda m: m["channel"] == "shell")
-    ok(msgs[-1]["parent_header"]["msg_id"] == "frag-1" and result_text(msgs) == "'fragfrag'",
-       "a message in three fragments is one message", msgs[-1]["content"])
+    msgs = w.until_done("frag-1")
+    reply = [m for m in msgs if m["channel"] == "shell"][-1]
+    ok(reply["parent_header"]["msg_id"] == "frag-1" and result_text(msgs) == "'fragfrag'",
+       "a message in three fragments is one message", reply["content"])
     # bad messages inside good frames: dropped, the connection stays
     w.send_raw(frame(1, b"not json at all"))
     w.send_raw(frame(1, b'{"header": {"msg_id": "x", "msg_type": "execute_request"}, '

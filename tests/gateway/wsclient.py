@@ -180,6 +180,21 @@ class WS:
                 return seen
         raise AssertionError("no matching message in %d" % limit)
 
+    def until_done(self, mid):
+        """Messages up to both the shell reply to request mid and the kernel's
+        idle status for it (shell and iopub are separate sockets: either can
+        come first)."""
+        seen, replied, idle = [], False, False
+        while not (replied and idle):
+            m = self.recv()
+            seen.append(m)
+            if m["parent_header"].get("msg_id") != mid:
+                continue
+            replied |= m["channel"] == "shell"
+            idle |= (m["header"]["msg_type"] == "status" and
+                     m["content"]["execution_state"] == "idle")
+        return seen
+
     def execute(self, code, allow_stdin=False):
         """Runs code; returns (reply, iopub messages of this request)."""
         mid = self.send("shell", "execute_request",
