@@ -128,22 +128,27 @@ bool ws_utf8_valid(const uint8_t *s, size_t len)
 
 /* --- the parser ------------------------------------------------------------------ */
 
+/* A buffer kept between messages up to this size; a larger one (a rare big
+ * message) is given back once the message is delivered. */
+#define WS_KEEP_BUFFER (64 * 1024)
+
 struct ws_parser {
     size_t max_message;
-    int error;
+    int error; /* once set, the parser refuses input */
     /* the frame being read */
-    uint8_t head[14];
+    uint8_t head[14]; /* 2 + 8 (length) + 4 (mask) */
     size_t head_len, head_need;
     ws_opcode_t op;
     bool fin;
     uint8_t mask[4];
     uint64_t payload_len, payload_got;
-    /* the message being assembled (data frames) */
+    /* the message being assembled from data frames */
     bool in_message;
     ws_opcode_t msg_op;
     uint8_t *msg;
     size_t msg_len, msg_cap;
-    /* a control frame's payload (<= 125 bytes) */
+    size_t utf8_ok; /* a text message's bytes known to be valid UTF-8 */
+    /* a control frame's payload */
     uint8_t ctl[125];
 };
 
@@ -169,37 +174,23 @@ static bool is_control(ws_opcode_t op)
     return op >= 8;
 }
 
-/* The header is complete: check it. 0 or a close code. */
-static int header_done(ws_parser_t *p)
+/* The first two bytes are in: everything they decide is checked here, so a
+ * bad frame fails without waiting for the rest of its header.  0 or a close
+ * code. */
+static int head_start(ws_parser_t *p)
 {
     const uint8_t *h = p->head;
     p->fin = h[0] & 0x80;
     p->op = (ws_opcode_t)(h[0] & 0x0F);
     if (h[0] & 0x70)
-        return WS_CLOSE_PROTOCOL; /* no extension was negotiated */
+        return WS_CLOSE_PROTOCOL; /* RSV bits: no extension is ever negotiated */
     if (!(h[1] & 0x80))
         return WS_CLOSE_PROTOCOL; /* client frames must be masked */
-    uint64_t n = h[1] & 0x7F;
-    size_t at = 2;
-    if (n == 126) {
-        n = (uint64_t)h[2] << 8 | h[3];
-        at = 4;
-    } else if (n == 127) {
-        n = 0;
-        for (int i = 0; i < 8; i++)
-            n = n << 8 | h[2 + i];
-        if (n >> 63)
-            return WS_CLOSE_PROTOCOL;
-        at = 10;
-    }
-    memcpy(p->mask, h + at, 4);
-    p->payload_len = n;
-    p->payload_got = 0;
     switch (p->op) {
     case WS_CLOSE:
     case WS_PING:
     case WS_PONG:
-        if (!p->fin || n > 125)
+        if (!p->fin)
             return WS_CLOSE_PROTOCOL;
         break;
     case WS_CONT:
@@ -212,40 +203,89 @@ static int header_done(ws_parser_t *p)
             return WS_CLOSE_PROTOCOL;
         p->in_message = true;
         p->msg_op = p->op;
-        p->msg_len = 0;
+        p->msg_len = p->utf8_ok = 0;
         break;
     default: return WS_CLOSE_PROTOCOL;
     }
-    if (!is_control(p->op)) {
-        if (n > p->max_message - p->msg_len)
-            return WS_CLOSE_TOO_BIG;
-        if (p->msg_len + n > p->msg_cap) {
-            size_t want = p->msg_len + (size_t)n;
-            p->msg_cap = want > 2 * p->msg_cap ? want : 2 * p->msg_cap;
-            if (p->msg_cap > p->max_message)
-                p->msg_cap = p->max_message > want ? p->max_message : want;
-            p->msg = xrealloc(p->msg, p->msg_cap ? p->msg_cap : 1);
-        }
-    }
+    uint8_t n = h[1] & 0x7F;
+    p->head_need = 2 + (n == 126 ? 2 : n == 127 ? 8 : 0) + 4;
     return 0;
+}
+
+/* The whole header is in: check the length.  Non-minimal encodings are
+ * accepted (RFC 6455 only asks senders for the minimal one). */
+static int head_done(ws_parser_t *p)
+{
+    const uint8_t *h = p->head;
+    uint64_t n = h[1] & 0x7F;
+    if (n == 126) {
+        n = (uint64_t)h[2] << 8 | h[3];
+    } else if (n == 127) {
+        n = 0;
+        for (int i = 0; i < 8; i++)
+            n = n << 8 | h[2 + i];
+        if (n >> 63)
+            return WS_CLOSE_PROTOCOL;
+    }
+    memcpy(p->mask, h + p->head_need - 4, 4);
+    p->payload_len = n;
+    p->payload_got = 0;
+    if (is_control(p->op))
+        return n > sizeof p->ctl ? WS_CLOSE_PROTOCOL : 0;
+    /* Decided now, before any of the payload is buffered.  Nothing is
+     * allocated for the claimed length either: the buffer grows as bytes
+     * arrive. */
+    return n > p->max_message - p->msg_len ? WS_CLOSE_TOO_BIG : 0;
+}
+
+/* Room for need bytes of message (need <= max_message). */
+static void reserve(ws_parser_t *p, size_t need)
+{
+    if (need <= p->msg_cap)
+        return;
+    size_t cap = p->msg_cap < 128                  ? 256
+                 : p->msg_cap > p->max_message / 2 ? p->max_message
+                                                   : 2 * p->msg_cap;
+    if (cap < need)
+        cap = need;
+    p->msg = xrealloc(p->msg, cap);
+    p->msg_cap = cap;
+}
+
+/* Checks a text message's new bytes.  Until its last byte has arrived
+ * (complete false) it may end inside a character that later bytes finish. */
+static bool text_valid_so_far(ws_parser_t *p, bool complete)
+{
+    while (p->utf8_ok < p->msg_len) {
+        int n = utf8_seq(p->msg + p->utf8_ok, p->msg_len - p->utf8_ok);
+        if (n == 0 || (n < 0 && complete))
+            return false;
+        if (n < 0)
+            break;
+        p->utf8_ok += (size_t)n;
+    }
+    return true;
 }
 
 static bool valid_close_code(unsigned c)
 {
-    if (c >= 3000 && c <= 4999)
-        return true;
-    return (c >= 1000 && c <= 1003) || (c >= 1007 && c <= 1011);
+    /* RFC 6455 7.4 and the IANA registry: 1004-1006 and 1015 are never sent,
+     * 3000-4999 belong to libraries and applications. */
+    return (c >= 1000 && c <= 1003) || (c >= 1007 && c <= 1014) || (c >= 3000 && c <= 4999);
 }
 
-/* The frame's payload is complete: deliver what it ends. */
+unsigned ws_close_code(const uint8_t *payload, size_t len)
+{
+    return len >= 2 ? (unsigned)(payload[0] << 8 | payload[1]) : WS_CLOSE_NO_STATUS;
+}
+
+/* The frame's payload is complete: deliver what it ends.  0 or a close code. */
 static int frame_done(ws_parser_t *p, ws_message_fn *fn, void *arg)
 {
     if (is_control(p->op)) {
         size_t n = (size_t)p->payload_len;
         if (p->op == WS_CLOSE) {
-            if (n == 1)
-                return WS_CLOSE_PROTOCOL;
-            if (n >= 2 && !valid_close_code((unsigned)(p->ctl[0] << 8 | p->ctl[1])))
+            if (n == 1 || (n >= 2 && !valid_close_code(ws_close_code(p->ctl, n))))
                 return WS_CLOSE_PROTOCOL;
             if (n > 2 && !ws_utf8_valid(p->ctl + 2, n - 2))
                 return WS_CLOSE_INVALID_DATA;
@@ -255,12 +295,45 @@ static int frame_done(ws_parser_t *p, ws_message_fn *fn, void *arg)
     }
     if (!p->fin)
         return 0;
-    p->in_message = false;
-    if (p->msg_op == WS_TEXT && !ws_utf8_valid(p->msg, p->msg_len))
+    if (p->msg_op == WS_TEXT && !text_valid_so_far(p, true))
         return WS_CLOSE_INVALID_DATA;
+    p->in_message = false;
     fn(p->msg_op, p->msg ? p->msg : (const uint8_t *)"", p->msg_len, arg);
     p->msg_len = 0;
+    if (p->msg_cap > WS_KEEP_BUFFER) {
+        free(p->msg);
+        p->msg = NULL;
+        p->msg_cap = 0;
+    }
     return 0;
+}
+
+/* Unmasks up to the rest of the current frame's payload from data.  Returns
+ * how many bytes it took, or sets *err. */
+static size_t take_payload(ws_parser_t *p, const uint8_t *data, size_t len, int *err)
+{
+    uint64_t want = p->payload_len - p->payload_got;
+    size_t take = want < len ? (size_t)want : len;
+    if (take == 0)
+        return 0;
+    uint8_t *dst;
+    if (is_control(p->op)) {
+        dst = p->ctl + p->payload_got;
+    } else {
+        reserve(p, p->msg_len + take);
+        dst = p->msg + p->msg_len;
+    }
+    for (size_t j = 0; j < take; j++)
+        dst[j] = data[j] ^ p->mask[(p->payload_got + j) & 3];
+    p->payload_got += take;
+    if (!is_control(p->op)) {
+        p->msg_len += take;
+        /* Fail fast: bad text is refused as it arrives, not once the whole
+         * message has been buffered. */
+        if (p->msg_op == WS_TEXT && !text_valid_so_far(p, false))
+            *err = WS_CLOSE_INVALID_DATA;
+    }
+    return take;
 }
 
 int ws_parser_feed(ws_parser_t *p, const uint8_t *data, size_t len, ws_message_fn *fn, void *arg)
@@ -268,7 +341,7 @@ int ws_parser_feed(ws_parser_t *p, const uint8_t *data, size_t len, ws_message_f
     if (p->error)
         return p->error;
     size_t i = 0;
-    while (i < len || (p->head_len == p->head_need && p->head_need >= 6)) {
+    for (;;) {
         if (p->head_len < p->head_need) {
             size_t take = p->head_need - p->head_len;
             if (take > len - i)
@@ -278,38 +351,26 @@ int ws_parser_feed(ws_parser_t *p, const uint8_t *data, size_t len, ws_message_f
             i += take;
             if (p->head_len < p->head_need)
                 return 0;
-            if (p->head_need == 2) { /* now the length's size is known */
-                if (!(p->head[1] & 0x80))
-                    return p->error = WS_CLOSE_PROTOCOL; /* client frames must be masked */
-                uint8_t n = p->head[1] & 0x7F;
-                p->head_need = 2 + (n == 126 ? 2 : n == 127 ? 8 : 0) + 4;
-                continue;
-            }
-            int err = header_done(p);
+            int err = p->head_need == 2 ? head_start(p) : head_done(p);
             if (err)
                 return p->error = err;
+            if (p->head_len < p->head_need) /* head_start: now the length's size is known */
+                continue;
         }
-        /* payload */
-        uint64_t want = p->payload_len - p->payload_got;
-        size_t take = want < len - i ? (size_t)want : len - i;
-        if (take) {
-            uint8_t *dst = is_control(p->op) ? p->ctl + p->payload_got : p->msg + p->msg_len;
-            for (size_t j = 0; j < take; j++)
-                dst[j] = data[i + j] ^ p->mask[(p->payload_got + j) & 3];
-        }
-        p->payload_got += take;
-        if (!is_control(p->op))
-            p->msg_len += take;
-        i += take;
-        if (p->payload_got < p->payload_len)
-            return 0;
-        int err = frame_done(p, fn, arg);
-        p->head_len = 0;
-        p->head_need = 2;
+        int err = 0;
+        i += take_payload(p, data + i, len - i, &err);
         if (err)
             return p->error = err;
+        if (p->payload_got < p->payload_len)
+            return 0;
+        err = frame_done(p, fn, arg);
+        if (err)
+            return p->error = err;
+        p->head_len = 0;
+        p->head_need = 2;
+        if (i == len)
+            return 0;
     }
-    return 0;
 }
 
 size_t ws_frame_header(uint8_t out[10], ws_opcode_t op, uint64_t len)
@@ -340,6 +401,7 @@ size_t ws_close_payload(uint8_t out[125], unsigned code, const char *reason)
         n = 123;
     while (n > 0 && ((uint8_t)reason[n] & 0xC0) == 0x80) /* not mid-character */
         n--;
-    memcpy(out + 2, reason, n);
+    if (n)
+        memcpy(out + 2, reason, n);
     return 2 + n;
 }

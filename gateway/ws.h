@@ -4,7 +4,8 @@
  * fragmented messages, and checks every rule a server must (masking, RSV
  * bits, opcodes, control frame limits, fragmentation order, UTF-8 of text and
  * close reasons, the size of a message before its payload is buffered).  The
- * first violation ends the parser with the close code to send.
+ * first violation ends the parser with the close code to send.  Splitting the
+ * same bytes differently never changes what is delivered or the verdict.
  */
 #ifndef SG_WS_H
 #define SG_WS_H
@@ -46,12 +47,20 @@ ws_parser_t *ws_parser_new(size_t max_message);
 void ws_parser_destroy(ws_parser_t **self_p);
 
 /* A complete data message (reassembled, unmasked) or a control frame with
- * its payload (a close frame's payload as sent: code + reason). */
+ * its payload, borrowed for the call.  Control frames may come between the
+ * fragments of a message.  A close frame's payload is already checked: empty,
+ * or a valid code then a UTF-8 reason (ws_close_code reads the code). */
 typedef void(ws_message_fn)(ws_opcode_t op, const uint8_t *data, size_t len, void *arg);
 
-/* Feeds bytes as they arrive.  Returns 0, or the close code to send after
- * which the parser refuses input: 1002 protocol error, 1007 invalid UTF-8,
- * 1009 a message over max_message. */
+/* Feeds bytes as they arrive; fn may be called several times.  Returns 0, or
+ * the close code to send before dropping the connection, after which the
+ * parser delivers nothing and refuses all input with the same code:
+ * 1002 a protocol error (unmasked frame, RSV bits, unknown opcode, fragmented
+ * or > 125-byte control frame, fragments out of order, a 64-bit length with
+ * the top bit set, a 1-byte close payload or an invalid close code),
+ * 1007 text or a close reason that is not UTF-8 (refused as soon as a byte
+ * shows it), 1009 a message over max_message (decided from a frame's header,
+ * before its payload is buffered). */
 int ws_parser_feed(ws_parser_t *self, const uint8_t *data, size_t len, ws_message_fn *fn,
                    void *arg);
 
@@ -59,10 +68,16 @@ int ws_parser_feed(ws_parser_t *self, const uint8_t *data, size_t len, ws_messag
  * 10 bytes written to out; returns how many. */
 size_t ws_frame_header(uint8_t out[10], ws_opcode_t op, uint64_t len);
 
-/* A close frame's payload: the code and as much of reason as fits in 125
- * bytes (cut on a character boundary).  Returns its length. */
+/* A close frame's payload: the code and as much of reason (UTF-8, may be
+ * NULL) as fits in 125 bytes, cut on a character boundary.  Returns its
+ * length. */
 size_t ws_close_payload(uint8_t out[125], unsigned code, const char *reason);
 
+/* The code in a close frame's payload; WS_CLOSE_NO_STATUS when it has none.
+ * The reason, if any, is the payload after the first two bytes. */
+unsigned ws_close_code(const uint8_t *payload, size_t len);
+
+/* Strict UTF-8: no overlong forms, surrogates or code points over U+10FFFF. */
 bool ws_utf8_valid(const uint8_t *s, size_t len);
 
 #endif

@@ -36,12 +36,14 @@ rm -rf "$out/fuzz_jmsg.seeds"
 run_harness fuzz_jmsg tests/fuzz/fuzz_jmsg.c proto/jmsg.c proto/jsession.c
 
 # WebSocket frames: a few valid client frames (masked text, fragmented
-# binary with a ping, close) as seeds.
+# binary with a ping, close, a character split across fragments) as seeds.
 rm -rf "$out/fuzz_ws.seeds" && mkdir -p "$out/fuzz_ws.seeds"
 printf '\x00\x81\x85\x37\xfa\x21\x3d\x7f\x9f\x4d\x51\x58' >"$out/fuzz_ws.seeds/text"
 printf '\x03\x02\x82\x01\x02\x03\x04\x00\x01\x89\x80\x00\x00\x00\x00\x80\x81\x00\x00\x00\x00\x02' \
     >"$out/fuzz_ws.seeds/fragments"
 printf '\x00\x88\x85\x00\x00\x00\x00\x03\xe8bye' >"$out/fuzz_ws.seeds/close"
+printf '\x01\x01\x82\x00\x00\x00\x00a\xc3\x8a\x80\x00\x00\x00\x00\x80\x81\x00\x00\x00\x00\xa9' \
+    >"$out/fuzz_ws.seeds/split-character"
 run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/ws.c
 
 echo "fuzz: $passed passed, $failed failed"

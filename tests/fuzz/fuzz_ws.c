@@ -4,7 +4,8 @@
  * the client's bytes.  Properties checked beyond "no crash, no leak, no UB":
  * the same input fed at once and in chunks gives the same messages and the
  * same verdict; no message exceeds the limit; every text message and close
- * reason delivered is valid UTF-8; an ended parser stays ended.
+ * reason delivered is valid UTF-8, every close code valid; an ended parser
+ * stays ended.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,8 +27,16 @@ static void on_message(ws_opcode_t op, const uint8_t *data, size_t len, void *ar
         abort();
     if (op == WS_TEXT && !ws_utf8_valid(data, len))
         abort();
-    if (op == WS_CLOSE && len > 2 && !ws_utf8_valid(data + 2, len - 2))
+    if (op >= WS_CLOSE && len > 125)
         abort();
+    if (op == WS_CLOSE) {
+        unsigned code = ws_close_code(data, len);
+        bool valid = len == 0 ? code == WS_CLOSE_NO_STATUS
+                              : len >= 2 && code >= 1000 && code < 5000 && code != 1005 &&
+                                    code != 1006 && ws_utf8_valid(data + 2, len - 2);
+        if (!valid)
+            abort();
+    }
     s->n++;
     uint64_t h = s->hash ^ (uint64_t)op * 0x100000001b3ull;
     for (size_t i = 0; i < len; i++)
