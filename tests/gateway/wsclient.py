@@ -196,11 +196,13 @@ class WS:
         return seen
 
     def execute(self, code, allow_stdin=False):
-        """Runs code; returns (reply, iopub messages of this request)."""
+        """Runs code; returns (reply, iopub messages of this request).
+        stop_on_error is off: with it, ipykernel answers "aborted" to a request
+        that arrives just after one that failed (or was interrupted)."""
         mid = self.send("shell", "execute_request",
                         {"code": code, "silent": False, "store_history": True,
                          "user_expressions": {}, "allow_stdin": allow_stdin,
-                         "stop_on_error": True})
+                         "stop_on_error": False})
         reply, iopub, idle = None, [], False
         while reply is None or not idle:
             m = self.recv()
