@@ -120,10 +120,10 @@ static enum MHD_Result no_content(struct MHD_Connection *conn)
 static enum MHD_Result method_not_allowed(struct MHD_Connection *conn, const char *method,
                                           const char *url)
 {
+    (void)method, (void)url;
     return http_reply_json(conn, 405,
                            json_pack("{s:s, s:s, s:s}", "message", "method not allowed", "reason",
                                      "Method Not Allowed", "error", "method_not_allowed"));
-    (void)method, (void)url;
 }
 
 static json_t *parse(struct MHD_Connection *conn, const char *body, size_t len,
