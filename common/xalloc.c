@@ -46,14 +46,19 @@ void *xmemdup(const void *p, size_t n)
     return q;
 }
 
-char *xasprintf(const char *fmt, ...)
+char *xvasprintf(const char *fmt, va_list ap)
 {
     char *s;
+    if (vasprintf(&s, fmt, ap) < 0)
+        check(NULL);
+    return s;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int r = vasprintf(&s, fmt, ap);
+    char *s = xvasprintf(fmt, ap);
     va_end(ap);
-    if (r < 0)
-        check(NULL);
     return s;
 }

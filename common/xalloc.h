@@ -3,6 +3,7 @@
 #ifndef SG_XALLOC_H
 #define SG_XALLOC_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 void *xmemdup(const void *p, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 static inline void cleanup_free_fn(void *p)
 {

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "gateway/api.h"
 #include "gateway/jupyter.h"
+#include "gateway/mcp.h"
 #include "gateway/metrics.h"
 
 struct http_server {
@@ -21,6 +22,7 @@ struct http_server {
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
     api_t *api;
     jupyter_t *jupyter;
+    mcp_t *mcp;
     int kick_timer; /* pending "run libmicrohttpd now"; -1 if none */
 };
 
@@ -30,7 +32,7 @@ typedef struct {
     size_t len;
     bool too_big;
     void *api_state;
-    bool jupyter; /* api_state belongs to the Jupyter API */
+    enum { OWNER_API, OWNER_JUPYTER, OWNER_MCP } owner; /* whose api_state it is */
     api_sink_t *sink; /* a body the API takes as it arrives (uploads) */
     int64_t started;
 } request_t;
@@ -144,10 +146,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    if (req->api_state && req->jupyter) /* a suspended request resumed */
-        return jupyter_handle(self->jupyter, conn, method, url, "", 0, &req->api_state);
-    if (req->api_state)
+    if (req->api_state) { /* a suspended request resumed */
+        switch (req->owner) {
+        case OWNER_JUPYTER:
+            return jupyter_handle(self->jupyter, conn, method, url, "", 0, &req->api_state);
+        case OWNER_MCP: return mcp_handle(self->mcp, conn, method, url, "", 0, &req->api_state);
+        case OWNER_API: break;
+        }
         return api_handle(self->api, conn, method, url, "", 0, &req->api_state);
+    }
     bool public_route = strcmp(url, "/health") == 0;
     if (!public_route && !authorized(self, conn)) {
         metrics.auth_failures++;
@@ -157,8 +164,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req->too_big)
         return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
                                  self->cfg.max_body);
+    if (self->mcp && mcp_route(url)) {
+        req->owner = OWNER_MCP;
+        return mcp_handle(self->mcp, conn, method, url, req->body ? req->body : "", req->len,
+                          &req->api_state);
+    }
     if (self->jupyter && jupyter_route(url)) {
-        req->jupyter = true;
+        req->owner = OWNER_JUPYTER;
         return jupyter_handle(self->jupyter, conn, method, url, req->body ? req->body : "",
                               req->len, &req->api_state);
     }
@@ -173,8 +185,10 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     request_t *req = *req_cls;
     if (req == NULL)
         return;
-    if (req->api_state && req->jupyter)
+    if (req->api_state && req->owner == OWNER_JUPYTER)
         jupyter_request_done(self->jupyter, req->api_state);
+    else if (req->api_state && req->owner == OWNER_MCP)
+        mcp_request_done(self->mcp, req->api_state);
     else if (req->api_state)
         api_request_done(self->api, req->api_state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (req->sink)
@@ -284,6 +298,11 @@ void http_server_set_api(http_server_t *self, api_t *api)
 void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter)
 {
     self->jupyter = jupyter;
+}
+
+void http_server_set_mcp(http_server_t *self, struct mcp *mcp)
+{
+    self->mcp = mcp;
 }
 
 void http_server_destroy(http_server_t **self_p)

@@ -45,6 +45,10 @@ void http_server_set_api(http_server_t *self, struct api *api);
 struct jupyter;
 void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter);
 
+/* The MCP endpoint (mcp.h), served at /mcp. */
+struct mcp;
+void http_server_set_mcp(http_server_t *self, struct mcp *mcp);
+
 /* Runs libmicrohttpd on the next loop pass: after a suspended connection is
  * resumed or an upgraded one handed back.  arg is the http_server_t. */
 void http_server_wake(void *arg);

@@ -19,6 +19,7 @@
 #include "gateway/api.h"
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
+#include "gateway/mcp.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/proc.h"
 
@@ -87,7 +88,9 @@ static const char usage[] =
     "  GET, DELETE /contexts/ID; POST /contexts/ID/restart;\n"
     "  GET, PUT, DELETE /contexts/ID/files/PATH; GET /health; GET /metrics\n"
     "Jupyter Server API (docs/jupyter.md): /api/kernelspecs, /api/kernels,\n"
-    "  /api/sessions, WebSocket /api/kernels/ID/channels\n";
+    "  /api/sessions, WebSocket /api/kernels/ID/channels\n"
+    "MCP (docs/mcp.md): POST, DELETE /mcp (Streamable HTTP; tools execute_python,\n"
+    "  list_files, read_file, write_file, restart_kernel)\n";
 
 enum {
     O_CONFIG = 'c',
@@ -539,6 +542,7 @@ int main(int argc, char **argv)
     http_server_t *http = NULL;
     api_t *api = NULL;
     jupyter_t *jupyter = NULL;
+    mcp_t *mcp = NULL;
     rc = 1;
     if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
         !(http = http_server_new(loop, &s.http, &err))) {
@@ -551,6 +555,19 @@ int main(int argc, char **argv)
     s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;
     jupyter = jupyter_new(loop, kmgr, &s.channels, http_server_wake, http);
     http_server_set_jupyter(http, jupyter);
+    mcp_config_t mc;
+    mcp_config_defaults(&mc);
+    mc.state_dir = s.k.state_dir;
+    mc.kernelspec = s.k.pool_kernelspec;
+    mc.idle_ms = s.k.cull_idle_ms;
+    mc.default_timeout_s = s.api.default_timeout_s;
+    mc.max_timeout_s = s.api.max_timeout_s;
+    mc.max_output = s.api.max_output;
+    mc.max_upload = s.api.max_upload;
+    mc.max_queue = s.api.max_queue;
+    mc.loopback_origins = s.http.token == NULL;
+    mcp = mcp_new(loop, kmgr, &mc, http_server_wake, http);
+    http_server_set_mcp(http, mcp);
     log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
              s.host, http_server_port(http), s.k.state_dir,
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
@@ -568,6 +585,7 @@ int main(int argc, char **argv)
 out:
     jupyter_close(jupyter);
     http_server_destroy(&http);
+    mcp_destroy(&mcp);
     jupyter_destroy(&jupyter);
     api_destroy(&api);
     kmgr_destroy(&kmgr, false);

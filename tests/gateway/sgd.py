@@ -19,9 +19,12 @@ class Daemon:
     def __init__(self, *args, port=0):
         self.dir = tempfile.mkdtemp(prefix="sg-api-", dir="/tmp")
         os.chmod(self.dir, 0o711)
-        cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
-               "--token", TOKEN, *args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        self.cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
+                    "--token", TOKEN, *args]
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      text=True)
         self.url = None
         deadline = time.time() + 30
@@ -36,6 +39,16 @@ class Daemon:
             raise RuntimeError("sandgate did not start")
         self.log = []
         self.watch_log()
+
+    def restart(self):
+        """Stops the daemon (its sandboxes keep running) and starts a new one
+        on the same state directory, which re-adopts them."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.drain.join(timeout=30)
+        if self.sanitizer:
+            raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
+        self._start()
 
     def watch_log(self):
         """Keeps reading the log, or the daemon blocks once the pipe is full;
