@@ -1,5 +1,7 @@
 #include "common/xalloc.h"
 
+#include <jansson.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,4 +63,16 @@ char *xasprintf(const char *fmt, ...)
     char *s = xvasprintf(fmt, ap);
     va_end(ap);
     return s;
+}
+
+void utf8_scrub(char *s)
+{
+    json_t *probe = json_string(s);
+    if (probe) {
+        json_decref(probe);
+        return;
+    }
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p >= 0x80)
+            *p = '?';
 }

@@ -16,6 +16,9 @@ char *xstrndup(const char *s, size_t n);
 void *xmemdup(const void *p, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+/* Makes s valid UTF-8 in place (if it is not, every non-ASCII byte becomes
+ * '?'), so text that came from a peer (a URL, a header) can go into JSON. */
+void utf8_scrub(char *s);
 
 static inline void cleanup_free_fn(void *p)
 {

@@ -198,14 +198,18 @@ static void emit(stream_t *s, json_t *line)
     wake(s);
 }
 
-/* JSON mode only: a stream's client gets each line as it comes. */
-static void append_text(json_t *agg, const char *key, const char *text)
+/* JSON mode only: a stream's client gets each line as it comes.  Lengths,
+ * not NULs, end the texts: kernels print NULs too. */
+static void append_text(json_t *agg, const char *key, const char *text, size_t n)
 {
     if (agg == NULL)
         return;
-    const char *old = json_string_value(json_object_get(agg, key));
-    char *joined = xasprintf("%s%s", old ? old : "", text);
-    json_object_set_new(agg, key, json_string(joined));
+    json_t *old = json_object_get(agg, key);
+    size_t had = json_string_length(old);
+    char *joined = xmalloc(had + n + 1);
+    memcpy(joined, json_string_value(old) ? json_string_value(old) : "", had);
+    memcpy(joined + had, text, n);
+    json_object_set_new(agg, key, json_stringn_nocheck(joined, had + n));
     free(joined);
 }
 
@@ -225,7 +229,7 @@ static bool output_allowed(stream_t *s, size_t n)
              "is dropped]\n",
              s->api->cfg.max_output);
     emit(s, json_pack("{s:s, s:s}", "type", "stderr", "text", note));
-    append_text(s->agg, "stderr", note);
+    append_text(s->agg, "stderr", note, strlen(note));
     return false;
 }
 
@@ -291,13 +295,15 @@ static void on_output(const jmsg_t *m, void *arg)
     }
     if (strcmp(type, "stream") == 0) {
         const char *name = jmsg_content_str(m, "name");
-        const char *text = jmsg_content_str(m, "text");
-        if (!text || !output_allowed(s, strlen(text)))
+        json_t *tj = json_object_get(c, "text");
+        const char *text = json_string_value(tj);
+        size_t n = json_string_length(tj);
+        if (!text || !output_allowed(s, n))
             return;
         const char *which = name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout";
         const char *date = json_string_value(json_object_get(jmsg_header(m), "date"));
-        append_text(s->agg, which, text);
-        emit(s, json_pack("{s:s, s:s, s:s}", "type", which, "text", text, "timestamp",
+        append_text(s->agg, which, text, n);
+        emit(s, json_pack("{s:s, s:s%, s:s}", "type", which, "text", text, n, "timestamp",
                           date ? date : ""));
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
         json_t *data = json_object_get(c, "data");

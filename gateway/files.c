@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
+#include "kernelmgr/sandbox.h"
 
 #define UPLOAD_PREFIX ".sandgate-upload-"
 #define MAX_LIST 10000    /* entries in one listing */
@@ -279,7 +280,7 @@ struct files_upload {
 
 /* Opens (creating as needed) the directory path beneath root; new
  * directories get owner uid:gid. */
-static int make_dirs(int root, const char *path, uid_t uid, gid_t gid, sg_error_t **err)
+static int make_dirs(int root, const char *path, sg_error_t **err)
 {
     int d = open_beneath(root, "", O_PATH | O_DIRECTORY, err);
     const char *p = path;
@@ -294,8 +295,13 @@ static int make_dirs(int root, const char *path, uid_t uid, gid_t gid, sg_error_
         memcpy(comp, p, len);
         comp[len] = 0;
         p += len + (p[len] == '/');
-        if (mkdirat(d, comp, 0755) == 0)
-            (void)fchownat(d, comp, uid, gid, AT_SYMLINK_NOFOLLOW);
+        if (mkdirat(d, comp, 0775) == 0) { /* the sandbox user's, like the code's own */
+            int made = openat(d, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (made >= 0) {
+                sandbox_give(made);
+                close(made);
+            }
+        }
         int next = open_beneath(d, comp, O_PATH | O_DIRECTORY, err);
         close(d);
         d = next;
@@ -319,7 +325,7 @@ files_upload_t *files_upload_begin(const char *workspace, const char *path, size
     int root = open_root(workspace, err);
     if (root < 0 || fstat(root, &rst) < 0)
         goto fail;
-    int dirfd = make_dirs(root, clean, rst.st_uid, rst.st_gid, err);
+    int dirfd = make_dirs(root, clean, err);
     if (dirfd < 0)
         goto fail;
     if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
@@ -332,14 +338,14 @@ files_upload_t *files_upload_begin(const char *workspace, const char *path, size
     randombytes_buf(rnd, sizeof rnd);
     int off = snprintf(u->tmp, sizeof u->tmp, UPLOAD_PREFIX);
     sodium_bin2hex(u->tmp + off, sizeof u->tmp - (size_t)off, rnd, sizeof rnd);
-    u->fd = openat(dirfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    u->fd = openat(dirfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0664);
     if (u->fd < 0) {
         sg_error_errno(err, errno, "cannot create '%s'", shown);
         close(dirfd);
         free(u);
         goto fail;
     }
-    (void)fchown(u->fd, rst.st_uid, rst.st_gid);
+    sandbox_give(u->fd);
     u->dirfd = dirfd;
     u->name = xstrdup(name);
     u->path = shown;

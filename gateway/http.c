@@ -50,8 +50,13 @@ void http_config_defaults(http_config_t *cfg)
 
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    if (text == NULL) { /* a programmer's error: a string that is not UTF-8 */
+        log_error("http: a %u response could not be encoded as JSON", status);
+        status = 500;
+        text = xstrdup("{\"error\":\"internal\",\"message\":\"the response could not be encoded\"}");
+    }
     size_t len = strlen(text);
     text = xrealloc(text, len + 2);
     text[len] = '\n';
@@ -64,9 +69,13 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
 
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
 {
-    return http_reply_json(
+    char *msg = xstrdup(err->msg); /* it may quote a URL or header: bytes, not text */
+    utf8_scrub(msg);
+    enum MHD_Result r = http_reply_json(
         conn, sg_error_http_status(err->kind),
-        json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg));
+        json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", msg));
+    free(msg);
+    return r;
 }
 
 enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,

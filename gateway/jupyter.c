@@ -94,6 +94,7 @@ static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_scrub(msg); /* it may quote a URL, or be cut inside a character */
     unsigned status = sg_error_http_status(kind);
     const char *reason = MHD_get_reason_phrase_for(status);
     return http_reply_json(conn, status,

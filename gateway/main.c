@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "common/defer.h"
 #include "common/log.h"
@@ -21,6 +22,7 @@
 #include "gateway/jupyter.h"
 #include "gateway/mcp.h"
 #include "kernelmgr/kmgr.h"
+#include "kernelmgr/launcher.h"
 #include "kernelmgr/proc.h"
 
 static const char usage[] =
@@ -75,6 +77,9 @@ static const char usage[] =
     "                            (1)\n"
     "      --preload CODE        code pool kernels run before use  [SANDGATE_PRELOAD]\n"
     "                            (e.g. 'import pandas, matplotlib')\n"
+    "      --user UID            the unprivileged uid HTTP is served [SANDGATE_USER]\n"
+    "                            as when started as root (64122); a small launcher\n"
+    "                            keeps root for runsc and workspaces only\n"
     "      --log-level LEVEL     debug, info, warn or error (info) [SANDGATE_LOG_LEVEL]\n"
     "  -h, --help                show this help and exit\n"
     "  -V, --version             show the version and exit\n"
@@ -123,6 +128,7 @@ enum {
     O_MAX_CONNS_IP,
     O_CONN_TIMEOUT,
     O_MAX_WS_MESSAGE,
+    O_USER,
 };
 
 static const char shortopts[] = "c:l:s:t:hV";
@@ -155,6 +161,7 @@ static const struct option opts[] = {
     {"pool-size", required_argument, NULL, O_POOL},
     {"preload", required_argument, NULL, O_PRELOAD},
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
+    {"user", required_argument, NULL, O_USER},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -168,6 +175,7 @@ typedef struct {
     api_config_t api;
     channels_config_t channels;
     kmgr_config_t k;
+    unsigned uid; /* of the unprivileged half, when started as root */
     char *config_text; /* the config file's text; values point into it */
 } settings_t;
 
@@ -328,6 +336,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         s->k.pool_size = (int)n;
         return 0;
     case O_PRELOAD: s->k.pool_preload = v; return 0;
+    case O_USER:
+        if (parse_uint(name, v, 0xfffffffe, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a uid other than 0") : -1;
+        s->uid = (unsigned)n;
+        return 0;
     case O_LOG_LEVEL: {
         static const char *names[] = {"debug", "info", "warn", "error"};
         for (int i = 0; i < 4; i++)
@@ -442,6 +455,7 @@ static int parse(settings_t *s, int argc, char **argv)
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->config_text = NULL;
+    s->uid = LAUNCHER_DEFAULT_UID;
     /* A first pass for what decides the rest: --help, --version, --config. */
     const char *config = getenv("SANDGATE_CONFIG");
     int c, idx;
@@ -534,10 +548,35 @@ int main(int argc, char **argv)
         show_token = true;
     }
 
+    /* Privilege separation (kernelmgr/launcher.h): started as root with runsc,
+     * fork the launcher now — before any socket or thread exists — and serve
+     * HTTP without root. */
+    sg_error_t *err = NULL;
+    launcher_config_t lc = {.sandbox = s.k.sandbox,
+                            .state_dir = s.k.state_dir,
+                            .kernelspec_path = s.k.kernelspec_path,
+                            .uid = s.uid,
+                            .gid = SANDBOX_GID};
+    int link = -1;
+    pid_t launcher_pid = 0;
+    if (geteuid() == 0 && s.k.sandbox.mode == SANDBOX_RUNSC) {
+        link = launcher_fork(&lc, &launcher_pid, &err);
+        if (link < 0 || launcher_drop_privileges(&lc, &err) < 0) {
+            log_error("%s", err->msg);
+            sg_error_free(&err);
+            free(s.config_text);
+            return 1;
+        }
+        log_info("serving as uid %u, gid %u; the launcher (pid %d) keeps root for runsc and "
+                 "workspaces",
+                 lc.uid, lc.gid, (int)launcher_pid);
+    }
+
     /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
     zsys_init();
     zloop_t *loop = zloop_new();
-    sg_error_t *err = NULL;
+    if (link >= 0)
+        sandbox_set_launcher(loop, link);
     kmgr_t *kmgr = NULL;
     http_server_t *http = NULL;
     api_t *api = NULL;
@@ -589,6 +628,14 @@ out:
     jupyter_destroy(&jupyter);
     api_destroy(&api);
     kmgr_destroy(&kmgr, false);
+    if (link >= 0) { /* the launcher ends when its link closes */
+        close(link);
+        int i = 0;
+        while (i++ < 100 && waitpid(launcher_pid, NULL, WNOHANG) == 0)
+            usleep(100 * 1000);
+        if (i > 100)
+            log_warn("the launcher (pid %d) did not exit within 10 s", (int)launcher_pid);
+    }
     proc_fini();
     defer_flush();
     zloop_destroy(&loop);

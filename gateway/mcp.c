@@ -131,6 +131,7 @@ static json_t *rpc_error(const json_t *id, int code, const char *fmt, ...)
     va_start(ap, fmt);
     char *msg = xvasprintf(fmt, ap);
     va_end(ap);
+    utf8_scrub(msg); /* it may quote a header */
     json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                           "error", "code", code, "message", msg);
     free(msg);
@@ -468,13 +469,14 @@ static void flush_run(call_t *c)
 {
     if (c->run_len == 0)
         return;
-    if (c->run_kind == 2) {
-        char *t = xasprintf("[stderr]\n%s", c->run);
-        add_text(c->content, t);
-        free(t);
-    } else {
-        add_text(c->content, c->run);
-    }
+    static const char mark[] = "[stderr]\n";
+    size_t skip = c->run_kind == 2 ? 0 : sizeof mark - 1;
+    char *t = xmalloc(sizeof mark + c->run_len);
+    memcpy(t, mark, sizeof mark - 1);
+    memcpy(t + sizeof mark - 1, c->run, c->run_len);
+    json_array_append_new(c->content, json_pack("{s:s, s:s%}", "type", "text", "text", t + skip,
+                                                sizeof mark - 1 + c->run_len - skip));
+    free(t);
     free(c->run);
     c->run = NULL;
     c->run_len = 0;
@@ -500,11 +502,10 @@ static bool output_allowed(call_t *c, size_t n)
     return false;
 }
 
-static void progress(call_t *c, const char *text)
+static void progress(call_t *c, const char *text, size_t n)
 {
     if (!c->progress || !c->post || !c->post->streaming)
         return;
-    size_t n = strlen(text);
     if (n > PROGRESS_TEXT) { /* cut at a character's start */
         n = PROGRESS_TEXT;
         while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
@@ -525,18 +526,20 @@ static void on_output(const jmsg_t *m, void *arg)
     json_t *content = jmsg_content(m);
     if (strcmp(type, "stream") == 0) {
         const char *name = jmsg_content_str(m, "name");
-        const char *text = jmsg_content_str(m, "text");
-        if (!text || !output_allowed(c, strlen(text)))
+        json_t *tj = json_object_get(content, "text");
+        const char *text = json_string_value(tj);
+        size_t n = json_string_length(tj); /* kernels print NULs too */
+        if (!text || !output_allowed(c, n))
             return;
         int kind = name && strcmp(name, "stderr") == 0 ? 2 : 1;
         if (kind != c->run_kind)
             flush_run(c);
-        size_t n = strlen(text);
         c->run = xrealloc(c->run, c->run_len + n + 1);
-        memcpy(c->run + c->run_len, text, n + 1);
+        memcpy(c->run + c->run_len, text, n);
         c->run_len += n;
+        c->run[c->run_len] = 0;
         c->run_kind = kind;
-        progress(c, text);
+        progress(c, text, n);
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
         json_t *data = json_object_get(content, "data");
         if (!json_is_object(data))

@@ -315,7 +315,7 @@ static int on_tick(zloop_t *loop, int timer_id, void *arg)
 /* Whether pid is still the sandbox (or plain kernel) the record names. */
 static bool process_matches(pid_t pid, const char *needle)
 {
-    if (pid <= 0 || kill(pid, 0) < 0)
+    if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM)) /* EPERM: alive, root's */
         return false;
     char path[64], buf[8192];
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);

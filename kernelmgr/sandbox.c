@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,15 +15,11 @@
 #include "common/xalloc.h"
 #include "kernelmgr/proc.h"
 
-/* The sandbox user: a uid no host account should have (the kernel's files
- * and sockets on the host belong to it; a host user sharing it could reach
- * them). */
-#define SANDBOX_UID 64123
-#define SANDBOX_GID 64123
-#define SANDBOX_IDS "64123:64123"
+#define SANDBOX_IDS "64123:64123" /* SANDBOX_UID:SANDBOX_GID, for mkfs */
 
 struct sandbox_env {
     sandbox_config_t cfg;
+    bool remote; /* every privileged step goes through the launcher */
     char *state_dir, *etc_dir, *rootfs_dir, *runsc_root, *init;
     char *preload; /* sandgate-preload.so beside init; NULL: none */
     bool mask_debugpy;
@@ -37,7 +34,192 @@ struct sandbox {
     char **plain_argv, **plain_env; /* mode none only */
     sandbox_started_fn *started_cb;
     void *started_arg;
+    uint64_t start_seq; /* remote: the launcher's answer to "start" is awaited */
 };
+
+/* --- through the launcher (privilege separation) -------------------------------
+ * With a launcher (launcher.h), this process holds no privilege: each public
+ * function below that needs one sends the launcher a request instead. */
+
+static struct {
+    int fd; /* -1: no launcher, everything is done here */
+    zloop_t *loop;
+    uint64_t seq;
+    zlistx_t *waiting; /* async_t: requests whose answer has a callback */
+    zlistx_t *early;   /* answers that came while a synchronous call waited */
+    int early_timer;
+    zmq_pollitem_t item;
+} link_ = {.fd = -1, .early_timer = -1};
+
+typedef struct {
+    uint64_t seq;
+    void (*cb)(json_t *reply, void *arg); /* NULL once cancelled */
+    void *arg;
+} async_t;
+
+static void link_down(void)
+{
+    /* Nothing privileged can be done any more; the sandboxes keep running
+     * and the next sandgate adopts them. */
+    log_error("sandbox: the privileged launcher is gone; exiting");
+    exit(70);
+}
+
+/* Sends req (stolen), with a file descriptor when fd >= 0; returns its seq. */
+static uint64_t link_send(json_t *req, int fd)
+{
+    uint64_t seq = ++link_.seq;
+    json_object_set_new(req, "seq", json_integer((json_int_t)seq));
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    struct iovec iov = {.iov_base = text, .iov_len = strlen(text)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        mh.msg_control = cm.buf;
+        mh.msg_controllen = sizeof cm.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    if (sendmsg(link_.fd, &mh, MSG_NOSIGNAL) < 0)
+        link_down();
+    free(text);
+    return seq;
+}
+
+static json_t *link_recv(bool wait)
+{
+    static char buf[256 * 1024 + 1];
+    ssize_t n = recv(link_.fd, buf, sizeof buf - 1, wait ? 0 : MSG_DONTWAIT);
+    if (n < 0 && !wait && (errno == EAGAIN || errno == EINTR))
+        return NULL;
+    if (n <= 0) {
+        if (n < 0 && errno == EINTR)
+            return link_recv(wait);
+        link_down();
+    }
+    return json_loadb(buf, (size_t)n, 0, NULL);
+}
+
+static void dispatch(json_t *reply)
+{
+    uint64_t seq = (uint64_t)json_integer_value(json_object_get(reply, "seq"));
+    for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting)) {
+        if (a->seq != seq)
+            continue;
+        zlistx_delete(link_.waiting, zlistx_cursor(link_.waiting));
+        if (a->cb)
+            a->cb(reply, a->arg);
+        free(a);
+        break;
+    }
+    json_decref(reply);
+}
+
+static int on_early(zloop_t *loop, int timer_id, void *arg)
+{
+    link_.early_timer = -1;
+    json_t *reply;
+    while ((reply = zlistx_detach(link_.early, NULL)))
+        dispatch(reply);
+    return 0;
+}
+
+static int on_link(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    json_t *reply;
+    while ((reply = link_recv(false)))
+        dispatch(reply);
+    return 0;
+}
+
+/* A request answered before returning: the reply (NULL with *err when the
+ * launcher refused or failed).  Other answers arriving meanwhile are
+ * dispatched on the next loop pass. */
+static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
+{
+    uint64_t seq = link_send(req, fd);
+    for (;;) {
+        json_t *reply = link_recv(true);
+        if ((uint64_t)json_integer_value(json_object_get(reply, "seq")) != seq) {
+            zlistx_add_end(link_.early, reply);
+            if (link_.early_timer < 0)
+                link_.early_timer = zloop_timer(link_.loop, 0, 1, on_early, NULL);
+            continue;
+        }
+        json_t *e = json_object_get(reply, "error");
+        if (e) {
+            sg_error_set(err, (sg_errkind_t)json_integer_value(json_object_get(e, "kind")), "%s",
+                         json_string_value(json_object_get(e, "message")) ?: "launcher error");
+            json_decref(reply);
+            return NULL;
+        }
+        return reply;
+    }
+}
+
+static json_t *link_call(json_t *req, sg_error_t **err)
+{
+    return link_call_fd(req, -1, err);
+}
+
+/* A request whose answer goes to cb (or nowhere); returns its seq. */
+static uint64_t link_async(json_t *req, void (*cb)(json_t *reply, void *arg), void *arg)
+{
+    uint64_t seq = link_send(req, -1);
+    if (cb) {
+        async_t *a = xzalloc(sizeof *a);
+        *a = (async_t){seq, cb, arg};
+        zlistx_add_end(link_.waiting, a);
+    }
+    return seq;
+}
+
+static void link_cancel(uint64_t seq)
+{
+    for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting))
+        if (a->seq == seq)
+            a->cb = NULL;
+}
+
+void sandbox_set_launcher(zloop_t *loop, int fd)
+{
+    link_.fd = fd;
+    link_.loop = loop;
+    link_.waiting = zlistx_new();
+    link_.early = zlistx_new();
+    link_.item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    zloop_poller(loop, &link_.item, on_link, NULL);
+    zloop_poller_set_tolerant(loop, &link_.item); /* a hang-up reaches on_link */
+}
+
+int sandbox_give(int fd)
+{
+    if (link_.fd < 0)
+        return fchown(fd, SANDBOX_UID, SANDBOX_GID);
+    sg_error_t *err = NULL;
+    json_t *r = link_call_fd(json_pack("{s:s}", "op", "give"), fd, &err);
+    json_decref(r);
+    if (err)
+        log_warn("sandbox: giving a file to the sandbox user: %s", err->msg);
+    sg_error_free(&err);
+    return r ? 0 : -1;
+}
+
+static int conn_from(jconn_t *conn, json_t *reply, sg_error_t **err)
+{
+    char *text = json_dumps(json_object_get(reply, "conn"), JSON_COMPACT);
+    int rc = text ? jconn_parse(conn, text, strlen(text), err)
+                  : sg_error_set(err, SG_E_INTERNAL, "the launcher sent no connection");
+    free(text);
+    return rc;
+}
 
 void sandbox_config_defaults(sandbox_config_t *cfg)
 {
@@ -206,6 +388,14 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
     sandbox_env_t *self = xzalloc(sizeof *self);
     self->cfg = *cfg;
     self->state_dir = xstrdup(state_dir);
+    if (link_.fd >= 0 && cfg->mode == SANDBOX_RUNSC) { /* the launcher prepared it */
+        self->remote = true;
+        json_t *ok = link_call(json_pack("{s:s}", "op", "env"), err);
+        if (!ok)
+            sandbox_env_destroy(&self);
+        json_decref(ok);
+        return self;
+    }
     self->etc_dir = xasprintf("%s/sandbox/etc", state_dir);
     self->rootfs_dir =
         cfg->rootfs ? xstrdup(cfg->rootfs) : xasprintf("%s/sandbox/rootfs", state_dir);
@@ -292,6 +482,11 @@ static bool is_mountpoint(const char *path)
 
 int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
 {
+    if (env->remote) {
+        json_t *ok = link_call(json_pack("{s:s, s:s}", "op", "workspace_open", "path", path), err);
+        json_decref(ok);
+        return ok ? 0 : -1;
+    }
     if (make_dir(path, 0755, err) < 0)
         return -1;
     if (env->cfg.workspace_bytes > 0 && !is_mountpoint(path)) {
@@ -322,14 +517,18 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
         cleanup_free char *lost = xasprintf("%s/lost+found", path);
         rmdir(lost);
     }
-    if (chown(path, SANDBOX_UID, SANDBOX_GID) < 0)
-        return sg_error_errno(err, errno, "chown %s", path);
+    /* Owned by the sandbox user; the sandbox group (sandgate's unprivileged
+     * half) may read and write, and what it creates stays in the group. */
+    if (chown(path, SANDBOX_UID, SANDBOX_GID) < 0 || chmod(path, 02770) < 0)
+        return sg_error_errno(err, errno, "chown/chmod %s", path);
     /* Where executions leave artifacts (gateway/files.h).  *at() calls, as
      * sandboxed code may have put a symlink there in an existing workspace. */
     int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        if (mkdirat(dfd, "output", 0755) == 0)
+        if (mkdirat(dfd, "output", 02770) == 0) {
             (void)fchownat(dfd, "output", SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW);
+            (void)fchmodat(dfd, "output", 02770, 0);
+        }
         close(dfd);
     }
     return 0;
@@ -337,6 +536,16 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
 
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove)
 {
+    if (env->remote) {
+        sg_error_t *err = NULL;
+        json_decref(link_call(
+            json_pack("{s:s, s:s, s:b}", "op", "workspace_close", "path", path, "remove", remove),
+            &err));
+        if (err)
+            log_warn("sandbox: closing workspace %s: %s", path, err->msg);
+        sg_error_free(&err);
+        return;
+    }
     if (is_mountpoint(path) && umount2(path, MNT_DETACH) < 0)
         log_warn("sandbox: cannot unmount %s: %s", path, strerror(errno));
     if (remove) {
@@ -484,11 +693,26 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
 {
     sandbox_t *self = alloc(env, id);
     self->workspace = xstrdup(workspace);
+    if (env->remote) {
+        json_t *r = link_call(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", id, "kernelspec",
+                                        spec->name, "workspace", workspace),
+                              err);
+        if (!r || conn_from(&self->conn, r, err) < 0) {
+            json_decref(r);
+            sandbox_free(&self);
+            return NULL;
+        }
+        json_decref(r);
+        return self;
+    }
     cleanup_free char *conndir = xasprintf("%s/conn", self->dir);
     cleanup_free char *bundle = xasprintf("%s/bundle", self->dir);
     cleanup_free char *prefix = xasprintf("%s/kernel", conndir);
     cleanup_free char *connfile = xasprintf("%s/kernel.json", conndir);
-    if (make_dir(self->dir, 0700, err) < 0 || make_dir(conndir, 0700, err) < 0 ||
+    cleanup_free char *record = xasprintf("%s/connection.json", self->dir);
+    /* The daemon's unprivileged half reaches the sockets in conn/ through the
+     * sandbox group; everything else here is root's. */
+    if (make_dir(self->dir, 0711, err) < 0 || make_dir(conndir, 0750, err) < 0 ||
         jconn_init(&self->conn, "ipc", prefix, err) < 0)
         goto fail;
     strncpy(self->conn.kernel_name, spec->name, sizeof self->conn.kernel_name - 1);
@@ -499,6 +723,11 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
                      prefix);
         goto fail;
     }
+    /* sandgate's own copy, outside what the kernel can write: adoption reads
+     * this one, never the file in conn/ (the kernel rewrites that one, and
+     * code in the sandbox can too). */
+    if (jconn_write(&self->conn, record, err) < 0)
+        goto fail;
 
     if (env->cfg.mode == SANDBOX_NONE) {
         if (jconn_write(&self->conn, connfile, err) < 0)
@@ -533,12 +762,29 @@ fail:
 sandbox_t *sandbox_adopt(sandbox_env_t *env, const char *id, pid_t pid, sg_error_t **err)
 {
     sandbox_t *self = alloc(env, id);
-    cleanup_free char *connfile = xasprintf("%s/conn/kernel.json", self->dir);
-    if (jconn_read(&self->conn, connfile, err) < 0) {
+    if (env->remote) {
+        json_t *r =
+            link_call(json_pack("{s:s, s:s, s:i}", "op", "adopt", "id", id, "pid", (int)pid), err);
+        if (!r || conn_from(&self->conn, r, err) < 0) {
+            json_decref(r);
+            sandbox_free(&self);
+            return NULL;
+        }
+        json_decref(r);
+        self->pid = pid;
+        return self;
+    }
+    /* sandgate's copy: the one in conn/ is the sandbox's to change. */
+    cleanup_free char *record = xasprintf("%s/connection.json", self->dir);
+    if (jconn_read(&self->conn, record, err) < 0) {
         sandbox_free(&self);
         return NULL;
     }
-    /* The file holds the sandbox's view of the socket path; connect to ours. */
+    if (strcmp(self->conn.transport, "ipc") != 0) {
+        sg_error_set(err, SG_E_INVALID, "%s: not an ipc connection", record);
+        sandbox_free(&self);
+        return NULL;
+    }
     snprintf(self->conn.ip, sizeof self->conn.ip, "%s/conn/kernel", self->dir);
     self->pid = pid;
     return self;
@@ -551,6 +797,10 @@ void sandbox_free(sandbox_t **self_p)
     sandbox_t *self = *self_p;
     if (self->pending > 0)
         proc_unwatch(self->pending); /* no callback into freed memory */
+    if (self->env->remote) {
+        link_cancel(self->start_seq);
+        link_async(json_pack("{s:s, s:s}", "op", "free", "id", self->id), NULL, NULL);
+    }
     free(self->id);
     free(self->dir);
     free(self->workspace);
@@ -582,6 +832,14 @@ pid_t sandbox_pid(const sandbox_t *self)
 
 char *sandbox_log_tail(const sandbox_t *self, size_t max)
 {
+    if (self->env->remote) {
+        json_t *r = link_call(
+            json_pack("{s:s, s:s, s:I}", "op", "log", "id", self->id, "max", (json_int_t)max),
+            NULL);
+        char *tail = xstrdup(json_string_value(json_object_get(r, "text")) ?: "");
+        json_decref(r);
+        return tail;
+    }
     cleanup_free char *path = xasprintf("%s/kernel.log", self->dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -659,10 +917,32 @@ static void run_exited(pid_t pid, int status, void *arg)
     run_done(status, "", arg);
 }
 
+static void remote_started(json_t *reply, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->start_seq = 0;
+    json_t *e = json_object_get(reply, "error");
+    json_int_t pid = json_integer_value(json_object_get(reply, "pid"));
+    if (e || pid <= 0) {
+        sg_error_t *err = NULL;
+        sg_error_set(&err, SG_E_UNAVAILABLE, "%s",
+                     json_string_value(json_object_get(e, "message")) ?: "no pid");
+        sb->started_cb(sb, -1, err, sb->started_arg);
+        return;
+    }
+    sb->pid = (pid_t)pid;
+    sb->started_cb(sb, sb->pid, NULL, sb->started_arg);
+}
+
 int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err)
 {
     self->started_cb = cb;
     self->started_arg = arg;
+    if (self->env->remote) {
+        self->start_seq = link_async(json_pack("{s:s, s:s}", "op", "start", "id", self->id),
+                                     remote_started, self);
+        return 0;
+    }
     cleanup_free char *log = xasprintf("%s/kernel.log", self->dir);
     if (self->env->cfg.mode == SANDBOX_NONE) {
         proc_spec_t spec = {.argv = (const char *const *)self->plain_argv,
@@ -707,6 +987,11 @@ static void ignore_done(int status, const char *output, void *arg)
 
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)
 {
+    if (self->env->remote) {
+        link_async(json_pack("{s:s, s:s, s:i}", "op", "signal", "id", self->id, "sig", sig), NULL,
+                   NULL);
+        return 0;
+    }
     if (self->env->cfg.mode == SANDBOX_NONE) {
         if (self->pid > 0 && kill(self->pid, sig) < 0)
             return sg_error_errno(err, errno, "kill %d", (int)self->pid);
@@ -736,6 +1021,14 @@ static void delete_done(int status, const char *output, void *arg)
 
 void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait)
 {
+    if (env->remote) {
+        json_t *req = json_pack("{s:s, s:s, s:b}", "op", "remove", "id", id, "wait", wait);
+        if (wait)
+            json_decref(link_call(req, NULL));
+        else
+            link_async(req, NULL, NULL);
+        return;
+    }
     cleanup_free char *dir = xasprintf("%s/kernels/%s", env->state_dir, id);
     const char *cmd[] = {"delete", "-force", id, NULL};
     if (env->cfg.mode == SANDBOX_NONE) {
@@ -765,6 +1058,12 @@ void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait)
 
 void sandbox_remove(sandbox_t *self, bool wait)
 {
+    if (self->env->remote) {
+        link_cancel(self->start_seq); /* the launcher stops a start under way */
+        self->start_seq = 0;
+        sandbox_remove_id(self->env, self->id, wait);
+        return;
+    }
     if (self->pending > 0) {
         /* Still starting: stop runsc run first, or it creates the container
          * after the delete below has found none. */
@@ -781,6 +1080,16 @@ void sandbox_remove(sandbox_t *self, bool wait)
 
 json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err)
 {
+    if (env->remote) {
+        json_t *r = link_call(json_pack("{s:s}", "op", "list"), err);
+        json_t *ids = r ? json_incref(json_object_get(r, "ids")) : NULL;
+        json_decref(r);
+        if (r && !json_is_array(ids)) {
+            json_decref(ids);
+            ids = json_array();
+        }
+        return ids;
+    }
     json_t *ids = json_array();
     if (env->cfg.mode == SANDBOX_NONE)
         return ids;

@@ -26,6 +26,12 @@
 #include "kernelmgr/kspec.h"
 #include "proto/jconn.h"
 
+/* The sandbox user: a uid no host account should have (the kernel's files
+ * and sockets on the host belong to it; a host user sharing it could reach
+ * them).  Its group is also sandgate's unprivileged half's (launcher.h). */
+#define SANDBOX_UID 64123
+#define SANDBOX_GID 64123
+
 typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
 
 typedef struct {
@@ -96,6 +102,18 @@ void sandbox_remove(sandbox_t *self, bool wait);
 void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait);
 /* Container ids runsc knows under our root (JSON array of strings). */
 json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
+
+/* From now on, every privileged step of environments made after this call
+ * is a request to the launcher on fd (launcher.h); its answers are read on
+ * loop.  Call once, before sandbox_env_new. */
+#include <czmq.h>
+void sandbox_set_launcher(zloop_t *loop, int fd);
+
+/* Gives a file or directory that this process created in a workspace (fd
+ * open on it) to the sandbox user, so the code owns what the API uploads.
+ * Through the launcher when there is one, which checks that fd is a regular
+ * file or directory of a workspace owned by this process's uid. */
+int sandbox_give(int fd);
 
 /* The last max bytes of the kernel's log (stdout+stderr), for errors. */
 char *sandbox_log_tail(const sandbox_t *self, size_t max);

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,9 @@ int main(int argc, char **argv)
         if (preload && *preload)
             setenv("LD_PRELOAD", preload, 1);
         unsetenv("SANDGATE_PRELOAD");
+        /* The kernel's files and sockets are the sandbox group's too: sandgate's
+         * unprivileged half is in that group (kernelmgr/launcher.h). */
+        umask(007);
         execv(argv[1], argv + 1);
         perror("sandgate-init: exec");
         _exit(127);

@@ -11,6 +11,7 @@ mkdir -p "$out"
 deps=$(pkg-config --cflags --libs libczmq libzmq libsodium jansson)
 common="common/error.c common/xalloc.c common/log.c"
 passed=0 failed=0
+extra_args="" # more libFuzzer options for the next harness
 
 run_harness() { # name sources... ; seed dir prepared by the caller
     local name=$1; shift
@@ -22,7 +23,7 @@ run_harness() { # name sources... ; seed dir prepared by the caller
     mkdir -p "$out/$name.corpus" "$out/$name.findings"
     echo "fuzz: running $name for ${seconds}s"
     if (cd "$out/$name.findings" && "../$name" -max_total_time="$seconds" -max_len=65536 \
-        -print_final_stats=1 "../$name.corpus" ../"$name".seeds) >"$out/$name.log" 2>&1; then
+        -print_final_stats=1 $extra_args "../$name.corpus" ../"$name".seeds) >"$out/$name.log" 2>&1; then
         grep -E "stat::number_of_executed_units|cov:" "$out/$name.log" | tail -2
         echo "fuzz: $name: no findings"; passed=$((passed + 1))
     else
@@ -45,6 +46,18 @@ printf '\x00\x88\x85\x00\x00\x00\x00\x03\xe8bye' >"$out/fuzz_ws.seeds/close"
 printf '\x01\x01\x82\x00\x00\x00\x00a\xc3\x8a\x80\x00\x00\x00\x00\x80\x81\x00\x00\x00\x00\xa9' \
     >"$out/fuzz_ws.seeds/split-character"
 run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/ws.c
+
+# The HTTP stack in-process: request bytes, headers, paths, routing, and the
+# JSON bodies of the REST, Jupyter and MCP routes (tests/fuzz/fuzz_http.c).
+printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
+rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
+extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
+run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
+    common/defer.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
+    kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/kernel.c kernelmgr/kmgr.c \
+    gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
+    gateway/channels.c gateway/ws.c gateway/mcp.c $(pkg-config --cflags --libs libmicrohttpd)
+extra_args=""
 
 echo "fuzz: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

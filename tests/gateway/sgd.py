@@ -16,7 +16,8 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 class Daemon:
-    def __init__(self, *args, port=0):
+    def __init__(self, *args, port=0, env=None):
+        self.env = dict(os.environ, **(env or {}))
         self.dir = tempfile.mkdtemp(prefix="sg-api-", dir="/tmp")
         os.chmod(self.dir, 0o711)
         self.cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
@@ -25,7 +26,7 @@ class Daemon:
 
     def _start(self):
         self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     text=True)
+                                     text=True, env=self.env)
         self.url = None
         deadline = time.time() + 30
         while self.url is None and time.time() < deadline:
@@ -117,3 +118,12 @@ def of_type(lines, t):
 
 def stdout(lines):
     return "".join(l["text"] for l in of_type(lines, "stdout"))
+
+
+def rss_kib(pid):
+    """A process's resident set size, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
