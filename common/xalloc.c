@@ -76,3 +76,12 @@ void utf8_scrub(char *s)
         if (*p >= 0x80)
             *p = '?';
 }
+
+size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    return max;
+}

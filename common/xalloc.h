@@ -19,6 +19,9 @@ char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0
 /* Makes s valid UTF-8 in place (if it is not, every non-ASCII byte becomes
  * '?'), so text that came from a peer (a URL, a header) can go into JSON. */
 void utf8_scrub(char *s);
+/* The longest prefix of s (n bytes) no longer than max that does not end
+ * inside a UTF-8 character. */
+size_t utf8_cut(const char *s, size_t n, size_t max);
 
 static inline void cleanup_free_fn(void *p)
 {

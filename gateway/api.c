@@ -298,13 +298,20 @@ static void on_output(const jmsg_t *m, void *arg)
         json_t *tj = json_object_get(c, "text");
         const char *text = json_string_value(tj);
         size_t n = json_string_length(tj);
-        if (!text || !output_allowed(s, n))
+        if (!text)
             return;
+        /* What fits under the limit goes out, then the limit's marker. */
+        size_t fit = s->truncated ? 0 : utf8_cut(text, n, s->api->cfg.max_output - s->out_bytes);
         const char *which = name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout";
         const char *date = json_string_value(json_object_get(jmsg_header(m), "date"));
-        append_text(s->agg, which, text, n);
-        emit(s, json_pack("{s:s, s:s%, s:s}", "type", which, "text", text, n, "timestamp",
-                          date ? date : ""));
+        if (fit > 0) {
+            s->out_bytes += fit;
+            append_text(s->agg, which, text, fit);
+            emit(s, json_pack("{s:s, s:s%, s:s}", "type", which, "text", text, fit, "timestamp",
+                              date ? date : ""));
+        }
+        if (fit < n)
+            output_allowed(s, n - fit);
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
         json_t *data = json_object_get(c, "data");
         char *dumped = json_dumps(data, JSON_COMPACT);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sodium.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
@@ -55,7 +56,8 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
     if (text == NULL) { /* a programmer's error: a string that is not UTF-8 */
         log_error("http: a %u response could not be encoded as JSON", status);
         status = 500;
-        text = xstrdup("{\"error\":\"internal\",\"message\":\"the response could not be encoded\"}");
+        text =
+            xstrdup("{\"error\":\"internal\",\"message\":\"the response could not be encoded\"}");
     }
     size_t len = strlen(text);
     text = xrealloc(text, len + 2);
@@ -209,6 +211,16 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     histogram_observe(&metrics.http_seconds, (double)(zclock_mono() - req->started) / 1000.0);
     if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_debug("http: request ended early (code %d)", (int)code);
+    /* A client that half-closed after its request (its FIN came with the
+     * request's bytes) gets no further event under edge-triggered epoll, and
+     * libmicrohttpd would keep the connection until --connection-timeout.
+     * Shutting it down here wakes libmicrohttpd to close it. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char peek;
+    if (code == MHD_REQUEST_TERMINATED_COMPLETED_OK && ci &&
+        recv(ci->connect_fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+        shutdown(ci->connect_fd, SHUT_RDWR);
     free(req->body);
     free(req);
     *req_cls = NULL;
@@ -262,11 +274,11 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
     self->mhd = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, (uint16_t)cfg->port, NULL,
-        NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, self, MHD_OPTION_CONNECTION_TIMEOUT,
-        cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
+        (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self,
+        MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         cfg->max_conns_ip ? cfg->max_conns_ip : (cfg->max_conns + 3) / 4, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",

@@ -175,7 +175,8 @@ typedef struct {
     api_config_t api;
     channels_config_t channels;
     kmgr_config_t k;
-    unsigned uid; /* of the unprivileged half, when started as root */
+    unsigned uid;    /* of the unprivileged half, when started as root */
+    char *state_abs; /* --state-dir made absolute, when it was not */
     char *config_text; /* the config file's text; values point into it */
 } settings_t;
 
@@ -455,6 +456,7 @@ static int parse(settings_t *s, int argc, char **argv)
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->config_text = NULL;
+    s->state_abs = NULL;
     s->uid = LAUNCHER_DEFAULT_UID;
     /* A first pass for what decides the rest: --help, --version, --config. */
     const char *config = getenv("SANDGATE_CONFIG");
@@ -508,6 +510,16 @@ static int parse(settings_t *s, int argc, char **argv)
         return 2;
     }
     s->http.host = s->host;
+    if (s->k.state_dir[0] != '/') { /* both halves, and the paths they compare, agree */
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd)) {
+            fprintf(stderr, "sandgate: cannot resolve --state-dir %s: %s\n", s->k.state_dir,
+                    strerror(errno));
+            return 2;
+        }
+        s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
+        s->k.state_dir = s->state_abs;
+    }
     s->api.default_timeout_s =
         s->k.kernel.exec_timeout_ms > 0 ? s->k.kernel.exec_timeout_ms / 1000 : s->api.max_timeout_s;
     if (s->api.default_timeout_s > s->api.max_timeout_s)
@@ -526,6 +538,7 @@ int main(int argc, char **argv)
     int rc = parse(&s, argc, argv);
     if (rc >= 0) {
         free(s.config_text);
+        free(s.state_abs);
         return rc;
     }
     sg_log_set_level(s.level);
@@ -565,6 +578,7 @@ int main(int argc, char **argv)
             log_error("%s", err->msg);
             sg_error_free(&err);
             free(s.config_text);
+            free(s.state_abs);
             return 1;
         }
         log_info("serving as uid %u, gid %u; the launcher (pid %d) keeps root for runsc and "
@@ -640,5 +654,6 @@ out:
     defer_flush();
     zloop_destroy(&loop);
     free(s.config_text);
+    free(s.state_abs);
     return rc;
 }

@@ -506,12 +506,7 @@ static void progress(call_t *c, const char *text, size_t n)
 {
     if (!c->progress || !c->post || !c->post->streaming)
         return;
-    if (n > PROGRESS_TEXT) { /* cut at a character's start */
-        n = PROGRESS_TEXT;
-        while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
-            n--;
-    }
-    json_t *m = json_stringn(text, n);
+    json_t *m = json_stringn(text, utf8_cut(text, n, PROGRESS_TEXT));
     if (!m)
         m = json_string("(output)");
     post_send(c->post, json_pack("{s:s, s:s, s:{s:O, s:i, s:o}}", "jsonrpc", "2.0", "method",
@@ -529,17 +524,24 @@ static void on_output(const jmsg_t *m, void *arg)
         json_t *tj = json_object_get(content, "text");
         const char *text = json_string_value(tj);
         size_t n = json_string_length(tj); /* kernels print NULs too */
-        if (!text || !output_allowed(c, n))
+        if (!text)
             return;
+        /* What fits under the limit is kept, then the limit's marker. */
+        size_t fit = c->truncated ? 0 : utf8_cut(text, n, c->mcp->cfg.max_output - c->out_bytes);
         int kind = name && strcmp(name, "stderr") == 0 ? 2 : 1;
-        if (kind != c->run_kind)
-            flush_run(c);
-        c->run = xrealloc(c->run, c->run_len + n + 1);
-        memcpy(c->run + c->run_len, text, n);
-        c->run_len += n;
-        c->run[c->run_len] = 0;
-        c->run_kind = kind;
-        progress(c, text, n);
+        if (fit > 0) {
+            if (kind != c->run_kind)
+                flush_run(c);
+            c->out_bytes += fit;
+            c->run = xrealloc(c->run, c->run_len + fit + 1);
+            memcpy(c->run + c->run_len, text, fit);
+            c->run_len += fit;
+            c->run[c->run_len] = 0;
+            c->run_kind = kind;
+            progress(c, text, fit);
+        }
+        if (fit < n)
+            output_allowed(c, n - fit);
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
         json_t *data = json_object_get(content, "data");
         if (!json_is_object(data))

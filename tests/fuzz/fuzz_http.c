@@ -42,8 +42,8 @@
 #include "kernelmgr/proc.h"
 
 #define TOKEN "fuzz-token-0123456789abcdef"
-#define DEADLINE_MS 2000   /* a well-formed request's answer */
-#define RAW_DEADLINE_MS 50 /* raw bytes are mostly not a whole request: do not wait long */
+#define DEADLINE_MS 10000  /* a well-formed request's answer (generous: a loaded machine) */
+#define RAW_DEADLINE_MS 10 /* raw bytes are mostly not a whole request: do not wait long */
 
 static zloop_t *loop;
 static http_server_t *http;
@@ -89,8 +89,10 @@ static char *exchange(const void *data, size_t size, bool half_close, size_t *go
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        fprintf(stderr, "fuzz_http: cannot connect: %s\n", strerror(errno));
         abort();
+    }
     fcntl(fd, F_SETFL, O_NONBLOCK);
     client_t c = {.fd = fd};
     zmq_pollitem_t item = {.fd = fd, .events = ZMQ_POLLIN};
@@ -229,7 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int status = 0;
         if (strncmp(got, "HTTP/1.1 ", 9) != 0 || sscanf(got + 9, "%d", &status) != 1 ||
             status < 200 || status > 599) {
-            fprintf(stderr, "fuzz_http: bad answer: %.200s\n", got);
+            fprintf(stderr, "fuzz_http: %s: %.200s\n", n ? "bad answer" : "no answer in 10 s", got);
             abort();
         }
     }

@@ -28,17 +28,18 @@ class Daemon:
         self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      text=True, env=self.env)
         self.url = None
+        self.log = []
         deadline = time.time() + 30
         while self.url is None and time.time() < deadline:
             line = self.proc.stderr.readline()
             if not line:
                 break
+            self.log.append(line)
             m = re.search(r"listening on (http://\S+)", line)
             if m:
                 self.url = m.group(1)
         if self.url is None:
-            raise RuntimeError("sandgate did not start")
-        self.log = []
+            raise RuntimeError("sandgate did not start:\n" + "".join(self.log[-20:]))
         self.watch_log()
 
     def restart(self):

@@ -248,4 +248,39 @@ try:
         c.close()
 finally:
     d.stop()
+
+# Clients that half-close after their request (shutdown(SHUT_WR)) are
+# answered, and their connections do not linger in CLOSE-WAIT until the
+# (default, 300 s) connection timeout (found by fuzz_http).
+d = Daemon("--sandbox", "none", "--pool-size", "0")
+try:
+    port = int(d.url.rsplit(":", 1)[1])
+
+    def close_wait():
+        out = subprocess.run(["ss", "-tn", "state", "close-wait", f"( sport = :{port} )"],
+                             capture_output=True, text=True).stdout
+        return len(out.splitlines()) - 1
+    def whole_response(s):
+        """Reads one response to its end: unread bytes would make close() a RST,
+        which libmicrohttpd notices on its own."""
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(4096)
+        head, _, body = got.partition(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1))
+        while len(body) < length:
+            body += s.recv(4096)
+        return head + b"\r\n\r\n" + body
+    answers = []
+    for _ in range(5):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        answers.append(whole_response(s))
+        s.close()
+    time.sleep(1.5)
+    ok(all(a.startswith(b"HTTP/1.1 200") for a in answers) and close_wait() == 0,
+       "half-closing clients are answered and their connections closed", (answers, close_wait()))
+finally:
+    d.stop()
 done()

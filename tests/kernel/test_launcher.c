@@ -233,5 +233,8 @@ int main(void)
     char *rm = xasprintf("rm -rf %s", state);
     if (system(rm) != 0)
         diag("could not remove %s", state);
+    char *owned[] = {sessions, escape, upper, ws, mine, outside, sbid, other, bundle, kdir, rm};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        free(owned[i]);
     return tap_done();
 }

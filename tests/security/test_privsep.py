@@ -93,7 +93,7 @@ try:
     d.restart()
     time.sleep(0.5)
     ok(not alive(old_launcher), "the old launcher ended with the old daemon (SIGTERM)")
-    lines = d.execute("open('k.txt').read()")
+    lines = d.execute("open('k.txt').read()", context_id=cid)
     ok([l.get("text") for l in lines if l["type"] == "result"] == ["'from the kernel'"],
        "the new daemon re-adopted the session through its launcher")
 
