@@ -21,8 +21,8 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -86,14 +86,28 @@ static int on_client(zloop_t *l, zmq_pollitem_t *item, void *arg)
  * Returns what came back (NUL-terminated, owned). */
 static char *exchange(const void *data, size_t size, bool half_close, size_t *got_len)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    /* Non-blocking: libFuzzer's timer signals would interrupt a blocking one. */
+    int rc = fd < 0 ? -1 : connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    if (rc < 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        while ((rc = poll(&p, 1, DEADLINE_MS)) < 0 && errno == EINTR)
+            ;
+        if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0)
+            rc = 0;
+        else {
+            errno = soerr ? soerr : ETIMEDOUT;
+            rc = -1;
+        }
+    }
+    if (rc < 0) {
         fprintf(stderr, "fuzz_http: cannot connect: %s\n", strerror(errno));
         abort();
     }
-    fcntl(fd, F_SETFL, O_NONBLOCK);
     client_t c = {.fd = fd};
     zmq_pollitem_t item = {.fd = fd, .events = ZMQ_POLLIN};
     zloop_poller(loop, &item, on_client, &c);
