@@ -321,9 +321,9 @@ files_upload_t *files_upload_begin(const char *workspace, const char *path, size
     }
     char *shown = xstrdup(clean);
     char *name = split_last(clean);
-    struct stat rst, st;
+    struct stat st;
     int root = open_root(workspace, err);
-    if (root < 0 || fstat(root, &rst) < 0)
+    if (root < 0)
         goto fail;
     int dirfd = make_dirs(root, clean, err);
     if (dirfd < 0)

@@ -563,17 +563,22 @@ static void on_output(const jmsg_t *m, void *arg)
     } else if (strcmp(type, "error") == 0) {
         flush_run(c);
         c->error = true;
-        const char *ename = jmsg_content_str(m, "ename");
-        const char *evalue = jmsg_content_str(m, "evalue");
-        char *text = xasprintf("%s: %s", ename ? ename : "Error", evalue ? evalue : "");
+        /* The traceback ends with "ename: evalue"; without one, that line alone. */
+        json_t *tb = json_object_get(content, "traceback");
+        char *text = NULL;
         size_t i;
         json_t *t;
-        json_array_foreach (json_object_get(content, "traceback"), i, t) {
+        json_array_foreach (tb, i, t) {
             char *line = strip_ansi(json_string_value(t) ? json_string_value(t) : "");
-            char *joined = xasprintf("%s%s%s", i == 0 ? "" : text, i == 0 ? "" : "\n", line);
+            char *joined = text ? xasprintf("%s\n%s", text, line) : xstrdup(line);
             free(line);
             free(text);
             text = joined;
+        }
+        if (!text) {
+            const char *ename = jmsg_content_str(m, "ename");
+            const char *evalue = jmsg_content_str(m, "evalue");
+            text = xasprintf("%s: %s", ename ? ename : "Error", evalue ? evalue : "");
         }
         if (output_allowed(c, strlen(text)))
             add_text(c->content, text);
@@ -1217,10 +1222,6 @@ static void dispatch(mcp_t *self, post_t *p, session_t *s, json_t *msg)
     }
     if (params && !json_is_object(params)) {
         post_send(p, rpc_error(id, RPC_INVALID_PARAMS, "'params' must be an object"));
-        return;
-    }
-    if (!s && strcmp(name, "initialize") != 0) { /* cannot happen: checked per POST */
-        post_send(p, rpc_error(id, RPC_SERVER, "no session"));
         return;
     }
     json_t *answer = request(self, p, s, name, id, params);
