@@ -12,10 +12,10 @@
 #include "common/xalloc.h"
 #include "gateway/metrics.h"
 #include "gateway/ws.h"
+#include "gateway/wsmsg.h"
 
 #define ROUTES_MAX 65536 /* requests awaiting a reply, per kernel */
 #define EARLY_MAX 256    /* messages held while a kernel (re)starts */
-#define MAX_OFFSETS 4096 /* buffers + parts in one binary message */
 
 typedef struct hub hub_t;
 
@@ -24,7 +24,8 @@ typedef struct conn {
     hub_t *hub;
     struct conn *next;
     char session[129];
-    bool v1, closing, closed, polling_out;
+    wsmsg_format_t format;
+    bool closing, closed, polling_out;
     bool anonymous; /* no session_id: nothing is kept for it when it leaves */
     MHD_socket fd;
     struct MHD_UpgradeResponseHandle *urh;
@@ -217,107 +218,19 @@ static void conn_begin_close(conn_t *c, unsigned code, const char *reason)
         conn_close(c);
 }
 
-/* Appends n bytes to a growing buffer. */
-static void put(uint8_t **buf, size_t *len, size_t *cap, const void *data, size_t n)
-{
-    if (*len + n > *cap) {
-        *cap = (*len + n) * 2;
-        *buf = xrealloc(*buf, *cap);
-    }
-    memcpy(*buf + *len, data, n);
-    *len += n;
-}
-
-static void put_json(uint8_t **buf, size_t *len, size_t *cap, const json_t *j)
-{
-    size_t n = json_dumpb(j, NULL, 0, JSON_COMPACT);
-    if (*len + n > *cap) {
-        *cap = (*len + n) * 2;
-        *buf = xrealloc(*buf, *cap);
-    }
-    *len += json_dumpb(j, (char *)*buf + *len, n, JSON_COMPACT);
-}
-
 static void conn_deliver(conn_t *c, jchan_t chan, const jmsg_t *m)
 {
-    zmsg_t *bufs = jmsg_buffers(m);
-    size_t nbuf = zmsg_size(bufs);
-    uint8_t *out = NULL;
-    size_t len = 0, cap = 0;
-    if (c->v1) {
-        const char *name = jchan_name(chan);
-        const json_t *parts[4] = {jmsg_header(m), jmsg_parent(m), jmsg_metadata(m),
-                                  jmsg_content(m)};
-        uint64_t noff = 1 + 4 + nbuf + 1;
-        size_t table = 8 * (1 + noff);
-        out = xzalloc(table);
-        len = cap = table;
-        uint64_t offs[1 + 4 + 1];
-        offs[0] = len;
-        put(&out, &len, &cap, name, strlen(name));
-        for (int i = 0; i < 4; i++) {
-            offs[1 + i] = len;
-            put_json(&out, &len, &cap, parts[i]);
-        }
-        size_t i = 5;
-        offs[i] = len;
-        uint8_t le[8];
-        for (int b = 0; b < 8; b++)
-            le[b] = (uint8_t)(noff >> (8 * b));
-        memcpy(out, le, 8);
-        for (size_t j = 0; j < 5; j++)
-            for (int b = 0; b < 8; b++)
-                out[8 * (1 + j) + b] = (uint8_t)(offs[j] >> (8 * b));
-        for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
-            uint64_t o = len;
-            for (int b = 0; b < 8; b++)
-                out[8 * (1 + i) + b] = (uint8_t)(o >> (8 * b));
-            i++;
-            put(&out, &len, &cap, zframe_data(f), zframe_size(f));
-        }
-        for (int b = 0; b < 8; b++)
-            out[8 * (1 + i) + b] = (uint8_t)((uint64_t)len >> (8 * b));
-        conn_send(c, WS_BINARY, out, len);
-        free(out);
+    ws_opcode_t op;
+    size_t len;
+    sg_error_t *err = NULL;
+    uint8_t *out = wsmsg_encode(c->format, chan, m, &op, &len, &err);
+    if (out == NULL) {
+        log_warn("channels: kernel %s: message for a frontend dropped: %s", kernel_id(c->hub->k),
+                 err->msg);
+        sg_error_free(&err);
         return;
     }
-    json_t *j = json_pack("{s:O, s:O, s:O, s:O, s:s, s:[]}", "header", jmsg_header(m),
-                          "parent_header", jmsg_parent(m), "metadata", jmsg_metadata(m), "content",
-                          jmsg_content(m), "channel", jchan_name(chan), "buffers");
-    json_object_set(j, "msg_id", json_object_get(jmsg_header(m), "msg_id"));
-    json_object_set(j, "msg_type", json_object_get(jmsg_header(m), "msg_type"));
-    if (nbuf == 0) {
-        put_json(&out, &len, &cap, j);
-        json_decref(j);
-        conn_send(c, WS_TEXT, out, len);
-        free(out);
-        return;
-    }
-    /* Default format with buffers: u32 count, u32 offsets (big-endian), the
-     * JSON, then each buffer. */
-    json_object_del(j, "buffers");
-    uint32_t n = (uint32_t)(1 + nbuf);
-    size_t table = 4 * (1 + (size_t)n);
-    out = xzalloc(table);
-    len = cap = table;
-    uint32_t *offs = xzalloc(sizeof *offs * n);
-    offs[0] = (uint32_t)len;
-    put_json(&out, &len, &cap, j);
-    json_decref(j);
-    size_t i = 1;
-    for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs)) {
-        offs[i++] = (uint32_t)len;
-        put(&out, &len, &cap, zframe_data(f), zframe_size(f));
-    }
-    for (size_t k = 0; k <= n; k++) {
-        uint32_t v = k == 0 ? n : offs[k - 1];
-        out[4 * k] = (uint8_t)(v >> 24);
-        out[4 * k + 1] = (uint8_t)(v >> 16);
-        out[4 * k + 2] = (uint8_t)(v >> 8);
-        out[4 * k + 3] = (uint8_t)v;
-    }
-    free(offs);
-    conn_send(c, WS_BINARY, out, len);
+    conn_send(c, op, out, len);
     free(out);
 }
 
@@ -549,148 +462,16 @@ static void hub_free(hub_t *h)
 
 /* --- a frontend -> the kernel ---------------------------------------------------- */
 
-static uint64_t be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static json_t *json_part(const uint8_t *data, size_t len)
-{
-    return json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, NULL);
-}
-
-/* Reads an offset table: n entries of width bytes after a count of width
- * bytes; every offset must lie within len and not go backwards. */
-static bool read_offsets(const uint8_t *data, size_t len, int width, bool little, uint64_t **out,
-                         size_t *n_out)
-{
-    if (len < (size_t)width)
-        return false;
-    uint64_t n = little ? le64(data) : be(data, width);
-    if (n == 0 || n > MAX_OFFSETS || (1 + n) * (uint64_t)width > len)
-        return false;
-    uint64_t *offs = xzalloc(sizeof *offs * n);
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *p = data + (1 + i) * width;
-        offs[i] = little ? le64(p) : be(p, width);
-        if (offs[i] > len || offs[i] < (1 + n) * (uint64_t)width || (i && offs[i] < offs[i - 1])) {
-            free(offs);
-            return false;
-        }
-    }
-    *out = offs;
-    *n_out = n;
-    return true;
-}
-
-/* Decodes a frontend's message.  NULL with why set when it is not one. */
-static jmsg_t *decode(const conn_t *c, ws_opcode_t op, const uint8_t *data, size_t len,
-                      jchan_t *chan, const char **why)
-{
-    json_t *obj = NULL, *parts[4] = {0};
-    char channel[16] = "shell";
-    zmsg_t *bufs = zmsg_new();
-    uint64_t *offs = NULL;
-    size_t n = 0;
-    jmsg_t *m = NULL;
-    *why = "not a Jupyter message";
-    if (op == WS_TEXT) {
-        obj = json_part(data, len);
-    } else if (c->v1) {
-        if (!read_offsets(data, len, 8, true, &offs, &n) || n < 6) {
-            *why = "bad v1 offset table";
-            goto out;
-        }
-        size_t clen = offs[1] - offs[0];
-        if (clen == 0 || clen >= sizeof channel) {
-            *why = "bad channel";
-            goto out;
-        }
-        memcpy(channel, data + offs[0], clen);
-        channel[clen] = 0;
-        for (int i = 0; i < 4; i++)
-            parts[i] = json_part(data + offs[1 + i], offs[2 + i] - offs[1 + i]);
-        for (size_t i = 5; i + 1 < n; i++)
-            zmsg_addmem(bufs, data + offs[i], offs[i + 1] - offs[i]);
-    } else {
-        if (!read_offsets(data, len, 4, false, &offs, &n)) {
-            *why = "bad offset table";
-            goto out;
-        }
-        size_t end = n > 1 ? offs[1] : len;
-        obj = json_part(data + offs[0], end - offs[0]);
-        for (size_t i = 1; i < n; i++)
-            zmsg_addmem(bufs, data + offs[i], (i + 1 < n ? offs[i + 1] : len) - offs[i]);
-    }
-    if (obj) {
-        if (!json_is_object(obj))
-            goto out;
-        const char *ch = json_string_value(json_object_get(obj, "channel"));
-        if (ch && strlen(ch) < sizeof channel)
-            strcpy(channel, ch);
-        else if (ch) {
-            *why = "bad channel";
-            goto out;
-        }
-        const char *keys[4] = {"header", "parent_header", "metadata", "content"};
-        for (int i = 0; i < 4; i++) {
-            json_t *v = json_object_get(obj, keys[i]);
-            parts[i] = json_is_null(v) || v == NULL ? json_object() : json_incref(v);
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        if (!json_is_object(parts[i])) {
-            *why = "header, parent_header, metadata and content must be JSON objects";
-            goto out;
-        }
-    const char *id = json_string_value(json_object_get(parts[0], "msg_id"));
-    const char *type = json_string_value(json_object_get(parts[0], "msg_type"));
-    if (!id || !*id || strlen(id) > 256 || !type || !*type) {
-        *why = "the header needs msg_id and msg_type";
-        goto out;
-    }
-    if (strcmp(channel, "shell") == 0)
-        *chan = JCHAN_SHELL;
-    else if (strcmp(channel, "control") == 0)
-        *chan = JCHAN_CONTROL;
-    else if (strcmp(channel, "stdin") == 0)
-        *chan = JCHAN_STDIN;
-    else {
-        *why = "channel must be shell, control or stdin";
-        goto out;
-    }
-    m = jmsg_from_parts(parts[0], parts[1], parts[2], parts[3]);
-    memset(parts, 0, sizeof parts);
-    for (zframe_t *f = zmsg_first(bufs); f; f = zmsg_next(bufs))
-        zmsg_addmem(jmsg_buffers(m), zframe_data(f), zframe_size(f));
-out:
-    for (int i = 0; i < 4; i++)
-        json_decref(parts[i]);
-    json_decref(obj);
-    zmsg_destroy(&bufs);
-    free(offs);
-    return m;
-}
-
 static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t len)
 {
     hub_t *h = c->hub;
     jchan_t chan = JCHAN_SHELL;
-    const char *why = NULL;
-    jmsg_t *m = decode(c, op, data, len, &chan, &why);
+    sg_error_t *err = NULL;
+    jmsg_t *m = wsmsg_decode(c->format, op, data, len, &chan, &err);
     if (m == NULL) {
-        log_warn("channels: kernel %s: message from a frontend dropped: %s", kernel_id(h->k), why);
+        log_warn("channels: kernel %s: message from a frontend dropped: %s", kernel_id(h->k),
+                 err->msg);
+        sg_error_free(&err);
         return;
     }
     if (chan != JCHAN_STDIN) {
@@ -713,7 +494,6 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
         h->early_n++;
         return;
     }
-    sg_error_t *err = NULL;
     if (kernel_send(h->k, chan, m, &err) < 0) {
         log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
         sg_error_free(&err);
@@ -828,7 +608,7 @@ void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1
     conn_t *c = xzalloc(sizeof *c);
     c->ch = self;
     c->hub = h;
-    c->v1 = v1;
+    c->format = v1 ? WSMSG_V1 : WSMSG_DEFAULT;
     c->fd = fd;
     c->urh = urh;
     c->parser = ws_parser_new(self->cfg.max_message);

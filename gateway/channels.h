@@ -15,7 +15,8 @@
  * jupyter_server chooses): the default JSON format (text frames; binary
  * frames with a big-endian offset table when buffers are present) and
  * v1.kernel.websocket.jupyter.org (binary frames, little-endian offsets, the
- * channel name and the four JSON parts kept apart).
+ * channel name and the four JSON parts kept apart).  gateway/wsmsg.c
+ * encodes and decodes them.
  */
 #ifndef SG_CHANNELS_H
 #define SG_CHANNELS_H

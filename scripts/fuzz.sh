@@ -47,6 +47,25 @@ printf '\x01\x01\x82\x00\x00\x00\x00a\xc3\x8a\x80\x00\x00\x00\x00\x80\x81\x00\x0
     >"$out/fuzz_ws.seeds/split-character"
 run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/ws.c
 
+# Jupyter messages in WebSocket messages, both formats: a v1 message with a
+# buffer, a default-format binary one with a buffer, a text one.  The first
+# byte picks the frame type (bit 0: text).
+seeds=$out/fuzz_wsmsg.seeds
+rm -rf "$seeds" && mkdir -p "$seeds"
+# v1: count 7; offsets 64 (the channel), 69 (header), 98, 100, 102, 114 (the
+# buffer), 116 (the end): 0x40 0x45 0x62 0x64 0x66 0x72 0x74
+printf '\x00\x07\x00\x00\x00\x00\x00\x00\x00' >"$seeds/v1"
+for o in 40 45 62 64 66 72 74; do
+    printf "\\x$o\\x00\\x00\\x00\\x00\\x00\\x00\\x00" >>"$seeds/v1"
+done
+printf 'shell{"msg_id":"a","msg_type":"t"}{}{}{"code":"1"}\x00b' >>"$seeds/v1"
+# default, binary: count 2; offsets 12 (the JSON) 72 (the buffer)
+printf '\x00\x00\x00\x00\x02\x00\x00\x00\x0c\x00\x00\x00\x48' >"$seeds/default-buffer"
+printf '{"header":{"msg_id":"a","msg_type":"t"},"channel":"control"}\xff' >>"$seeds/default-buffer"
+printf '\x01{"header":{"msg_id":"a","msg_type":"t"},"channel":"stdin","content":{"value":"x"}}' \
+    >"$seeds/text"
+run_harness fuzz_wsmsg tests/fuzz/fuzz_wsmsg.c gateway/wsmsg.c proto/jmsg.c proto/jconn.c
+
 # The HTTP stack in-process: request bytes, headers, paths, routing, and the
 # JSON bodies of the REST, Jupyter and MCP routes (tests/fuzz/fuzz_http.c).
 printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
@@ -56,7 +75,8 @@ run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexist
     common/defer.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
     kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/kernel.c kernelmgr/kmgr.c \
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
-    gateway/channels.c gateway/ws.c gateway/mcp.c $(pkg-config --cflags --libs libmicrohttpd)
+    gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c \
+    $(pkg-config --cflags --libs libmicrohttpd)
 extra_args=""
 
 echo "fuzz: $passed passed, $failed failed"
