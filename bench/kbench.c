@@ -163,7 +163,7 @@ int main(int argc, char **argv)
         }
     }
     sg_log_set_level(SG_LOG_WARN);
-    loop = zloop_new();
+    loop = loop_new();
     proc_init(loop, NULL);
     char d1[] = "/tmp/sg-bench-XXXXXX", d2[] = "/tmp/sg-bench-XXXXXX",
          d3[] = "/tmp/sg-bench-XXXXXX";
@@ -199,9 +199,8 @@ int main(int argc, char **argv)
     kmgr_destroy(&none, true);
     spin(500);
     proc_fini();
-    defer_flush();
     harness_fini();
-    zloop_destroy(&loop);
+    loop_destroy(&loop);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", d1, d2, d3);
     return system(cmd) == 0 ? 0 : 1;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/records.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/files.h"
@@ -15,11 +16,12 @@
 #define ARTIFACT_DIR "output" /* files written here are announced */
 
 struct api {
-    zloop_t *loop;
+    loop_t *loop;
     kmgr_t *kmgr;
     api_config_t cfg;
-    json_t *contexts; /* id -> {language, cwd}: what the API adds to a session */
-    json_t *defaults; /* language -> id of its default context */
+    json_t *contexts;   /* id -> {language, cwd}: what the API adds to a session */
+    json_t *defaults;   /* language -> id of its default context */
+    records_t *records; /* STATE/contexts: both of the above, over a restart */
     api_wake_fn *waker;
     void *waker_arg;
 };
@@ -39,7 +41,42 @@ void api_config_defaults(api_config_t *cfg)
                           .max_upload = (size_t)256 << 20};
 }
 
-api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
+/* A context's record: what the API adds to the kmgr session (language,
+ * cwd) and whether it is its language's default, so that POST /execute
+ * without context_id finds the same kernel after a restart. */
+static void record_write(api_t *self, const char *id)
+{
+    if (!self->records)
+        return;
+    json_t *meta = json_object_get(self->contexts, id);
+    const char *lang = json_string_value(json_object_get(meta, "language"));
+    bool is_default =
+        lang && json_equal(json_object_get(self->defaults, lang), json_object_get(meta, "id"));
+    json_t *rec = json_pack("{s:s, s:O, s:b}", "id", id, "context", meta, "default", is_default);
+    records_put(self->records, id, rec);
+    json_decref(rec);
+}
+
+/* A context a previous sandgate recorded: kept when kmgr re-adopted its
+ * kernel, forgotten otherwise. */
+static void record_load(const char *id, const json_t *rec, void *arg)
+{
+    api_t *self = arg;
+    json_t *meta = json_object_get(rec, "context");
+    const char *lang = json_string_value(json_object_get(meta, "language"));
+    if (kmgr_get(self->kmgr, id) == NULL || !lang ||
+        !json_is_string(json_object_get(meta, "cwd"))) {
+        records_remove(self->records, id);
+        return;
+    }
+    json_object_set_new(self->contexts, id, json_deep_copy(meta));
+    if (json_is_true(json_object_get(rec, "default"))) {
+        json_object_set_new(self->defaults, lang, json_string(id));
+        log_info("api: context %s is again the default for %s", id, lang);
+    }
+}
+
+api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
 {
     api_t *self = xzalloc(sizeof *self);
     self->loop = loop;
@@ -47,6 +84,17 @@ api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
     self->cfg = *cfg;
     self->contexts = json_object();
     self->defaults = json_object();
+    if (cfg->state_dir) {
+        cleanup_free char *dir = xasprintf("%s/contexts", cfg->state_dir);
+        sg_error_t *err = NULL;
+        self->records = records_open(dir, "context", &err);
+        if (self->records) {
+            records_each(self->records, record_load, self);
+        } else {
+            log_warn("api: %s; default contexts will not survive a restart", err->msg);
+            sg_error_free(&err);
+        }
+    }
     return self;
 }
 
@@ -56,6 +104,7 @@ void api_destroy(api_t **self_p)
         return;
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);
+    records_close(&(*self_p)->records);
     free(*self_p);
     *self_p = NULL;
 }
@@ -99,8 +148,10 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
     kernel_t *k = kmgr_start(self->kmgr, spec->name, NULL, NULL, err);
     if (k == NULL)
         return NULL;
-    json_object_set_new(self->contexts, kernel_id(k),
-                        json_pack("{s:s, s:s}", "language", language, "cwd", cwd));
+    json_object_set_new(
+        self->contexts, kernel_id(k),
+        json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
+    record_write(self, kernel_id(k));
     if (strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
         json_t *path = json_string(cwd);
@@ -124,8 +175,10 @@ static kernel_t *default_context(api_t *self, const char *language, sg_error_t *
     if (k)
         return k;
     k = create_context(self, language, "/home/user", err);
-    if (k)
+    if (k) {
         json_object_set_new(self->defaults, language, json_string(kernel_id(k)));
+        record_write(self, kernel_id(k));
+    }
     return k;
 }
 
@@ -159,7 +212,7 @@ static void stream_unref(stream_t *s)
     if (--s->refs > 0)
         return;
     if (s->keepalive >= 0)
-        zloop_timer_end(s->api->loop, s->keepalive);
+        loop_timer_end(s->api->loop, s->keepalive);
     free(s->buf);
     free(s->env_restore);
     free(s->cmd_out);
@@ -430,13 +483,12 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
     stream_unref(s);
 }
 
-static int on_keepalive(zloop_t *loop, int timer_id, void *arg)
+static void on_keepalive(loop_t *loop, int timer_id, void *arg)
 {
     stream_t *s = arg;
     if (!s->done && !s->wrote_since_tick)
         emit(s, json_pack("{s:s}", "type", "keepalive"));
     s->wrote_since_tick = false;
-    return 0;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
@@ -678,7 +730,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         MHD_suspend_connection(conn);
         ret = MHD_YES;
     } else {
-        s->keepalive = zloop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
+        s->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
         struct MHD_Response *r = MHD_create_response_from_callback(
             MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free_noop);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
@@ -841,6 +893,8 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     if (*action == 0 && strcmp(method, "DELETE") == 0) {
         kmgr_shutdown(self->kmgr, id, NULL);
         json_object_del(self->contexts, id);
+        if (self->records)
+            records_remove(self->records, id);
         const char *lang;
         json_t *v;
         void *tmp;

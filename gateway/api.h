@@ -28,13 +28,14 @@ typedef struct {
     size_t max_output;     /* output bytes kept per execution */
     int max_queue;         /* executions waiting per context */
     size_t max_upload;     /* bytes per uploaded file */
+    const char *state_dir; /* contexts are recorded in STATE/contexts; NULL: not kept */
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);
 /* Called after a suspended connection is resumed, so the HTTP server runs
  * soon (libmicrohttpd does not wake an external event loop by itself). */
 typedef void(api_wake_fn)(void *arg);
-api_t *api_new(zloop_t *loop, kmgr_t *kmgr, const api_config_t *cfg);
+api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg);
 void api_destroy(api_t **self_p);
 void api_set_waker(api_t *self, api_wake_fn *fn, void *arg);
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 #include "gateway/metrics.h"
 #include "gateway/ws.h"
@@ -29,7 +29,7 @@ typedef struct conn {
     bool anonymous; /* no session_id: nothing is kept for it when it leaves */
     MHD_socket fd;
     struct MHD_UpgradeResponseHandle *urh;
-    zmq_pollitem_t item;
+    loop_io_t *io;
     ws_parser_t *parser;
     uint8_t *out;
     size_t out_len, out_off, out_cap;
@@ -68,7 +68,7 @@ struct hub {
 };
 
 struct channels {
-    zloop_t *loop;
+    loop_t *loop;
     channels_config_t cfg;
     hub_t *hubs;
     void (*wake)(void *);
@@ -82,7 +82,7 @@ void channels_config_defaults(channels_config_t *cfg)
         .max_message = 16 << 20, .max_pending = 64 << 20, .replay_max = 16 << 20};
 }
 
-channels_t *channels_new(zloop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
+channels_t *channels_new(loop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
                          void *wake_arg)
 {
     channels_t *self = xzalloc(sizeof *self);
@@ -125,18 +125,21 @@ static size_t msg_bytes(const jmsg_t *m)
 /* --- output to a frontend --------------------------------------------------------- */
 
 static void conn_close(conn_t *c);
-static int on_io(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+static void on_io(loop_t *loop, int fd, unsigned events, void *arg);
 
 /* Asks the loop for writability only while output waits. */
 static void conn_poll(conn_t *c, bool want_out)
 {
     if (c->closed || want_out == c->polling_out)
         return;
-    zloop_poller_end(c->ch->loop, &c->item);
-    c->item.events = ZMQ_POLLIN | (want_out ? ZMQ_POLLOUT : 0);
+    sg_error_t *err = NULL;
+    if (loop_fd_set_events(c->ch->loop, c->io, LOOP_READ | (want_out ? LOOP_WRITE : 0), &err) < 0) {
+        log_warn("channels: %s", err->msg);
+        sg_error_free(&err);
+        conn_close(c);
+        return;
+    }
     c->polling_out = want_out;
-    zloop_poller(c->ch->loop, &c->item, on_io, c);
-    zloop_poller_set_tolerant(c->ch->loop, &c->item);
 }
 
 static void flush(conn_t *c)
@@ -262,12 +265,12 @@ static void replay_clear(hub_t *h)
 static void end_run_timer(hub_t *h)
 {
     if (h->run_timer >= 0)
-        zloop_timer_end(h->ch->loop, h->run_timer);
+        loop_timer_end(h->ch->loop, h->run_timer);
     h->run_timer = -1;
     h->running[0] = 0;
 }
 
-static int on_run_timeout(zloop_t *loop, int timer_id, void *arg)
+static void on_run_timeout(loop_t *loop, int timer_id, void *arg)
 {
     hub_t *h = arg;
     h->run_timer = -1;
@@ -280,7 +283,6 @@ static int on_run_timeout(zloop_t *loop, int timer_id, void *arg)
         log_warn("channels: kernel %s: interrupt failed: %s", kernel_id(h->k), err->msg);
         sg_error_free(&err);
     }
-    return 0;
 }
 
 /* Frontend executions get the same timeout as sandgate's own: the clock
@@ -304,7 +306,7 @@ static void watch_execution(hub_t *h, jchan_t chan, const jmsg_t *m)
         end_run_timer(h);
         strcpy(h->running, parent);
         h->run_timer =
-            zloop_timer(h->ch->loop, (size_t)h->ch->cfg.exec_timeout_ms, 1, on_run_timeout, h);
+            loop_timer(h->ch->loop, (size_t)h->ch->cfg.exec_timeout_ms, 1, on_run_timeout, h);
     }
 }
 
@@ -521,31 +523,31 @@ static void on_ws_message(ws_opcode_t op, const uint8_t *data, size_t len, void 
     }
 }
 
-static int on_io(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static void on_io(loop_t *loop, int fd, unsigned events, void *arg)
 {
     conn_t *c = arg;
     if (c->closed)
-        return 0;
-    if (item->revents & ZMQ_POLLOUT) {
+        return;
+    if (events & LOOP_WRITE) {
         flush(c);
         if (c->closed)
-            return 0;
+            return;
         conn_poll(c, c->out_off < c->out_len);
     }
-    if (!(item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
-        return 0;
+    if (!(events & (LOOP_READ | LOOP_ERROR)))
+        return;
     uint8_t buf[65536];
     ssize_t n = read(c->fd, buf, sizeof buf);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return 0;
+        return;
     if (n <= 0) {
         log_debug("channels: kernel %s: a frontend disconnected", kernel_id(c->hub->k));
         conn_close(c);
-        return 0;
+        return;
     }
     int code = ws_parser_feed(c->parser, buf, (size_t)n, on_ws_message, c);
     if (c->closed)
-        return 0;
+        return;
     if (code) {
         log_warn("channels: kernel %s: closing a frontend's connection: WebSocket error %d",
                  kernel_id(c->hub->k), code);
@@ -558,7 +560,6 @@ static int on_io(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         unsigned echo = c->close_code == 1005 ? WS_CLOSE_NORMAL : c->close_code;
         conn_begin_close(c, echo, "");
     }
-    return 0;
 }
 
 static void conn_free(void *arg)
@@ -574,7 +575,7 @@ static void conn_close(conn_t *c)
     if (c->closed)
         return;
     c->closed = true;
-    zloop_poller_end(c->ch->loop, &c->item);
+    loop_io_remove(c->ch->loop, &c->io);
     MHD_upgrade_action(c->urh, MHD_UPGRADE_ACTION_CLOSE);
     if (c->ch->wake)
         c->ch->wake(c->ch->wake_arg);
@@ -596,7 +597,7 @@ static void conn_close(conn_t *c)
         snprintf(h->replay_session, sizeof h->replay_session, "%s", c->session);
     }
     log_info("channels: kernel %s: frontend %s disconnected", kernel_id(h->k), c->session);
-    defer_call(c->ch->loop, conn_free, c);
+    loop_defer(c->ch->loop, conn_free, c);
 }
 
 /* --- public --------------------------------------------------------------------- */
@@ -625,9 +626,15 @@ void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1
      * Nagle holds each after the first until the client's delayed ACK
      * (~40 ms a round trip). */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
-    c->item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
-    zloop_poller(self->loop, &c->item, on_io, c);
-    zloop_poller_set_tolerant(self->loop, &c->item);
+    c->io = loop_fd_add(self->loop, fd, LOOP_READ, on_io, c, NULL);
+    if (c->io == NULL) { /* out of memory for epoll: nothing else can be done with it */
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        if (self->wake)
+            self->wake(self->wake_arg);
+        ws_parser_destroy(&c->parser);
+        free(c);
+        return;
+    }
     c->next = h->conns;
     h->conns = c;
     kernel_add_connections(k, 1);

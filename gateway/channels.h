@@ -30,9 +30,9 @@
 typedef struct channels channels_t;
 
 typedef struct {
-    size_t max_message; /* bytes of one WebSocket message from a frontend */
-    size_t max_pending; /* bytes queued for a slow frontend before it is dropped */
-    size_t replay_max;  /* bytes kept for a disconnected session */
+    size_t max_message;  /* bytes of one WebSocket message from a frontend */
+    size_t max_pending;  /* bytes queued for a slow frontend before it is dropped */
+    size_t replay_max;   /* bytes kept for a disconnected session */
     int exec_timeout_ms; /* a frontend's execution running longer is interrupted; 0: never */
 } channels_config_t;
 
@@ -40,7 +40,7 @@ void channels_config_defaults(channels_config_t *cfg);
 
 /* wake: called after a connection is handed back to libmicrohttpd (closed),
  * so the HTTP server runs soon. */
-channels_t *channels_new(zloop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
+channels_t *channels_new(loop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
                          void *wake_arg);
 /* Closes every connection (going away) and releases the kernels' taps. */
 void channels_destroy(channels_t **self_p);

@@ -15,16 +15,16 @@
 
 struct http_server {
     struct MHD_Daemon *mhd;
-    zloop_t *loop;
-    int timer_id;
+    loop_t *loop;
+    int timer_id; /* libmicrohttpd's next timeout; -1: none */
     int port;
-    zmq_pollitem_t item;
+    loop_io_t *io;
+    bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
     api_t *api;
     jupyter_t *jupyter;
     mcp_t *mcp;
-    int kick_timer; /* pending "run libmicrohttpd now"; -1 if none */
 };
 
 /* Per-request state between libmicrohttpd's calls. */
@@ -234,32 +234,50 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", line);
 }
 
-static int on_kick(zloop_t *loop, int timer_id, void *arg);
+/* libmicrohttpd runs from the loop's hook, before each wait, when there is
+ * something for it: its epoll fd was readable, a connection was resumed
+ * (http_server_wake), or one of its timeouts came.  It runs again at once
+ * while it says it has more (MHD_get_timeout 0): with edge-triggered
+ * sockets it will not make its own fd readable for work it already knows
+ * about.  Several wake-ups in one pass cost one run. */
+#define MHD_RUNS_PER_PASS 8
 
-/* Runs libmicrohttpd, and again as soon as it says it has more to do
- * (MHD_get_timeout): with edge-triggered sockets it will not make its own fd
- * readable for work it already knows about. */
-static void run_mhd(http_server_t *self)
+static void on_mhd_timeout(loop_t *loop, int timer_id, void *arg)
 {
-    MHD_run(self->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (self->kick_timer < 0 && MHD_get_timeout(self->mhd, &to) == MHD_YES && to < 1000)
-        self->kick_timer = zloop_timer(self->loop, (size_t)to, 1, on_kick, self);
+    http_server_t *self = arg;
+    self->timer_id = -1;
+    self->pending = true;
 }
 
-static int on_readable(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static bool run_mhd(loop_t *loop, void *arg)
 {
-    run_mhd(arg);
-    return 0;
+    http_server_t *self = arg;
+    if (!self->pending)
+        return false;
+    MHD_UNSIGNED_LONG_LONG to = 0;
+    bool timeout = false;
+    for (int i = 0; i < MHD_RUNS_PER_PASS && self->pending; i++) {
+        self->pending = false;
+        MHD_run(self->mhd);
+        timeout = MHD_get_timeout(self->mhd, &to) == MHD_YES;
+        if (timeout && to == 0)
+            self->pending = true;
+    }
+    loop_timer_end(loop, self->timer_id);
+    self->timer_id = -1;
+    if (timeout && to > 0)
+        self->timer_id =
+            loop_timer(loop, to < 86400000 ? (int64_t)to : 86400000, 1, on_mhd_timeout, self);
+    return self->pending;
 }
 
-static int on_tick(zloop_t *loop, int timer_id, void *arg)
+static void on_readable(loop_t *loop, int fd, unsigned events, void *arg)
 {
-    run_mhd(arg);
-    return 0;
+    http_server_t *self = arg;
+    self->pending = true;
 }
 
-http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error_t **err)
+http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &sa.sin_addr) != 1) {
@@ -269,7 +287,7 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
     http_server_t *self = xzalloc(sizeof *self);
     self->loop = loop;
     self->cfg = *cfg;
-    self->kick_timer = -1;
+    self->timer_id = -1;
     if (cfg->token)
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
@@ -287,27 +305,23 @@ http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(self->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    self->item = (zmq_pollitem_t){.fd = info->epoll_fd, .events = ZMQ_POLLIN};
-    zloop_poller(loop, &self->item, on_readable, self);
-    self->timer_id = zloop_timer(loop, 1000, 0, on_tick, self);
+    self->io = loop_fd_add(loop, info->epoll_fd, LOOP_READ, on_readable, self, err);
+    if (self->io == NULL) {
+        MHD_stop_daemon(self->mhd);
+        free(self);
+        return NULL;
+    }
+    loop_hook_add(loop, run_mhd, self);
+    self->pending = true;
     info = MHD_get_daemon_info(self->mhd, MHD_DAEMON_INFO_BIND_PORT);
     self->port = info ? info->port : cfg->port;
     return self;
 }
 
-static int on_kick(zloop_t *loop, int timer_id, void *arg)
-{
-    http_server_t *self = arg;
-    self->kick_timer = -1;
-    run_mhd(self);
-    return 0;
-}
-
 void http_server_wake(void *arg)
 {
     http_server_t *self = arg;
-    if (self->kick_timer < 0)
-        self->kick_timer = zloop_timer(self->loop, 0, 1, on_kick, self);
+    self->pending = true;
 }
 
 void http_server_set_api(http_server_t *self, api_t *api)
@@ -331,10 +345,9 @@ void http_server_destroy(http_server_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     http_server_t *self = *self_p;
-    zloop_poller_end(self->loop, &self->item);
-    zloop_timer_end(self->loop, self->timer_id);
-    if (self->kick_timer >= 0)
-        zloop_timer_end(self->loop, self->kick_timer);
+    loop_io_remove(self->loop, &self->io);
+    loop_hook_remove(self->loop, run_mhd, self);
+    loop_timer_end(self->loop, self->timer_id);
     MHD_stop_daemon(self->mhd);
     free(self);
     *self_p = NULL;

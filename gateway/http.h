@@ -1,9 +1,10 @@
-/* http: sandgate's HTTP server, libmicrohttpd driven by the daemon's zloop.
+/* http: sandgate's HTTP server, libmicrohttpd driven by the daemon's loop.
  *
- * libmicrohttpd runs in external-epoll mode: its epoll fd is one poller of the
- * loop, and the loop calls MHD_run when it is readable (and once a second for
- * connection timeouts).  No thread of its own: every handler runs on the loop
- * thread and must not block; long responses suspend their connection.
+ * libmicrohttpd runs in external-epoll mode: its epoll fd is watched by the
+ * loop, and MHD_run runs from a loop hook, before the wait, when that fd was
+ * readable, a connection was resumed, or one of libmicrohttpd's timeouts
+ * came.  No thread of its own: every handler runs on the loop thread and
+ * must not block; long responses suspend their connection.
  *
  * This layer reads the request body (bounded), checks the token, and hands
  * complete requests to the API (api.h).
@@ -11,7 +12,7 @@
 #ifndef SG_HTTP_H
 #define SG_HTTP_H
 
-#include <czmq.h>
+#include "common/loop.h"
 #include <jansson.h>
 #include <microhttpd.h>
 
@@ -34,7 +35,7 @@ void http_config_defaults(http_config_t *cfg);
 
 /* Starts listening and registers with loop.  NULL with *err set when the
  * address cannot be used. */
-http_server_t *http_server_new(zloop_t *loop, const http_config_t *cfg, sg_error_t **err);
+http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
 
 /* The API requests are handed to (borrowed); set before the loop runs. */
@@ -49,8 +50,9 @@ void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter);
 struct mcp;
 void http_server_set_mcp(http_server_t *self, struct mcp *mcp);
 
-/* Runs libmicrohttpd on the next loop pass: after a suspended connection is
- * resumed or an upgraded one handed back.  arg is the http_server_t. */
+/* Runs libmicrohttpd before the loop next waits: after a suspended
+ * connection is resumed or an upgraded one handed back.  arg is the
+ * http_server_t. */
 void http_server_wake(void *arg);
 
 /* The port actually bound (useful when port 0 was asked for). */

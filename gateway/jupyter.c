@@ -16,7 +16,7 @@
 #define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */
 
 struct jupyter {
-    zloop_t *loop;
+    loop_t *loop;
     kmgr_t *kmgr;
     channels_t *ch;
     json_t *sessions; /* id -> {id, path, name, type, kernel_id} */
@@ -45,7 +45,7 @@ static void jreq_free(jreq_t *r)
     free(r);
 }
 
-jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
+jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg)
 {
     jupyter_t *self = xzalloc(sizeof *self);

@@ -29,7 +29,7 @@
 
 typedef struct jupyter jupyter_t;
 
-jupyter_t *jupyter_new(zloop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
+jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg);
 /* Shutdown: jupyter_close() closes every WebSocket (libmicrohttpd must
  * still run); jupyter_destroy() frees the rest, after the HTTP server, whose

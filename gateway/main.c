@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 #include <sodium.h>
 
@@ -175,8 +175,8 @@ typedef struct {
     api_config_t api;
     channels_config_t channels;
     kmgr_config_t k;
-    unsigned uid;    /* of the unprivileged half, when started as root */
-    char *state_abs; /* --state-dir made absolute, when it was not */
+    unsigned uid;      /* of the unprivileged half, when started as root */
+    char *state_abs;   /* --state-dir made absolute, when it was not */
     char *config_text; /* the config file's text; values point into it */
 } settings_t;
 
@@ -532,6 +532,12 @@ static int parse(settings_t *s, int argc, char **argv)
     return -1; /* go on */
 }
 
+static void on_stop_signal(loop_t *loop, int signo, void *arg)
+{
+    log_info("%s received", strsignal(signo));
+    loop_stop(loop);
+}
+
 int main(int argc, char **argv)
 {
     settings_t s;
@@ -547,7 +553,6 @@ int main(int argc, char **argv)
         log_warn("*** --sandbox=none: kernels run as plain processes with sandgate's privileges. "
                  "Code can read and change this machine. For development only. ***");
 
-    /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
     char generated[65];
     bool show_token = false;
     if (s.no_auth) {
@@ -586,9 +591,21 @@ int main(int argc, char **argv)
                  lc.uid, lc.gid, (int)launcher_pid);
     }
 
-    /* czmq turns SIGINT/SIGTERM into zsys_interrupted, which ends zloop_start. */
+    /* SIGINT and SIGTERM end the loop through its signalfd; they are blocked
+     * before ZeroMQ starts its threads, which inherit the mask (czmq's own
+     * handler is off). */
+    loop_t *loop = loop_new();
+    if (loop_signal(loop, SIGINT, on_stop_signal, NULL, &err) < 0 ||
+        loop_signal(loop, SIGTERM, on_stop_signal, NULL, &err) < 0 || proc_init(loop, &err) < 0) {
+        log_error("%s", err->msg);
+        sg_error_free(&err);
+        loop_destroy(&loop);
+        free(s.config_text);
+        free(s.state_abs);
+        return 1;
+    }
+    zsys_handler_set(NULL);
     zsys_init();
-    zloop_t *loop = zloop_new();
     if (link >= 0)
         sandbox_set_launcher(loop, link);
     kmgr_t *kmgr = NULL;
@@ -597,12 +614,12 @@ int main(int argc, char **argv)
     jupyter_t *jupyter = NULL;
     mcp_t *mcp = NULL;
     rc = 1;
-    if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
-        !(http = http_server_new(loop, &s.http, &err))) {
+    if (!(kmgr = kmgr_new(loop, &s.k, &err)) || !(http = http_server_new(loop, &s.http, &err))) {
         log_error("%s", err->msg);
         sg_error_free(&err);
         goto out;
     }
+    s.api.state_dir = s.k.state_dir;
     api = api_new(loop, kmgr, &s.api);
     http_server_set_api(http, api);
     s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;
@@ -632,7 +649,10 @@ int main(int argc, char **argv)
                generated, s.host, http_server_port(http), generated);
         fflush(stdout);
     }
-    zloop_start(loop);
+    if (loop_run(loop, &err) < 0) {
+        log_error("%s", err->msg);
+        sg_error_free(&err);
+    }
     log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
     rc = 0;
 out:
@@ -651,8 +671,7 @@ out:
             log_warn("the launcher (pid %d) did not exit within 10 s", (int)launcher_pid);
     }
     proc_fini();
-    defer_flush();
-    zloop_destroy(&loop);
+    loop_destroy(&loop);
     free(s.config_text);
     free(s.state_abs);
     return rc;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/records.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/files.h"
@@ -84,10 +85,10 @@ typedef struct {
 } call_t;
 
 struct mcp {
-    zloop_t *loop;
+    loop_t *loop;
     kmgr_t *kmgr;
     mcp_config_t cfg;
-    char *record_dir;
+    records_t *records; /* STATE/mcp; NULL: none */
     zhashx_t *sessions; /* id -> session_t */
     zlistx_t *calls;    /* call_t in flight */
     json_t *tools;
@@ -173,24 +174,13 @@ static char *sse_event(const json_t *msg)
 
 /* --- sessions ----------------------------------------------------------------- */
 
-static char *record_path(mcp_t *self, const char *id)
-{
-    return xasprintf("%s/%s.json", self->record_dir, id);
-}
-
-/* Writes the session's record (through a temporary file and rename). */
 static void record_write(mcp_t *self, const session_t *s)
 {
-    if (!self->record_dir)
+    if (!self->records)
         return;
     json_t *rec = json_pack("{s:s, s:s, s:s?}", "id", s->id, "protocol", s->version, "kernel_id",
                             s->kernel_id);
-    cleanup_free char *path = record_path(self, s->id);
-    cleanup_free char *tmp = xasprintf("%s.tmp", path);
-    if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0) {
-        log_warn("mcp: cannot record session %s in %s: %s", s->id, path, strerror(errno));
-        unlink(tmp);
-    }
+    records_put(self->records, s->id, rec);
     json_decref(rec);
 }
 
@@ -220,10 +210,8 @@ static void session_end(mcp_t *self, session_t *s, const char *why)
     char *kid = s->kernel_id;
     s->kernel_id = NULL;
     log_info("mcp: session %s ended (%s)", s->id, why);
-    if (self->record_dir) {
-        cleanup_free char *path = record_path(self, s->id);
-        unlink(path);
-    }
+    if (self->records)
+        records_remove(self->records, s->id);
     /* Removed before the kernel: its shutdown ends the calls in flight,
      * whose completion looks the session up. */
     zhashx_delete(self->sessions, s->id);
@@ -259,48 +247,34 @@ static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg
     return k;
 }
 
-/* Reads STATE/mcp: the sessions a previous sandgate left. */
-static void records_load(mcp_t *self)
+/* A session a previous sandgate left in STATE/mcp. */
+static void record_load(const char *id, const json_t *rec, void *arg)
 {
-    DIR *d = opendir(self->record_dir);
-    if (!d)
+    mcp_t *self = arg;
+    const char *version = json_string_value(json_object_get(rec, "protocol"));
+    const char *kid = json_string_value(json_object_get(rec, "kernel_id"));
+    if (!version || strlen(id) != 36) {
+        log_warn("mcp: ignoring the malformed session record %s", id);
+        records_remove(self->records, id);
         return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (n != 36 + 5 || strcmp(de->d_name + 36, ".json") != 0)
-            continue;
-        cleanup_free char *path = xasprintf("%s/%s", self->record_dir, de->d_name);
-        json_t *rec = json_load_file(path, 0, NULL);
-        const char *id = json_string_value(json_object_get(rec, "id"));
-        const char *version = json_string_value(json_object_get(rec, "protocol"));
-        const char *kid = json_string_value(json_object_get(rec, "kernel_id"));
-        if (!id || !version || strncmp(id, de->d_name, 36) != 0 || strlen(id) != 36) {
-            log_warn("mcp: ignoring the malformed session record %s", path);
-            unlink(path);
-            json_decref(rec);
-            continue;
-        }
-        session_t *s = session_add(self, id, version);
-        kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
-        if (k) {
-            s->kernel_id = xstrdup(kid);
-            kernel_add_connections(k, 1);
-        } else if (kid) {
-            s->kernel_lost = true;
-        }
-        log_info("mcp: session %s carried over%s", id,
-                 k ? " with its kernel" : (kid ? " (its kernel is gone)" : ""));
-        json_decref(rec);
     }
-    closedir(d);
+    session_t *s = session_add(self, id, version);
+    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
+    if (k) {
+        s->kernel_id = xstrdup(kid);
+        kernel_add_connections(k, 1);
+    } else if (kid) {
+        s->kernel_lost = true;
+    }
+    log_info("mcp: session %s carried over%s", id,
+             k ? " with its kernel" : (kid ? " (its kernel is gone)" : ""));
 }
 
-static int on_tick(zloop_t *loop, int timer_id, void *arg)
+static void on_tick(loop_t *loop, int timer_id, void *arg)
 {
     mcp_t *self = arg;
     if (self->cfg.idle_ms <= 0)
-        return 0;
+        return;
     int64_t now = zclock_mono();
     zlistx_t *idle = zlistx_new();
     for (session_t *s = zhashx_first(self->sessions); s; s = zhashx_next(self->sessions))
@@ -309,7 +283,6 @@ static int on_tick(zloop_t *loop, int timer_id, void *arg)
     for (session_t *s = zlistx_first(idle); s; s = zlistx_next(idle))
         session_end(self, s, "idle past the timeout");
     zlistx_destroy(&idle);
-    return 0;
 }
 
 /* --- one POST ------------------------------------------------------------------ */
@@ -319,7 +292,7 @@ static void post_unref(post_t *p)
     if (--p->refs > 0)
         return;
     if (p->keepalive >= 0)
-        zloop_timer_end(p->mcp->loop, p->keepalive);
+        loop_timer_end(p->mcp->loop, p->keepalive);
     json_decref(p->replies);
     free(p->buf);
     free(p);
@@ -388,13 +361,12 @@ static void sse_free_noop(void *cls)
     /* The POST's lifetime is its references. */
 }
 
-static int on_keepalive(zloop_t *loop, int timer_id, void *arg)
+static void on_keepalive(loop_t *loop, int timer_id, void *arg)
 {
     post_t *p = arg;
     if (p->pending > 0 && !p->wrote_since_tick)
         sse_append(p, xstrdup(": keepalive\n\n"));
     p->wrote_since_tick = false;
-    return 0;
 }
 
 /* Every answer of a POST whose calls are over. */
@@ -1360,7 +1332,7 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
         json_array_foreach (p->replies, i, m)
             sse_append(p, sse_event(m));
         json_array_clear(p->replies);
-        p->keepalive = zloop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, p);
+        p->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, p);
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, p, sse_free_noop);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -1436,7 +1408,7 @@ void mcp_request_done(mcp_t *self, void *req_state)
 
 /* --- lifecycle ------------------------------------------------------------------ */
 
-mcp_t *mcp_new(zloop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)(void *),
+mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)(void *),
                void *wake_arg)
 {
     mcp_t *self = xzalloc(sizeof *self);
@@ -1450,17 +1422,17 @@ mcp_t *mcp_new(zloop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake
     self->calls = zlistx_new();
     self->tools = tools_json(cfg);
     if (cfg->state_dir) {
-        self->record_dir = xasprintf("%s/mcp", cfg->state_dir);
-        if (mkdir(self->record_dir, 0700) < 0 && errno != EEXIST) {
-            log_warn("mcp: cannot create %s (%s); sessions will not survive a restart",
-                     self->record_dir, strerror(errno));
-            free(self->record_dir);
-            self->record_dir = NULL;
+        cleanup_free char *dir = xasprintf("%s/mcp", cfg->state_dir);
+        sg_error_t *err = NULL;
+        self->records = records_open(dir, "mcp session", &err);
+        if (self->records) {
+            records_each(self->records, record_load, self);
         } else {
-            records_load(self);
+            log_warn("mcp: %s; sessions will not survive a restart", err->msg);
+            sg_error_free(&err);
         }
     }
-    self->tick = zloop_timer(loop, TICK_MS, 0, on_tick, self);
+    self->tick = loop_timer(loop, TICK_MS, 0, on_tick, self);
     return self;
 }
 
@@ -1469,7 +1441,7 @@ void mcp_destroy(mcp_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     mcp_t *self = *self_p;
-    zloop_timer_end(self->loop, self->tick);
+    loop_timer_end(self->loop, self->tick);
     /* Calls still listed belong to no request (the HTTP server is gone). */
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls)) {
         kernel_t *k = kmgr_get(self->kmgr, c->kernel_id);
@@ -1480,7 +1452,7 @@ void mcp_destroy(mcp_t **self_p)
     zlistx_destroy(&self->calls);
     zhashx_destroy(&self->sessions);
     json_decref(self->tools);
-    free(self->record_dir);
+    records_close(&self->records);
     free(self);
     *self_p = NULL;
 }

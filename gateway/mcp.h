@@ -49,7 +49,7 @@ void mcp_config_defaults(mcp_config_t *cfg);
 
 /* Reads the recorded sessions (their kernels must have been re-adopted by
  * kmgr already).  wake is called after a suspended connection is resumed. */
-mcp_t *mcp_new(zloop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)(void *),
+mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)(void *),
                void *wake_arg);
 /* Frees the sessions' memory; their kernels and records stay for the next
  * sandgate.  Call after the HTTP server is gone. */

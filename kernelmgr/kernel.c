@@ -6,8 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 #include "kernelmgr/proc.h"
 #include "proto/jclient.h"
@@ -33,7 +33,7 @@ typedef struct exec {
 } exec_t;
 
 struct kernel {
-    zloop_t *loop;
+    loop_t *loop;
     sandbox_env_t *env;
     const kspec_t *spec;
     char *id, *workspace;
@@ -49,6 +49,7 @@ struct kernel {
     int generation;
     sandbox_t *sb;
     jclient_t *client;
+    loop_io_t *io[JCHAN_COUNT];
     pid_t watched;
 
     /* start-up */
@@ -87,7 +88,7 @@ void kernel_opts_defaults(kernel_opts_t *opts)
 static void end_timer(kernel_t *k, int *timer)
 {
     if (*timer >= 0)
-        zloop_timer_end(k->loop, *timer);
+        loop_timer_end(k->loop, *timer);
     *timer = -1;
 }
 
@@ -105,6 +106,15 @@ static void client_free(void *arg)
 {
     jclient_t *c = arg;
     jclient_destroy(&c);
+}
+
+/* Every send goes through here: a send may consume the edge of a message
+ * that arrived meanwhile (loop.h), so the socket is looked at again. */
+static int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
+{
+    int r = jclient_send(k->client, chan, msg, err);
+    loop_zsock_sent(k->loop, k->io[chan]);
+    return r;
 }
 
 /* --- start slots ------------------------------------------------------------------
@@ -160,8 +170,8 @@ static void disconnect(kernel_t *k)
     k->watched = 0;
     if (k->client) {
         for (int c = 0; c < JCHAN_COUNT; c++)
-            zloop_reader_end(k->loop, jclient_socket(k->client, c));
-        defer_call(k->loop, client_free, k->client);
+            loop_io_remove(k->loop, &k->io[c]);
+        loop_defer(k->loop, client_free, k->client);
         k->client = NULL;
     }
 }
@@ -185,7 +195,7 @@ static void fail_all(kernel_t *k, const sg_error_t *err)
     end_timer(k, &k->grace_timer);
     for (exec_t *e = list; e; e = e->next)
         if (e->timer >= 0) {
-            zloop_timer_end(k->loop, e->timer);
+            loop_timer_end(k->loop, e->timer);
             e->timer = -1;
         }
     while (list) {
@@ -197,7 +207,7 @@ static void fail_all(kernel_t *k, const sg_error_t *err)
     }
 }
 
-static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg);
+static void on_exec_timeout(loop_t *loop, int timer_id, void *arg);
 
 /* Sends the head of the queue when the kernel is idle.  stop_on_error is
  * false: sandgate queues executions itself, so the kernel never holds a
@@ -215,7 +225,7 @@ static void pump(kernel_t *k)
                                          e->opts.allow_stdin, "stop_on_error", 0));
     snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
     sg_error_t *err = NULL;
-    if (jclient_send(k->client, JCHAN_SHELL, req, &err) < 0) {
+    if (send_msg(k, JCHAN_SHELL, req, &err) < 0) {
         log_warn("kernel %s: %s", k->id, err->msg);
         sg_error_free(&err);
     }
@@ -224,7 +234,7 @@ static void pump(kernel_t *k)
     k->last_activity = zclock_mono();
     int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
     if (timeout > 0)
-        e->timer = zloop_timer(k->loop, timeout, 1, on_exec_timeout, k);
+        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, k);
 }
 
 static void finish_head(kernel_t *k, const sg_error_t *err)
@@ -264,12 +274,12 @@ static void maybe_finish(kernel_t *k)
         finish_head(k, NULL);
 }
 
-static int on_grace_expired(zloop_t *loop, int timer_id, void *arg)
+static void on_grace_expired(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     k->grace_timer = -1;
     if (k->freed || k->queue == NULL)
-        return 0;
+        return;
     log_warn("kernel %s: no answer %d ms after the interrupt; restarting it", k->id,
              k->opts.interrupt_grace_ms);
     exec_t *e = k->queue;
@@ -292,14 +302,13 @@ static int on_grace_expired(zloop_t *loop, int timer_id, void *arg)
         e->cb.on_done(NULL, err, e->cb.arg);
     exec_free(e);
     sg_error_free(&err);
-    return 0;
 }
 
-static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg)
+static void on_exec_timeout(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->queue == NULL)
-        return 0;
+        return;
     exec_t *e = k->queue;
     e->timer = -1;
     e->timed_out = true;
@@ -309,8 +318,7 @@ static int on_exec_timeout(zloop_t *loop, int timer_id, void *arg)
         log_warn("kernel %s: interrupt failed: %s", k->id, err->msg);
         sg_error_free(&err);
     }
-    k->grace_timer = zloop_timer(k->loop, k->opts.interrupt_grace_ms, 1, on_grace_expired, k);
-    return 0;
+    k->grace_timer = loop_timer(k->loop, k->opts.interrupt_grace_ms, 1, on_grace_expired, k);
 }
 
 static exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
@@ -467,15 +475,15 @@ static void on_stdin(kernel_t *k, jmsg_t *m)
         zframe_t *f = zmsg_pop(ids);
         zframe_destroy(&f);
     }
-    jclient_send(k->client, JCHAN_STDIN, reply, NULL);
+    send_msg(k, JCHAN_STDIN, reply, NULL);
     jmsg_destroy(&reply);
 }
 
-static int on_socket(zloop_t *loop, zsock_t *sock, void *arg)
+static void on_socket(loop_t *loop, zsock_t *sock, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->client == NULL)
-        return 0;
+        return;
     jchan_t chan = JCHAN_SHELL;
     for (int c = 0; c < JCHAN_COUNT; c++)
         if (jclient_socket(k->client, c) == sock)
@@ -484,14 +492,14 @@ static int on_socket(zloop_t *loop, zsock_t *sock, void *arg)
         char *pong = zstr_recv(sock);
         zstr_free(&pong);
         k->hb_sent = 0;
-        return 0;
+        return;
     }
     sg_error_t *err = NULL;
     jmsg_t *m = jclient_recv(k->client, chan, &err);
     if (m == NULL) {
         log_warn("kernel %s: message refused: %s", k->id, err->msg);
         sg_error_free(&err);
-        return 0;
+        return;
     }
     switch (chan) {
     case JCHAN_IOPUB: on_iopub(k, m); break;
@@ -503,7 +511,6 @@ static int on_socket(zloop_t *loop, zsock_t *sock, void *arg)
         break;
     }
     jmsg_destroy(&m);
-    return 0;
 }
 
 /* --- start, death, restart ------------------------------------------------------ */
@@ -580,46 +587,44 @@ static void on_exit_(pid_t pid, int status, void *arg)
             k->state == KERNEL_STARTING ? tail : "");
 }
 
-static int on_start_timeout(zloop_t *loop, int timer_id, void *arg)
+static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     k->start_timer = -1;
     if (k->freed || k->state != KERNEL_STARTING)
-        return 0;
+        return;
     cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
     die_msg(k, SG_E_TIMEOUT, "kernel did not answer within %d ms of starting%s%s",
             k->opts.start_timeout_ms, *tail ? "; kernel log:\n" : "", tail);
-    return 0;
 }
 
-static int on_probe(zloop_t *loop, int timer_id, void *arg)
+static void on_probe(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->client == NULL || k->state != KERNEL_STARTING)
-        return 0;
+        return;
     jmsg_t *req = jsession_msg(jclient_session(k->client), "kernel_info_request", NULL);
-    jclient_send(k->client, JCHAN_SHELL, req, NULL);
+    send_msg(k, JCHAN_SHELL, req, NULL);
     jmsg_destroy(&req);
-    return 0;
 }
 
-static int on_heartbeat(zloop_t *loop, int timer_id, void *arg)
+static void on_heartbeat(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->client == NULL)
-        return 0;
+        return;
     int64_t now = zclock_mono();
     if (k->hb_sent && now - k->hb_sent > HB_TIMEOUT_MS) {
         if (k->state != KERNEL_STARTING) {
             die_msg(k, SG_E_UNAVAILABLE, "heartbeat lost for %d ms", HB_TIMEOUT_MS);
-            return 0;
+            return;
         }
     }
     if (!k->hb_sent) {
         zstr_send(jclient_socket(k->client, JCHAN_HB), "ping");
+        loop_zsock_sent(k->loop, k->io[JCHAN_HB]);
         k->hb_sent = now;
     }
-    return 0;
 }
 
 /* The sandbox runs: watch its process, connect, and probe until the kernel answers. */
@@ -631,10 +636,13 @@ static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
     k->client = jclient_new(sandbox_conn(k->sb), err);
     if (k->client == NULL)
         return -1;
-    for (int c = 0; c < JCHAN_COUNT; c++)
-        zloop_reader(k->loop, jclient_socket(k->client, c), on_socket, k);
-    k->probe_timer = zloop_timer(k->loop, PROBE_INTERVAL_MS, 0, on_probe, k);
-    k->hb_timer = zloop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
+    for (int c = 0; c < JCHAN_COUNT; c++) {
+        k->io[c] = loop_zsock_add(k->loop, jclient_socket(k->client, c), on_socket, k, err);
+        if (k->io[c] == NULL)
+            return -1;
+    }
+    k->probe_timer = loop_timer(k->loop, PROBE_INTERVAL_MS, 0, on_probe, k);
+    k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
     on_probe(k->loop, -1, k);
     return 0;
 }
@@ -684,7 +692,7 @@ static int launch_now(kernel_t *k, sg_error_t **err)
         release_slot(k);
         return -1;
     }
-    k->start_timer = zloop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
     if (sandbox_start(k->sb, on_started, k, err) < 0) {
         sandbox_remove(k->sb, false);
         sandbox_free(&k->sb);
@@ -695,7 +703,7 @@ static int launch_now(kernel_t *k, sg_error_t **err)
     return 0;
 }
 
-static kernel_t *alloc(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg)
 {
@@ -727,7 +735,7 @@ static void kernel_free(void *arg)
     free(k);
 }
 
-kernel_t *kernel_start(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+kernel_t *kernel_start(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err)
 {
@@ -740,7 +748,7 @@ kernel_t *kernel_start(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, c
     return k;
 }
 
-kernel_t *kernel_adopt(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const char *sandbox_id, pid_t pid,
                        const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
                        sg_error_t **err)
@@ -758,7 +766,7 @@ kernel_t *kernel_adopt(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, c
         kernel_free(k);
         return NULL;
     }
-    k->start_timer = zloop_timer(loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    k->start_timer = loop_timer(loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
     return k;
 }
 
@@ -768,7 +776,7 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is not running", k->id);
     if (k->spec->interrupt_message) {
         jmsg_t *req = jsession_msg(jclient_session(k->client), "interrupt_request", NULL);
-        int r = jclient_send(k->client, JCHAN_CONTROL, req, err);
+        int r = send_msg(k, JCHAN_CONTROL, req, err);
         jmsg_destroy(&req);
         return r;
     }
@@ -824,7 +832,7 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
         /* Polite first: a kernel may clean up.  The sandbox is removed either way. */
         jmsg_t *req = jsession_msg(jclient_session(k->client), "shutdown_request",
                                    json_pack("{s:b}", "restart", 0));
-        jclient_send(k->client, JCHAN_CONTROL, req, NULL);
+        send_msg(k, JCHAN_CONTROL, req, NULL);
         jmsg_destroy(&req);
     }
     if (k->tap.on_event)
@@ -842,7 +850,7 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
     k->state = KERNEL_DEAD;
     fail_all(k, err);
     sg_error_free(&err);
-    defer_call(k->loop, kernel_free, k);
+    loop_defer(k->loop, kernel_free, k);
 }
 
 void kernel_detach(kernel_t **k_p)
@@ -862,7 +870,7 @@ void kernel_detach(kernel_t **k_p)
     sg_error_set(&err, SG_E_UNAVAILABLE, "sandgate is shutting down");
     fail_all(k, err);
     sg_error_free(&err);
-    defer_call(k->loop, kernel_free, k);
+    loop_defer(k->loop, kernel_free, k);
 }
 
 const char *kernel_id(const kernel_t *k)
@@ -932,7 +940,7 @@ int kernel_send(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s", k->id,
                             kernel_state_name(k->state));
     k->last_activity = zclock_mono();
-    return jclient_send(k->client, chan, msg, err);
+    return send_msg(k, chan, msg, err);
 }
 
 const char *kernel_execution_state(const kernel_t *k)

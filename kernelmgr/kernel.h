@@ -11,7 +11,7 @@
 #ifndef SG_KERNEL_H
 #define SG_KERNEL_H
 
-#include <czmq.h>
+#include "common/loop.h"
 #include <stdint.h>
 
 #include "kernelmgr/kspec.h"
@@ -25,7 +25,12 @@ typedef struct kernel kernel_t;
 
 /* Lifecycle events: the kernel became ready (err NULL), died or failed to
  * start (err says why, with the kernel's stderr tail), or was restarted. */
-typedef enum { KERNEL_EV_READY, KERNEL_EV_DEAD, KERNEL_EV_RESTARTED, KERNEL_EV_GONE } kernel_event_t;
+typedef enum {
+    KERNEL_EV_READY,
+    KERNEL_EV_DEAD,
+    KERNEL_EV_RESTARTED,
+    KERNEL_EV_GONE
+} kernel_event_t;
 typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 
 typedef struct {
@@ -60,12 +65,12 @@ void kernel_opts_defaults(kernel_opts_t *opts);
 /* Starts a kernel for spec (borrowed; must outlive the kernel) with the given
  * workspace directory (already opened).  Returns at once; events report
  * readiness or failure. */
-kernel_t *kernel_start(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+kernel_t *kernel_start(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err);
 /* Reconnects to a kernel whose sandbox (container sandbox_id, process pid)
  * outlived a previous sandgate.  Reports READY when it answers. */
-kernel_t *kernel_adopt(zloop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const char *sandbox_id, pid_t pid,
                        const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
                        sg_error_t **err);

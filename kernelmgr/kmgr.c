@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 
 typedef struct entry {
@@ -22,7 +22,7 @@ typedef struct entry {
 } entry_t;
 
 struct kmgr {
-    zloop_t *loop;
+    loop_t *loop;
     kmgr_config_t cfg;
     char *state_dir, *preload;
     sandbox_env_t *env;
@@ -98,7 +98,7 @@ static void drop_entry(kmgr_t *m, entry_t *e)
             m->entries[i] = m->entries[--m->n];
             break;
         }
-    defer_call(m->loop, free, e);
+    loop_defer(m->loop, free, e);
 }
 
 static entry_t *find(const kmgr_t *m, const char *id)
@@ -288,7 +288,7 @@ void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
 
 /* --- culling ------------------------------------------------------------------ */
 
-static int on_tick(zloop_t *loop, int timer_id, void *arg)
+static void on_tick(loop_t *loop, int timer_id, void *arg)
 {
     kmgr_t *m = arg;
     int64_t now = zclock_mono();
@@ -307,7 +307,6 @@ static int on_tick(zloop_t *loop, int timer_id, void *arg)
         i--; /* the array was compacted */
     }
     fill_pool(m);
-    return 0;
 }
 
 /* --- start-up: re-adoption ------------------------------------------------------ */
@@ -456,7 +455,7 @@ static int make_dirs(const char *state_dir, sg_error_t **err)
     return 0;
 }
 
-kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
+kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
 {
     kmgr_t *m = xzalloc(sizeof *m);
     m->loop = loop;
@@ -480,7 +479,7 @@ kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
         goto fail;
     }
     adopt_all(m);
-    m->tick = zloop_timer(loop, 1000, 0, on_tick, m);
+    m->tick = loop_timer(loop, 1000, 0, on_tick, m);
     fill_pool(m);
     return m;
 fail:
@@ -495,7 +494,7 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
     kmgr_t *m = *self_p;
     *self_p = NULL;
     if (m->tick >= 0)
-        zloop_timer_end(m->loop, m->tick);
+        loop_timer_end(m->loop, m->tick);
     while (m->n > 0) {
         entry_t *e = m->entries[m->n - 1];
         m->n--;

@@ -37,7 +37,7 @@ void kmgr_config_defaults(kmgr_config_t *cfg);
 /* Prepares the state directory, re-adopts live sandboxes recorded there,
  * starts fresh kernels for recorded sessions whose sandbox is gone, removes
  * sandboxes nobody recorded, and begins filling the pool. */
-kmgr_t *kmgr_new(zloop_t *loop, const kmgr_config_t *cfg, sg_error_t **err);
+kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err);
 /* With shutdown, every kernel is shut down and its workspace removed;
  * without, sandboxes keep running for the next sandgate to adopt. */
 void kmgr_destroy(kmgr_t **self_p, bool shutdown);

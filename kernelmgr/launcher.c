@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 #include "kernelmgr/kspec.h"
 #include "kernelmgr/proc.h"
@@ -22,7 +22,7 @@
 
 typedef struct {
     const launcher_config_t *cfg;
-    zloop_t *loop;
+    loop_t *loop;
     int fd;
     sandbox_env_t *env;
     sg_error_t *env_err; /* why the state directory could not be prepared */
@@ -313,7 +313,7 @@ static void give(launcher_t *L, json_int_t seq, int fd)
     reply_ok(L, seq, NULL);
 }
 
-static int on_request(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static void on_request(loop_t *loop, int fd, unsigned events, void *arg)
 {
     launcher_t *L = arg;
     static char buf[PACKET_MAX + 1];
@@ -326,9 +326,11 @@ static int on_request(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
     ssize_t n = recvmsg(L->fd, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    if (n <= 0)
-        return -1; /* the daemon is gone: so are we (the sandboxes stay) */
+        return;
+    if (n <= 0) { /* the daemon is gone: so are we (the sandboxes stay) */
+        loop_stop(loop);
+        return;
+    }
     int fds[4], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
@@ -350,8 +352,6 @@ static int on_request(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     for (int i = 0; i < nfds; i++)
         close(fds[i]);
     json_decref(req);
-    defer_flush();
-    return 0;
 }
 
 /* The state directory as the two halves share it: the daemon owns its
@@ -365,7 +365,10 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {{"sessions", 0700, true}, {"mcp", 0700, true}, {"workspaces", 0750, false}};
+    } dirs[] = {{"sessions", 0700, true},
+                {"mcp", 0700, true},
+                {"contexts", 0700, true},
+                {"workspaces", 0750, false}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||
@@ -390,7 +393,7 @@ static void sandbox_free_fn(void **item)
 int launcher_serve(const launcher_config_t *cfg, int fd)
 {
     launcher_t L = {.cfg = cfg, .fd = fd};
-    L.loop = zloop_new();
+    L.loop = loop_new();
     L.sandboxes = zhashx_new();
     zhashx_set_destructor(L.sandboxes, sandbox_free_fn);
     L.workspaces = xasprintf("%s/workspaces", cfg->state_dir);
@@ -398,21 +401,21 @@ int launcher_serve(const launcher_config_t *cfg, int fd)
     if (proc_init(L.loop, &err) < 0 || prepare(&L, &err) < 0) {
         log_error("launcher: %s", err->msg);
         L.env_err = err;
+        err = NULL;
         sandbox_env_destroy(&L.env);
     }
     L.kspecs = kspecs_discover(cfg->kernelspec_path);
-    zmq_pollitem_t item = {.fd = fd, .events = ZMQ_POLLIN};
-    zloop_poller(L.loop, &item, on_request, &L);
-    zloop_poller_set_tolerant(L.loop, &item); /* a hang-up reaches on_request, which ends */
-    zloop_set_nonstop(L.loop, true);          /* the daemon, not a signal, ends us */
-    zloop_start(L.loop);
+    /* A hang-up reaches on_request, which ends the loop: the daemon, not a
+     * signal, ends us. */
+    if (!loop_fd_add(L.loop, fd, LOOP_READ, on_request, &L, &err) || loop_run(L.loop, &err) < 0)
+        log_error("launcher: %s", err->msg);
+    sg_error_free(&err);
     zhashx_destroy(&L.sandboxes); /* handles only: the sandboxes keep running */
     kspecs_destroy(&L.kspecs);
     sandbox_env_destroy(&L.env);
     sg_error_free(&L.env_err);
     proc_fini();
-    defer_flush();
-    zloop_destroy(&L.loop);
+    loop_destroy(&L.loop);
     free(L.workspaces);
     return 0;
 }

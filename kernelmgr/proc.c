@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 
 typedef struct watch {
@@ -21,14 +21,14 @@ typedef struct watch {
     proc_exit_fn *cb;
     void *arg;
     void (*arg_free)(void *); /* for arg when unwatched before the exit */
-    zmq_pollitem_t item;
-    bool dead;   /* unwatched; freed on a later loop pass (see defer.h) */
+    loop_io_t *io;
+    bool dead;   /* unwatched; freed after the loop's pass (loop_defer) */
     bool reaped; /* reaped by proc_run_sync; status holds its wait status */
     int status;
     struct watch *next;
 } watch_t;
 
-static zloop_t *loop;
+static loop_t *loop;
 static watch_t *watches;
 static int sweep_timer = -1;
 
@@ -58,8 +58,8 @@ static void unlink_watch(watch_t *w)
         }
     w->dead = true;
     if (loop)
-        zloop_poller_end(loop, &w->item);
-    defer_call(loop, free_watch, w);
+        loop_io_remove(loop, &w->io);
+    loop_defer(loop, free_watch, w);
 }
 
 static void fire(watch_t *w, int status)
@@ -72,28 +72,28 @@ static void fire(watch_t *w, int status)
     cb(pid, status, arg);
 }
 
-static int on_pidfd(zloop_t *l, zmq_pollitem_t *item, void *arg)
+static void on_pidfd(loop_t *l, int fd, unsigned events, void *arg)
 {
     watch_t *w = arg;
     if (w->dead)
-        return 0;
+        return;
     int status;
     if (w->reaped) {
         fire(w, w->status);
-        return 0;
+        return;
     }
     pid_t r = waitpid(w->pid, &status, WNOHANG | __WALL);
     if (r == w->pid)
         fire(w, status);
     else if (r < 0 && errno == ECHILD)
         fire(w, -1); /* not ours (adopted after a restart), or already reaped */
-    return 0;
 }
 
 /* Reaps exited children, watched or not: runsc leaves its sandbox, gofer
  * and ptrace stub processes to us (the stubs are clone children, hence
- * __WALL). */
-static int sweep(zloop_t *l, int timer_id, void *arg)
+ * __WALL).  Runs on SIGCHLD, and now and then in case a signal was taken
+ * by a thread that does not block it. */
+static void sweep(void)
 {
     int status;
     pid_t pid;
@@ -102,16 +102,30 @@ static int sweep(zloop_t *l, int timer_id, void *arg)
         if (w)
             fire(w, status);
     }
-    return 0;
 }
 
-int proc_init(zloop_t *l, sg_error_t **err)
+static void on_sigchld(loop_t *l, int signo, void *arg)
+{
+    sweep();
+}
+
+static void on_sweep_timer(loop_t *l, int timer_id, void *arg)
+{
+    sweep();
+}
+
+#define SWEEP_BACKSTOP_MS 30000
+
+int proc_init(loop_t *l, sg_error_t **err)
 {
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         return sg_error_errno(err, errno, "cannot become a child subreaper");
     loop = l;
-    if (loop)
-        sweep_timer = zloop_timer(loop, 1000, 0, sweep, NULL);
+    if (loop) {
+        if (loop_signal(loop, SIGCHLD, on_sigchld, NULL, err) < 0)
+            return -1;
+        sweep_timer = loop_timer(loop, SWEEP_BACKSTOP_MS, 0, on_sweep_timer, NULL);
+    }
     return 0;
 }
 
@@ -145,11 +159,11 @@ void proc_fini(void)
         watch_t *w = watches;
         watches = w->next;
         if (loop)
-            zloop_poller_end(loop, &w->item);
+            loop_io_remove(loop, &w->io);
         free_watch(w);
     }
     if (loop && sweep_timer >= 0)
-        zloop_timer_end(loop, sweep_timer);
+        loop_timer_end(loop, sweep_timer);
     sweep_timer = -1;
     loop = NULL;
 }
@@ -213,11 +227,13 @@ int proc_watch(pid_t pid, proc_exit_fn *cb, void *arg, sg_error_t **err)
     w->pidfd = fd;
     w->cb = cb;
     w->arg = arg;
-    w->item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    if (loop && !(w->io = loop_fd_add(loop, fd, LOOP_READ, on_pidfd, w, err))) {
+        close(fd);
+        free(w);
+        return -1;
+    }
     w->next = watches;
     watches = w;
-    if (loop)
-        zloop_poller(loop, &w->item, on_pidfd, w);
     return 0;
 }
 

@@ -5,13 +5,13 @@
  * their wait status) and for processes we merely know the pid of, such as a
  * sandbox adopted after a restart (status -1).  sandgate is a child
  * subreaper, so processes its children leave behind (runsc's detached
- * sandbox and gofer) are re-parented to it; a once-a-second sweep reaps the
- * ones nobody watches.
+ * sandbox and gofer) are re-parented to it; SIGCHLD (through the loop's
+ * signalfd) reaps the ones nobody watches, with a slow sweep as a backstop.
  */
 #ifndef SG_PROC_H
 #define SG_PROC_H
 
-#include <czmq.h>
+#include "common/loop.h"
 #include <sys/types.h>
 
 #include "common/error.h"
@@ -28,9 +28,9 @@ typedef struct {
     bool new_session;        /* setsid(), so signals to our group do not reach it */
 } proc_spec_t;
 
-/* Makes the calling process a child subreaper and starts the reaping sweep
- * on loop.  Call once, before spawning. */
-int proc_init(zloop_t *loop, sg_error_t **err);
+/* Makes the calling process a child subreaper and reaps on loop's SIGCHLD.
+ * Call once, before spawning and before any other thread starts (loop_signal). */
+int proc_init(loop_t *loop, sg_error_t **err);
 void proc_fini(void);
 
 /* Starts a process.  Returns its pid, or -1 with *err set (exec failures

@@ -43,12 +43,12 @@ struct sandbox {
 
 static struct {
     int fd; /* -1: no launcher, everything is done here */
-    zloop_t *loop;
+    loop_t *loop;
     uint64_t seq;
     zlistx_t *waiting; /* async_t: requests whose answer has a callback */
     zlistx_t *early;   /* answers that came while a synchronous call waited */
     int early_timer;
-    zmq_pollitem_t item;
+    loop_io_t *io;
 } link_ = {.fd = -1, .early_timer = -1};
 
 typedef struct {
@@ -122,21 +122,19 @@ static void dispatch(json_t *reply)
     json_decref(reply);
 }
 
-static int on_early(zloop_t *loop, int timer_id, void *arg)
+static void on_early(loop_t *loop, int timer_id, void *arg)
 {
     link_.early_timer = -1;
     json_t *reply;
     while ((reply = zlistx_detach(link_.early, NULL)))
         dispatch(reply);
-    return 0;
 }
 
-static int on_link(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static void on_link(loop_t *loop, int fd, unsigned events, void *arg)
 {
     json_t *reply;
     while ((reply = link_recv(false)))
         dispatch(reply);
-    return 0;
 }
 
 /* A request answered before returning: the reply (NULL with *err when the
@@ -150,7 +148,7 @@ static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
         if ((uint64_t)json_integer_value(json_object_get(reply, "seq")) != seq) {
             zlistx_add_end(link_.early, reply);
             if (link_.early_timer < 0)
-                link_.early_timer = zloop_timer(link_.loop, 0, 1, on_early, NULL);
+                link_.early_timer = loop_timer(link_.loop, 0, 1, on_early, NULL);
             continue;
         }
         json_t *e = json_object_get(reply, "error");
@@ -188,15 +186,16 @@ static void link_cancel(uint64_t seq)
             a->cb = NULL;
 }
 
-void sandbox_set_launcher(zloop_t *loop, int fd)
+void sandbox_set_launcher(loop_t *loop, int fd)
 {
     link_.fd = fd;
     link_.loop = loop;
     link_.waiting = zlistx_new();
     link_.early = zlistx_new();
-    link_.item = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
-    zloop_poller(loop, &link_.item, on_link, NULL);
-    zloop_poller_set_tolerant(loop, &link_.item); /* a hang-up reaches on_link */
+    /* A hang-up reaches on_link too (errors are always reported). */
+    link_.io = loop_fd_add(loop, fd, LOOP_READ, on_link, NULL, NULL);
+    if (link_.io == NULL)
+        link_down();
 }
 
 int sandbox_give(int fd)

@@ -18,7 +18,7 @@
 #ifndef SG_SANDBOX_H
 #define SG_SANDBOX_H
 
-#include <czmq.h>
+#include "common/loop.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -107,7 +107,7 @@ json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
 /* From now on, every privileged step of environments made after this call
  * is a request to the launcher on fd (launcher.h); its answers are read on
  * loop.  Call once, before sandbox_env_new. */
-void sandbox_set_launcher(zloop_t *loop, int fd);
+void sandbox_set_launcher(loop_t *loop, int fd);
 
 /* Gives a file or directory that this process created in a workspace (fd
  * open on it) to the sandbox user, so the code owns what the API uploads.

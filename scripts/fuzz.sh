@@ -72,7 +72,7 @@ printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
 rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
 run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
-    common/defer.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
+    common/loop.c common/records.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
     kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/kernel.c kernelmgr/kmgr.c \
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c \

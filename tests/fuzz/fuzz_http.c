@@ -31,8 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/defer.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/xalloc.h"
 #include "gateway/api.h"
 #include "gateway/http.h"
@@ -45,7 +45,7 @@
 #define DEADLINE_MS 10000  /* a well-formed request's answer (generous: a loaded machine) */
 #define RAW_DEADLINE_MS 10 /* raw bytes are mostly not a whole request: do not wait long */
 
-static zloop_t *loop;
+static loop_t *loop;
 static http_server_t *http;
 static int port;
 static char session[37]; /* an MCP session made at start-up */
@@ -54,14 +54,18 @@ typedef struct {
     int fd;
     char *got;
     size_t len;
+    bool closed;
 } client_t;
 
-static int on_deadline(zloop_t *l, int timer_id, void *arg)
+/* Runs the loop for ms, or until *done. */
+static void run_for(int ms, const bool *done)
 {
-    return -1;
+    int64_t end = zclock_mono() + ms;
+    for (int64_t left = ms; left > 0 && !(done && *done); left = end - zclock_mono())
+        loop_once(loop, (int)left, NULL);
 }
 
-static int on_client(zloop_t *l, zmq_pollitem_t *item, void *arg)
+static void on_client(loop_t *l, int fd, unsigned events, void *arg)
 {
     client_t *c = arg;
     char buf[65536];
@@ -74,11 +78,11 @@ static int on_client(zloop_t *l, zmq_pollitem_t *item, void *arg)
             c->len += keep;
             c->got[c->len] = 0;
         }
-        return 0;
+        return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    return -1; /* closed by the server */
+        return;
+    c->closed = true; /* by the server */
 }
 
 /* Sends bytes and runs the loop until the server closed the connection or
@@ -109,8 +113,7 @@ static char *exchange(const void *data, size_t size, bool half_close, size_t *go
         abort();
     }
     client_t c = {.fd = fd};
-    zmq_pollitem_t item = {.fd = fd, .events = ZMQ_POLLIN};
-    zloop_poller(loop, &item, on_client, &c);
+    loop_io_t *io = loop_fd_add(loop, fd, LOOP_READ, on_client, &c, NULL);
     size_t off = 0;
     int64_t end = zclock_mono() + DEADLINE_MS;
     while (off < size && zclock_mono() < end) { /* the server reads as the loop runs */
@@ -119,25 +122,17 @@ static char *exchange(const void *data, size_t size, bool half_close, size_t *go
             break; /* the server closed early */
         if (w > 0)
             off += (size_t)w;
-        if (off < size) {
-            int t = zloop_timer(loop, 5, 1, on_deadline, NULL);
-            zloop_start(loop);
-            zloop_timer_end(loop, t);
-        }
+        if (off < size)
+            run_for(5, &c.closed);
     }
     if (half_close)
         shutdown(fd, SHUT_WR);
     /* Until the server closes (on_client) or the deadline. */
-    int t = zloop_timer(loop, half_close ? RAW_DEADLINE_MS : DEADLINE_MS, 1, on_deadline, NULL);
-    zloop_start(loop);
-    zloop_timer_end(loop, t);
-    zloop_poller_end(loop, &item);
+    run_for(half_close ? RAW_DEADLINE_MS : DEADLINE_MS, &c.closed);
+    loop_io_remove(loop, &io);
     close(fd);
     /* Let libmicrohttpd notice the close and run the completion callbacks. */
-    t = zloop_timer(loop, 2, 1, on_deadline, NULL);
-    zloop_start(loop);
-    zloop_timer_end(loop, t);
-    defer_flush();
+    run_for(2, NULL);
     *got_len = c.len;
     return c.got ? c.got : xstrdup("");
 }
@@ -147,7 +142,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     zsys_init();
     zsys_handler_set(NULL);
     sg_log_set_level(SG_LOG_ERROR);
-    loop = zloop_new();
+    loop = loop_new();
     char tmpl[] = "/tmp/sg-fuzz-http-XXXXXX";
     char *dir = mkdtemp(tmpl);
     static kmgr_config_t kc;

@@ -186,6 +186,31 @@ try:
     for cid in ids:
         d.json("DELETE", "/contexts/" + cid)
 
+    # --- a restart keeps the default context and what contexts were made with ------
+    d.execute("survivor = 'kept'\nimport os")
+    status, named = d.json("POST", "/contexts", {"language": "python", "cwd": "/home/user/sub"})
+    d.execute("sub_var = 7", context_id=named["id"])
+    status, before = d.json("GET", "/contexts")
+    d.restart()
+    lines = d.execute("print(survivor, os.getcwd())")
+    ok(stdout(lines) == "kept /home/user\n",
+       "after a restart, POST /execute without context_id runs in the same default context",
+       [l for l in lines if l["type"] != "keepalive"])
+    status, after = d.json("GET", "/contexts")
+    ok(status == 200 and sorted(c["id"] for c in after) == sorted(c["id"] for c in before),
+       "the restart made no new context", (before, after))
+    status, got = d.json("GET", "/contexts/" + named["id"])
+    ok(status == 200 and got["cwd"] == "/home/user/sub" and got["language"] == "python",
+       "a context keeps its cwd and language over a restart", got)
+    lines = d.execute("import os; print(sub_var, os.getcwd())", context_id=named["id"])
+    ok(stdout(lines) == "7 /home/user/sub\n", "and its variables", lines)
+    d.json("DELETE", "/contexts/" + named["id"])
+    d.restart()
+    status, got = d.json("GET", "/contexts/" + named["id"])
+    ok(status == 404, "a deleted context stays deleted over a restart", status)
+    lines = d.execute("print(survivor)")
+    ok(stdout(lines) == "kept\n", "the default context survives a second restart", lines)
+
     status, h = d.json("GET", "/health", token=None)
     ok(status == 200 and h["status"] == "ok", "the daemon still serves after all that")
 finally:

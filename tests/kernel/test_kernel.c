@@ -124,7 +124,7 @@ int main(void)
     snprintf(ida, sizeof ida, "ka%d", (int)getpid());
     snprintf(idb, sizeof idb, "kb%d", (int)getpid());
     chmod(state_dir, 0711);
-    loop = zloop_new();
+    loop = loop_new();
     sg_error_t *err = NULL;
     proc_init(loop, &err);
 
@@ -425,9 +425,8 @@ int main(void)
     kspecs_destroy(&specs);
     sandbox_env_destroy(&env);
     proc_fini();
-    defer_flush();
     harness_fini();
-    zloop_destroy(&loop);
+    loop_destroy(&loop);
     cleanup_free char *rm = xasprintf("rm -rf '%s'", state_dir);
     if (system(rm) != 0)
         diag("could not remove %s", state_dir);

@@ -51,7 +51,7 @@ static const char *eval(kernel_t *k, const char *code, result_t *r)
 
 static int child(const char *dir)
 {
-    loop = zloop_new();
+    loop = loop_new();
     proc_init(loop, NULL);
     kmgr_config_t cfg;
     config(&cfg, dir);
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     cleanup_free char *recc = xasprintf("%s/sessions/%s.json", state_dir, idc);
     ok(unlink(recc) == 0, "the third session's record is removed");
 
-    loop = zloop_new();
+    loop = loop_new();
     sg_error_t *err = NULL;
     proc_init(loop, &err);
     kmgr_config_t cfg;
@@ -205,9 +205,8 @@ int main(int argc, char **argv)
     cleanup_free char *mnt = xasprintf("grep -q '%s' /proc/mounts", state_dir);
     ok(system(mnt) != 0, "no mounts left");
     proc_fini();
-    defer_flush();
     harness_fini();
-    zloop_destroy(&loop);
+    loop_destroy(&loop);
     cleanup_free char *rm = xasprintf("rm -rf '%s'", state_dir);
     if (system(rm) != 0)
         diag("could not remove %s", state_dir);

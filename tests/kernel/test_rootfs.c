@@ -22,7 +22,7 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     chmod(dir, 0711);
-    loop = zloop_new();
+    loop = loop_new();
     proc_init(loop, NULL);
     sg_error_t *err = NULL;
 
@@ -69,9 +69,8 @@ int main(void)
     sandbox_env_destroy(&env);
     sh("umount $D/usr", image);
     proc_fini();
-    defer_flush();
     harness_fini();
-    zloop_destroy(&loop);
+    loop_destroy(&loop);
     cleanup_free char *rm = xasprintf("rm -rf '%s'", dir);
     ok(sh("grep -q $D/usr /proc/mounts", image) != 0 && system(rm) == 0, "cleaned up");
     return tap_done();

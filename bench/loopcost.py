@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""sandgate's own cost per execute, and whether idle sessions change it.
+
+With `--sandbox none` (the kernel's cost is not sandgate's), one client runs
+`1+1` sequentially over one keep-alive connection: --runs executes (>= 400)
+with one session alive, then again after --idle more sessions were started
+and left idle.  For each window it reads the CPU time of every sandgate
+thread (/proc/PID/task/*/schedstat, ns) and counts sandgate's system calls
+(perf stat on raw_syscalls:sys_enter and a few by name), and reports them
+per execute, with the round trip's median.  The ratio "idle / alone" is the
+signal: an event loop whose cost grows with registered sessions shows it
+here.  Both request formats are measured: the NDJSON stream (POST /execute,
+the E2B protocol) and one JSON document (Accept: application/json).
+
+usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N]
+  SG_BUILDDIR selects the build (default ./build); run as root for perf.
+Prints a Markdown table.
+"""
+import argparse
+import glob
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
+os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
+from sgd import Daemon, TOKEN  # noqa: E402
+
+SYSCALLS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_poll",
+            "syscalls:sys_enter_getpid"]
+
+
+def cpu_ns(pid):
+    """CPU time of every thread of pid, in ns (schedstat's first field)."""
+    total = 0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total
+
+
+class Client:
+    """One keep-alive connection."""
+
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+
+    def execute(self, ctx, as_json):
+        h = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+        if as_json:
+            h["Accept"] = "application/json"
+        self.conn.request("POST", "/execute", json.dumps({"code": "1+1", "context_id": ctx}), h)
+        r = self.conn.getresponse()
+        body = r.read()
+        if r.status != 200 or b'"2"' not in body:
+            raise RuntimeError(f"execute: {r.status} {body[:200]!r}")
+
+
+def measure(d, ctx, runs, as_json):
+    """Runs executes; returns (ms p50, CPU ms per execute, syscalls per execute dict)."""
+    c = Client(d.url)
+    for _ in range(20):  # warm: the connection, the kernel, sandgate's caches
+        c.execute(ctx, as_json)
+    perf = None
+    if os.geteuid() == 0:
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(SYSCALLS),
+                                 "-p", str(d.proc.pid)],
+                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        time.sleep(0.3)  # perf attaches
+    times = []
+    c0 = cpu_ns(d.proc.pid)
+    for _ in range(runs):
+        t = time.perf_counter()
+        c.execute(ctx, as_json)
+        times.append((time.perf_counter() - t) * 1000)
+    cpu = cpu_ns(d.proc.pid) - c0
+    counts = {}
+    if perf:
+        perf.send_signal(2)
+        _, err = perf.communicate()
+        for line in err.splitlines():
+            parts = line.split(",")
+            if len(parts) > 2 and parts[0].strip().isdigit():
+                name = parts[2].split(":")[-1].replace("sys_enter_", "")
+                counts["all" if name == "sys_enter" else name] = int(parts[0]) / runs
+    c.conn.close()
+    return statistics.median(times), cpu / runs / 1e6, counts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=400)
+    ap.add_argument("--idle", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=3, help="windows per row (the median is shown)")
+    a = ap.parse_args()
+    d = Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
+               "--max-kernels", str(a.idle + 8))
+    rows = {}
+    try:
+        st, ctx = d.json("POST", "/contexts", {})
+        active = ctx["id"]
+        idle = []
+
+        def window(label):
+            for fmt, as_json in (("NDJSON", False), ("JSON", True)):
+                rows.setdefault((label, fmt), []).append(measure(d, active, a.runs, as_json))
+
+        for _ in range(a.rounds):
+            window("1 session")
+        for _ in range(a.idle):
+            st, c = d.json("POST", "/contexts", {})
+            if st != 201 and st != 200:
+                raise RuntimeError(f"context: {st} {c}")
+            idle.append(c["id"])
+            d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
+                   headers={"Accept": "application/json"})
+        time.sleep(2)
+        label = f"{a.idle} idle + 1"
+        for _ in range(a.rounds):
+            window(label)
+    finally:
+        d.stop()
+
+    print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
+          f"`1+1` sequentially over one keep-alive connection, {a.runs} executes per window, "
+          f"build {os.environ['SG_BUILDDIR']}\n")
+    print("| sessions | format | round trip p50 ms | sandgate CPU ms / execute | "
+          "syscalls / execute | epoll_wait | poll | getpid | CPU vs 1 session |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = {}
+    for (label, fmt), ms in rows.items():
+        p50 = statistics.median(m[0] for m in ms)
+        cpu = statistics.median(m[1] for m in ms)
+        cnt = {k: statistics.median(m[2].get(k, 0) for m in ms) for k in
+               ("all", "epoll_wait", "poll", "getpid")}
+        base.setdefault(fmt, cpu)
+        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} | {cnt['all']:.1f} | "
+              f"{cnt['epoll_wait']:.1f} | {cnt['poll']:.1f} | {cnt['getpid']:.1f} | "
+              f"{cpu / base[fmt]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
