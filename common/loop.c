@@ -394,7 +394,7 @@ void loop_io_remove(loop_t *self, loop_io_t **io_p)
     self->dead = io;
 }
 
-/* Reads each ready socket while it has messages, up to the batch size. */
+/* Reads each ready socket until it has nothing, up to the batch size. */
 static void drain_ready(loop_t *self)
 {
     loop_io_t *list = self->ready;
@@ -404,17 +404,16 @@ static void drain_ready(loop_t *self)
         loop_io_t *io = list;
         list = io->next_ready;
         io->queued = false;
-        int n = 0;
-        while (!io->removed) {
-            self->stats.zsock_checks++;
-            if (!(zsock_events(io->sock) & ZMQ_POLLIN))
-                break;
-            if (n++ == LOOP_ZSOCK_BATCH) {
+        for (int n = 0; !io->removed; n++) {
+            if (n == LOOP_ZSOCK_BATCH) {
                 queue_ready(self, io); /* more next pass; others first */
                 break;
             }
             self->stats.zsock_calls++;
-            io->zsock_fn(self, io->sock, io->arg);
+            if (!io->zsock_fn(self, io->sock, io->arg)) {
+                self->stats.zsock_empty++;
+                break;
+            }
         }
     }
 }

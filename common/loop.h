@@ -5,9 +5,11 @@
  *
  *  - file descriptors (level-triggered): libmicrohttpd's epoll fd, pidfds,
  *    WebSocket sockets, the launcher link, a signalfd;
- *  - ZeroMQ sockets, through their ZMQ_FD.  That fd is edge-triggered and
- *    only says "look at ZMQ_EVENTS": the loop drains a readable socket, one
- *    callback per message, while ZMQ_EVENTS says POLLIN — at most
+ *  - ZeroMQ sockets, through their ZMQ_FD.  That fd is edge-triggered: it
+ *    only says something may have changed.  The loop drains a socket that
+ *    woke by calling its callback, which receives one message without
+ *    waiting, until the callback says nothing was there — a receive that
+ *    finds nothing leaves ZMQ_FD armed for the next message — at most
  *    LOOP_ZSOCK_BATCH messages per socket per pass, so one chatty kernel
  *    cannot starve the others; the rest is read on the next pass, which then
  *    does not sleep.  A send can consume the edge of a message that arrived
@@ -44,8 +46,9 @@ typedef struct loop_io loop_io_t;
 #define LOOP_ZSOCK_BATCH 64
 
 typedef void(loop_fd_fn)(loop_t *loop, int fd, unsigned events, void *arg);
-/* Called while sock has a message to receive; receive one (or more). */
-typedef void(loop_zsock_fn)(loop_t *loop, zsock_t *sock, void *arg);
+/* Receives one message from sock without waiting (ZMQ_DONTWAIT); returns
+ * false when there was none. */
+typedef bool(loop_zsock_fn)(loop_t *loop, zsock_t *sock, void *arg);
 typedef void(loop_timer_fn)(loop_t *loop, int timer_id, void *arg);
 /* Runs before each wait; returns true when it has more to do at once (the
  * wait then does not sleep). */
@@ -101,10 +104,10 @@ int loop_signal(loop_t *self, int signo, loop_signal_fn *fn, void *arg, sg_error
 
 /* What the loop did, for tests and benchmarks. */
 typedef struct {
-    uint64_t passes;   /* waits */
-    uint64_t fd_calls; /* fd callbacks */
-    uint64_t zsock_calls;
-    uint64_t zsock_checks; /* ZMQ_EVENTS reads */
+    uint64_t passes;      /* waits */
+    uint64_t fd_calls;    /* fd callbacks */
+    uint64_t zsock_calls; /* receive attempts */
+    uint64_t zsock_empty; /* attempts that found nothing */
     uint64_t timer_calls;
 } loop_stats_t;
 void loop_get_stats(const loop_t *self, loop_stats_t *stats);

@@ -204,7 +204,8 @@ typedef struct {
     bool command;   /* a shell command: agg becomes {stdout, stderr, exit_code} */
     char *cmd_out;  /* the command runner's report (its stdout) */
     size_t cmd_len;
-    unsigned status; /* JSON mode: the reply's status */
+    unsigned status;   /* JSON mode: the reply's status */
+    bool context_wait; /* not an execution: POST /contexts waiting for the workspace */
 } stream_t;
 
 static void stream_unref(stream_t *s)
@@ -816,6 +817,9 @@ api_sink_t *api_sink_open(api_t *self, const char *url)
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
+    else if (!kernel_prepared(k))
+        sg_error_set(&sink->err, SG_E_CONFLICT, "context %s is still being prepared; retry shortly",
+                     id);
     else
         sink->up =
             files_upload_begin(kernel_workspace(k), action + 6, self->cfg.max_upload, &sink->err);
@@ -850,8 +854,91 @@ void api_sink_abort(api_sink_t *sink)
     free(sink);
 }
 
+static void forget_context(api_t *self, const char *id)
+{
+    json_object_del(self->contexts, id);
+    if (self->records)
+        records_remove(self->records, id);
+    const char *lang;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(self->defaults, tmp, lang, v)
+    {
+        if (strcmp(json_string_value(v), id) == 0)
+            json_object_del(self->defaults, lang);
+    }
+}
+
+typedef struct {
+    api_t *api;
+    char id[64];
+} failed_t;
+
+static void remove_failed(void *arg)
+{
+    failed_t *f = arg;
+    kmgr_shutdown(f->api->kmgr, f->id, NULL);
+    forget_context(f->api, f->id);
+    free(f);
+}
+
+/* A context's workspace is ready (POST /contexts answers 201 with it), or
+ * the context failed before (the error, and the context is removed). */
+static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
+{
+    stream_t *s = arg;
+    if (ev != KERNEL_EV_PREPARED && ev != KERNEL_EV_DEAD && ev != KERNEL_EV_GONE)
+        return;
+    kernel_unobserve(k, on_context_event, s);
+    if (ev != KERNEL_EV_PREPARED) {
+        sg_error_t *gone = NULL;
+        if (!err)
+            sg_error_set(&gone, SG_E_NOTFOUND, "context %s was deleted before it was ready",
+                         kernel_id(k));
+        const sg_error_t *why = err ? err : gone;
+        json_decref(s->agg);
+        s->agg =
+            json_pack("{s:s, s:s}", "error", sg_error_kind_name(why->kind), "message", why->msg);
+        s->status = sg_error_http_status(why->kind);
+        if (ev == KERNEL_EV_DEAD) { /* not from inside the kernel's own callback */
+            failed_t *f = xzalloc(sizeof *f);
+            f->api = s->api;
+            snprintf(f->id, sizeof f->id, "%s", kernel_id(k));
+            loop_defer(s->api->loop, remove_failed, f);
+        }
+        sg_error_free(&gone);
+    }
+    s->done = true;
+    wake(s);
+    stream_unref(s); /* the observer's reference */
+}
+
+/* Answers POST /contexts once k's workspace exists: at once without a
+ * launcher, else when the launcher has made it (or failed, or timed out). */
+static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                       void **req_state)
+{
+    if (kernel_prepared(k))
+        return http_reply_json(conn, 201, context_json(self, k));
+    stream_t *s = xzalloc(sizeof *s);
+    s->api = self;
+    s->refs = 2; /* the observer, and the HTTP request */
+    s->conn = conn;
+    s->k = k;
+    s->keepalive = -1;
+    s->started = zclock_mono();
+    s->context_wait = s->json_mode = true;
+    s->agg = context_json(self, k);
+    s->status = 201;
+    kernel_observe(k, on_context_event, s);
+    *req_state = s;
+    s->suspended = true;
+    MHD_suspend_connection(conn);
+    return MHD_YES;
+}
+
 static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const char *method,
-                                const char *rest, const char *body, size_t len)
+                                const char *rest, const char *body, size_t len, void **req_state)
 {
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
@@ -870,8 +957,7 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
             field(req, "cwd", JSON_STRING, &cwd, conn, &ret)) {
             kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
                                          cwd ? json_string_value(cwd) : "/home/user", &err);
-            ret =
-                k ? http_reply_json(conn, 201, context_json(self, k)) : http_reply_error(conn, err);
+            ret = k ? context_created(self, conn, k, req_state) : http_reply_error(conn, err);
         }
         sg_error_free(&err);
         json_decref(req);
@@ -886,21 +972,17 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         return http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'", id);
-    if (strncmp(action, "/files", 6) == 0 && (action[6] == 0 || action[6] == '/'))
+    if (strncmp(action, "/files", 6) == 0 && (action[6] == 0 || action[6] == '/')) {
+        if (!kernel_prepared(k))
+            return http_reply_errorf(conn, SG_E_CONFLICT,
+                                     "context %s is still being prepared; retry shortly", id);
         return files_route(self, conn, method, k, action + 6);
+    }
     if (*action == 0 && strcmp(method, "GET") == 0)
         return http_reply_json(conn, 200, context_json(self, k));
     if (*action == 0 && strcmp(method, "DELETE") == 0) {
         kmgr_shutdown(self->kmgr, id, NULL);
-        json_object_del(self->contexts, id);
-        if (self->records)
-            records_remove(self->records, id);
-        const char *lang;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(self->defaults, tmp, lang,
-                                 v) if (strcmp(json_string_value(v), id) == 0)
-            json_object_del(self->defaults, lang);
+        forget_context(self, id);
         return reply_status(conn, 204);
     }
     if (strcmp(action, "/restart") == 0 && strcmp(method, "POST") == 0) {
@@ -962,7 +1044,7 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
         return execute(self, conn, body, len, req_state);
     }
     if (strncmp(url, "/contexts", 9) == 0)
-        return contexts(self, conn, method, url + 9, body, len);
+        return contexts(self, conn, method, url + 9, body, len, req_state);
     return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
 }
 
@@ -970,6 +1052,15 @@ void api_request_done(api_t *self, void *req_state, bool completed)
 {
     stream_t *s = req_state;
     s->gone = true;
+    if (s->context_wait) {
+        if (!s->done) { /* the context goes on starting; nobody waits for it */
+            kernel_unobserve(s->k, on_context_event, s);
+            s->done = true;
+            stream_unref(s);
+        }
+        stream_unref(s);
+        return;
+    }
     if (!s->done) {
         /* The client went away mid-execution: stop the code, drop the output. */
         log_info("api: client left during an execution on %s; interrupting it", kernel_id(s->k));

@@ -388,6 +388,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
 {
     hub_t *h = arg;
     switch (ev) {
+    case KERNEL_EV_PREPARED: break;
     case KERNEL_EV_READY:
         send_early(h);
         fire_waiters(h, NULL);

@@ -80,6 +80,9 @@ static const char usage[] =
     "      --user UID            the unprivileged uid HTTP is served [SANDGATE_USER]\n"
     "                            as when started as root (64122); a small launcher\n"
     "                            keeps root for runsc and workspaces only\n"
+    "      --launcher-timeout SEC  how long a request to the launcher [SANDGATE_LAUNCHER_TIMEOUT]\n"
+    "                            may wait for its answer (10); past it the request\n"
+    "                            that needed it fails with 504\n"
     "      --log-level LEVEL     debug, info, warn or error (info) [SANDGATE_LOG_LEVEL]\n"
     "  -h, --help                show this help and exit\n"
     "  -V, --version             show the version and exit\n"
@@ -129,6 +132,7 @@ enum {
     O_CONN_TIMEOUT,
     O_MAX_WS_MESSAGE,
     O_USER,
+    O_LAUNCHER_TIMEOUT,
 };
 
 static const char shortopts[] = "c:l:s:t:hV";
@@ -162,6 +166,7 @@ static const struct option opts[] = {
     {"preload", required_argument, NULL, O_PRELOAD},
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
     {"user", required_argument, NULL, O_USER},
+    {"launcher-timeout", required_argument, NULL, O_LAUNCHER_TIMEOUT},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -175,7 +180,8 @@ typedef struct {
     api_config_t api;
     channels_config_t channels;
     kmgr_config_t k;
-    unsigned uid;      /* of the unprivileged half, when started as root */
+    unsigned uid; /* of the unprivileged half, when started as root */
+    int launcher_timeout_ms;
     char *state_abs;   /* --state-dir made absolute, when it was not */
     char *config_text; /* the config file's text; values point into it */
 } settings_t;
@@ -342,6 +348,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
             return n == 0 ? bad(name, v, "a uid other than 0") : -1;
         s->uid = (unsigned)n;
         return 0;
+    case O_LAUNCHER_TIMEOUT:
+        if (parse_uint(name, v, 3600, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
+        s->launcher_timeout_ms = (int)(n * 1000);
+        return 0;
     case O_LOG_LEVEL: {
         static const char *names[] = {"debug", "info", "warn", "error"};
         for (int i = 0; i < 4; i++)
@@ -458,6 +469,7 @@ static int parse(settings_t *s, int argc, char **argv)
     s->config_text = NULL;
     s->state_abs = NULL;
     s->uid = LAUNCHER_DEFAULT_UID;
+    s->launcher_timeout_ms = 10000;
     /* A first pass for what decides the rest: --help, --version, --config. */
     const char *config = getenv("SANDGATE_CONFIG");
     int c, idx;
@@ -607,7 +619,7 @@ int main(int argc, char **argv)
     zsys_handler_set(NULL);
     zsys_init();
     if (link >= 0)
-        sandbox_set_launcher(loop, link);
+        sandbox_set_launcher(loop, link, s.launcher_timeout_ms);
     kmgr_t *kmgr = NULL;
     http_server_t *http = NULL;
     api_t *api = NULL;

@@ -247,6 +247,20 @@ static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg
     return k;
 }
 
+/* The session's kernel for a file tool: its workspace must exist (a kernel
+ * started through the launcher gets it a moment after it is made). */
+static kernel_t *files_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
+{
+    kernel_t *k = session_kernel(self, s, note, err);
+    if (k && !kernel_prepared(k)) {
+        sg_error_set(err, SG_E_CONFLICT,
+                     "this session's kernel is still starting (its workspace is being "
+                     "prepared); retry shortly");
+        return NULL;
+    }
+    return k;
+}
+
 /* A session a previous sandgate left in STATE/mcp. */
 static void record_load(const char *id, const json_t *rec, void *arg)
 {
@@ -861,7 +875,7 @@ static json_t *tool_list(mcp_t *self, session_t *s, json_t *args)
     const char *path = workspace_path(v ? json_string_value(v) : "");
     const char *note;
     sg_error_t *err = NULL;
-    kernel_t *k = session_kernel(self, s, &note, &err);
+    kernel_t *k = files_kernel(self, s, &note, &err);
     if (!k)
         return tool_error(&err);
     struct stat st;
@@ -914,7 +928,7 @@ static json_t *tool_read(mcp_t *self, session_t *s, json_t *args)
     path = workspace_path(path);
     const char *note;
     sg_error_t *err = NULL;
-    kernel_t *k = session_kernel(self, s, &note, &err);
+    kernel_t *k = files_kernel(self, s, &note, &err);
     if (!k)
         return tool_error(&err);
     json_t *block = file_block(self, kernel_workspace(k), path, false, &err);
@@ -953,7 +967,7 @@ static json_t *tool_write(mcp_t *self, session_t *s, json_t *args)
     }
     const char *note;
     sg_error_t *err = NULL;
-    kernel_t *k = session_kernel(self, s, &note, &err);
+    kernel_t *k = files_kernel(self, s, &note, &err);
     files_upload_t *up =
         k ? files_upload_begin(kernel_workspace(k), path, self->cfg.max_upload, &err) : NULL;
     json_t *info = NULL;

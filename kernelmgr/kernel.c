@@ -45,7 +45,13 @@ struct kernel {
     char published[16]; /* the last iopub execution_state */
 
     kernel_state_t state;
+    bool held;  /* waiting for kernel_release (its workspace is being prepared) */
     bool freed; /* handle released; waiting for the deferred free */
+    struct observer {
+        kernel_event_fn *fn;
+        void *arg;
+    } * observers;
+    size_t nobservers;
     int generation;
     sandbox_t *sb;
     jclient_t *client;
@@ -92,12 +98,47 @@ static void end_timer(kernel_t *k, int *timer)
     *timer = -1;
 }
 
+static bool observed_by(const kernel_t *k, kernel_event_fn *fn, void *arg)
+{
+    for (size_t i = 0; i < k->nobservers; i++)
+        if (k->observers[i].fn == fn && k->observers[i].arg == arg)
+            return true;
+    return false;
+}
+
 static void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
 {
     if (k->tap.on_event)
         k->tap.on_event(k, ev, err, k->tap.arg);
     if (k->ev)
         k->ev(k, ev, err, k->ev_arg);
+    if (k->nobservers == 0)
+        return;
+    /* A copy: callbacks may (un)observe.  Each is called if still there. */
+    size_t n = k->nobservers;
+    struct observer *copy = xmalloc(n * sizeof *copy);
+    memcpy(copy, k->observers, n * sizeof *copy);
+    for (size_t i = 0; i < n; i++)
+        if (observed_by(k, copy[i].fn, copy[i].arg))
+            copy[i].fn(k, ev, err, copy[i].arg);
+    free(copy);
+}
+
+void kernel_observe(kernel_t *k, kernel_event_fn *fn, void *arg)
+{
+    if (observed_by(k, fn, arg))
+        return;
+    k->observers = xrealloc(k->observers, (k->nobservers + 1) * sizeof *k->observers);
+    k->observers[k->nobservers++] = (struct observer){fn, arg};
+}
+
+void kernel_unobserve(kernel_t *k, kernel_event_fn *fn, void *arg)
+{
+    for (size_t i = 0; i < k->nobservers; i++)
+        if (k->observers[i].fn == fn && k->observers[i].arg == arg) {
+            k->observers[i] = k->observers[--k->nobservers];
+            return;
+        }
 }
 
 /* --- connection to the kernel ---------------------------------------------- */
@@ -479,27 +520,31 @@ static void on_stdin(kernel_t *k, jmsg_t *m)
     jmsg_destroy(&reply);
 }
 
-static void on_socket(loop_t *loop, zsock_t *sock, void *arg)
+static bool on_socket(loop_t *loop, zsock_t *sock, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->client == NULL)
-        return;
+        return false;
     jchan_t chan = JCHAN_SHELL;
     for (int c = 0; c < JCHAN_COUNT; c++)
         if (jclient_socket(k->client, c) == sock)
             chan = c;
     if (chan == JCHAN_HB) {
-        char *pong = zstr_recv(sock);
-        zstr_free(&pong);
+        char pong[64];
+        if (zmq_recv(zsock_resolve(sock), pong, sizeof pong, ZMQ_DONTWAIT) < 0)
+            return false;
         k->hb_sent = 0;
-        return;
+        return true;
     }
     sg_error_t *err = NULL;
-    jmsg_t *m = jclient_recv(k->client, chan, &err);
-    if (m == NULL) {
+    jmsg_t *m = NULL;
+    int got = jclient_try_recv(k->client, chan, &m, &err);
+    if (got == 0)
+        return false;
+    if (got < 0) {
         log_warn("kernel %s: message refused: %s", k->id, err->msg);
         sg_error_free(&err);
-        return;
+        return true; /* there may be more behind it */
     }
     switch (chan) {
     case JCHAN_IOPUB: on_iopub(k, m); break;
@@ -511,6 +556,7 @@ static void on_socket(loop_t *loop, zsock_t *sock, void *arg)
         break;
     }
     jmsg_destroy(&m);
+    return true;
 }
 
 /* --- start, death, restart ------------------------------------------------------ */
@@ -581,7 +627,8 @@ static void on_exit_(pid_t pid, int status, void *arg)
         return;
     char cause[256];
     death_cause(k, status, cause, sizeof cause);
-    cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
+    cleanup_free char *tail =
+        k->sb && k->state == KERNEL_STARTING ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
     die_msg(k, SG_E_UNAVAILABLE, "%s%s%s", cause,
             k->state == KERNEL_STARTING && *tail ? "; kernel log:\n" : "",
             k->state == KERNEL_STARTING ? tail : "");
@@ -732,6 +779,7 @@ static void kernel_free(void *arg)
     free(k->id);
     free(k->workspace);
     free((char *)k->opts.preload);
+    free(k->observers);
     free(k);
 }
 
@@ -740,12 +788,49 @@ kernel_t *kernel_start(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        void *ev_arg, sg_error_t **err)
 {
     kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
+    if (k->opts.hold) {
+        k->held = true;
+        k->state = KERNEL_STARTING;
+        return k;
+    }
     if (launch(k, err) < 0) {
         sg_error_prefix(err, "starting kernel %s", id);
         kernel_free(k);
         return NULL;
     }
     return k;
+}
+
+void kernel_release(kernel_t *k)
+{
+    if (!k->held || k->freed)
+        return;
+    k->held = false;
+    emit(k, KERNEL_EV_PREPARED, NULL);
+    if (k->freed || k->state != KERNEL_STARTING)
+        return; /* shut down or failed by an observer */
+    sg_error_t *err = NULL;
+    if (launch(k, &err) < 0) {
+        sg_error_prefix(&err, "starting kernel %s", k->id);
+        die(k, err);
+        sg_error_free(&err);
+    }
+}
+
+void kernel_fail(kernel_t *k, const sg_error_t *err)
+{
+    if (!k->held || k->freed)
+        return;
+    k->held = false;
+    sg_error_t *copy = NULL;
+    sg_error_set(&copy, err->kind, "%s", err->msg);
+    die(k, copy);
+    sg_error_free(&copy);
+}
+
+bool kernel_prepared(const kernel_t *k)
+{
+    return !k->held;
 }
 
 kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
@@ -785,6 +870,8 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
 
 int kernel_restart(kernel_t *k, sg_error_t **err)
 {
+    if (k->held)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is still being prepared", k->id);
     log_info("kernel %s: restarting", k->id);
     k->state = KERNEL_STARTING; /* not DEAD: die() below must not fire */
     disconnect(k);
@@ -835,11 +922,11 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
         send_msg(k, JCHAN_CONTROL, req, NULL);
         jmsg_destroy(&req);
     }
-    if (k->tap.on_event)
-        k->tap.on_event(k, KERNEL_EV_GONE, NULL, k->tap.arg);
-    k->tap = (kernel_tap_t){0};
-    k->freed = true;
     k->ev = NULL;
+    emit(k, KERNEL_EV_GONE, NULL);
+    k->tap = (kernel_tap_t){0};
+    k->nobservers = 0;
+    k->freed = true;
     disconnect(k);
     if (k->sb) {
         sandbox_remove(k->sb, wait);
@@ -859,11 +946,11 @@ void kernel_detach(kernel_t **k_p)
         return;
     kernel_t *k = *k_p;
     *k_p = NULL;
-    if (k->tap.on_event)
-        k->tap.on_event(k, KERNEL_EV_GONE, NULL, k->tap.arg);
-    k->tap = (kernel_tap_t){0};
-    k->freed = true;
     k->ev = NULL;
+    emit(k, KERNEL_EV_GONE, NULL);
+    k->tap = (kernel_tap_t){0};
+    k->nobservers = 0;
+    k->freed = true;
     disconnect(k);
     sandbox_free(&k->sb);
     sg_error_t *err = NULL;

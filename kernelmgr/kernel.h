@@ -23,9 +23,12 @@ typedef enum { KERNEL_STARTING, KERNEL_IDLE, KERNEL_BUSY, KERNEL_DEAD } kernel_s
 
 typedef struct kernel kernel_t;
 
-/* Lifecycle events: the kernel became ready (err NULL), died or failed to
- * start (err says why, with the kernel's stderr tail), or was restarted. */
+/* Lifecycle events: a held kernel was released (PREPARED: its workspace is
+ * there), the kernel became ready (err NULL), died or failed to start (err
+ * says why, with the kernel's stderr tail), was restarted, or its handle is
+ * about to be freed (GONE). */
 typedef enum {
+    KERNEL_EV_PREPARED,
     KERNEL_EV_READY,
     KERNEL_EV_DEAD,
     KERNEL_EV_RESTARTED,
@@ -38,6 +41,7 @@ typedef struct {
     int exec_timeout_ms;    /* default for executions; 0 = none */
     int interrupt_grace_ms; /* after a timeout's interrupt, before restarting (5000) */
     const char *preload;    /* code run silently once ready, before READY is reported */
+    bool hold;              /* start held: nothing runs until kernel_release() (or kernel_fail()) */
 } kernel_opts_t;
 
 typedef struct {
@@ -74,6 +78,20 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        const char *workspace, const char *sandbox_id, pid_t pid,
                        const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
                        sg_error_t **err);
+
+/* A held kernel (opts.hold) may start now: PREPARED is reported, then the
+ * sandbox starts.  kernel_fail() instead ends it with err (DEAD).  Both do
+ * nothing to a kernel that is not held. */
+void kernel_release(kernel_t *k);
+void kernel_fail(kernel_t *k, const sg_error_t *err);
+/* Not held: its workspace can be used. */
+bool kernel_prepared(const kernel_t *k);
+
+/* Observers: each gets every lifecycle event (after the tap and the
+ * kernel's own handler), GONE last.  An observer may remove itself, or
+ * others, from its callback. */
+void kernel_observe(kernel_t *k, kernel_event_fn *fn, void *arg);
+void kernel_unobserve(kernel_t *k, kernel_event_fn *fn, void *arg);
 
 /* Queues code for execution.  Returns an execution id (> 0), or 0 with *err
  * set when the kernel is dead. */

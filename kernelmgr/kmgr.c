@@ -19,6 +19,7 @@ typedef struct entry {
     bool ready; /* has been ready at least once (pool: claimable) */
     kernel_event_fn *ev;
     void *ev_arg;
+    uint64_t opening; /* the launcher prepares the workspace (sandbox_cancel) */
 } entry_t;
 
 struct kmgr {
@@ -93,6 +94,8 @@ static void add_entry(kmgr_t *m, entry_t *e)
 
 static void drop_entry(kmgr_t *m, entry_t *e)
 {
+    sandbox_cancel(e->opening);
+    e->opening = 0;
     for (size_t i = 0; i < m->n; i++)
         if (m->entries[i] == e) {
             m->entries[i] = m->entries[--m->n];
@@ -140,11 +143,30 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         e->ev(k, ev, err, e->ev_arg);
 }
 
+/* The launcher made the workspace of a held kernel (or could not). */
+static void on_workspace(const sg_error_t *err, void *arg)
+{
+    entry_t *e = arg;
+    e->opening = 0;
+    if (err) {
+        log_warn("kmgr: kernel %s: its workspace could not be prepared: %s", kernel_id(e->k),
+                 err->msg);
+        kernel_fail(e->k, err);
+    } else {
+        kernel_release(e->k);
+    }
+}
+
+/* A new kernel.  Without a launcher its workspace is made here and now
+ * (tens of ms); through the launcher the kernel starts held and is released
+ * when the launcher has made it, so nothing on the loop waits for the
+ * launcher. */
 static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
                         kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     cleanup_free char *ws = workspace_path(m, id);
-    if (sandbox_workspace_open(m->env, ws, err) < 0)
+    bool remote = sandbox_env_remote(m->env);
+    if (!remote && sandbox_workspace_open(m->env, ws, err) < 0)
         return NULL;
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .pool = pool, .ev = ev, .ev_arg = ev_arg};
@@ -152,6 +174,7 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
     /* A pool kernel runs something before it is claimable, if only "None":
      * an execution's first run pays for compiling IPython's machinery. */
     opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
+    opts.hold = remote;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_workspace_close(m->env, ws, true);
@@ -160,6 +183,8 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
     }
     add_entry(m, e);
     m->stats.started++;
+    if (remote)
+        e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
     return e->k;
 }
 
@@ -498,6 +523,7 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
     while (m->n > 0) {
         entry_t *e = m->entries[m->n - 1];
         m->n--;
+        sandbox_cancel(e->opening);
         bool discard = shutdown || e->pool; /* pool kernels are not worth re-adopting */
         if (discard) {
             cleanup_free char *id = xstrdup(kernel_id(e->k));

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,7 @@ struct sandbox {
     pid_t pid;
     pid_t pending;                  /* runsc run or state still running for us; 0: none */
     char **plain_argv, **plain_env; /* mode none only */
+    char *kernelspec;               /* remote: what "new" prepares */
     sandbox_started_fn *started_cb;
     void *started_arg;
     uint64_t start_seq; /* remote: the launcher's answer to "start" is awaited */
@@ -49,12 +51,18 @@ static struct {
     zlistx_t *early;   /* answers that came while a synchronous call waited */
     int early_timer;
     loop_io_t *io;
-} link_ = {.fd = -1, .early_timer = -1};
+    int timeout_ms; /* how long a request waits for its answer */
+} link_ = {.fd = -1, .early_timer = -1, .timeout_ms = 10000};
 
+/* A request whose answer goes to a callback.  The answer is a JSON object,
+ * {"error": {kind, message}} when the launcher refused or failed — or when
+ * it did not answer in time (timer), which is reported the same way. */
 typedef struct {
     uint64_t seq;
     void (*cb)(json_t *reply, void *arg); /* NULL once cancelled */
     void *arg;
+    int timer; /* -1: none */
+    char op[32];
 } async_t;
 
 static void link_down(void)
@@ -114,12 +122,38 @@ static void dispatch(json_t *reply)
         if (a->seq != seq)
             continue;
         zlistx_delete(link_.waiting, zlistx_cursor(link_.waiting));
+        loop_timer_end(link_.loop, a->timer);
         if (a->cb)
             a->cb(reply, a->arg);
         free(a);
         break;
     }
+    /* No one waits for it: cancelled, or it came after its timeout. */
     json_decref(reply);
+}
+
+static json_t *timeout_reply(const char *op)
+{
+    return json_pack("{s:{s:i, s:s+}}", "error", "kind", SG_E_TIMEOUT, "message",
+                     "the privileged launcher did not answer '", op,
+                     "' in time; it may be stopped or overloaded");
+}
+
+static void on_request_timeout(loop_t *loop, int timer_id, void *arg)
+{
+    async_t *a = arg;
+    log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", a->op,
+              (unsigned long long)a->seq, link_.timeout_ms);
+    for (async_t *w = zlistx_first(link_.waiting); w; w = zlistx_next(link_.waiting))
+        if (w == a) {
+            zlistx_delete(link_.waiting, zlistx_cursor(link_.waiting));
+            break;
+        }
+    json_t *reply = timeout_reply(a->op);
+    if (a->cb)
+        a->cb(reply, a->arg);
+    json_decref(reply);
+    free(a);
 }
 
 static void on_early(loop_t *loop, int timer_id, void *arg)
@@ -138,12 +172,31 @@ static void on_link(loop_t *loop, int fd, unsigned events, void *arg)
 }
 
 /* A request answered before returning: the reply (NULL with *err when the
- * launcher refused or failed).  Other answers arriving meanwhile are
- * dispatched on the next loop pass. */
+ * launcher refused, failed, or did not answer within the timeout — then the
+ * late answer is dropped when it comes).  Other answers arriving meanwhile
+ * are dispatched on the next loop pass.  Blocks the loop: only for start-up
+ * and for the few steps that cannot wait (see the callers). */
 static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
 {
+    char op[32];
+    snprintf(op, sizeof op, "%s", json_string_value(json_object_get(req, "op")) ?: "?");
     uint64_t seq = link_send(req, fd);
+    int64_t deadline = zclock_mono() + link_.timeout_ms;
     for (;;) {
+        struct pollfd p = {.fd = link_.fd, .events = POLLIN};
+        int64_t left = deadline - zclock_mono();
+        int r = left > 0 ? poll(&p, 1, (int)left) : 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0) {
+            log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", op,
+                      (unsigned long long)seq, link_.timeout_ms);
+            sg_error_set(err, SG_E_TIMEOUT,
+                         "the privileged launcher did not answer '%s' in time; it may be stopped "
+                         "or overloaded",
+                         op);
+            return NULL;
+        }
         json_t *reply = link_recv(true);
         if ((uint64_t)json_integer_value(json_object_get(reply, "seq")) != seq) {
             zlistx_add_end(link_.early, reply);
@@ -167,13 +220,20 @@ static json_t *link_call(json_t *req, sg_error_t **err)
     return link_call_fd(req, -1, err);
 }
 
-/* A request whose answer goes to cb (or nowhere); returns its seq. */
-static uint64_t link_async(json_t *req, void (*cb)(json_t *reply, void *arg), void *arg)
+/* A request whose answer goes to cb (or nowhere); returns its seq.  With
+ * timed, cb gets a timeout error if no answer comes within the link's
+ * timeout. */
+static uint64_t link_async(json_t *req, bool timed, void (*cb)(json_t *reply, void *arg), void *arg)
 {
+    char op[32];
+    snprintf(op, sizeof op, "%s", json_string_value(json_object_get(req, "op")) ?: "?");
     uint64_t seq = link_send(req, -1);
     if (cb) {
         async_t *a = xzalloc(sizeof *a);
-        *a = (async_t){seq, cb, arg};
+        *a = (async_t){.seq = seq, .cb = cb, .arg = arg, .timer = -1};
+        memcpy(a->op, op, sizeof a->op);
+        if (timed)
+            a->timer = loop_timer(link_.loop, link_.timeout_ms, 1, on_request_timeout, a);
         zlistx_add_end(link_.waiting, a);
     }
     return seq;
@@ -186,8 +246,10 @@ static void link_cancel(uint64_t seq)
             a->cb = NULL;
 }
 
-void sandbox_set_launcher(loop_t *loop, int fd)
+void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms)
 {
+    if (timeout_ms > 0)
+        link_.timeout_ms = timeout_ms;
     link_.fd = fd;
     link_.loop = loop;
     link_.waiting = zlistx_new();
@@ -465,6 +527,11 @@ const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env)
     return &env->cfg;
 }
 
+bool sandbox_env_remote(const sandbox_env_t *env)
+{
+    return env->remote;
+}
+
 const char *sandbox_env_state_dir(const sandbox_env_t *env)
 {
     return env->state_dir;
@@ -533,16 +600,63 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
     return 0;
 }
 
+typedef struct {
+    sandbox_opened_fn *cb;
+    void *arg;
+} opening_t;
+
+static sg_error_t *reply_error(json_t *reply);
+
+static void workspace_opened(json_t *reply, void *arg)
+{
+    opening_t *o = arg;
+    sg_error_t *err = reply_error(reply);
+    if (o->cb)
+        o->cb(err, o->arg);
+    sg_error_free(&err);
+    free(o);
+}
+
+uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path,
+                                      sandbox_opened_fn *cb, void *arg)
+{
+    if (!env->remote) {
+        sg_error_t *err = NULL;
+        sandbox_workspace_open(env, path, &err);
+        cb(err, arg);
+        sg_error_free(&err);
+        return 0;
+    }
+    opening_t *o = xzalloc(sizeof *o);
+    *o = (opening_t){cb, arg};
+    return link_async(json_pack("{s:s, s:s}", "op", "workspace_open", "path", path), true,
+                      workspace_opened, o);
+}
+
+void sandbox_cancel(uint64_t request)
+{
+    if (request == 0)
+        return;
+    for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting))
+        if (a->seq == request && a->cb == workspace_opened)
+            ((opening_t *)a->arg)->cb = NULL; /* opening_t is freed when the answer comes */
+}
+
+static void workspace_closed(json_t *reply, void *arg)
+{
+    sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: closing workspace %s: %s", (char *)arg, err->msg);
+    sg_error_free(&err);
+    free(arg);
+}
+
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove)
 {
-    if (env->remote) {
-        sg_error_t *err = NULL;
-        json_decref(link_call(
+    if (env->remote) { /* answered in the background; nothing waits for it */
+        link_async(
             json_pack("{s:s, s:s, s:b}", "op", "workspace_close", "path", path, "remove", remove),
-            &err));
-        if (err)
-            log_warn("sandbox: closing workspace %s: %s", path, err->msg);
-        sg_error_free(&err);
+            true, workspace_closed, xstrdup(path));
         return;
     }
     if (is_mountpoint(path) && umount2(path, MNT_DETACH) < 0)
@@ -692,16 +806,8 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
 {
     sandbox_t *self = alloc(env, id);
     self->workspace = xstrdup(workspace);
-    if (env->remote) {
-        json_t *r = link_call(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", id, "kernelspec",
-                                        spec->name, "workspace", workspace),
-                              err);
-        if (!r || conn_from(&self->conn, r, err) < 0) {
-            json_decref(r);
-            sandbox_free(&self);
-            return NULL;
-        }
-        json_decref(r);
+    if (env->remote) { /* the launcher prepares it when it starts (sandbox_start) */
+        self->kernelspec = xstrdup(spec->name);
         return self;
     }
     cleanup_free char *conndir = xasprintf("%s/conn", self->dir);
@@ -798,11 +904,12 @@ void sandbox_free(sandbox_t **self_p)
         proc_unwatch(self->pending); /* no callback into freed memory */
     if (self->env->remote) {
         link_cancel(self->start_seq);
-        link_async(json_pack("{s:s, s:s}", "op", "free", "id", self->id), NULL, NULL);
+        link_async(json_pack("{s:s, s:s}", "op", "free", "id", self->id), false, NULL, NULL);
     }
     free(self->id);
     free(self->dir);
     free(self->workspace);
+    free(self->kernelspec);
     kspec_argv_free(self->plain_argv);
     kspec_argv_free(self->plain_env);
     free(self);
@@ -916,16 +1023,47 @@ static void run_exited(pid_t pid, int status, void *arg)
     run_done(status, "", arg);
 }
 
+static sg_error_t *reply_error(json_t *reply)
+{
+    json_t *e = json_object_get(reply, "error");
+    if (!e)
+        return NULL;
+    sg_error_t *err = NULL;
+    json_int_t kind = json_integer_value(json_object_get(e, "kind"));
+    sg_error_set(&err, kind > 0 ? (sg_errkind_t)kind : SG_E_UNAVAILABLE, "%s",
+                 json_string_value(json_object_get(e, "message")) ?: "launcher error");
+    return err;
+}
+
+static void remote_started(json_t *reply, void *arg);
+
+/* The launcher prepared the bundle: start it. */
+static void remote_created(json_t *reply, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->start_seq = 0;
+    sg_error_t *err = reply_error(reply);
+    if (err || conn_from(&sb->conn, reply, &err) < 0) {
+        sg_error_prefix(&err, "preparing sandbox %s", sb->id);
+        sb->started_cb(sb, -1, err, sb->started_arg);
+        return;
+    }
+    /* runsc run may take long on a loaded machine: the kernel's start
+     * timeout bounds it, not the link's. */
+    sb->start_seq =
+        link_async(json_pack("{s:s, s:s}", "op", "start", "id", sb->id), false, remote_started, sb);
+}
+
 static void remote_started(json_t *reply, void *arg)
 {
     sandbox_t *sb = arg;
     sb->start_seq = 0;
-    json_t *e = json_object_get(reply, "error");
+    sg_error_t *err = reply_error(reply);
     json_int_t pid = json_integer_value(json_object_get(reply, "pid"));
-    if (e || pid <= 0) {
-        sg_error_t *err = NULL;
-        sg_error_set(&err, SG_E_UNAVAILABLE, "%s",
-                     json_string_value(json_object_get(e, "message")) ?: "no pid");
+    if (err || pid <= 0) {
+        if (!err)
+            sg_error_set(&err, SG_E_UNAVAILABLE, "the launcher started sandbox %s without a pid",
+                         sb->id);
         sb->started_cb(sb, -1, err, sb->started_arg);
         return;
     }
@@ -938,8 +1076,10 @@ int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t
     self->started_cb = cb;
     self->started_arg = arg;
     if (self->env->remote) {
-        self->start_seq = link_async(json_pack("{s:s, s:s}", "op", "start", "id", self->id),
-                                     remote_started, self);
+        self->start_seq =
+            link_async(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", self->id, "kernelspec",
+                                 self->kernelspec, "workspace", self->workspace),
+                       true, remote_created, self);
         return 0;
     }
     cleanup_free char *log = xasprintf("%s/kernel.log", self->dir);
@@ -987,8 +1127,8 @@ static void ignore_done(int status, const char *output, void *arg)
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)
 {
     if (self->env->remote) {
-        link_async(json_pack("{s:s, s:s, s:i}", "op", "signal", "id", self->id, "sig", sig), NULL,
-                   NULL);
+        link_async(json_pack("{s:s, s:s, s:i}", "op", "signal", "id", self->id, "sig", sig), false,
+                   NULL, NULL);
         return 0;
     }
     if (self->env->cfg.mode == SANDBOX_NONE) {
@@ -1025,7 +1165,7 @@ void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait)
         if (wait)
             json_decref(link_call(req, NULL));
         else
-            link_async(req, NULL, NULL);
+            link_async(req, false, NULL, NULL);
         return;
     }
     cleanup_free char *dir = xasprintf("%s/kernels/%s", env->state_dir, id);

@@ -68,7 +68,16 @@ const char *sandbox_env_state_dir(const sandbox_env_t *env);
  * by the sandbox user, on its own size-limited filesystem when
  * workspace_bytes > 0.  Blocking (mkfs + mount, tens of ms). */
 int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
-/* Unmounts it; with remove, deletes its files too. */
+/* The same without blocking: cb gets NULL, or why it failed (borrowed) —
+ * at once without a launcher, else when the launcher answers or the link's
+ * timeout passes.  Returns a request to sandbox_cancel (0: already done). */
+typedef void(sandbox_opened_fn)(const sg_error_t *err, void *arg);
+uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path,
+                                      sandbox_opened_fn *cb, void *arg);
+/* No callback for request any more (the work itself goes on). */
+void sandbox_cancel(uint64_t request);
+/* Unmounts it; with remove, deletes its files too (in the background when
+ * through the launcher). */
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with
@@ -106,8 +115,12 @@ json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
 
 /* From now on, every privileged step of environments made after this call
  * is a request to the launcher on fd (launcher.h); its answers are read on
- * loop.  Call once, before sandbox_env_new. */
-void sandbox_set_launcher(loop_t *loop, int fd);
+ * loop.  A request not answered within timeout_ms (0: 10 s) fails with
+ * SG_E_TIMEOUT; the steps on a request's path (workspace, bundle, start,
+ * removal) never wait for it on the loop.  Call once, before
+ * sandbox_env_new. */
+void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms);
+bool sandbox_env_remote(const sandbox_env_t *env);
 
 /* Gives a file or directory that this process created in a workspace (fd
  * open on it) to the sandbox user, so the code owns what the API uploads.

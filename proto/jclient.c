@@ -1,5 +1,6 @@
 #include "proto/jclient.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -91,6 +92,38 @@ jmsg_t *jclient_recv(jclient_t *self, jchan_t chan, sg_error_t **err)
     if (msg == NULL)
         sg_error_prefix(err, "%s", jchan_name(chan));
     return msg;
+}
+
+int jclient_try_recv(jclient_t *self, jchan_t chan, jmsg_t **msg, sg_error_t **err)
+{
+    *msg = NULL;
+    void *handle = zsock_resolve(self->socks[chan]);
+    zmsg_t *wire = NULL;
+    for (bool more = true; more;) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        /* The first frame decides; the rest of a message arrives with it. */
+        if (zmq_msg_recv(&part, handle, wire ? 0 : ZMQ_DONTWAIT) < 0) {
+            int e = zmq_errno();
+            zmq_msg_close(&part);
+            if (wire == NULL && e == EAGAIN)
+                return 0;
+            zmsg_destroy(&wire);
+            return sg_error_set(err, SG_E_UNAVAILABLE, "receive on %s: %s", jchan_name(chan),
+                                zmq_strerror(e));
+        }
+        if (wire == NULL)
+            wire = zmsg_new();
+        zmsg_addmem(wire, zmq_msg_data(&part), zmq_msg_size(&part));
+        more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+    }
+    *msg = jsession_decode(self->session, &wire, err);
+    if (*msg == NULL) {
+        sg_error_prefix(err, "%s", jchan_name(chan));
+        return -1;
+    }
+    return 1;
 }
 
 jmsg_t *jclient_request(jclient_t *self, jchan_t chan, jmsg_t **request_p, int timeout_ms,

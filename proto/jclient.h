@@ -29,6 +29,12 @@ int jclient_send(jclient_t *self, jchan_t chan, const jmsg_t *msg, sg_error_t **
  * the message was refused (it is dropped; the channel stays usable). */
 jmsg_t *jclient_recv(jclient_t *self, jchan_t chan, sg_error_t **err);
 
+/* Receives one message from chan without waiting: 1 with *msg set (owned
+ * by the caller), 0 when nothing waits, -1 with *err when a message came
+ * and was refused (it is dropped).  An event loop drains a socket with it
+ * until it returns 0, which leaves ZMQ_FD armed for the next message. */
+int jclient_try_recv(jclient_t *self, jchan_t chan, jmsg_t **msg, sg_error_t **err);
+
 /* Sends a request and waits up to timeout_ms for the reply on the same
  * channel whose parent is the request, dropping other messages.  Blocking:
  * for tests, tools and start-up, never for the daemon's event loop. */

@@ -152,12 +152,14 @@ typedef struct {
     bool stop_reading;
 } zseen_t;
 
-static void on_zsock(loop_t *loop, zsock_t *sock, void *arg)
+static bool on_zsock(loop_t *loop, zsock_t *sock, void *arg)
 {
     zseen_t *s = arg;
-    char *m = zstr_recv(sock);
-    zstr_free(&m);
+    char m[64];
+    if (zmq_recv(zsock_resolve(sock), m, sizeof m, ZMQ_DONTWAIT) < 0)
+        return false;
     s->got++;
+    return true;
 }
 
 static void test_zsocks(void)
@@ -206,7 +208,7 @@ static void test_zsocks(void)
         loop_get_stats(loop, &before);
         loop_once(loop, 20, NULL);
         loop_get_stats(loop, &after);
-        if (after.zsock_checks == before.zsock_checks)
+        if (after.zsock_calls == before.zsock_calls)
             break;
     }
     loop_get_stats(loop, &before);
@@ -214,9 +216,9 @@ static void test_zsocks(void)
     loop_once(loop, 2000, NULL);
     loop_get_stats(loop, &after);
     is_int(s.got, 152, "the message arrived");
-    is_int(after.zsock_checks - before.zsock_checks, 2,
-           "one message with %d idle sockets registered: 2 ZMQ_EVENTS reads", IDLE);
-    is_int(after.zsock_calls - before.zsock_calls, 1, "one callback");
+    is_int(after.zsock_calls - before.zsock_calls, 2,
+           "one message with %d idle sockets registered: 2 receive attempts", IDLE);
+    is_int(after.zsock_empty - before.zsock_empty, 1, "the second found nothing and ended it");
     is_int(idle_seen.got, 0, "idle sockets were not called");
     for (int i = 0; i < IDLE; i++) {
         loop_io_remove(loop, &idle_io[i]);
