@@ -8,12 +8,11 @@
 #include "common/records.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/exec.h"
 #include "gateway/files.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
-
-#define KEEPALIVE_MS 5000
-#define ARTIFACT_DIR "output" /* files written here are announced */
+#include "gateway/resp.h"
 
 struct api {
     loop_t *loop;
@@ -182,56 +181,43 @@ static kernel_t *default_context(api_t *self, const char *language, sg_error_t *
     return k;
 }
 
-/* --- one execution's stream -------------------------------------------------------- */
+/* --- one request that answers later: an execution's stream, or a wait ---------------- */
 
+/* Lives while the HTTP request does, or while its execution or wait runs:
+ * freed when both are over. */
 typedef struct {
     api_t *api;
-    int refs; /* the kernel's callbacks, and the HTTP request */
-    struct MHD_Connection *conn;
+    int refs; /* the execution (or the kernel observer), and the HTTP request */
+    resp_t *out;
     kernel_t *k;
-    uint64_t exec_id;
-    bool json_mode, suspended, done, gone;
-    char *buf; /* NDJSON not yet sent */
-    size_t len, off;
-    size_t out_bytes;
-    bool truncated;
-    bool wrote_since_tick;
-    int keepalive;
-    int64_t started;
-    json_t *agg; /* JSON mode */
-    char *env_restore;
-    json_t *before; /* output/ when the request came */
-    bool command;   /* a shell command: agg becomes {stdout, stderr, exit_code} */
-    char *cmd_out;  /* the command runner's report (its stdout) */
-    size_t cmd_len;
-    unsigned status;   /* JSON mode: the reply's status */
+    exec_t *exec; /* NULL once it ended */
+    bool json_mode, done;
+    json_t *agg;     /* JSON mode: the whole answer */
+    unsigned status; /* JSON mode: the reply's status */
+    bool command;
     bool context_wait; /* not an execution: POST /contexts waiting for the workspace */
 } stream_t;
+
+static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)
+{
+    stream_t *s = xzalloc(sizeof *s);
+    s->api = self;
+    s->refs = 2;
+    s->out = resp_new(self->loop, conn, self->waker, self->waker_arg);
+    s->k = k;
+    return s;
+}
 
 static void stream_unref(stream_t *s)
 {
     if (--s->refs > 0)
         return;
-    if (s->keepalive >= 0)
-        loop_timer_end(s->api->loop, s->keepalive);
-    free(s->buf);
-    free(s->env_restore);
-    free(s->cmd_out);
+    resp_free(&s->out);
     json_decref(s->agg);
-    json_decref(s->before);
     free(s);
 }
 
-static void wake(stream_t *s)
-{
-    if (s->suspended && !s->gone) {
-        s->suspended = false;
-        MHD_resume_connection(s->conn);
-        if (s->api->waker)
-            s->api->waker(s->api->waker_arg);
-    }
-}
-
+/* An NDJSON line for a stream's client (JSON mode gathers into agg instead). */
 static void emit(stream_t *s, json_t *line)
 {
     if (s->json_mode) {
@@ -241,15 +227,9 @@ static void emit(stream_t *s, json_t *line)
     char *text = json_dumps(line, JSON_COMPACT);
     json_decref(line);
     size_t n = strlen(text);
-    if (s->off > 0 && s->off == s->len)
-        s->off = s->len = 0;
-    s->buf = xrealloc(s->buf, s->len + n + 2);
-    memcpy(s->buf + s->len, text, n);
-    s->buf[s->len + n] = '\n';
-    s->len += n + 1;
+    text[n] = '\n'; /* json_dumps' NUL becomes the line's end */
+    resp_write(s->out, text, n + 1);
     free(text);
-    s->wrote_since_tick = true;
-    wake(s);
 }
 
 /* JSON mode only: a stream's client gets each line as it comes.  Lengths,
@@ -267,26 +247,6 @@ static void append_text(json_t *agg, const char *key, const char *text, size_t n
     free(joined);
 }
 
-/* Counts output against the limit; false once it is exhausted. */
-static bool output_allowed(stream_t *s, size_t n)
-{
-    if (s->truncated)
-        return false;
-    s->out_bytes += n;
-    if (s->out_bytes <= s->api->cfg.max_output)
-        return true;
-    s->truncated = true;
-    metrics.output_truncated++;
-    char note[160];
-    snprintf(note, sizeof note,
-             "[sandgate: output limit of %zu bytes reached; further output of this execution "
-             "is dropped]\n",
-             s->api->cfg.max_output);
-    emit(s, json_pack("{s:s, s:s}", "type", "stderr", "text", note));
-    append_text(s->agg, "stderr", note, strlen(note));
-    return false;
-}
-
 static const struct {
     const char *mime, *key;
 } mime_keys[] = {{"text/plain", "text"},        {"text/html", "html"},
@@ -297,13 +257,13 @@ static const struct {
                  {"e2b/data", "data"},          {"e2b/chart", "chart"}};
 
 /* A MIME bundle as an E2B result line. */
-static json_t *result_line(json_t *data, bool main)
+static json_t *result_line(const json_t *data, bool main)
 {
     json_t *r = json_pack("{s:s, s:b}", "type", "result", "is_main_result", main);
     json_t *extra = json_object();
     const char *mime;
     json_t *v;
-    json_object_foreach (data, mime, v) {
+    json_object_foreach ((json_t *)data, mime, v) {
         const char *key = NULL;
         for (size_t i = 0; i < sizeof mime_keys / sizeof mime_keys[0]; i++)
             if (strcmp(mime, mime_keys[i].mime) == 0)
@@ -323,118 +283,71 @@ static json_t *error_line(const char *name, const char *value, const char *trace
                      "traceback", traceback);
 }
 
-/* A command's runner reports on its stdout; nothing else is output. */
-static void command_output(stream_t *s, const jmsg_t *m)
-{
-    const char *text = jmsg_content_str(m, "text");
-    const char *name = jmsg_content_str(m, "name");
-    if (strcmp(jmsg_type(m), "stream") != 0 || !text || !name || strcmp(name, "stdout") != 0)
-        return;
-    size_t n = strlen(text);
-    if (s->cmd_len + n > 8 * s->api->cfg.max_output + 65536)
-        return; /* cannot happen with the runner's own limit; bounded anyway */
-    s->cmd_out = xrealloc(s->cmd_out, s->cmd_len + n + 1);
-    memcpy(s->cmd_out + s->cmd_len, text, n + 1);
-    s->cmd_len += n;
-}
+/* --- what the execution says, as E2B lines ------------------------------------------- */
 
-static void on_output(const jmsg_t *m, void *arg)
+static void on_stream(void *arg, bool is_stderr, const char *text, size_t n, const char *date)
 {
     stream_t *s = arg;
-    const char *type = jmsg_type(m);
-    json_t *c = jmsg_content(m);
-    if (s->command) {
-        command_output(s, m);
-        return;
-    }
-    if (strcmp(type, "stream") == 0) {
-        const char *name = jmsg_content_str(m, "name");
-        json_t *tj = json_object_get(c, "text");
-        const char *text = json_string_value(tj);
-        size_t n = json_string_length(tj);
-        if (!text)
-            return;
-        /* What fits under the limit goes out, then the limit's marker. */
-        size_t fit = s->truncated ? 0 : utf8_cut(text, n, s->api->cfg.max_output - s->out_bytes);
-        const char *which = name && strcmp(name, "stderr") == 0 ? "stderr" : "stdout";
-        const char *date = json_string_value(json_object_get(jmsg_header(m), "date"));
-        if (fit > 0) {
-            s->out_bytes += fit;
-            append_text(s->agg, which, text, fit);
-            emit(s, json_pack("{s:s, s:s%, s:s}", "type", which, "text", text, fit, "timestamp",
-                              date ? date : ""));
-        }
-        if (fit < n)
-            output_allowed(s, n - fit);
-    } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
-        json_t *data = json_object_get(c, "data");
-        char *dumped = json_dumps(data, JSON_COMPACT);
-        size_t n = dumped ? strlen(dumped) : 0;
-        free(dumped);
-        if (!json_is_object(data) || !output_allowed(s, n))
-            return;
-        json_t *line = result_line(data, strcmp(type, "execute_result") == 0);
-        if (s->agg) {
-            json_t *copy = json_deep_copy(line);
-            json_object_del(copy, "type");
-            json_array_append_new(json_object_get(s->agg, "results"), copy);
-        }
-        emit(s, line);
-    } else if (strcmp(type, "error") == 0) {
-        json_t *tb = json_object_get(c, "traceback");
-        char *joined = xstrdup("");
-        size_t i;
-        json_t *t;
-        json_array_foreach (tb, i, t) {
-            char *n = xasprintf("%s%s%s", joined, i ? "\n" : "", json_string_value(t) ?: "");
-            free(joined);
-            joined = n;
-        }
-        const char *ename = jmsg_content_str(m, "ename");
-        const char *evalue = jmsg_content_str(m, "evalue");
-        json_object_set_new(s->agg, "error",
-                            json_pack("{s:s, s:s, s:s}", "name", ename ? ename : "Error", "value",
-                                      evalue ? evalue : "", "traceback", joined));
-        emit(s, error_line(ename ? ename : "Error", evalue ? evalue : "", joined));
-        free(joined);
-    } else if (strcmp(type, "execute_input") == 0) {
-        json_int_t n = json_integer_value(json_object_get(c, "execution_count"));
-        json_object_set_new(s->agg, "execution_count", json_integer(n));
-        emit(s, json_pack("{s:s, s:I}", "type", "number_of_executions", "execution_count", n));
-    }
+    const char *which = is_stderr ? "stderr" : "stdout";
+    append_text(s->agg, which, text, n);
+    emit(s, json_pack("{s:s, s:s%, s:s}", "type", which, "text", text, n, "timestamp", date));
 }
 
-/* The files the execution wrote under output/, announced and counted. */
-static void announce_artifacts(stream_t *s)
+static void on_limit(void *arg, const char *note)
 {
-    json_t *list = files_changed(kernel_workspace(s->k), ARTIFACT_DIR, s->before);
-    size_t i;
-    json_t *a;
-    json_array_foreach (list, i, a) {
-        char *url = xasprintf("/contexts/%s/files/%s", kernel_id(s->k),
-                              json_string_value(json_object_get(a, "path")));
-        json_object_set_new(a, "url", json_string(url));
-        free(url);
-        json_t *line = json_deep_copy(a);
-        json_object_set_new(line, "type", json_string("artifact"));
-        emit(s, line);
+    stream_t *s = arg;
+    emit(s, json_pack("{s:s, s:s}", "type", "stderr", "text", note));
+    append_text(s->agg, "stderr", note, strlen(note));
+}
+
+static void on_result(void *arg, const json_t *data, bool main)
+{
+    stream_t *s = arg;
+    json_t *line = result_line(data, main);
+    if (s->agg) {
+        json_t *copy = json_deep_copy(line);
+        json_object_del(copy, "type");
+        json_array_append_new(json_object_get(s->agg, "results"), copy);
     }
-    metrics.artifacts += json_array_size(list);
-    if (s->agg && (!s->command || json_array_size(list)))
-        json_object_set(s->agg, "artifacts", list);
-    json_decref(list);
+    emit(s, line);
+}
+
+static void on_error(void *arg, const char *ename, const char *evalue, const json_t *tb)
+{
+    stream_t *s = arg;
+    char *joined = xstrdup("");
+    size_t i;
+    json_t *t;
+    json_array_foreach (tb, i, t) {
+        char *n = xasprintf("%s%s%s", joined, i ? "\n" : "", json_string_value(t) ?: "");
+        free(joined);
+        joined = n;
+    }
+    json_object_set_new(
+        s->agg, "error",
+        json_pack("{s:s, s:s, s:s}", "name", ename, "value", evalue, "traceback", joined));
+    emit(s, error_line(ename, evalue, joined));
+    free(joined);
+}
+
+static void on_count(void *arg, json_int_t n)
+{
+    stream_t *s = arg;
+    json_object_set_new(s->agg, "execution_count", json_integer(n));
+    emit(s, json_pack("{s:s, s:I}", "type", "number_of_executions", "execution_count", n));
 }
 
 /* The command runner's report becomes the reply. */
-static void command_done(stream_t *s, const json_t *reply, const sg_error_t *err)
+static void command_done(stream_t *s, const exec_end_t *end)
 {
-    json_t *doc = s->cmd_out ? json_loads(s->cmd_out, 0, NULL) : NULL;
-    if (err && err->kind == SG_E_TIMEOUT) {
+    json_t *doc = end->report ? json_deep_copy(end->report) : NULL;
+    if (end->err && end->err->kind == SG_E_TIMEOUT) {
         json_decref(doc);
-        doc = json_pack("{s:s, s:s, s:i, s:{s:s, s:s}}", "stdout", "", "stderr", err->msg,
-                        "exit_code", 124, "error", "name", "TimeoutError", "value", err->msg);
-    } else if (err || !json_is_object(doc)) {
-        const char *why = err ? err->msg : json_string_value(json_object_get(reply, "evalue"));
+        doc = json_pack("{s:s, s:s, s:i, s:{s:s, s:s}}", "stdout", "", "stderr", end->err->msg,
+                        "exit_code", 124, "error", "name", "TimeoutError", "value", end->err->msg);
+    } else if (end->err || !doc) {
+        const char *why =
+            end->err ? end->err->msg : json_string_value(json_object_get(end->reply, "evalue"));
         json_decref(doc);
         s->status = 503;
         doc = json_pack("{s:s, s:s}", "error", "unavailable", "message",
@@ -444,74 +357,50 @@ static void command_done(stream_t *s, const json_t *reply, const sg_error_t *err
     s->agg = doc;
 }
 
-static exec_outcome_t outcome_of(stream_t *s, const json_t *reply, const sg_error_t *err)
-{
-    if (err)
-        return err->kind == SG_E_TIMEOUT ? OUTCOME_TIMEOUT : OUTCOME_KERNEL;
-    if (s->command) {
-        json_t *code = json_object_get(s->agg, "exit_code");
-        return json_is_integer(code) && json_integer_value(code) == 0 ? OUTCOME_OK : OUTCOME_ERROR;
-    }
-    const char *status = json_string_value(json_object_get(reply, "status"));
-    return status && strcmp(status, "ok") == 0 ? OUTCOME_OK : OUTCOME_ERROR;
-}
-
-static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
+static void on_done(void *arg, const exec_end_t *end)
 {
     stream_t *s = arg;
+    s->exec = NULL;
     if (s->command)
-        command_done(s, reply, err);
-    else if (err) {
-        const char *name = err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
+        command_done(s, end);
+    else if (end->err) {
+        const char *name = end->err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
         json_object_set_new(
             s->agg, "error",
-            json_pack("{s:s, s:s, s:s}", "name", name, "value", err->msg, "traceback", ""));
-        emit(s, error_line(name, err->msg, ""));
+            json_pack("{s:s, s:s, s:s}", "name", name, "value", end->err->msg, "traceback", ""));
+        emit(s, error_line(name, end->err->msg, ""));
     }
-    if (s->env_restore) {
-        kernel_exec_opts_t o = {.silent = true};
-        kernel_execute(s->k, s->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
+    /* The files written under output/, announced with where to get them. */
+    size_t i;
+    json_t *a;
+    json_array_foreach (end->artifacts, i, a) {
+        char *url = xasprintf("/contexts/%s/files/%s", kernel_id(s->k),
+                              json_string_value(json_object_get(a, "path")));
+        json_object_set_new(a, "url", json_string(url));
+        free(url);
+        json_t *line = json_deep_copy(a);
+        json_object_set_new(line, "type", json_string("artifact"));
+        emit(s, line);
     }
-    announce_artifacts(s);
-    int64_t took = zclock_mono() - s->started;
-    metrics_execution(s->command ? EXEC_COMMAND : EXEC_CODE, outcome_of(s, reply, err),
-                      (double)took / 1000.0);
+    if (s->agg && (!s->command || json_array_size(end->artifacts)))
+        json_object_set(s->agg, "artifacts", end->artifacts);
     if (s->status == 0)
-        json_object_set_new(s->agg, "duration_ms", json_integer((json_int_t)took));
+        json_object_set_new(s->agg, "duration_ms", json_integer((json_int_t)end->duration_ms));
     emit(s, json_pack("{s:s}", "type", "end_of_execution"));
     s->done = true;
-    wake(s);
-    stream_unref(s);
+    if (s->json_mode)
+        resp_ready(s->out);
+    else
+        resp_end(s->out);
+    stream_unref(s); /* the execution's reference */
 }
 
-static void on_keepalive(loop_t *loop, int timer_id, void *arg)
-{
-    stream_t *s = arg;
-    if (!s->done && !s->wrote_since_tick)
-        emit(s, json_pack("{s:s}", "type", "keepalive"));
-    s->wrote_since_tick = false;
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
-{
-    stream_t *s = cls;
-    if (s->off < s->len) {
-        size_t n = s->len - s->off < max ? s->len - s->off : max;
-        memcpy(out, s->buf + s->off, n);
-        s->off += n;
-        return (ssize_t)n;
-    }
-    if (s->done)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    s->suspended = true;
-    MHD_suspend_connection(s->conn);
-    return 0;
-}
-
-static void stream_free_noop(void *cls)
-{
-    /* The stream's lifetime is its references (kernel callbacks, request). */
-}
+static const exec_sink_t exec_events = {.on_stream = on_stream,
+                                        .on_result = on_result,
+                                        .on_error = on_error,
+                                        .on_count = on_count,
+                                        .on_limit = on_limit,
+                                        .on_done = on_done};
 
 /* --- requests ---------------------------------------------------------------------- */
 
@@ -550,79 +439,6 @@ static bool field(json_t *obj, const char *key, json_type type, json_t **out,
     }
     *out = v;
     return true;
-}
-
-static char *env_code(json_t *env, bool restore)
-{
-    /* env_vars apply to this execution only: set them, and restore after. */
-    char *lit = json_dumps(env, JSON_COMPACT);
-    char *code = restore ? xasprintf("import os as _os\n"
-                                     "for _k, _v in _sandgate_env_saved.items():\n"
-                                     "    if _v is None: _os.environ.pop(_k, None)\n"
-                                     "    else: _os.environ[_k] = _v\n"
-                                     "del _os, _k, _v, _sandgate_env_saved")
-                         : xasprintf("import os as _os\n_sandgate_env_new = %s\n"
-                                     "_sandgate_env_saved = {k: _os.environ.get(k) for k in "
-                                     "_sandgate_env_new}\n"
-                                     "_os.environ.update(_sandgate_env_new)\n"
-                                     "del _os, _sandgate_env_new",
-                                     lit);
-    free(lit);
-    return code;
-}
-
-/* A shell command runs in the context's sandbox through its kernel: a
- * runner started in a new session (so a timeout's interrupt kills the
- * whole process group), reading at most limit bytes of each stream and
- * draining the rest, reports {stdout, stderr, exit_code} on its stdout. */
-static char *command_code(const char *command, size_t limit)
-{
-    json_t *cmd = json_string(command);
-    char *lit = json_dumps(cmd, JSON_ENCODE_ANY);
-    json_decref(cmd);
-    char *code = xasprintf(
-        "def _sandgate_command(cmd, limit):\n"
-        "    import json, os, selectors, signal, subprocess, sys\n"
-        "    p = subprocess.Popen(['/bin/sh', '-c', cmd], stdin=subprocess.DEVNULL,\n"
-        "                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,\n"
-        "                         start_new_session=True)\n"
-        "    got = {p.stdout: bytearray(), p.stderr: bytearray()}\n"
-        "    over = set()\n"
-        "    try:\n"
-        "        sel = selectors.DefaultSelector()\n"
-        "        for f in got: sel.register(f, selectors.EVENT_READ)\n"
-        "        while sel.get_map():\n"
-        "            for key, _ in sel.select():\n"
-        "                chunk = os.read(key.fd, 65536)\n"
-        "                if not chunk:\n"
-        "                    sel.unregister(key.fileobj)\n"
-        "                    continue\n"
-        "                buf = got[key.fileobj]\n"
-        "                room = max(limit - len(buf), 0)\n"
-        "                buf += chunk[:room]\n"
-        "                if len(chunk) > room: over.add(key.fileobj)\n"
-        "        p.wait()\n"
-        "    except BaseException:\n"
-        "        try: os.killpg(p.pid, signal.SIGKILL)\n"
-        "        except OSError: pass\n"
-        "        p.wait()\n"
-        "        raise\n"
-        "    def text(f):\n"
-        "        t = got[f].decode('utf-8', 'replace')\n"
-        "        if f in over: t += '\\n[sandgate: output limit of %%d bytes reached; the rest "
-        "is dropped]\\n' %% limit\n"
-        "        return t\n"
-        "    rc = p.returncode if p.returncode >= 0 else 128 - p.returncode\n"
-        "    sys.stdout.write(json.dumps({'stdout': text(p.stdout), 'stderr': text(p.stderr),\n"
-        "                                 'exit_code': rc}))\n"
-        "    sys.stdout.flush()\n"
-        "try:\n"
-        "    _sandgate_command(%s, %zu)\n"
-        "finally:\n"
-        "    del _sandgate_command\n",
-        lit, limit);
-    free(lit);
-    return code;
 }
 
 static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const char *body,
@@ -683,42 +499,22 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
                                 kernel_spec(k)->language);
         goto out;
     }
-    if (kernel_pending(k) >= (size_t)self->cfg.max_queue) {
-        ret = http_reply_errorf(conn, SG_E_CONFLICT,
-                                "context %s already has %d executions waiting; try again later",
-                                kernel_id(k), self->cfg.max_queue);
-        goto out;
-    }
-
-    stream_t *s = xzalloc(sizeof *s);
-    s->api = self;
-    s->refs = 2;
-    s->conn = conn;
-    s->k = k;
-    s->keepalive = -1;
-    s->started = zclock_mono();
+    stream_t *s = stream_new(self, conn, k);
     s->command = command != NULL;
-    s->before = files_snapshot(kernel_workspace(k), ARTIFACT_DIR);
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     s->json_mode =
         s->command || (accept && strstr(accept, "application/json") && !strstr(accept, "ndjson"));
     if (s->json_mode) /* a stream's client gets each line as it comes: nothing to gather */
         s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n, s:[]}", "stdout", "", "stderr", "",
                            "results", "error", "execution_count", "artifacts");
-    if (json_object_size(env) && strcmp(kernel_spec(k)->language, "python") == 0) {
-        char *set = env_code(env, false);
-        kernel_exec_opts_t o = {.silent = true};
-        kernel_execute(k, set, &o, &(kernel_exec_cb_t){0}, NULL);
-        free(set);
-        s->env_restore = env_code(env, true);
-    }
-    kernel_exec_opts_t o = {
-        .timeout_ms = (int)(t * 1000), .store_history = !s->command, .silent = s->command};
-    char *run = s->command ? command_code(json_string_value(command), self->cfg.max_output)
-                           : xstrdup(json_string_value(code));
-    s->exec_id = kernel_execute(k, run, &o, &(kernel_exec_cb_t){on_output, on_done, s}, &err);
-    free(run);
-    if (s->exec_id == 0) {
+    exec_opts_t o = {.timeout_ms = (int)(t * 1000),
+                     .env = env,
+                     .command = s->command,
+                     .max_output = self->cfg.max_output,
+                     .max_queue = self->cfg.max_queue};
+    s->exec =
+        exec_start(k, json_string_value(s->command ? command : code), &o, &exec_events, s, &err);
+    if (s->exec == NULL) {
         ret = http_reply_error(conn, err);
         sg_error_free(&err);
         s->refs = 1;
@@ -727,13 +523,9 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     }
     *req_state = s;
     if (s->json_mode) {
-        s->suspended = true;
-        MHD_suspend_connection(conn);
-        ret = MHD_YES;
+        ret = resp_wait(s->out);
     } else {
-        s->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
-        struct MHD_Response *r = MHD_create_response_from_callback(
-            MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free_noop);
+        struct MHD_Response *r = resp_stream(s->out, "{\"type\":\"keepalive\"}\n");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
         ret = MHD_queue_response(conn, 200, r);
         MHD_destroy_response(r);
@@ -909,7 +701,7 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
         sg_error_free(&gone);
     }
     s->done = true;
-    wake(s);
+    resp_ready(s->out);
     stream_unref(s); /* the observer's reference */
 }
 
@@ -920,21 +712,13 @@ static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn,
 {
     if (kernel_prepared(k))
         return http_reply_json(conn, 201, context_json(self, k));
-    stream_t *s = xzalloc(sizeof *s);
-    s->api = self;
-    s->refs = 2; /* the observer, and the HTTP request */
-    s->conn = conn;
-    s->k = k;
-    s->keepalive = -1;
-    s->started = zclock_mono();
+    stream_t *s = stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
     s->context_wait = s->json_mode = true;
     s->agg = context_json(self, k);
     s->status = 201;
     kernel_observe(k, on_context_event, s);
     *req_state = s;
-    s->suspended = true;
-    MHD_suspend_connection(conn);
-    return MHD_YES;
+    return resp_wait(s->out);
 }
 
 static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const char *method,
@@ -1014,12 +798,9 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
                            const char *url, const char *body, size_t len, void **req_state)
 {
     stream_t *s = *req_state;
-    if (s) { /* a JSON-mode execution resumed: answer with the aggregate */
-        if (!s->done) {
-            s->suspended = true;
-            MHD_suspend_connection(conn);
-            return MHD_YES;
-        }
+    if (s) { /* a JSON-mode execution (or a wait) resumed: answer with the aggregate */
+        if (!s->done)
+            return resp_wait(s->out);
         return http_reply_json(conn, s->status ? s->status : 200, json_incref(s->agg));
     }
     if (strcmp(url, "/health") == 0)
@@ -1051,25 +832,17 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
 void api_request_done(api_t *self, void *req_state, bool completed)
 {
     stream_t *s = req_state;
-    s->gone = true;
-    if (s->context_wait) {
-        if (!s->done) { /* the context goes on starting; nobody waits for it */
-            kernel_unobserve(s->k, on_context_event, s);
-            s->done = true;
-            stream_unref(s);
-        }
-        stream_unref(s);
-        return;
-    }
+    resp_set_gone(s->out);
     if (!s->done) {
-        /* The client went away mid-execution: stop the code, drop the output. */
-        log_info("api: client left during an execution on %s; interrupting it", kernel_id(s->k));
-        kernel_forget(s->k, s->exec_id);
-        kernel_interrupt(s->k, NULL);
-        metrics_execution(s->command ? EXEC_COMMAND : EXEC_CODE, OUTCOME_CANCELLED,
-                          (double)(zclock_mono() - s->started) / 1000.0);
+        /* The client went away first: the execution is interrupted, a
+         * context goes on starting with nobody waiting for it.  No callback
+         * follows, so the execution's (or observer's) reference goes too. */
+        if (s->context_wait)
+            kernel_unobserve(s->k, on_context_event, s);
+        else
+            exec_cancel(&s->exec, "api: the client left");
         s->done = true;
-        stream_unref(s); /* the kernel's reference: it will not call back */
+        s->refs--;
     }
     stream_unref(s);
 }

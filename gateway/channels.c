@@ -430,8 +430,8 @@ static hub_t *hub_get(channels_t *ch, kernel_t *k)
     h->run_timer = -1;
     h->next = ch->hubs;
     ch->hubs = h;
-    kernel_set_tap(
-        k, &(kernel_tap_t){.on_message = on_kernel_message, .on_event = on_kernel_event, .arg = h});
+    kernel_set_tap(k, &(kernel_tap_t){.on_message = on_kernel_message, .arg = h});
+    kernel_observe(k, on_kernel_event, h);
     return h;
 }
 
@@ -450,6 +450,7 @@ static void hub_free(hub_t *h)
             break;
         }
     kernel_set_tap(h->k, NULL);
+    kernel_unobserve(h->k, on_kernel_event, h);
     end_run_timer(h);
     zhashx_destroy(&h->routes);
     replay_clear(h);

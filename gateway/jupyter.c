@@ -11,6 +11,7 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/http.h"
+#include "gateway/resp.h"
 #include "gateway/ws.h"
 
 #define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */
@@ -32,16 +33,27 @@ typedef struct {
     char kernel_id[64];
     char session_id[40]; /* /api/sessions request: the session to answer with */
     unsigned status;     /* to answer with once ready */
-    bool waiting, ready;
+    resp_t *out;         /* the wait */
+    bool ready;
     sg_error_t *err;
     /* WebSocket upgrade */
     char ws_session[129];
     bool ws_v1;
 } jreq_t;
 
+static jreq_t *jreq_new(jupyter_t *self, struct MHD_Connection *conn)
+{
+    jreq_t *r = xzalloc(sizeof *r);
+    r->j = self;
+    r->conn = conn;
+    r->out = resp_new(self->loop, conn, self->wake, self->wake_arg);
+    return r;
+}
+
 static void jreq_free(jreq_t *r)
 {
     sg_error_free(&r->err);
+    resp_free(&r->out);
     free(r);
 }
 
@@ -276,11 +288,7 @@ static void on_ready(const sg_error_t *err, void *arg)
     r->ready = true;
     if (err)
         sg_error_set(&r->err, err->kind, "%s", err->msg);
-    if (r->waiting) {
-        r->waiting = false;
-        MHD_resume_connection(r->conn);
-        r->j->wake(r->j->wake_arg);
-    }
+    resp_ready(r->out);
 }
 
 /* Answers once kernel k is ready: with its model (or the session's). */
@@ -319,9 +327,7 @@ static enum MHD_Result answer(jupyter_t *self, jreq_t *r)
 static enum MHD_Result when_ready(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
                                   unsigned status, const char *session_id, void **req_state)
 {
-    jreq_t *r = xzalloc(sizeof *r);
-    r->j = self;
-    r->conn = conn;
+    jreq_t *r = jreq_new(self, conn);
     r->status = status;
     snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
     if (session_id)
@@ -330,9 +336,7 @@ static enum MHD_Result when_ready(jupyter_t *self, struct MHD_Connection *conn, 
     channels_when_ready(self->ch, k, on_ready, r);
     if (r->ready)
         return answer(self, r);
-    r->waiting = true;
-    MHD_suspend_connection(conn);
-    return MHD_YES;
+    return resp_wait(r->out);
 }
 
 static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
@@ -423,9 +427,7 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     if (kernel_state(k) == KERNEL_DEAD)
         return fail(conn, SG_E_UNAVAILABLE, "kernel %s is dead; restart it first", kernel_id(k));
 
-    jreq_t *r = xzalloc(sizeof *r);
-    r->j = self;
-    r->conn = conn;
+    jreq_t *r = jreq_new(self, conn);
     snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
     snprintf(r->ws_session, sizeof r->ws_session, "%s", session ? session : "");
     /* As jupyter_server: v1 when the client offers it, else the default format. */
@@ -720,11 +722,8 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
 {
     jreq_t *r = *req_state;
     if (r) { /* resumed: the kernel it waited for is ready (or not) */
-        if (!r->ready) {
-            r->waiting = true;
-            MHD_suspend_connection(conn);
-            return MHD_YES;
-        }
+        if (!r->ready)
+            return resp_wait(r->out);
         return answer(self, r);
     }
     if (strncmp(url, "/kernelspecs/", 13) == 0)
@@ -759,6 +758,7 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
 void jupyter_request_done(jupyter_t *self, void *req_state)
 {
     jreq_t *r = req_state;
+    resp_set_gone(r->out);
     if (!r->ready && self->ch)
         channels_cancel_wait(self->ch, r);
     jreq_free(r);

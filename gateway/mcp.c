@@ -13,15 +13,15 @@
 #include "common/records.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/exec.h"
 #include "gateway/files.h"
 #include "gateway/metrics.h"
+#include "gateway/resp.h"
 #include "proto/jmsg.h"
 
 #define MAX_BATCH 64       /* messages in one JSON-RPC batch */
-#define KEEPALIVE_MS 10000 /* an SSE comment after this much silence */
 #define TICK_MS 1000       /* idle culling */
 #define PROGRESS_TEXT 4096 /* output bytes carried by one progress notification */
-#define ARTIFACT_DIR "output"
 #define HOME "/home/user"
 
 /* JSON-RPC 2.0 error codes, and the two the MCP transport adds. */
@@ -54,14 +54,11 @@ typedef struct {
     mcp_t *mcp;
     int refs; /* the HTTP request, and each call in flight */
     struct MHD_Connection *conn;
+    resp_t *out; /* the event stream, or the wait for the answers */
     char session[37];
-    bool batch, accept_json, streaming, suspended, gone;
+    bool batch, accept_json, streaming;
     int pending;     /* calls not answered yet */
     json_t *replies; /* answers not sent yet (JSON mode) */
-    char *buf;       /* event-stream text not sent yet */
-    size_t len, off;
-    int keepalive;
-    bool wrote_since_tick;
 } post_t;
 
 /* One execute_python call in flight. */
@@ -71,17 +68,13 @@ typedef struct {
     json_t *id;       /* the request's id */
     json_t *progress; /* the client's progressToken, or NULL */
     char session[37];
-    char *kernel_id;
-    uint64_t exec_id;
+    exec_t *exec;    /* NULL once over */
     json_t *content; /* content blocks so far */
     char *run;       /* stream text not yet made a block */
     size_t run_len;
     int run_kind; /* 0 none, 1 stdout, 2 stderr */
-    size_t out_bytes;
-    bool truncated, error;
+    bool error;
     int progress_n;
-    json_t *before; /* output/ when the call came */
-    int64_t started;
 } call_t;
 
 struct mcp {
@@ -305,41 +298,18 @@ static void post_unref(post_t *p)
 {
     if (--p->refs > 0)
         return;
-    if (p->keepalive >= 0)
-        loop_timer_end(p->mcp->loop, p->keepalive);
+    resp_free(&p->out);
     json_decref(p->replies);
-    free(p->buf);
     free(p);
-}
-
-static void post_wake(post_t *p)
-{
-    if (p->suspended && !p->gone) {
-        p->suspended = false;
-        MHD_resume_connection(p->conn);
-        if (p->mcp->wake)
-            p->mcp->wake(p->mcp->wake_arg);
-    }
-}
-
-static void sse_append(post_t *p, char *text)
-{
-    size_t n = strlen(text);
-    if (p->off > 0 && p->off == p->len)
-        p->off = p->len = 0;
-    p->buf = xrealloc(p->buf, p->len + n + 1);
-    memcpy(p->buf + p->len, text, n);
-    p->len += n;
-    free(text);
-    p->wrote_since_tick = true;
-    post_wake(p);
 }
 
 /* An answer (or a notification, while streaming) for the client; steals msg. */
 static void post_send(post_t *p, json_t *msg)
 {
     if (p->streaming) {
-        sse_append(p, sse_event(msg));
+        char *ev = sse_event(msg);
+        resp_write(p->out, ev, strlen(ev));
+        free(ev);
         json_decref(msg);
     } else {
         json_array_append_new(p->replies, msg);
@@ -349,38 +319,13 @@ static void post_send(post_t *p, json_t *msg)
 /* A call of this POST is over (answered or cancelled). */
 static void post_call_over(post_t *p)
 {
-    if (--p->pending == 0)
-        post_wake(p);
-    post_unref(p);
-}
-
-static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
-{
-    post_t *p = cls;
-    if (p->off < p->len) {
-        size_t n = p->len - p->off < max ? p->len - p->off : max;
-        memcpy(out, p->buf + p->off, n);
-        p->off += n;
-        return (ssize_t)n;
+    if (--p->pending == 0) {
+        if (p->streaming)
+            resp_end(p->out);
+        else
+            resp_ready(p->out);
     }
-    if (p->pending == 0)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    p->suspended = true;
-    MHD_suspend_connection(p->conn);
-    return 0;
-}
-
-static void sse_free_noop(void *cls)
-{
-    /* The POST's lifetime is its references. */
-}
-
-static void on_keepalive(loop_t *loop, int timer_id, void *arg)
-{
-    post_t *p = arg;
-    if (p->pending > 0 && !p->wrote_since_tick)
-        sse_append(p, xstrdup(": keepalive\n\n"));
-    p->wrote_since_tick = false;
+    post_unref(p);
 }
 
 /* Every answer of a POST whose calls are over. */
@@ -469,23 +414,13 @@ static void flush_run(call_t *c)
     c->run_kind = 0;
 }
 
-static bool output_allowed(call_t *c, size_t n)
+static void on_limit(void *arg, const char *note)
 {
-    if (c->truncated)
-        return false;
-    c->out_bytes += n;
-    if (c->out_bytes <= c->mcp->cfg.max_output)
-        return true;
-    c->truncated = true;
-    metrics.output_truncated++;
+    call_t *c = arg;
     flush_run(c);
-    char note[160];
-    snprintf(note, sizeof note,
-             "[sandgate: output limit of %zu bytes reached; further output of this execution "
-             "is dropped]",
-             c->mcp->cfg.max_output);
-    add_text(c->content, note);
-    return false;
+    size_t n = strlen(note);
+    json_array_append_new(c->content, json_pack("{s:s, s:s%}", "type", "text", "text", note,
+                                                n && note[n - 1] == '\n' ? n - 1 : n));
 }
 
 static void progress(call_t *c, const char *text, size_t n)
@@ -500,76 +435,55 @@ static void progress(call_t *c, const char *text, size_t n)
                                  "progress", ++c->progress_n, "message", m));
 }
 
-static void on_output(const jmsg_t *m, void *arg)
+static void on_stream(void *arg, bool is_stderr, const char *text, size_t n, const char *date)
 {
     call_t *c = arg;
-    const char *type = jmsg_type(m);
-    json_t *content = jmsg_content(m);
-    if (strcmp(type, "stream") == 0) {
-        const char *name = jmsg_content_str(m, "name");
-        json_t *tj = json_object_get(content, "text");
-        const char *text = json_string_value(tj);
-        size_t n = json_string_length(tj); /* kernels print NULs too */
-        if (!text)
-            return;
-        /* What fits under the limit is kept, then the limit's marker. */
-        size_t fit = c->truncated ? 0 : utf8_cut(text, n, c->mcp->cfg.max_output - c->out_bytes);
-        int kind = name && strcmp(name, "stderr") == 0 ? 2 : 1;
-        if (fit > 0) {
-            if (kind != c->run_kind)
-                flush_run(c);
-            c->out_bytes += fit;
-            c->run = xrealloc(c->run, c->run_len + fit + 1);
-            memcpy(c->run + c->run_len, text, fit);
-            c->run_len += fit;
-            c->run[c->run_len] = 0;
-            c->run_kind = kind;
-            progress(c, text, fit);
-        }
-        if (fit < n)
-            output_allowed(c, n - fit);
-    } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
-        json_t *data = json_object_get(content, "data");
-        if (!json_is_object(data))
-            return;
-        const char *png = json_string_value(json_object_get(data, "image/png"));
-        const char *jpeg = json_string_value(json_object_get(data, "image/jpeg"));
-        const char *plain = json_string_value(json_object_get(data, "text/plain"));
-        size_t n =
-            (png ? strlen(png) : 0) + (jpeg ? strlen(jpeg) : 0) + (plain ? strlen(plain) : 0);
-        if (!output_allowed(c, n))
-            return;
+    int kind = is_stderr ? 2 : 1;
+    if (kind != c->run_kind)
         flush_run(c);
-        if (png)
-            add_image(c->content, png, "image/png");
-        else if (jpeg)
-            add_image(c->content, jpeg, "image/jpeg");
-        else if (plain) /* "<Figure size 640x480 with 1 Axes>" only when there is no image */
-            add_text(c->content, plain);
-    } else if (strcmp(type, "error") == 0) {
-        flush_run(c);
-        c->error = true;
-        /* The traceback ends with "ename: evalue"; without one, that line alone. */
-        json_t *tb = json_object_get(content, "traceback");
-        char *text = NULL;
-        size_t i;
-        json_t *t;
-        json_array_foreach (tb, i, t) {
-            char *line = strip_ansi(json_string_value(t) ? json_string_value(t) : "");
-            char *joined = text ? xasprintf("%s\n%s", text, line) : xstrdup(line);
-            free(line);
-            free(text);
-            text = joined;
-        }
-        if (!text) {
-            const char *ename = jmsg_content_str(m, "ename");
-            const char *evalue = jmsg_content_str(m, "evalue");
-            text = xasprintf("%s: %s", ename ? ename : "Error", evalue ? evalue : "");
-        }
-        if (output_allowed(c, strlen(text)))
-            add_text(c->content, text);
+    c->run = xrealloc(c->run, c->run_len + n + 1);
+    memcpy(c->run + c->run_len, text, n);
+    c->run_len += n;
+    c->run[c->run_len] = 0;
+    c->run_kind = kind;
+    progress(c, text, n);
+}
+
+static void on_result(void *arg, const json_t *data, bool main)
+{
+    call_t *c = arg;
+    const char *png = json_string_value(json_object_get(data, "image/png"));
+    const char *jpeg = json_string_value(json_object_get(data, "image/jpeg"));
+    const char *plain = json_string_value(json_object_get(data, "text/plain"));
+    flush_run(c);
+    if (png)
+        add_image(c->content, png, "image/png");
+    else if (jpeg)
+        add_image(c->content, jpeg, "image/jpeg");
+    else if (plain) /* "<Figure size 640x480 with 1 Axes>" only when there is no image */
+        add_text(c->content, plain);
+}
+
+static void on_error(void *arg, const char *ename, const char *evalue, const json_t *tb)
+{
+    call_t *c = arg;
+    flush_run(c);
+    c->error = true;
+    /* The traceback ends with "ename: evalue"; without one, that line alone. */
+    char *text = NULL;
+    size_t i;
+    json_t *t;
+    json_array_foreach (tb, i, t) {
+        char *line = strip_ansi(json_string_value(t) ? json_string_value(t) : "");
+        char *joined = text ? xasprintf("%s\n%s", text, line) : xstrdup(line);
+        free(line);
         free(text);
+        text = joined;
     }
+    if (!text)
+        text = xasprintf("%s: %s", ename, evalue);
+    add_text(c->content, text);
+    free(text);
 }
 
 static bool is_image(const char *mime)
@@ -660,13 +574,10 @@ static json_t *file_block(mcp_t *self, const char *workspace, const char *path, 
 
 /* The files the execution wrote under output/: listed, and each returned
  * inline when it is small enough. */
-static void add_artifacts(call_t *c, kernel_t *k)
+static void add_artifacts(call_t *c, const json_t *list, const char *workspace)
 {
-    json_t *list = files_changed(kernel_workspace(k), ARTIFACT_DIR, c->before);
-    if (json_array_size(list) == 0) {
-        json_decref(list);
+    if (json_array_size(list) == 0)
         return;
-    }
     char *summary = xstrdup("[files written under output/:");
     size_t i;
     json_t *a;
@@ -683,7 +594,7 @@ static void add_artifacts(call_t *c, kernel_t *k)
     json_array_foreach (list, i, a) {
         sg_error_t *err = NULL;
         const char *path = json_string_value(json_object_get(a, "path"));
-        json_t *block = file_block(c->mcp, kernel_workspace(k), path, true, &err);
+        json_t *block = file_block(c->mcp, workspace, path, true, &err);
         if (block) {
             json_array_append_new(c->content, block);
         } else {
@@ -693,8 +604,6 @@ static void add_artifacts(call_t *c, kernel_t *k)
             sg_error_free(&err);
         }
     }
-    metrics.artifacts += json_array_size(list);
-    json_decref(list);
 }
 
 static void call_free(call_t *c)
@@ -702,8 +611,6 @@ static void call_free(call_t *c)
     json_decref(c->id);
     json_decref(c->progress);
     json_decref(c->content);
-    json_decref(c->before);
-    free(c->kernel_id);
     free(c->run);
     free(c);
 }
@@ -722,32 +629,22 @@ static void call_unlist(call_t *c)
     }
 }
 
-static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
+static void on_done(void *arg, const exec_end_t *end)
 {
     call_t *c = arg;
-    mcp_t *self = c->mcp;
+    c->exec = NULL;
     flush_run(c);
-    exec_outcome_t outcome = OUTCOME_OK;
-    if (err) {
-        c->error = true;
-        outcome = err->kind == SG_E_TIMEOUT ? OUTCOME_TIMEOUT : OUTCOME_KERNEL;
-        char *t = xasprintf("%s: %s", err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError",
-                            err->msg);
+    if (end->err) {
+        char *t =
+            xasprintf("%s: %s", end->err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError",
+                      end->err->msg);
         add_text(c->content, t);
         free(t);
-    } else {
-        const char *status = json_string_value(json_object_get(reply, "status"));
-        if (!status || strcmp(status, "ok") != 0) {
-            c->error = true;
-            outcome = OUTCOME_ERROR;
-        }
     }
-    kernel_t *k = kmgr_get(self->kmgr, c->kernel_id);
-    if (k)
-        add_artifacts(c, k);
+    c->error |= end->outcome != OUTCOME_OK;
+    add_artifacts(c, end->artifacts, end->workspace);
     if (json_array_size(c->content) == 0)
         add_text(c->content, "[no output]");
-    metrics_execution(EXEC_CODE, outcome, (double)(zclock_mono() - c->started) / 1000.0);
     call_unlist(c);
     post_t *p = c->post;
     post_send(
@@ -755,6 +652,12 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
     call_free(c);
     post_call_over(p);
 }
+
+static const exec_sink_t exec_events = {.on_stream = on_stream,
+                                        .on_result = on_result,
+                                        .on_error = on_error,
+                                        .on_limit = on_limit,
+                                        .on_done = on_done};
 
 /* A tool's answer: content blocks, isError. */
 static json_t *tool_result(json_t *content, bool error)
@@ -812,10 +715,6 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
         sg_error_free(&err);
         return r;
     }
-    if (kernel_pending(k) >= (size_t)self->cfg.max_queue)
-        return tool_text(true,
-                         "this session already has %d executions waiting; wait for them to end",
-                         self->cfg.max_queue);
     call_t *c = xzalloc(sizeof *c);
     c->mcp = self;
     c->post = p;
@@ -823,19 +722,20 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     json_t *token = json_object_get(meta, "progressToken");
     c->progress = json_is_string(token) || json_is_integer(token) ? json_incref(token) : NULL;
     snprintf(c->session, sizeof c->session, "%s", s->id);
-    c->kernel_id = xstrdup(kernel_id(k));
     c->content = json_array();
-    c->started = zclock_mono();
-    c->before = files_snapshot(kernel_workspace(k), ARTIFACT_DIR);
     if (note)
         add_text(c->content, note);
-    kernel_exec_opts_t o = {.timeout_ms = (int)(t * 1000), .store_history = true};
-    c->exec_id = kernel_execute(k, code, &o, &(kernel_exec_cb_t){on_output, on_done, c}, &err);
-    if (c->exec_id == 0) {
-        json_t *r = tool_text(true,
-                              "the kernel cannot run code: %s (restart_kernel gives a "
-                              "fresh one)",
-                              err->msg);
+    exec_opts_t o = {.timeout_ms = (int)(t * 1000),
+                     .max_output = self->cfg.max_output,
+                     .max_queue = self->cfg.max_queue};
+    c->exec = exec_start(k, code, &o, &exec_events, c, &err);
+    if (c->exec == NULL) {
+        json_t *r = err->kind == SG_E_CONFLICT
+                        ? tool_text(true, "%s", err->msg)
+                        : tool_text(true,
+                                    "the kernel cannot run code: %s (restart_kernel gives a "
+                                    "fresh one)",
+                                    err->msg);
         sg_error_free(&err);
         call_free(c);
         return r;
@@ -1142,13 +1042,9 @@ static json_t *request(mcp_t *self, post_t *p, session_t *s, const char *method,
 /* Stops a call's code and drops its answer (the caller gave it up). */
 static void call_cancel(call_t *c, const char *why)
 {
-    log_info("mcp: session %s %s; interrupting its execution", c->session, why);
-    kernel_t *k = kmgr_get(c->mcp->kmgr, c->kernel_id);
-    if (k) {
-        kernel_forget(k, c->exec_id);
-        kernel_interrupt(k, NULL);
-    }
-    metrics_execution(EXEC_CODE, OUTCOME_CANCELLED, (double)(zclock_mono() - c->started) / 1000.0);
+    char *msg = xasprintf("mcp: session %s %s", c->session, why);
+    exec_cancel(&c->exec, msg);
+    free(msg);
     post_t *p = c->post;
     call_unlist(c);
     call_free(c);
@@ -1325,10 +1221,10 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
     p->mcp = self;
     p->refs = 1;
     p->conn = conn;
+    p->out = resp_new(self->loop, conn, self->wake, self->wake_arg);
     p->batch = batch;
     p->accept_json = accept_json;
     p->replies = json_array();
-    p->keepalive = -1;
     if (s)
         snprintf(p->session, sizeof p->session, "%s", s->id);
     for (size_t i = 0; i < n; i++)
@@ -1343,21 +1239,20 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
         p->streaming = true;
         size_t i;
         json_t *m;
-        json_array_foreach (p->replies, i, m)
-            sse_append(p, sse_event(m));
+        json_array_foreach (p->replies, i, m) {
+            char *ev = sse_event(m);
+            resp_write(p->out, ev, strlen(ev));
+            free(ev);
+        }
         json_array_clear(p->replies);
-        p->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, p);
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, p, sse_free_noop);
+        struct MHD_Response *r = resp_stream(p->out, ": keepalive\n\n");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(r, "Mcp-Session-Id", p->session);
         ret = MHD_queue_response(conn, 200, r);
         MHD_destroy_response(r);
     } else { /* JSON: answer when every call is over */
-        p->suspended = true;
-        MHD_suspend_connection(conn);
-        ret = MHD_YES;
+        ret = resp_wait(p->out);
     }
 out:
     json_decref(doc);
@@ -1369,11 +1264,8 @@ enum MHD_Result mcp_handle(mcp_t *self, struct MHD_Connection *conn, const char 
 {
     post_t *p = *req_state;
     if (p) { /* a JSON-mode POST resumed */
-        if (p->pending > 0) {
-            p->suspended = true;
-            MHD_suspend_connection(conn);
-            return MHD_YES;
-        }
+        if (p->pending > 0)
+            return resp_wait(p->out);
         return post_answer(p);
     }
     if (!origin_allowed(self, conn))
@@ -1408,7 +1300,7 @@ enum MHD_Result mcp_handle(mcp_t *self, struct MHD_Connection *conn, const char 
 void mcp_request_done(mcp_t *self, void *req_state)
 {
     post_t *p = req_state;
-    p->gone = true;
+    resp_set_gone(p->out);
     /* The client left with calls running: stop their code, drop their output. */
     zlistx_t *mine = zlistx_new();
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls))
@@ -1458,9 +1350,7 @@ void mcp_destroy(mcp_t **self_p)
     loop_timer_end(self->loop, self->tick);
     /* Calls still listed belong to no request (the HTTP server is gone). */
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls)) {
-        kernel_t *k = kmgr_get(self->kmgr, c->kernel_id);
-        if (k)
-            kernel_forget(k, c->exec_id);
+        exec_detach(&c->exec);
         call_free(c);
     }
     zlistx_destroy(&self->calls);

@@ -108,8 +108,6 @@ static bool observed_by(const kernel_t *k, kernel_event_fn *fn, void *arg)
 
 static void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
 {
-    if (k->tap.on_event)
-        k->tap.on_event(k, ev, err, k->tap.arg);
     if (k->ev)
         k->ev(k, ev, err, k->ev_arg);
     if (k->nobservers == 0)

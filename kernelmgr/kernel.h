@@ -87,8 +87,8 @@ void kernel_fail(kernel_t *k, const sg_error_t *err);
 /* Not held: its workspace can be used. */
 bool kernel_prepared(const kernel_t *k);
 
-/* Observers: each gets every lifecycle event (after the tap and the
- * kernel's own handler), GONE last.  An observer may remove itself, or
+/* Observers: each gets every lifecycle event (after the kernel's own
+ * handler, its owner's), GONE last.  An observer may remove itself, or
  * others, from its callback. */
 void kernel_observe(kernel_t *k, kernel_event_fn *fn, void *arg);
 void kernel_unobserve(kernel_t *k, kernel_event_fn *fn, void *arg);
@@ -126,12 +126,11 @@ void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg);
 /* A tap sees what sandgate's own executions do not consume: every iopub
  * message once the kernel is ready (those of sandgate's executions too: iopub
  * is a broadcast), replies on shell and control to requests it did not send,
- * and input_requests on stdin whose parent it did not send.  Its on_event gets
- * the lifecycle events, and KERNEL_EV_GONE just before the handle is freed.
- * One tap per kernel; NULL clears it. */
+ * and input_requests on stdin whose parent it did not send.  (Lifecycle
+ * events reach a tap's owner as an observer, kernel_observe.)  One tap per
+ * kernel; NULL clears it. */
 typedef struct {
     void (*on_message)(kernel_t *k, jchan_t chan, const jmsg_t *msg, void *arg);
-    kernel_event_fn *on_event;
     void *arg;
 } kernel_tap_t;
 void kernel_set_tap(kernel_t *k, const kernel_tap_t *tap);

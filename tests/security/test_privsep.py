@@ -84,9 +84,16 @@ try:
     ok(st_ == 204 and [l.get("text") for l in lines if l["type"] == "result"] == ["2"],
        "a restart goes through the launcher")
     st_, ctx = d.json("POST", "/contexts", {})
+    made = os.path.isdir(f"{d.dir}/workspaces/{ctx['id']}")
     st2, _ = d.json("DELETE", f"/contexts/{ctx['id']}")
-    ok(st_ == 201 and st2 == 204 and not os.path.exists(f"{d.dir}/workspaces/{ctx['id']}"),
-       "create and delete a context: the launcher removes its workspace")
+    # The removal is the launcher's, in the background: DELETE does not wait.
+    deadline = time.time() + 10
+    while os.path.exists(f"{d.dir}/workspaces/{ctx['id']}") and time.time() < deadline:
+        time.sleep(0.05)
+    ok(st_ == 201 and made and st2 == 204 and
+       not os.path.exists(f"{d.dir}/workspaces/{ctx['id']}"),
+       "create and delete a context: the workspace exists when POST answers, and the "
+       "launcher removes it")
 
     # A restart of the daemon re-adopts through a new launcher.
     old_launcher = launcher
