@@ -21,15 +21,9 @@ struct api {
     json_t *contexts;   /* id -> {language, cwd}: what the API adds to a session */
     json_t *defaults;   /* language -> id of its default context */
     records_t *records; /* STATE/contexts: both of the above, over a restart */
-    api_wake_fn *waker;
-    void *waker_arg;
+    void (*wake)(void *);
+    void *wake_arg;
 };
-
-void api_set_waker(api_t *self, api_wake_fn *fn, void *arg)
-{
-    self->waker = fn;
-    self->waker_arg = arg;
-}
 
 void api_config_defaults(api_config_t *cfg)
 {
@@ -75,12 +69,15 @@ static void record_load(const char *id, const json_t *rec, void *arg)
     }
 }
 
-api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg)
+api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)(void *),
+               void *wake_arg)
 {
     api_t *self = xzalloc(sizeof *self);
     self->loop = loop;
     self->kmgr = kmgr;
     self->cfg = *cfg;
+    self->wake = wake;
+    self->wake_arg = wake_arg;
     self->contexts = json_object();
     self->defaults = json_object();
     if (cfg->state_dir) {
@@ -203,7 +200,7 @@ static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *
     stream_t *s = xzalloc(sizeof *s);
     s->api = self;
     s->refs = 2;
-    s->out = resp_new(self->loop, conn, self->waker, self->waker_arg);
+    s->out = resp_new(self->loop, conn, self->wake, self->wake_arg);
     s->k = k;
     return s;
 }
@@ -593,19 +590,30 @@ static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, con
     return ret;
 }
 
-struct api_sink {
+/* An upload: PUT /contexts/{id}/files/{path}, streamed to disk (http.h's
+ * sinks). */
+typedef struct {
     files_upload_t *up;
     sg_error_t *err; /* the first failure; the rest of the body is discarded */
-};
+} sink_t;
 
-api_sink_t *api_sink_open(api_t *self, const char *url)
+static void sink_free(sink_t *sink)
 {
+    files_upload_abort(&sink->up);
+    sg_error_free(&sink->err);
+    free(sink);
+}
+
+static void *sink_open(void *ctx, const char *method, const char *url)
+{
+    api_t *self = ctx;
     char id[128];
     const char *action;
-    if (strncmp(url, "/contexts/", 10) != 0 || !split_context_url(url + 9, id, &action) ||
-        strncmp(action, "/files", 6) != 0 || (action[6] != 0 && action[6] != '/'))
+    if (strcmp(method, "PUT") != 0 || strncmp(url, "/contexts/", 10) != 0 ||
+        !split_context_url(url + 9, id, &action) || strncmp(action, "/files", 6) != 0 ||
+        (action[6] != 0 && action[6] != '/'))
         return NULL;
-    api_sink_t *sink = xzalloc(sizeof *sink);
+    sink_t *sink = xzalloc(sizeof *sink);
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
@@ -618,14 +626,16 @@ api_sink_t *api_sink_open(api_t *self, const char *url)
     return sink;
 }
 
-void api_sink_write(api_sink_t *sink, const char *data, size_t len)
+static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
 {
+    sink_t *sink = sink_;
     if (sink->up && files_upload_write(sink->up, data, len, &sink->err) < 0)
         files_upload_abort(&sink->up);
 }
 
-enum MHD_Result api_sink_finish(api_t *self, struct MHD_Connection *conn, api_sink_t *sink)
+static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void *sink_)
 {
+    sink_t *sink = sink_;
     json_t *info = sink->up ? files_upload_commit(&sink->up, &sink->err) : NULL;
     enum MHD_Result ret;
     if (info) {
@@ -635,15 +645,13 @@ enum MHD_Result api_sink_finish(api_t *self, struct MHD_Connection *conn, api_si
     } else {
         ret = reply_failed(conn, &sink->err);
     }
-    api_sink_abort(sink);
+    sink_free(sink);
     return ret;
 }
 
-void api_sink_abort(api_sink_t *sink)
+static void sink_abort(void *ctx, void *sink)
 {
-    files_upload_abort(&sink->up);
-    sg_error_free(&sink->err);
-    free(sink);
+    sink_free(sink);
 }
 
 static void forget_context(api_t *self, const char *id)
@@ -794,9 +802,11 @@ static enum MHD_Result health(api_t *self, struct MHD_Connection *conn, const ch
                                      (json_int_t)st.pool_starting));
 }
 
-enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char *method,
-                           const char *url, const char *body, size_t len, void **req_state)
+static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
+                                      const char *url, const char *body, size_t len,
+                                      void **req_state)
 {
+    api_t *self = ctx;
     stream_t *s = *req_state;
     if (s) { /* a JSON-mode execution (or a wait) resumed: answer with the aggregate */
         if (!s->done)
@@ -829,7 +839,7 @@ enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char 
     return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
 }
 
-void api_request_done(api_t *self, void *req_state, bool completed)
+static void request_done(void *ctx, void *req_state, bool completed)
 {
     stream_t *s = req_state;
     resp_set_gone(s->out);
@@ -845,4 +855,24 @@ void api_request_done(api_t *self, void *req_state, bool completed)
         s->refs--;
     }
     stream_unref(s);
+}
+
+static const http_handler_t handler = {.handle = handle_request,
+                                       .done = request_done,
+                                       .sink_open = sink_open,
+                                       .sink_write = sink_write,
+                                       .sink_finish = sink_finish,
+                                       .sink_abort = sink_abort};
+
+int api_register(api_t *self, http_server_t *http, sg_error_t **err)
+{
+    /* /health answers without the token: load balancers' and orchestrators'
+     * probes carry none.  What no route takes, http.c answers 404. */
+    if (http_route_add(http, "/health", HTTP_ROUTE_PUBLIC, &handler, self, err) < 0 ||
+        http_route_add(http, "/metrics", 0, &handler, self, err) < 0 ||
+        http_route_add(http, "/execute", 0, &handler, self, err) < 0 ||
+        http_route_add(http, "/contexts", 0, &handler, self, err) < 0 ||
+        http_route_add(http, "/contexts/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0)
+        return -1;
+    return 0;
 }

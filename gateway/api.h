@@ -9,7 +9,7 @@
  *   GET    /contexts/{id}/files[/{path}]   a file, or a directory's listing
  *   PUT    /contexts/{id}/files/{path}     upload (streamed to disk)
  *   DELETE /contexts/{id}/files/{path}
- *   GET    /health, GET /metrics
+ *   GET    /health (no token), GET /metrics
  *
  * See docs/api.md for the wire format and the errors.
  */
@@ -18,6 +18,7 @@
 
 #include <microhttpd.h>
 
+#include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct api api_t;
@@ -32,28 +33,17 @@ typedef struct {
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);
-/* Called after a suspended connection is resumed, so the HTTP server runs
- * soon (libmicrohttpd does not wake an external event loop by itself). */
-typedef void(api_wake_fn)(void *arg);
-api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg);
+/* wake(wake_arg) is called after a suspended connection is resumed, so the
+ * HTTP server runs soon (http_server_wake). */
+api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)(void *),
+               void *wake_arg);
+/* Call after the HTTP server is gone: its last completion callbacks still
+ * reach the API. */
 void api_destroy(api_t **self_p);
-void api_set_waker(api_t *self, api_wake_fn *fn, void *arg);
 
-/* One complete request (body read, token checked).  req_cls is the
- * connection's slot for per-request state: api_request_done() is called
- * with it when the request ends, normally or not. */
-enum MHD_Result api_handle(api_t *self, struct MHD_Connection *conn, const char *method,
-                           const char *url, const char *body, size_t len, void **req_state);
-void api_request_done(api_t *self, void *req_state, bool completed);
-
-/* Request bodies the API takes as they arrive instead of in memory (file
- * uploads).  api_sink_open() returns NULL when url is not such a route;
- * errors found on the way are kept and answered by api_sink_finish(), which
- * also frees the sink.  api_sink_abort() frees one whose request broke off. */
-typedef struct api_sink api_sink_t;
-api_sink_t *api_sink_open(api_t *self, const char *url);
-void api_sink_write(api_sink_t *sink, const char *data, size_t len);
-enum MHD_Result api_sink_finish(api_t *self, struct MHD_Connection *conn, api_sink_t *sink);
-void api_sink_abort(api_sink_t *sink);
+/* Registers the routes above with http (self borrowed: it must outlive
+ * http).  File uploads are streamed to disk as they arrive (http.h's
+ * sinks), so --max-body does not limit them; --max-upload does. */
+int api_register(api_t *self, http_server_t *http, sg_error_t **err);
 
 #endif

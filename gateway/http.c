@@ -8,10 +8,15 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/api.h"
-#include "gateway/jupyter.h"
-#include "gateway/mcp.h"
 #include "gateway/metrics.h"
+
+typedef struct {
+    char *pattern;
+    size_t len;
+    unsigned flags; /* HTTP_ROUTE_* */
+    const http_handler_t *h;
+    void *ctx;
+} route_t;
 
 struct http_server {
     struct MHD_Daemon *mhd;
@@ -22,9 +27,9 @@ struct http_server {
     bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
-    api_t *api;
-    jupyter_t *jupyter;
-    mcp_t *mcp;
+    route_t **routes; /* in registration order; each its own allocation, so
+                         a request's pointer survives the array growing */
+    size_t nroutes;
 };
 
 /* Per-request state between libmicrohttpd's calls. */
@@ -32,9 +37,9 @@ typedef struct {
     char *body;
     size_t len;
     bool too_big;
-    void *api_state;
-    enum { OWNER_API, OWNER_JUPYTER, OWNER_MCP } owner; /* whose api_state it is */
-    api_sink_t *sink; /* a body the API takes as it arrives (uploads) */
+    const route_t *route; /* NULL: no route takes the URL */
+    void *state;          /* the route's handler's, between its calls */
+    void *sink;           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
 } request_t;
 
@@ -121,6 +126,53 @@ static bool authorized(http_server_t *self, struct MHD_Connection *conn)
     return sodium_memcmp(h, self->token_hash, sizeof h) == 0;
 }
 
+static bool route_matches(const route_t *r, const char *path)
+{
+    return r->flags & HTTP_ROUTE_PREFIX ? strncmp(path, r->pattern, r->len) == 0
+                                        : strcmp(path, r->pattern) == 0;
+}
+
+static const route_t *route_find(const http_server_t *self, const char *path)
+{
+    for (size_t i = 0; i < self->nroutes; i++)
+        if (route_matches(self->routes[i], path))
+            return self->routes[i];
+    return NULL;
+}
+
+int http_route_add(http_server_t *self, const char *pattern, unsigned flags,
+                   const http_handler_t *h, void *ctx, sg_error_t **err)
+{
+    size_t len = strlen(pattern);
+    bool prefix = flags & HTTP_ROUTE_PREFIX;
+    if (pattern[0] != '/' || (prefix && pattern[len - 1] != '/')) {
+        sg_error_set(err, SG_E_INVALID, "route '%s': a path starts with '/'; a prefix ends with it",
+                     pattern);
+        return -1;
+    }
+    if (h->handle == NULL ||
+        (h->sink_open && !(h->sink_write && h->sink_finish && h->sink_abort))) {
+        sg_error_set(err, SG_E_INVALID, "route '%s': incomplete handler", pattern);
+        return -1;
+    }
+    for (size_t i = 0; i < self->nroutes; i++) {
+        const route_t *r = self->routes[i];
+        /* Every path the new route matches starts with pattern, which is one
+         * of them: an earlier prefix that takes pattern takes them all; an
+         * earlier exact route that takes it takes all an exact one would. */
+        if (((r->flags & HTTP_ROUTE_PREFIX) || !prefix) && route_matches(r, pattern)) {
+            sg_error_set(err, SG_E_INVALID, "route '%s%s' is covered by route '%s%s'", pattern,
+                         prefix ? "*" : "", r->pattern, r->flags & HTTP_ROUTE_PREFIX ? "*" : "");
+            return -1;
+        }
+    }
+    route_t *r = xmalloc(sizeof *r);
+    *r = (route_t){.pattern = xstrdup(pattern), .len = len, .flags = flags, .h = h, .ctx = ctx};
+    self->routes = xrealloc(self->routes, (self->nroutes + 1) * sizeof *self->routes);
+    self->routes[self->nroutes++] = r;
+    return 0;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_size, void **req_cls)
@@ -130,20 +182,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req == NULL) { /* headers only so far */
         req = xzalloc(sizeof(request_t));
         req->started = zclock_mono();
+        req->route = route_find(self, url);
         *req_cls = req;
-        if (strcmp(method, "PUT") == 0 && authorized(self, conn))
-            req->sink = api_sink_open(self->api, url);
+        const route_t *r = req->route;
+        if (r && r->h->sink_open && ((r->flags & HTTP_ROUTE_PUBLIC) || authorized(self, conn)))
+            req->sink = r->h->sink_open(r->ctx, method, url);
         return MHD_YES;
     }
+    const route_t *r = req->route;
     if (*upload_size && req->sink) {
-        api_sink_write(req->sink, upload_data, *upload_size);
+        r->h->sink_write(r->ctx, req->sink, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
     if (req->sink) {
-        api_sink_t *sink = req->sink;
+        void *sink = req->sink;
         req->sink = NULL;
-        return api_sink_finish(self->api, conn, sink);
+        return r->h->sink_finish(r->ctx, conn, sink);
     }
     if (*upload_size) {
         if (!req->too_big && req->len + *upload_size <= self->cfg.max_body) {
@@ -157,16 +212,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    if (req->api_state) { /* a suspended request resumed */
-        switch (req->owner) {
-        case OWNER_JUPYTER:
-            return jupyter_handle(self->jupyter, conn, method, url, "", 0, &req->api_state);
-        case OWNER_MCP: return mcp_handle(self->mcp, conn, method, url, "", 0, &req->api_state);
-        case OWNER_API: break;
-        }
-        return api_handle(self->api, conn, method, url, "", 0, &req->api_state);
-    }
-    bool public_route = strcmp(url, "/health") == 0;
+    if (req->state) /* a suspended request resumed */
+        return r->h->handle(r->ctx, conn, method, url, "", 0, &req->state);
+    bool public_route = r && (r->flags & HTTP_ROUTE_PUBLIC);
     if (!public_route && !authorized(self, conn)) {
         metrics.auth_failures++;
         return http_reply_errorf(conn, SG_E_AUTH,
@@ -175,35 +223,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req->too_big)
         return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
                                  self->cfg.max_body);
-    if (self->mcp && mcp_route(url)) {
-        req->owner = OWNER_MCP;
-        return mcp_handle(self->mcp, conn, method, url, req->body ? req->body : "", req->len,
-                          &req->api_state);
-    }
-    if (self->jupyter && jupyter_route(url)) {
-        req->owner = OWNER_JUPYTER;
-        return jupyter_handle(self->jupyter, conn, method, url, req->body ? req->body : "",
-                              req->len, &req->api_state);
-    }
-    return api_handle(self->api, conn, method, url, req->body ? req->body : "", req->len,
-                      &req->api_state);
+    if (r == NULL)
+        return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
+    return r->h->handle(r->ctx, conn, method, url, req->body ? req->body : "", req->len,
+                        &req->state);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                       enum MHD_RequestTerminationCode code)
 {
-    http_server_t *self = cls;
     request_t *req = *req_cls;
     if (req == NULL)
         return;
-    if (req->api_state && req->owner == OWNER_JUPYTER)
-        jupyter_request_done(self->jupyter, req->api_state);
-    else if (req->api_state && req->owner == OWNER_MCP)
-        mcp_request_done(self->mcp, req->api_state);
-    else if (req->api_state)
-        api_request_done(self->api, req->api_state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    const route_t *r = req->route;
+    if (req->state && r->h->done)
+        r->h->done(r->ctx, req->state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (req->sink)
-        api_sink_abort(req->sink);
+        r->h->sink_abort(r->ctx, req->sink);
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
     if (info && info->http_status >= 100 && info->http_status < 600)
@@ -324,22 +360,6 @@ void http_server_wake(void *arg)
     self->pending = true;
 }
 
-void http_server_set_api(http_server_t *self, api_t *api)
-{
-    self->api = api;
-    api_set_waker(api, http_server_wake, self);
-}
-
-void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter)
-{
-    self->jupyter = jupyter;
-}
-
-void http_server_set_mcp(http_server_t *self, struct mcp *mcp)
-{
-    self->mcp = mcp;
-}
-
 void http_server_destroy(http_server_t **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
@@ -348,7 +368,12 @@ void http_server_destroy(http_server_t **self_p)
     loop_io_remove(self->loop, &self->io);
     loop_hook_remove(self->loop, run_mhd, self);
     loop_timer_end(self->loop, self->timer_id);
-    MHD_stop_daemon(self->mhd);
+    MHD_stop_daemon(self->mhd); /* its last completion callbacks use the routes */
+    for (size_t i = 0; i < self->nroutes; i++) {
+        free(self->routes[i]->pattern);
+        free(self->routes[i]);
+    }
+    free(self->routes);
     free(self);
     *self_p = NULL;
 }

@@ -7,7 +7,9 @@
  * must not block; long responses suspend their connection.
  *
  * This layer reads the request body (bounded), checks the token, and hands
- * complete requests to the API (api.h).
+ * each request to the route its URL matches.  It knows no front end by
+ * name: each one registers its paths with a table of functions,
+ * http_handler_t, and main.c has them do so.
  */
 #ifndef SG_HTTP_H
 #define SG_HTTP_H
@@ -38,21 +40,58 @@ void http_config_defaults(http_config_t *cfg);
 http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
 
-/* The API requests are handed to (borrowed); set before the loop runs. */
-struct api;
-void http_server_set_api(http_server_t *self, struct api *api);
+/* What a front end does with the requests of its routes.  ctx is the
+ * pointer given to http_route_add (the front end's object, borrowed).
+ * Every function runs on the loop thread and must not block. */
+typedef struct {
+    /* One complete request: its token checked (unless the route is public)
+     * and its body, NUL-terminated, no larger than max_body.  *state starts
+     * NULL; a handler that suspends the connection keeps what it needs there
+     * and is called again, with body "" and len 0 and the same *state, each
+     * time the connection is resumed. */
+    enum MHD_Result (*handle)(void *ctx, struct MHD_Connection *conn, const char *method,
+                              const char *url, const char *body, size_t len, void **state);
+    /* The request has ended, answered or broken off (completed: the whole
+     * response went out); called once, and only when *state is not NULL.
+     * May be NULL for a handler that never keeps state. */
+    void (*done)(void *ctx, void *state, bool completed);
+    /* Optional (all NULL, or none): request bodies taken as they arrive
+     * instead of in memory, so max_body does not apply (uploads).  sink_open
+     * runs when the headers of an authorised request have come, and returns
+     * the handler's sink, or NULL to have the body read into memory and
+     * handed to handle as usual.  sink_write gets each chunk; sink_finish,
+     * after the last one, answers and frees the sink (so errors found on the
+     * way are answered once the body has been read); sink_abort frees one
+     * whose request broke off. */
+    void *(*sink_open)(void *ctx, const char *method, const char *url);
+    void (*sink_write)(void *ctx, void *sink, const char *data, size_t len);
+    enum MHD_Result (*sink_finish)(void *ctx, struct MHD_Connection *conn, void *sink);
+    void (*sink_abort)(void *ctx, void *sink);
+} http_handler_t;
 
-/* The Jupyter Server API (jupyter.h), served under /api and /kernelspecs. */
-struct jupyter;
-void http_server_set_jupyter(http_server_t *self, struct jupyter *jupyter);
+/* Route flags. */
+enum {
+    HTTP_ROUTE_PREFIX = 1, /* every path under the pattern, which ends in '/' */
+    HTTP_ROUTE_PUBLIC = 2, /* no token needed (a health check for probes) */
+};
 
-/* The MCP endpoint (mcp.h), served at /mcp. */
-struct mcp;
-void http_server_set_mcp(http_server_t *self, struct mcp *mcp);
+/* Routes requests whose path is pattern (or, with HTTP_ROUTE_PREFIX, starts
+ * with pattern) to h (borrowed: a static table) with ctx.  The path is the
+ * URL without its query string.  Routes are tried in the order they were
+ * registered, and the first that matches owns the request for its whole
+ * life: its handle is called again when the connection resumes, its done
+ * when the request ends.  A route that an earlier one covers (the same
+ * exact path, or anything under an earlier prefix) could never match and is
+ * refused, as is a pattern that does not start with '/': register specific
+ * routes first.  So a fallback is the prefix "/", registered last, and
+ * there can be one at most.  A request that no route takes is answered 404
+ * once its token is checked.  Register before the loop runs. */
+int http_route_add(http_server_t *self, const char *pattern, unsigned flags,
+                   const http_handler_t *h, void *ctx, sg_error_t **err);
 
-/* Runs libmicrohttpd before the loop next waits: after a suspended
- * connection is resumed or an upgraded one handed back.  arg is the
- * http_server_t. */
+/* Runs libmicrohttpd before the loop next waits: front ends call it after
+ * they resume a suspended connection or hand back an upgraded one.  arg is
+ * the http_server_t. */
 void http_server_wake(void *arg);
 
 /* The port actually bound (useful when port 0 was asked for). */

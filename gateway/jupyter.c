@@ -88,12 +88,6 @@ void jupyter_destroy(jupyter_t **self_p)
     *self_p = NULL;
 }
 
-bool jupyter_route(const char *url)
-{
-    return strcmp(url, "/api") == 0 || strncmp(url, "/api/", 5) == 0 ||
-           strncmp(url, "/kernelspecs/", 13) == 0;
-}
-
 /* --- replies ---------------------------------------------------------------------- */
 
 /* jupyter_server's error body: {"message", "reason"}; sandgate adds its kind. */
@@ -717,9 +711,11 @@ static enum MHD_Result resource(jupyter_t *self, struct MHD_Connection *conn, co
 
 /* --- dispatch ---------------------------------------------------------------------- */
 
-enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                               const char *url, const char *body, size_t len, void **req_state)
+static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
+                                      const char *url, const char *body, size_t len,
+                                      void **req_state)
 {
+    jupyter_t *self = ctx;
     jreq_t *r = *req_state;
     if (r) { /* resumed: the kernel it waited for is ready (or not) */
         if (!r->ready)
@@ -755,11 +751,23 @@ enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, con
     return fail(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
 }
 
-void jupyter_request_done(jupyter_t *self, void *req_state)
+static void request_done(void *ctx, void *req_state, bool completed)
 {
+    jupyter_t *self = ctx;
     jreq_t *r = req_state;
     resp_set_gone(r->out);
     if (!r->ready && self->ch)
         channels_cancel_wait(self->ch, r);
     jreq_free(r);
+}
+
+static const http_handler_t handler = {.handle = handle_request, .done = request_done};
+
+int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
+{
+    if (http_route_add(http, "/api", 0, &handler, self, err) < 0 ||
+        http_route_add(http, "/api/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0 ||
+        http_route_add(http, "/kernelspecs/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0)
+        return -1;
+    return 0;
 }

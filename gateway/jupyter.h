@@ -25,6 +25,7 @@
 #include <microhttpd.h>
 
 #include "gateway/channels.h"
+#include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct jupyter jupyter_t;
@@ -33,16 +34,12 @@ jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg);
 /* Shutdown: jupyter_close() closes every WebSocket (libmicrohttpd must
  * still run); jupyter_destroy() frees the rest, after the HTTP server, whose
- * last completion callbacks still call jupyter_request_done(). */
+ * last completion callbacks still reach this API's requests. */
 void jupyter_close(jupyter_t *self);
 void jupyter_destroy(jupyter_t **self_p);
 
-/* Whether url is one of this API's routes (/api, /api/..., /kernelspecs/...). */
-bool jupyter_route(const char *url);
-
-/* Like api_handle (api.h): one complete, authorised request. */
-enum MHD_Result jupyter_handle(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                               const char *url, const char *body, size_t len, void **req_state);
-void jupyter_request_done(jupyter_t *self, void *req_state);
+/* Registers the routes above with http: /api, /api/... and /kernelspecs/...
+ * (self borrowed: it must outlive http). */
+int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err);
 
 #endif

@@ -632,11 +632,9 @@ int main(int argc, char **argv)
         goto out;
     }
     s.api.state_dir = s.k.state_dir;
-    api = api_new(loop, kmgr, &s.api);
-    http_server_set_api(http, api);
+    api = api_new(loop, kmgr, &s.api, http_server_wake, http);
     s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;
     jupyter = jupyter_new(loop, kmgr, &s.channels, http_server_wake, http);
-    http_server_set_jupyter(http, jupyter);
     mcp_config_t mc;
     mcp_config_defaults(&mc);
     mc.state_dir = s.k.state_dir;
@@ -649,7 +647,13 @@ int main(int argc, char **argv)
     mc.max_queue = s.api.max_queue;
     mc.loopback_origins = s.http.token == NULL;
     mcp = mcp_new(loop, kmgr, &mc, http_server_wake, http);
-    http_server_set_mcp(http, mcp);
+    /* The three front ends' URLs are disjoint, so the order is free. */
+    if (api_register(api, http, &err) < 0 || jupyter_register(jupyter, http, &err) < 0 ||
+        mcp_register(mcp, http, &err) < 0) {
+        log_error("%s", err->msg);
+        sg_error_free(&err);
+        goto out;
+    }
     log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
              s.host, http_server_port(http), s.k.state_dir,
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "gateway/exec.h"
 #include "gateway/files.h"
+#include "gateway/http.h"
 #include "gateway/metrics.h"
 #include "gateway/resp.h"
 #include "proto/jmsg.h"
@@ -103,11 +104,6 @@ void mcp_config_defaults(mcp_config_t *cfg)
                           .max_queue = 8,
                           .max_sessions = 1024,
                           .loopback_origins = false};
-}
-
-bool mcp_route(const char *url)
-{
-    return strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0;
 }
 
 /* --- JSON-RPC and HTTP answers ------------------------------------------------ */
@@ -1259,9 +1255,11 @@ out:
     return ret;
 }
 
-enum MHD_Result mcp_handle(mcp_t *self, struct MHD_Connection *conn, const char *method,
-                           const char *url, const char *body, size_t len, void **req_state)
+static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
+                                      const char *url, const char *body, size_t len,
+                                      void **req_state)
 {
+    mcp_t *self = ctx;
     post_t *p = *req_state;
     if (p) { /* a JSON-mode POST resumed */
         if (p->pending > 0)
@@ -1297,8 +1295,11 @@ enum MHD_Result mcp_handle(mcp_t *self, struct MHD_Connection *conn, const char 
     return ret;
 }
 
-void mcp_request_done(mcp_t *self, void *req_state)
+/* The request whose state this is has ended (answered or broken off):
+ * executions still running for it are interrupted. */
+static void request_done(void *ctx, void *req_state, bool completed)
 {
+    mcp_t *self = ctx;
     post_t *p = req_state;
     resp_set_gone(p->out);
     /* The client left with calls running: stop their code, drop their output. */
@@ -1310,6 +1311,16 @@ void mcp_request_done(mcp_t *self, void *req_state)
         call_cancel(c, "lost its client during a call");
     zlistx_destroy(&mine);
     post_unref(p);
+}
+
+static const http_handler_t handler = {.handle = handle_request, .done = request_done};
+
+int mcp_register(mcp_t *self, http_server_t *http, sg_error_t **err)
+{
+    if (http_route_add(http, "/mcp", 0, &handler, self, err) < 0 ||
+        http_route_add(http, "/mcp/", 0, &handler, self, err) < 0)
+        return -1;
+    return 0;
 }
 
 /* --- lifecycle ------------------------------------------------------------------ */

@@ -26,6 +26,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 
+#include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct mcp mcp_t;
@@ -55,14 +56,8 @@ mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)
  * sandgate.  Call after the HTTP server is gone. */
 void mcp_destroy(mcp_t **self_p);
 
-/* Whether url is the MCP endpoint. */
-bool mcp_route(const char *url);
-
-/* Like api_handle (api.h): one complete, authorised request. */
-enum MHD_Result mcp_handle(mcp_t *self, struct MHD_Connection *conn, const char *method,
-                           const char *url, const char *body, size_t len, void **req_state);
-/* The request whose state this is has ended (answered or broken off):
- * executions still running for it are interrupted. */
-void mcp_request_done(mcp_t *self, void *req_state);
+/* Registers /mcp (and /mcp/) with http (self borrowed: it must outlive
+ * http). */
+int mcp_register(mcp_t *self, http_server_t *http, sg_error_t **err);
 
 #endif

@@ -172,15 +172,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     port = http_server_port(http);
     api_config_t ac;
     api_config_defaults(&ac);
-    http_server_set_api(http, api_new(loop, kmgr, &ac));
     channels_config_t cc;
     channels_config_defaults(&cc);
-    http_server_set_jupyter(http, jupyter_new(loop, kmgr, &cc, http_server_wake, http));
     mcp_config_t mc;
     mcp_config_defaults(&mc);
     mc.state_dir = kc.state_dir;
     mc.max_sessions = 64;
-    http_server_set_mcp(http, mcp_new(loop, kmgr, &mc, http_server_wake, http));
+    if (api_register(api_new(loop, kmgr, &ac, http_server_wake, http), http, &err) < 0 ||
+        jupyter_register(jupyter_new(loop, kmgr, &cc, http_server_wake, http), http, &err) < 0 ||
+        mcp_register(mcp_new(loop, kmgr, &mc, http_server_wake, http), http, &err) < 0) {
+        fprintf(stderr, "fuzz_http: %s\n", err->msg);
+        abort();
+    }
     /* One MCP session, so template 1 reaches the methods. */
     static const char body[] =
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
