@@ -21,7 +21,7 @@ typedef struct {
 struct http_server {
     struct MHD_Daemon *mhd;
     loop_t *loop;
-    int timer_id; /* libmicrohttpd's next timeout; -1: none */
+    int timer_id; /* libmicrohttpd's next run: its next timeout, 1 s at most */
     int port;
     loop_io_t *io;
     bool pending; /* libmicrohttpd has work: run it before the next wait */
@@ -275,8 +275,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
  * (http_server_wake), or one of its timeouts came.  It runs again at once
  * while it says it has more (MHD_get_timeout 0): with edge-triggered
  * sockets it will not make its own fd readable for work it already knows
- * about.  Several wake-ups in one pass cost one run. */
+ * about.  Several wake-ups in one pass cost one run.  It also runs at
+ * least once a second: a connection it closed (its timeout, a per-address
+ * limit) is only released — and stops counting against the limits — on a
+ * later run, which nothing else would cause. */
 #define MHD_RUNS_PER_PASS 8
+#define MHD_MAX_IDLE_MS 1000
 
 static void on_mhd_timeout(loop_t *loop, int timer_id, void *arg)
 {
@@ -300,10 +304,8 @@ static bool run_mhd(loop_t *loop, void *arg)
             self->pending = true;
     }
     loop_timer_end(loop, self->timer_id);
-    self->timer_id = -1;
-    if (timeout && to > 0)
-        self->timer_id =
-            loop_timer(loop, to < 86400000 ? (int64_t)to : 86400000, 1, on_mhd_timeout, self);
+    int64_t next = timeout && to < MHD_MAX_IDLE_MS ? (int64_t)to : MHD_MAX_IDLE_MS;
+    self->timer_id = loop_timer(loop, next, 1, on_mhd_timeout, self);
     return self->pending;
 }
 

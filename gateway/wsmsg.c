@@ -125,6 +125,10 @@ jmsg_t *wsmsg_decode(wsmsg_format_t format, ws_opcode_t op, const uint8_t *data,
                          sizeof channel - 1);
             goto out;
         }
+        if (memchr(data + offs[0], 0, clen)) { /* jupyter_server would not know it either */
+            sg_error_set(err, SG_E_INVALID, "bad channel: a NUL byte in its name");
+            goto out;
+        }
         memcpy(channel, data + offs[0], clen);
         channel[clen] = 0;
         for (int i = 0; i < 4; i++) {

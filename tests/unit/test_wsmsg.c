@@ -672,6 +672,15 @@ static void test_channels(void)
                    what);
     }
     v1_refused("", HEADER, "{}", "{}", "{}", "bad channel: 0 bytes", "an empty channel");
+    /* "shell" then a NUL and junk: a C string would read "shell"; jupyter_server
+     * reads the whole name, which is no channel. */
+    w = v1_msg("shellXjk", HEADER, "{}", "{}", "{}", 0, NULL);
+    uint8_t *x = memmem(w->b, w->n, "shellXjk", 8);
+    ok(x != NULL, "v1: the channel name is in the message");
+    if (x)
+        x[5] = 0;
+    refused(WSMSG_V1, WS_BINARY, w->b, w->n, SG_E_INVALID, "a NUL byte in its name",
+            "v1: a NUL inside the channel name");
     v1_refused("0123456789abcdef", HEADER, "{}", "{}", "{}", "bad channel: 16 bytes",
                "a 16-byte channel");
 }
