@@ -85,7 +85,12 @@ try:
        "a restart goes through the launcher")
     st_, ctx = d.json("POST", "/contexts", {})
     st2, _ = d.json("DELETE", f"/contexts/{ctx['id']}")
-    ok(st_ == 201 and st2 == 204 and not os.path.exists(f"{d.dir}/workspaces/{ctx['id']}"),
+    # The launcher removes it in the background: nothing waits for it.
+    ws = f"{d.dir}/workspaces/{ctx['id']}"
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists(ws):
+        time.sleep(0.1)
+    ok(st_ == 201 and st2 == 204 and not os.path.exists(ws),
        "create and delete a context: the launcher removes its workspace")
 
     # A restart of the daemon re-adopts through a new launcher.
