@@ -1,0 +1,737 @@
+/* sandbox_local: the sandbox operations done in this process
+ * (sandbox_internal.h) — the shared /etc and root, OCI bundles, runsc
+ * through proc.c, loop-mounted workspaces.  The launcher's table, and that
+ * of a daemon without one (--sandbox=none, or not started as root). */
+#include "kernelmgr/sandbox_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "kernelmgr/proc.h"
+
+#define SANDBOX_IDS "64123:64123" /* SANDBOX_UID:SANDBOX_GID, for mkfs */
+
+/* mkdir -p, then chmod (mkdir obeys umask). */
+static int make_dir(const char *path, mode_t mode, sg_error_t **err)
+{
+    cleanup_free char *p = xstrdup(path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return sg_error_errno(err, errno, "mkdir %s", p);
+        *s = '/';
+    }
+    if (mkdir(p, mode) < 0 && errno != EEXIST)
+        return sg_error_errno(err, errno, "mkdir %s", p);
+    if (chmod(p, mode) < 0)
+        return sg_error_errno(err, errno, "chmod %s", p);
+    return 0;
+}
+
+static int write_file(const char *path, const char *text, sg_error_t **err)
+{
+    FILE *f = fopen(path, "we");
+    if (f == NULL)
+        return sg_error_errno(err, errno, "cannot create %s", path);
+    fputs(text, f);
+    if (fclose(f) != 0)
+        return sg_error_errno(err, errno, "cannot write %s", path);
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* The /etc every sandbox sees: generated identity files plus the few host
+ * files Python, fontconfig and matplotlib read.  Built once, in place, so
+ * that sandboxes that outlived a previous sandgate keep a valid /etc. */
+static int build_etc(const char *dir, sg_error_t **err)
+{
+    cleanup_free char *done = xasprintf("%s/.complete", dir);
+    if (access(done, F_OK) == 0)
+        return 0;
+    if (make_dir(dir, 0755, err) < 0)
+        return -1;
+    static const struct {
+        const char *name, *text;
+    } files[] = {
+        {"passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                   "user:x:64123:64123:user:/home/user:/bin/sh\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+        {"group", "root:x:0:\nuser:x:64123:\nnogroup:x:65534:\n"},
+        {"hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                  "127.0.1.1\tsandbox\n"},
+        {"hostname", "sandbox\n"},
+        {"resolv.conf", ""},
+        {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
+                          "networks: files\nprotocols: files\nservices: files\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        cleanup_free char *p = xasprintf("%s/%s", dir, files[i].name);
+        if (write_file(p, files[i].text, err) < 0)
+            return -1;
+    }
+    /* Host files the runtime reads, each optional: the loader cache, Debian's
+     * Python config (sitecustomize.py links into it), fonts, alternatives
+     * (numpy finds libblas through them), MIME types, public certificates.
+     * Symlinks are kept: they point into /usr, which the sandbox has. */
+    static const char *copies[] = {"/etc/ld.so.cache", "/etc/localtime", "/etc/python3",
+                                   "/etc/python3.11",  "/etc/fonts",     "/etc/alternatives",
+                                   "/etc/mime.types",  "/etc/ssl"};
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
+        if (access(copies[i], F_OK) != 0)
+            continue;
+        const char *argv[] = {"/bin/cp", "-a", copies[i], dir, NULL};
+        cleanup_free char *out = NULL;
+        if (proc_run_sync(argv, &out, NULL) != 0)
+            log_warn("sandbox: could not copy %s into the sandbox /etc: %s", copies[i],
+                     out ? out : "");
+    }
+    cleanup_free char *private_keys = xasprintf("%s/ssl/private", dir);
+    remove_tree(private_keys);
+    if (access("/etc/matplotlibrc", R_OK) == 0) {
+        /* Debian's says TkAgg; there is no display in a sandbox. */
+        cleanup_free char *p = xasprintf("%s/matplotlibrc", dir);
+        if (write_file(p, "backend: Agg\n", err) < 0)
+            return -1;
+    }
+    const char *chmod_argv[] = {"/bin/chmod", "-R", "a+rX,go-w", dir, NULL};
+    proc_run_sync(chmod_argv, NULL, NULL);
+    return write_file(done, "", err);
+}
+
+static int build_rootfs(const char *dir, sg_error_t **err)
+{
+    static const char *dirs[] = {"usr", "etc", "proc", "dev", "sys", "tmp", "home/user", "conn"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        cleanup_free char *p = xasprintf("%s/%s", dir, dirs[i]);
+        if (make_dir(p, 0755, err) < 0)
+            return -1;
+    }
+    cleanup_free char *init = xasprintf("%s/sandgate-init", dir);
+    int fd = open(init, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
+    if (fd < 0)
+        return sg_error_errno(err, errno, "cannot create %s", init);
+    close(fd);
+    static const char *links[] = {"bin", "lib", "lib64", "sbin", "lib32", "libx32"};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        cleanup_free char *host = xasprintf("/usr/%s", links[i]);
+        cleanup_free char *p = xasprintf("%s/%s", dir, links[i]);
+        cleanup_free char *target = xasprintf("usr/%s", links[i]);
+        if (access(host, F_OK) == 0 && symlink(target, p) < 0 && errno != EEXIST)
+            return sg_error_errno(err, errno, "symlink %s", p);
+    }
+    return 0;
+}
+
+/* sandgate-init beside the running binary (a build tree), else installed. */
+static char *default_init(void)
+{
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n > 0) {
+        path[n] = 0;
+        char *slash = strrchr(path, '/');
+        if (slash) {
+            strcpy(slash + 1, "sandgate-init");
+            if (access(path, X_OK) == 0)
+                return path;
+        }
+    }
+    return (char *)SG_INIT_PATH;
+}
+
+static int local_env_init(sandbox_env_t *env, sg_error_t **err)
+{
+    const sandbox_config_t *cfg = &env->cfg;
+    const char *state_dir = env->state_dir;
+    env->etc_dir = xasprintf("%s/sandbox/etc", state_dir);
+    env->rootfs_dir =
+        cfg->rootfs ? xstrdup(cfg->rootfs) : xasprintf("%s/sandbox/rootfs", state_dir);
+    env->runsc_root = xasprintf("%s/runsc", state_dir);
+    cleanup_free char *kernels = xasprintf("%s/kernels", state_dir);
+    if (make_dir(state_dir, 0711, err) < 0 || make_dir(kernels, 0711, err) < 0 ||
+        make_dir(env->runsc_root, 0700, err) < 0)
+        goto fail;
+    if (cfg->mode == SANDBOX_RUNSC) {
+        if (access(cfg->runsc, X_OK) != 0) {
+            sg_error_set(err, SG_E_UNAVAILABLE,
+                         "runsc not found at %s (install it with 'apt-get install runsc', or "
+                         "use --sandbox=none for development)",
+                         cfg->runsc);
+            goto fail;
+        }
+        if (build_etc(env->etc_dir, err) < 0 ||
+            (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0))
+            goto fail;
+        env->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
+        env->init = xstrdup(cfg->init ? cfg->init : default_init());
+        if (access(env->init, X_OK) != 0) {
+            sg_error_set(err, SG_E_UNAVAILABLE,
+                         "sandbox init %s is missing (run make install, "
+                         "or set SANDGATE_INIT)",
+                         env->init);
+            goto fail;
+        }
+        /* The host's glibc runs in the sandbox unless --rootfs says otherwise. */
+        char *dir = xstrdup(env->init);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        env->preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
+        free(dir);
+        if (cfg->rootfs || access(env->preload, R_OK) != 0) {
+            if (!cfg->rootfs)
+                log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes",
+                         env->preload);
+            free(env->preload);
+            env->preload = NULL;
+        }
+    }
+    return 0;
+fail:
+    return sg_error_prefix(err, "preparing sandboxes in %s", state_dir);
+}
+
+/* --- workspaces ------------------------------------------------------------ */
+
+static bool is_mountpoint(const char *path)
+{
+    struct stat a, b;
+    cleanup_free char *parent = xasprintf("%s/..", path);
+    return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+static int local_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
+{
+    if (make_dir(path, 0755, err) < 0)
+        return -1;
+    if (env->cfg.workspace_bytes > 0 && !is_mountpoint(path)) {
+        /* A sparse ext4 image per workspace: the size limit is the filesystem's. */
+        cleanup_free char *img = xasprintf("%s.img", path);
+        if (access(img, F_OK) != 0) {
+            int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            if (fd < 0)
+                return sg_error_errno(err, errno, "cannot create %s", img);
+            int r = ftruncate(fd, (off_t)env->cfg.workspace_bytes);
+            close(fd);
+            if (r < 0)
+                return sg_error_errno(err, errno, "cannot size %s", img);
+            const char *mkfs[] = {
+                "/sbin/mkfs.ext4",         "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
+                "root_owner=" SANDBOX_IDS, img,  NULL};
+            cleanup_free char *out = NULL;
+            if (proc_run_sync(mkfs, &out, err) != 0) {
+                unlink(img);
+                return sg_error_set(err, SG_E_IO, "mkfs.ext4 %s failed: %s", img, out ? out : "");
+            }
+        }
+        const char *mnt[] = {"/bin/mount", "-o", "loop,nosuid,nodev", img, path, NULL};
+        cleanup_free char *out = NULL;
+        if (proc_run_sync(mnt, &out, err) != 0)
+            return sg_error_set(err, SG_E_IO, "cannot mount workspace %s: %s", path,
+                                out ? out : "");
+        cleanup_free char *lost = xasprintf("%s/lost+found", path);
+        rmdir(lost);
+    }
+    /* Owned by the sandbox user; the sandbox group (sandgate's unprivileged
+     * half) may read and write, and what it creates stays in the group. */
+    if (chown(path, SANDBOX_UID, SANDBOX_GID) < 0 || chmod(path, 02770) < 0)
+        return sg_error_errno(err, errno, "chown/chmod %s", path);
+    /* Where executions leave artifacts (gateway/files.h).  *at() calls, as
+     * sandboxed code may have put a symlink there in an existing workspace. */
+    int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (mkdirat(dfd, "output", 02770) == 0) {
+            (void)fchownat(dfd, "output", SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW);
+            (void)fchmodat(dfd, "output", 02770, 0);
+        }
+        close(dfd);
+    }
+    return 0;
+}
+
+/* Done before returning: there is never a request to cancel. */
+static uint64_t local_workspace_open_async(const sandbox_env_t *env, const char *path,
+                                           sandbox_opened_fn *cb, void *arg)
+{
+    sg_error_t *err = NULL;
+    local_workspace_open(env, path, &err);
+    cb(err, arg);
+    sg_error_free(&err);
+    return 0;
+}
+
+/* Never called with a request: local opens finish before returning 0. */
+static void local_cancel(uint64_t request)
+{
+}
+
+static void local_workspace_close(const sandbox_env_t *env, const char *path, bool remove)
+{
+    if (is_mountpoint(path) && umount2(path, MNT_DETACH) < 0)
+        log_warn("sandbox: cannot unmount %s: %s", path, strerror(errno));
+    if (remove) {
+        remove_tree(path);
+        cleanup_free char *img = xasprintf("%s.img", path);
+        unlink(img);
+    }
+}
+
+/* --- one sandbox ------------------------------------------------------------- */
+
+static json_t *oci_mount(const char *dest, const char *type, const char *source, json_t *options)
+{
+    return json_pack("{s:s, s:s, s:s, s:o}", "destination", dest, "type", type, "source", source,
+                     "options", options);
+}
+
+static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
+{
+    const sandbox_config_t *cfg = &sb->env->cfg;
+    char **argv = kspec_argv(spec, "/conn/kernel.json");
+    json_t *args = json_pack("[s]", "/sandgate-init");
+    for (char **a = argv; *a; a++)
+        json_array_append_new(args, json_string(*a));
+    kspec_argv_free(argv);
+
+    json_t *env = json_pack(
+        "[s, s, s, s, s, s, s, s]", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",
+        "USER=user", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
+        "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
+    if (sb->env->preload)
+        json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
+    const char *k;
+    json_t *v;
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            json_array_append_new(env, json_sprintf("%s=%s", k, json_string_value(v)));
+
+    char tmpopt[64], memopt[64];
+    snprintf(tmpopt, sizeof tmpopt, "size=%llu", (unsigned long long)cfg->tmp_bytes);
+    snprintf(memopt, sizeof memopt, "size=%llu", (unsigned long long)(64ull << 20));
+    json_t *mounts = json_array();
+    json_array_append_new(mounts, oci_mount("/proc", "proc", "proc", json_array()));
+    json_array_append_new(mounts,
+                          oci_mount("/dev", "tmpfs", "tmpfs",
+                                    json_pack("[s, s, s]", "nosuid", "mode=755", "size=65536k")));
+    json_array_append_new(mounts, oci_mount("/dev/shm", "tmpfs", "shm",
+                                            json_pack("[s, s, s, s, s]", "nosuid", "nodev",
+                                                      "noexec", "mode=1777", memopt)));
+    json_array_append_new(
+        mounts, oci_mount("/tmp", "tmpfs", "tmpfs",
+                          json_pack("[s, s, s, s]", "nosuid", "nodev", "mode=1777", tmpopt)));
+    if (!cfg->rootfs) {
+        json_array_append_new(
+            mounts, oci_mount("/usr", "bind", "/usr",
+                              json_pack("[s, s, s, s]", "rbind", "ro", "nosuid", "nodev")));
+        json_array_append_new(
+            mounts, oci_mount("/etc", "bind", sb->env->etc_dir,
+                              json_pack("[s, s, s, s]", "rbind", "ro", "nosuid", "nodev")));
+        if (sb->env->mask_debugpy) /* the debugger costs 1.4 s of every start */
+            json_array_append_new(
+                mounts, oci_mount("/usr/lib/python3/dist-packages/debugpy", "tmpfs", "tmpfs",
+                                  json_pack("[s, s, s]", "ro", "size=4k", "mode=555")));
+    }
+    json_array_append_new(mounts, oci_mount("/sandgate-init", "bind", sb->env->init,
+                                            json_pack("[s, s, s]", "bind", "ro", "nodev")));
+    if (sb->env->preload)
+        json_array_append_new(mounts, oci_mount("/sandgate-preload.so", "bind", sb->env->preload,
+                                                json_pack("[s, s, s]", "bind", "ro", "nodev")));
+    json_array_append_new(mounts,
+                          oci_mount("/home/user", "bind", sb->workspace,
+                                    json_pack("[s, s, s, s]", "rbind", "rw", "nosuid", "nodev")));
+    cleanup_free char *conndir = xasprintf("%s/conn", sb->dir);
+    json_array_append_new(mounts, oci_mount("/conn", "bind", conndir,
+                                            json_pack("[s, s, s, s, s]", "rbind", "rw", "nosuid",
+                                                      "nodev", "noexec")));
+
+    json_t *caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
+                             "inheritable", "permitted", "ambient");
+    json_t *process = json_pack(
+        "{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:[{s:s, s:I, s:I}, {s:s, s:I, s:I}, {s:s, s:I, "
+        "s:I}], s:b}",
+        "terminal", 0, "user", "uid", SANDBOX_UID, "gid", SANDBOX_GID, "args", args, "env", env,
+        "cwd", "/home/user", "capabilities", caps, "rlimits", "type", "RLIMIT_NOFILE", "hard",
+        (json_int_t)cfg->nofile, "soft", (json_int_t)cfg->nofile, "type", "RLIMIT_NPROC", "hard",
+        (json_int_t)cfg->nproc, "soft", (json_int_t)cfg->nproc, "type", "RLIMIT_CORE", "hard",
+        (json_int_t)0, "soft", (json_int_t)0, "noNewPrivileges", 1);
+    cleanup_free char *cgroup = xasprintf("/sandgate/%s", sb->id);
+    json_t *linux_ = json_pack(
+        "{s:s, s:{s:{s:I}, s:{s:I, s:I}, s:{s:I}}, s:[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}],"
+        " s:[s, s, s, s], s:[s, s]}",
+        "cgroupsPath", cgroup, "resources", "memory", "limit", (json_int_t)cfg->memory_bytes, "cpu",
+        "quota", (json_int_t)cfg->cpu_quota_us, "period", (json_int_t)100000, "pids", "limit",
+        (json_int_t)cfg->pids, "namespaces", "type", "pid", "type", "ipc", "type", "uts", "type",
+        "mount", "type", "network", "maskedPaths", "/proc/kcore", "/proc/keys", "/proc/timer_list",
+        "/sys/firmware", "readonlyPaths", "/proc/sys", "/proc/sysrq-trigger");
+    return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process",
+                     process, "root", "path", sb->env->rootfs_dir, "readonly", 1, "hostname",
+                     "sandbox", "mounts", mounts, "linux", linux_);
+}
+
+/* Mode none: our environment plus the kernelspec's, with private IPython and
+ * matplotlib directories. */
+static char **plain_env(const kspec_t *spec, const char *dir)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = xzalloc((n + json_object_size(spec->env) + 3) * sizeof(char *));
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        env[m++] = xstrdup(environ[i]);
+    const char *k;
+    json_t *v;
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            env[m++] = xasprintf("%s=%s", k, json_string_value(v));
+    env[m++] = xasprintf("IPYTHONDIR=%s/ipython", dir);
+    env[m++] = xasprintf("MPLCONFIGDIR=%s/matplotlib", dir);
+    return env;
+}
+
+static int write_bundle(const sandbox_t *sb, const kspec_t *spec, const char *bundle,
+                        sg_error_t **err)
+{
+    json_t *config = oci_config(sb, spec);
+    cleanup_free char *path = xasprintf("%s/config.json", bundle);
+    int r = json_dump_file(config, path, JSON_INDENT(2));
+    json_decref(config);
+    return r < 0 ? sg_error_set(err, SG_E_IO, "cannot write %s", path) : 0;
+}
+
+static int local_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
+{
+    cleanup_free char *conndir = xasprintf("%s/conn", sb->dir);
+    cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
+    cleanup_free char *prefix = xasprintf("%s/kernel", conndir);
+    cleanup_free char *connfile = xasprintf("%s/kernel.json", conndir);
+    cleanup_free char *record = xasprintf("%s/connection.json", sb->dir);
+    /* The daemon's unprivileged half reaches the sockets in conn/ through the
+     * sandbox group; everything else here is root's. */
+    if (make_dir(sb->dir, 0711, err) < 0 || make_dir(conndir, 0750, err) < 0 ||
+        jconn_init(&sb->conn, "ipc", prefix, err) < 0)
+        goto fail;
+    strncpy(sb->conn.kernel_name, spec->name, sizeof sb->conn.kernel_name - 1);
+    if (strlen(prefix) + 3 > 107) { /* "-N" suffix and NUL: sun_path holds 108 bytes */
+        sg_error_set(err, SG_E_INVALID,
+                     "socket path %s-N is too long for a Unix socket; use a "
+                     "shorter --state-dir",
+                     prefix);
+        goto fail;
+    }
+    /* sandgate's own copy, outside what the kernel can write: adoption reads
+     * this one, never the file in conn/ (the kernel rewrites that one, and
+     * code in the sandbox can too). */
+    if (jconn_write(&sb->conn, record, err) < 0)
+        goto fail;
+
+    if (sb->env->cfg.mode == SANDBOX_NONE) {
+        if (jconn_write(&sb->conn, connfile, err) < 0)
+            goto fail;
+        sb->plain_argv = kspec_argv(spec, connfile);
+        sb->plain_env = plain_env(spec, sb->dir);
+        return 0;
+    }
+    /* The kernel runs as the sandbox user and rewrites its connection file. */
+    if (chown(conndir, SANDBOX_UID, SANDBOX_GID) < 0) {
+        sg_error_errno(err, errno, "chown %s", conndir);
+        goto fail;
+    }
+    jconn_t inside = sb->conn;
+    strcpy(inside.ip, "/conn/kernel");
+    if (jconn_write(&inside, connfile, err) < 0)
+        goto fail;
+    if (chown(connfile, SANDBOX_UID, SANDBOX_GID) < 0) {
+        sg_error_errno(err, errno, "chown %s", connfile);
+        goto fail;
+    }
+    if (make_dir(bundle, 0700, err) < 0 || write_bundle(sb, spec, bundle, err) < 0)
+        goto fail;
+    return 0;
+fail:
+    sg_error_prefix(err, "preparing sandbox %s", sb->id);
+    remove_tree(sb->dir);
+    return -1;
+}
+
+static int local_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err)
+{
+    /* sandgate's copy: the one in conn/ is the sandbox's to change. */
+    cleanup_free char *record = xasprintf("%s/connection.json", sb->dir);
+    if (jconn_read(&sb->conn, record, err) < 0)
+        return -1;
+    if (strcmp(sb->conn.transport, "ipc") != 0)
+        return sg_error_set(err, SG_E_INVALID, "%s: not an ipc connection", record);
+    snprintf(sb->conn.ip, sizeof sb->conn.ip, "%s/conn/kernel", sb->dir);
+    return 0;
+}
+
+static void local_release(sandbox_t *sb)
+{
+    if (sb->pending > 0)
+        proc_unwatch(sb->pending); /* no callback into freed memory */
+}
+
+static char *local_log_tail(const sandbox_t *sb, size_t max)
+{
+    cleanup_free char *path = xasprintf("%s/kernel.log", sb->dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return xstrdup("");
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t from = size > (off_t)max ? size - (off_t)max : 0;
+    char *buf = xmalloc(max + 1);
+    ssize_t n = pread(fd, buf, max, from);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    return buf;
+}
+
+/* runsc's global flags, then the command's. */
+static const char **runsc_argv(const sandbox_env_t *env, const char *const *cmd)
+{
+    static const char *argv[32];
+    size_t n = 0;
+    argv[n++] = env->cfg.runsc;
+    argv[n++] = "--root";
+    argv[n++] = env->runsc_root;
+    for (; *cmd && n < 31; cmd++)
+        argv[n++] = *cmd;
+    argv[n] = NULL;
+    return argv;
+}
+
+static sg_error_t *start_error(sandbox_t *sb, const char *what, const char *output)
+{
+    sg_error_t *err = NULL;
+    cleanup_free char *tail = local_log_tail(sb, 2000);
+    sg_error_set(&err, SG_E_UNAVAILABLE, "sandbox %s: %s: %s%s%s", sb->id, what, output,
+                 *tail ? "\nkernel log:\n" : "", tail);
+    return err;
+}
+
+static void state_done(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->pending = 0;
+    json_t *state = json_loads(output, JSON_DISABLE_EOF_CHECK, NULL);
+    json_int_t pid = json_integer_value(json_object_get(state, "pid"));
+    const char *st = json_string_value(json_object_get(state, "status"));
+    if (status == 0 && pid > 0 && st && strcmp(st, "running") == 0) {
+        sb->pid = (pid_t)pid;
+        sb->started_cb(sb, sb->pid, NULL, sb->started_arg);
+    } else {
+        sb->started_cb(sb, -1, start_error(sb, "not running after start", output), sb->started_arg);
+    }
+    json_decref(state);
+}
+
+static void run_done(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->pending = 0;
+    if (status != 0) {
+        char why[64];
+        cleanup_free char *what =
+            xasprintf("runsc run %s", proc_status_str(status, why, sizeof why));
+        sb->started_cb(sb, -1, start_error(sb, what, output), sb->started_arg);
+        return;
+    }
+    const char *cmd[] = {"state", sb->id, NULL};
+    sg_error_t *err = NULL;
+    sb->pending = proc_exec_async(runsc_argv(sb->env, cmd), state_done, sb, &err);
+    if (sb->pending < 0) {
+        sb->pending = 0;
+        sb->started_cb(sb, -1, err, sb->started_arg);
+    }
+}
+
+static void run_exited(pid_t pid, int status, void *arg)
+{
+    run_done(status, "", arg);
+}
+
+static int local_start(sandbox_t *sb, sg_error_t **err)
+{
+    cleanup_free char *log = xasprintf("%s/kernel.log", sb->dir);
+    if (sb->env->cfg.mode == SANDBOX_NONE) {
+        proc_spec_t spec = {.argv = (const char *const *)sb->plain_argv,
+                            .env = (const char *const *)sb->plain_env,
+                            .cwd = sb->workspace,
+                            .output = log,
+                            .new_session = true};
+        pid_t pid = proc_spawn(&spec, err);
+        if (pid < 0)
+            return -1;
+        sb->pid = pid;
+        sb->started_cb(sb, pid, NULL, sb->started_arg);
+        return 0;
+    }
+    cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
+    const char *cmd[] = {"--platform",
+                         sb->env->cfg.platform,
+                         "--network=none",
+                         "--host-uds=create",
+                         "run",
+                         "-detach",
+                         "-bundle",
+                         bundle,
+                         sb->id,
+                         NULL};
+    /* runsc's stdout/stderr become the kernel's: both go to kernel.log. */
+    proc_spec_t spec = {.argv = runsc_argv(sb->env, cmd), .output = log, .new_session = true};
+    pid_t pid = proc_spawn(&spec, err);
+    if (pid < 0)
+        return -1;
+    if (proc_watch(pid, run_exited, sb, err) < 0)
+        return -1;
+    sb->pending = pid;
+    return 0;
+}
+
+static void ignore_done(int status, const char *output, void *arg)
+{
+    if (status != 0)
+        log_debug("sandbox: %s: %s", (const char *)arg, output);
+}
+
+static int local_signal(sandbox_t *sb, int sig, sg_error_t **err)
+{
+    if (sb->env->cfg.mode == SANDBOX_NONE) {
+        if (sb->pid > 0 && kill(sb->pid, sig) < 0)
+            return sg_error_errno(err, errno, "kill %d", (int)sb->pid);
+        return 0;
+    }
+    char signame[16];
+    snprintf(signame, sizeof signame, "%d", sig);
+    const char *cmd[] = {"kill", sb->id, signame, NULL};
+    return proc_exec_async(runsc_argv(sb->env, cmd), ignore_done, (void *)"runsc kill", err) < 0
+               ? -1
+               : 0;
+}
+
+typedef struct {
+    char *dir;
+} removal_t;
+
+static void delete_done(int status, const char *output, void *arg)
+{
+    removal_t *r = arg;
+    if (status != 0)
+        log_warn("sandbox: runsc delete failed: %s", output);
+    remove_tree(r->dir);
+    free(r->dir);
+    free(r);
+}
+
+static void local_remove_id(sandbox_env_t *env, const char *id, bool wait)
+{
+    cleanup_free char *dir = xasprintf("%s/kernels/%s", env->state_dir, id);
+    const char *cmd[] = {"delete", "-force", id, NULL};
+    if (env->cfg.mode == SANDBOX_NONE) {
+        remove_tree(dir);
+        return;
+    }
+    if (wait) {
+        cleanup_free char *out = NULL;
+        sg_error_t *err = NULL;
+        int st = proc_run_sync(runsc_argv(env, cmd), &out, &err);
+        if (st != 0 && !strstr(out ? out : "", "does not exist"))
+            log_warn("sandbox: runsc delete %s: %s", id, err ? err->msg : out);
+        sg_error_free(&err);
+        remove_tree(dir);
+        return;
+    }
+    removal_t *r = xzalloc(sizeof *r);
+    r->dir = xstrdup(dir);
+    sg_error_t *err = NULL;
+    if (proc_exec_async(runsc_argv(env, cmd), delete_done, r, &err) < 0) {
+        log_warn("sandbox: cannot remove %s: %s", id, err->msg);
+        sg_error_free(&err);
+        free(r->dir);
+        free(r);
+    }
+}
+
+static void local_stop(sandbox_t *sb)
+{
+    if (sb->pending > 0) {
+        /* Still starting: stop runsc run first, or it creates the container
+         * after the delete (remove_id) has found none. */
+        proc_unwatch(sb->pending);
+        kill(-sb->pending, SIGKILL);
+        sb->pending = 0;
+    }
+    if (sb->env->cfg.mode == SANDBOX_NONE && sb->pid > 0) {
+        kill(-sb->pid, SIGKILL); /* its own session and process group */
+        kill(sb->pid, SIGKILL);
+    }
+}
+
+static json_t *local_list(sandbox_env_t *env, sg_error_t **err)
+{
+    json_t *ids = json_array();
+    if (env->cfg.mode == SANDBOX_NONE)
+        return ids;
+    const char *cmd[] = {"list", "-quiet", NULL};
+    cleanup_free char *out = NULL;
+    if (proc_run_sync(runsc_argv(env, cmd), &out, err) != 0) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "runsc list failed: %s", out ? out : "");
+        json_decref(ids);
+        return NULL;
+    }
+    char *save = NULL;
+    for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+        if (*line)
+            json_array_append_new(ids, json_string(line));
+    return ids;
+}
+
+static int local_give(int fd)
+{
+    return fchown(fd, SANDBOX_UID, SANDBOX_GID);
+}
+
+const sandbox_ops_t sandbox_local_ops = {
+    .env_init = local_env_init,
+    .workspace_open = local_workspace_open,
+    .workspace_open_async = local_workspace_open_async,
+    .cancel = local_cancel,
+    .workspace_close = local_workspace_close,
+    .prepare = local_prepare,
+    .adopt = local_adopt,
+    .release = local_release,
+    .start = local_start,
+    .signal = local_signal,
+    .stop = local_stop,
+    .remove_id = local_remove_id,
+    .list = local_list,
+    .log_tail = local_log_tail,
+    .give = local_give,
+};
