@@ -9,7 +9,8 @@ thread (/proc/PID/task/*/schedstat, ns) and counts sandgate's system calls
 (perf stat on raw_syscalls:sys_enter and a few by name), and reports them
 per execute, with the round trip's median.  The ratio "idle / alone" is the
 signal: an event loop whose cost grows with registered sessions shows it
-here.  Both request formats are measured: the NDJSON stream (POST /execute,
+here; the two windows alternate (idle sessions started, measured, removed)
+so that a drifting machine biases neither.  Both request formats are measured: the NDJSON stream (POST /execute,
 the E2B protocol) and one JSON document (Accept: application/json).
 
 usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N]
@@ -101,7 +102,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=400)
     ap.add_argument("--idle", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=3, help="windows per row (the median is shown)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternations of the two windows (medians are shown)")
     a = ap.parse_args()
     d = Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
                "--max-kernels", str(a.idle + 8))
@@ -115,26 +117,32 @@ def main():
             for fmt, as_json in (("NDJSON", False), ("JSON", True)):
                 rows.setdefault((label, fmt), []).append(measure(d, active, a.runs, as_json))
 
+        label = f"{a.idle} idle + 1"
+        # Alternate the two, so that a machine whose speed drifts (a shared
+        # VM does) biases neither row: alone, then with the idle sessions,
+        # which are removed again before the next round.
         for _ in range(a.rounds):
             window("1 session")
-        for _ in range(a.idle):
-            st, c = d.json("POST", "/contexts", {})
-            if st != 201 and st != 200:
-                raise RuntimeError(f"context: {st} {c}")
-            idle.append(c["id"])
-            d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
-                   headers={"Accept": "application/json"})
-        time.sleep(2)
-        label = f"{a.idle} idle + 1"
-        for _ in range(a.rounds):
+            for _ in range(a.idle):
+                st, c = d.json("POST", "/contexts", {})
+                if st != 201 and st != 200:
+                    raise RuntimeError(f"context: {st} {c}")
+                idle.append(c["id"])
+                d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
+                       headers={"Accept": "application/json"})
+            time.sleep(2)
             window(label)
+            for c in idle:
+                d.json("DELETE", "/contexts/" + c)
+            idle.clear()
+            time.sleep(2)
     finally:
         d.stop()
 
     print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
           f"`1+1` sequentially over one keep-alive connection, {a.runs} executes per window, "
           f"build {os.environ['SG_BUILDDIR']}\n")
-    print("| sessions | format | round trip p50 ms | sandgate CPU ms / execute | "
+    print("| sessions | format | round trip p50 ms | sandgate CPU ms / execute (range) | "
           "syscalls / execute | epoll_wait | poll | getpid | CPU vs 1 session |")
     print("|---|---|---|---|---|---|---|---|---|")
     base = {}
@@ -144,7 +152,8 @@ def main():
         cnt = {k: statistics.median(m[2].get(k, 0) for m in ms) for k in
                ("all", "epoll_wait", "poll", "getpid")}
         base.setdefault(fmt, cpu)
-        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} | {cnt['all']:.1f} | "
+        lo, hi = min(m[1] for m in ms), max(m[1] for m in ms)
+        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | {cnt['all']:.1f} | "
               f"{cnt['epoll_wait']:.1f} | {cnt['poll']:.1f} | {cnt['getpid']:.1f} | "
               f"{cpu / base[fmt]:.2f}x |")
 

@@ -74,6 +74,9 @@ echo -e "\nsandgate's own CPU by function at 8 sessions: $date-profile-none.txt 
 section "Event-loop wake-ups per execute, --sandbox=none (bench/wakeups.py)"
 $py bench/wakeups.py --duration "$duration" >>"$out"
 
+section "sandgate's own CPU per execute, alone and with 48 idle sessions (bench/loopcost.py)"
+$py bench/loopcost.py >>"$out"
+
 section "Streaming delay and large outputs, gVisor (bench/stream.py ${stream[*]})"
 $py bench/stream.py --sandbox runsc "${stream[@]}" >>"$out"
 

@@ -13,7 +13,10 @@
 #include "proto/jclient.h"
 
 #define PROBE_INTERVAL_MS 250
-#define HB_INTERVAL_MS 1000
+/* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
+ * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
+ * next to nothing. */
+#define HB_INTERVAL_MS 10000
 /* Generous: death is noticed through the sandbox's pidfd at once; the
  * heartbeat only catches a kernel that hangs with its process alive, and a
  * short timeout would kill healthy kernels on a loaded machine. */
