@@ -25,6 +25,7 @@ typedef enum {
     SG_E_UNAVAILABLE,  /* a dependency (kernel, sandbox) is not usable */
     SG_E_IO,           /* a system call on a file or socket failed */
     SG_E_FORBIDDEN,    /* understood, and refused (a path leaving its workspace) */
+    SG_E_NOSPACE,      /* not enough disk for the operation (nothing was changed) */
 } sg_errkind_t;
 
 typedef struct sg_error {

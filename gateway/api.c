@@ -124,13 +124,27 @@ static const kspec_t *spec_for(api_t *self, const char *language)
     return best;
 }
 
+/* "running" (idle or busy), "starting", "pausing", "paused", "resuming", "dead". */
+static const char *context_state(const kernel_t *k)
+{
+    kernel_state_t st = kernel_state(k);
+    if ((st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
+        return "running";
+    return kernel_status(k);
+}
+
 static json_t *context_json(api_t *self, kernel_t *k)
 {
     json_t *meta = json_object_get(self->contexts, kernel_id(k));
     const char *lang = json_string_value(json_object_get(meta, "language"));
     const char *cwd = json_string_value(json_object_get(meta, "cwd"));
-    return json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language",
-                     lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user");
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "id", kernel_id(k), "language",
+                          lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
+                          "state", context_state(k));
+    if (kernel_state(k) == KERNEL_PAUSED)
+        json_object_set_new(j, "checkpoint_bytes",
+                            json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));
+    return j;
 }
 
 static kernel_t *create_context(api_t *self, const char *language, const char *cwd,
@@ -192,7 +206,8 @@ typedef struct {
     json_t *agg;     /* JSON mode: the whole answer */
     unsigned status; /* JSON mode: the reply's status */
     bool command;
-    bool context_wait; /* not an execution: POST /contexts waiting for the workspace */
+    bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
+    kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
 } stream_t;
 
 static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)
@@ -683,14 +698,40 @@ static void remove_failed(void *arg)
 }
 
 /* A context's workspace is ready (POST /contexts answers 201 with it), or
- * the context failed before (the error, and the context is removed). */
+ * the context failed before (the error, and the context is removed); a
+ * pause or a resume ended (200 with the context, or the error). */
 static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
 {
     stream_t *s = arg;
-    if (ev != KERNEL_EV_PREPARED && ev != KERNEL_EV_DEAD && ev != KERNEL_EV_GONE)
+    /* A resume that could not restore gives a fresh kernel: RESTARTED. */
+    bool failed = ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE ||
+                  (s->wait_for == KERNEL_EV_READY && ev == KERNEL_EV_RESTARTED);
+    if (ev != s->wait_for && !failed)
         return;
     kernel_unobserve(k, on_context_event, s);
-    if (ev != KERNEL_EV_PREPARED) {
+    if (!failed && err) { /* a pause that failed: the kernel runs on, or was restarted */
+        json_decref(s->agg);
+        s->agg =
+            json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg);
+        s->status = sg_error_http_status(err->kind);
+    } else if (!failed && s->wait_for != KERNEL_EV_PREPARED) {
+        json_decref(s->agg);
+        s->agg = context_json(s->api, k);
+    }
+    if (failed && s->wait_for != KERNEL_EV_PREPARED) {
+        sg_error_t *why = NULL;
+        sg_error_set(&why, SG_E_UNAVAILABLE, "%s",
+                     ev == KERNEL_EV_RESTARTED
+                         ? "the context could not be resumed: it has a fresh kernel and its "
+                           "variables are lost (the log says why)"
+                     : err ? err->msg
+                           : "the context was deleted");
+        json_decref(s->agg);
+        s->agg =
+            json_pack("{s:s, s:s}", "error", sg_error_kind_name(why->kind), "message", why->msg);
+        s->status = sg_error_http_status(why->kind);
+        sg_error_free(&why);
+    } else if (failed) {
         sg_error_t *gone = NULL;
         if (!err)
             sg_error_set(&gone, SG_E_NOTFOUND, "context %s was deleted before it was ready",
@@ -713,6 +754,20 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     stream_unref(s); /* the observer's reference */
 }
 
+/* Suspends the request until k reports ev (on_context_event answers it). */
+static enum MHD_Result wait_event(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                  kernel_event_t ev, unsigned status, void **req_state)
+{
+    stream_t *s = stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
+    s->context_wait = s->json_mode = true;
+    s->wait_for = ev;
+    s->agg = context_json(self, k);
+    s->status = status;
+    kernel_observe(k, on_context_event, s);
+    *req_state = s;
+    return resp_wait(s->out);
+}
+
 /* Answers POST /contexts once k's workspace exists: at once without a
  * launcher, else when the launcher has made it (or failed, or timed out). */
 static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
@@ -720,13 +775,24 @@ static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn,
 {
     if (kernel_prepared(k))
         return http_reply_json(conn, 201, context_json(self, k));
-    stream_t *s = stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
-    s->context_wait = s->json_mode = true;
-    s->agg = context_json(self, k);
-    s->status = 201;
-    kernel_observe(k, on_context_event, s);
-    *req_state = s;
-    return resp_wait(s->out);
+    return wait_event(self, conn, k, KERNEL_EV_PREPARED, 201, req_state);
+}
+
+/* POST /contexts/{id}/pause and /resume: answered when the kernel is paused
+ * (or resumed), with the context, or with why not. */
+static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                    bool pause, void **req_state)
+{
+    sg_error_t *err = NULL;
+    kernel_state_t st = kernel_state(k);
+    if (pause ? st == KERNEL_PAUSED
+              : (st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
+        return http_reply_json(conn, 200, context_json(self, k));
+    if (pause && st == KERNEL_PAUSING)
+        return wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
+    if (pause ? kernel_pause(k, &err) < 0 : kernel_resume(k, &err) < 0)
+        return reply_failed(conn, &err);
+    return wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200, req_state);
 }
 
 static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const char *method,
@@ -777,6 +843,9 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
         forget_context(self, id);
         return reply_status(conn, 204);
     }
+    if ((strcmp(action, "/pause") == 0 || strcmp(action, "/resume") == 0) &&
+        strcmp(method, "POST") == 0)
+        return pause_resume(self, conn, k, action[2] == 'a', req_state);
     if (strcmp(action, "/restart") == 0 && strcmp(method, "POST") == 0) {
         if (kernel_restart(k, &err) < 0)
             return reply_failed(conn, &err);

@@ -388,7 +388,8 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
 {
     hub_t *h = arg;
     switch (ev) {
-    case KERNEL_EV_PREPARED: break;
+    case KERNEL_EV_PREPARED:
+    case KERNEL_EV_PAUSED: break;
     case KERNEL_EV_READY:
         send_early(h);
         fire_waiters(h, NULL);
@@ -484,6 +485,14 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
         zhashx_update(h->routes, jmsg_id(m), c->session);
     }
     kernel_state_t st = kernel_state(h->k);
+    if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
+        /* A paused kernel wakes up for its frontends; the message waits. */
+        if (kernel_resume(h->k, &err) < 0) {
+            log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+            sg_error_free(&err);
+        }
+        st = KERNEL_STARTING;
+    }
     if (st == KERNEL_STARTING) {
         if (h->early_n >= EARLY_MAX) {
             log_warn("channels: kernel %s is starting; too many messages waiting, one dropped",
@@ -680,6 +689,14 @@ void channels_when_ready(channels_t *self, kernel_t *k, channels_ready_fn *fn, v
         fn(err, arg);
         sg_error_free(&err);
         return;
+    }
+    if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
+        sg_error_t *err = NULL;
+        if (kernel_resume(k, &err) < 0) {
+            fn(err, arg);
+            sg_error_free(&err);
+            return;
+        }
     }
     hub_t *h = hub_get(self, k);
     waiter_t *w = xzalloc(sizeof *w);

@@ -71,8 +71,12 @@ static const char usage[] =
     "      --exec-timeout SEC    default execution timeout (300;   [SANDGATE_EXEC_TIMEOUT]\n"
     "                            0: none)\n"
     "      --idle-timeout SEC    shut down sessions idle this long [SANDGATE_IDLE_TIMEOUT]\n"
-    "                            (3600; 0: never)\n"
-    "      --max-kernels N       session kernels at once (64)      [SANDGATE_MAX_KERNELS]\n"
+    "                            (3600; 0: never), paused or not\n"
+    "      --pause-after SEC     pause sessions idle this long to  [SANDGATE_PAUSE_AFTER]\n"
+    "                            disk (600; 0: never); using one\n"
+    "                            resumes it\n"
+    "      --max-kernels N       running session kernels at once   [SANDGATE_MAX_KERNELS]\n"
+    "                            (64; paused ones not counted)\n"
     "      --pool-size N         warm python3 kernels kept ready   [SANDGATE_POOL_SIZE]\n"
     "                            (1)\n"
     "      --preload CODE        code pool kernels run before use  [SANDGATE_PRELOAD]\n"
@@ -117,6 +121,7 @@ enum {
     O_TMP,
     O_EXEC_TIMEOUT,
     O_IDLE_TIMEOUT,
+    O_PAUSE_AFTER,
     O_MAX_KERNELS,
     O_POOL,
     O_PRELOAD,
@@ -161,6 +166,7 @@ static const struct option opts[] = {
     {"tmp-size", required_argument, NULL, O_TMP},
     {"exec-timeout", required_argument, NULL, O_EXEC_TIMEOUT},
     {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
+    {"pause-after", required_argument, NULL, O_PAUSE_AFTER},
     {"max-kernels", required_argument, NULL, O_MAX_KERNELS},
     {"pool-size", required_argument, NULL, O_POOL},
     {"preload", required_argument, NULL, O_PRELOAD},
@@ -331,6 +337,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         if (parse_uint(name, v, 86400 * 7, &n) < 0)
             return -1;
         s->k.cull_idle_ms = (int)(n * 1000);
+        return 0;
+    case O_PAUSE_AFTER:
+        if (parse_uint(name, v, 86400 * 7, &n) < 0)
+            return -1;
+        s->k.pause_after_ms = (int)(n * 1000);
         return 0;
     case O_MAX_KERNELS:
         if (parse_uint(name, v, 100000, &n) < 0)

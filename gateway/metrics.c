@@ -76,8 +76,12 @@ char *metrics_render(const kmgr_t *kmgr)
     header(f, "sandgate_kernels", "gauge", "Session kernels by state.");
     fprintf(f,
             "sandgate_kernels{state=\"starting\"} %zu\nsandgate_kernels{state=\"idle\"} %zu\n"
-            "sandgate_kernels{state=\"busy\"} %zu\nsandgate_kernels{state=\"dead\"} %zu\n",
-            st.starting, st.idle, st.busy, st.dead);
+            "sandgate_kernels{state=\"busy\"} %zu\nsandgate_kernels{state=\"dead\"} %zu\n"
+            "sandgate_kernels{state=\"pausing\"} %zu\nsandgate_kernels{state=\"paused\"} %zu\n",
+            st.starting, st.idle, st.busy, st.dead, st.pausing, st.paused);
+    scalar(f, "sandgate_checkpoint_bytes", "gauge",
+           "Disk held by the checkpoints of paused sessions.",
+           (unsigned long long)st.checkpoint_bytes);
     header(f, "sandgate_pool_kernels", "gauge", "Warm pool kernels by state.");
     fprintf(f, "sandgate_pool_kernels{state=\"ready\"} %zu\n", st.pool_ready);
     fprintf(f, "sandgate_pool_kernels{state=\"starting\"} %zu\n", st.pool_starting);
@@ -111,6 +115,15 @@ char *metrics_render(const kmgr_t *kmgr)
         {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
         {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
         {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},
+        {"sandgate_pauses_total", "Sessions paused to disk.", st.pauses},
+        {"sandgate_pauses_automatic_total", "Pauses started by --pause-after.", st.auto_pauses},
+        {"sandgate_pause_failures_total", "Pauses that failed (the session ran on or restarted).",
+         st.pause_failures},
+        {"sandgate_resumes_total", "Paused sessions resumed.", st.resumes},
+        {"sandgate_pause_milliseconds_total", "Time spent pausing (sum over pauses).",
+         st.pause_ms_total},
+        {"sandgate_resume_milliseconds_total", "Time spent resuming (sum over resumes).",
+         st.resume_ms_total},
         {"sandgate_websocket_connections_total", "Kernel channel WebSockets accepted.",
          metrics.ws_accepted},
         {"sandgate_websocket_protocol_errors_total",

@@ -13,6 +13,9 @@
 #include "proto/jclient.h"
 
 #define PROBE_INTERVAL_MS 250
+/* A resumed kernel answers at once; what it waits for is the iopub
+ * subscription to reach it again, so probe often. */
+#define RESUME_PROBE_INTERVAL_MS 20
 /* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
  * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
  * next to nothing. */
@@ -77,13 +80,22 @@ struct kernel {
     /* heartbeat */
     int hb_timer;
     int64_t hb_sent; /* 0: no ping outstanding */
+
+    /* pause and resume */
+    bool resuming;       /* STARTING from a checkpoint */
+    bool reattaching;    /* ... or reconnecting after a pause that failed */
+    bool resume_wanted;  /* asked for while PAUSING */
+    int64_t pause_began; /* zclock_mono() of the pause or resume under way */
+    int64_t last_pause_ms, last_resume_ms;
+    uint64_t resumes;
+    uint64_t checkpoint_bytes;
 };
 
-static const char *state_names[] = {"starting", "idle", "busy", "dead"};
+static const char *state_names[] = {"starting", "idle", "busy", "dead", "pausing", "paused"};
 
 const char *kernel_state_name(kernel_state_t state)
 {
-    return (unsigned)state <= KERNEL_DEAD ? state_names[state] : "?";
+    return (unsigned)state <= KERNEL_PAUSED ? state_names[state] : "?";
 }
 
 void kernel_opts_defaults(kernel_opts_t *opts)
@@ -391,6 +403,13 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
         tail = &(*tail)->next;
     *tail = e;
     k->last_activity = zclock_mono();
+    if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING) {
+        sg_error_t *rerr = NULL;
+        if (kernel_resume(k, &rerr) < 0) {
+            log_warn("kernel %s: %s", k->id, rerr->msg);
+            sg_error_free(&rerr);
+        }
+    }
     pump(k);
     return e->id;
 }
@@ -411,6 +430,21 @@ static void become_ready(kernel_t *k)
     end_timer(k, &k->start_timer);
     k->state = KERNEL_IDLE;
     k->last_activity = zclock_mono();
+    if (k->resuming) {
+        k->resuming = false;
+        if (k->reattaching) {
+            log_info("kernel %s answers again after the failed pause", k->id);
+        } else {
+            k->last_resume_ms = k->last_activity - k->pause_began;
+            k->resumes++;
+            log_info("kernel %s resumed in %lld ms (sandbox %s)", k->id,
+                     (long long)k->last_resume_ms, sandbox_id(k->sb));
+        }
+        k->reattaching = false;
+        pump(k);
+        emit(k, KERNEL_EV_READY, NULL);
+        return;
+    }
     log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, sandbox_id(k->sb));
     if (k->opts.preload && *k->opts.preload) {
         /* First in line, ahead of anything queued during a restart. */
@@ -689,7 +723,8 @@ static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
         if (k->io[c] == NULL)
             return -1;
     }
-    k->probe_timer = loop_timer(k->loop, PROBE_INTERVAL_MS, 0, on_probe, k);
+    k->probe_timer = loop_timer(k->loop, k->resuming ? RESUME_PROBE_INTERVAL_MS : PROBE_INTERVAL_MS,
+                                0, on_probe, k);
     k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
     on_probe(k->loop, -1, k);
     return 0;
@@ -836,15 +871,20 @@ bool kernel_prepared(const kernel_t *k)
 
 kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const char *sandbox_id, pid_t pid,
-                       const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
-                       sg_error_t **err)
+                       uint64_t checkpoint_bytes, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg, sg_error_t **err)
 {
     kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
     const char *dash = strrchr(sandbox_id, '-');
     k->generation = dash ? atoi(dash + 1) : 1;
-    k->state = KERNEL_STARTING;
+    k->state = pid == 0 ? KERNEL_PAUSED : KERNEL_STARTING;
+    free((char *)k->opts.preload);
     k->opts.preload = NULL; /* it ran in the previous life */
     k->sb = sandbox_adopt(env, sandbox_id, pid, err);
+    if (k->sb && pid == 0) {
+        k->checkpoint_bytes = checkpoint_bytes;
+        return k;
+    }
     if (k->sb == NULL || connect_kernel(k, pid, err) < 0) {
         sg_error_prefix(err, "adopting kernel %s", id);
         disconnect(k);
@@ -869,12 +909,189 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
     return sandbox_signal(k->sb, SIGINT, err);
 }
 
+/* --- pause and resume ----------------------------------------------------------------- */
+
+static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg);
+
+static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->sb != sb || k->state != KERNEL_PAUSING)
+        return;
+    int64_t took = zclock_mono() - k->pause_began;
+    if (err == NULL) {
+        disconnect(k);
+        k->state = KERNEL_PAUSED;
+        k->checkpoint_bytes = bytes;
+        k->last_pause_ms = took;
+        k->published[0] = 0;
+        log_info("kernel %s paused in %lld ms (checkpoint %llu KiB)", k->id, (long long)took,
+                 (unsigned long long)(bytes >> 10));
+        emit(k, KERNEL_EV_PAUSED, NULL);
+        if (!k->freed && k->state == KERNEL_PAUSED && (k->resume_wanted || k->queue)) {
+            sg_error_t *rerr = NULL;
+            if (kernel_resume(k, &rerr) < 0) {
+                log_warn("kernel %s: %s", k->id, rerr->msg);
+                sg_error_free(&rerr);
+            }
+        }
+        return;
+    }
+    k->resume_wanted = false;
+    if (alive) {
+        /* Nothing was lost, but the relay dropped every connection: fresh
+         * sockets, and the kernel is ready again when it answers (a message
+         * sent into a connection being dropped would be lost). */
+        log_warn("kernel %s: pause failed, it runs on: %s", k->id, err->msg);
+        disconnect(k);
+        k->state = KERNEL_STARTING;
+        k->resuming = k->reattaching = true;
+        k->info_replied = k->iopub_seen = false;
+        k->hb_sent = 0;
+        emit(k, KERNEL_EV_PAUSED, err);
+        sg_error_free(&err);
+        if (k->freed)
+            return;
+        k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+        sg_error_t *cerr = NULL;
+        if (connect_kernel(k, sandbox_pid(k->sb), &cerr) < 0) {
+            die(k, cerr);
+            sg_error_free(&cerr);
+        }
+        return;
+    }
+    sg_error_t *lost = NULL;
+    sg_error_set(&lost, err->kind,
+                 "%s; the sandbox did not survive the attempt: the kernel was restarted and its "
+                 "variables are lost",
+                 err->msg);
+    sg_error_free(&err);
+    log_error("kernel %s: %s", k->id, lost->msg);
+    k->state = KERNEL_IDLE;
+    emit(k, KERNEL_EV_PAUSED, lost);
+    sg_error_t *rerr = NULL;
+    if (!k->freed && kernel_restart(k, &rerr) < 0) {
+        log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
+        sg_error_free(&rerr);
+    }
+    sg_error_free(&lost);
+}
+
+int kernel_pause(kernel_t *k, sg_error_t **err)
+{
+    if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING)
+        return 0;
+    if (!sandbox_env_can_pause(k->env))
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions cannot be paused without a sandbox (--sandbox none)");
+    if (k->state != KERNEL_IDLE || k->queue || k->held || k->sb == NULL)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
+                            k->id, kernel_status(k));
+    k->pause_began = zclock_mono();
+    k->state = KERNEL_PAUSING;
+    k->resume_wanted = false;
+    /* Its process is about to end on purpose; the heartbeat would miss it. */
+    end_timer(k, &k->hb_timer);
+    if (k->watched > 0)
+        proc_unwatch(k->watched);
+    k->watched = 0;
+    if (sandbox_pause(k->sb, on_paused, k, err) < 0) {
+        k->state = KERNEL_IDLE;
+        sg_error_t *werr = NULL;
+        if (proc_watch(sandbox_pid(k->sb), on_exit_, k, &werr) == 0)
+            k->watched = sandbox_pid(k->sb);
+        sg_error_free(&werr);
+        k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
+        return -1;
+    }
+    log_info("kernel %s: pausing", k->id);
+    return 0;
+}
+
+static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->sb != sb)
+        return;
+    if (pid < 0) {
+        /* The checkpoint is unusable: a fresh kernel on the same workspace. */
+        sg_error_prefix(&err, "the session could not be resumed; it has a fresh kernel and its "
+                              "variables are lost");
+        log_error("kernel %s: %s", k->id, err->msg);
+        k->resuming = false;
+        end_timer(k, &k->start_timer);
+        fail_all(k, err);
+        sg_error_free(&err);
+        sandbox_remove(k->sb, false);
+        sandbox_free(&k->sb);
+        sg_error_t *lerr = NULL;
+        if (launch(k, &lerr) < 0) {
+            die(k, lerr);
+            sg_error_free(&lerr);
+            return;
+        }
+        emit(k, KERNEL_EV_RESTARTED, NULL);
+        return;
+    }
+    sg_error_t *cerr = NULL;
+    if (connect_kernel(k, pid, &cerr) < 0) {
+        die(k, cerr);
+        sg_error_free(&cerr);
+    }
+}
+
+int kernel_resume(kernel_t *k, sg_error_t **err)
+{
+    if (k->state == KERNEL_PAUSING) {
+        k->resume_wanted = true;
+        return 0;
+    }
+    if (k->state != KERNEL_PAUSED)
+        return 0;
+    k->pause_began = zclock_mono();
+    k->state = KERNEL_STARTING;
+    k->resuming = true;
+    k->info_replied = k->iopub_seen = false;
+    k->hb_sent = 0;
+    k->checkpoint_bytes = 0;
+    k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    if (sandbox_resume(k->sb, on_resumed, k, err) < 0) {
+        end_timer(k, &k->start_timer);
+        k->state = KERNEL_PAUSED;
+        k->resuming = false;
+        return -1;
+    }
+    log_info("kernel %s: resuming", k->id);
+    return 0;
+}
+
+const char *kernel_status(const kernel_t *k)
+{
+    if (k->state == KERNEL_STARTING && k->resuming)
+        return k->reattaching ? "running" : "resuming";
+    if (k->held)
+        return "starting";
+    return kernel_state_name(k->state);
+}
+
+kernel_pause_info_t kernel_pause_info(const kernel_t *k)
+{
+    return (kernel_pause_info_t){
+        .checkpoint_bytes = k->state == KERNEL_PAUSED ? k->checkpoint_bytes : 0,
+        .last_pause_ms = k->last_pause_ms,
+        .last_resume_ms = k->last_resume_ms,
+        .resumes = k->resumes,
+    };
+}
+
 int kernel_restart(kernel_t *k, sg_error_t **err)
 {
     if (k->held)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is still being prepared", k->id);
     log_info("kernel %s: restarting", k->id);
     k->state = KERNEL_STARTING; /* not DEAD: die() below must not fire */
+    k->resuming = k->resume_wanted = k->reattaching = false;
+    k->checkpoint_bytes = 0;
     disconnect(k);
     if (k->sb) {
         sandbox_remove(k->sb, false);
@@ -1033,7 +1250,9 @@ int kernel_send(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
 
 const char *kernel_execution_state(const kernel_t *k)
 {
-    if (k->state == KERNEL_STARTING || k->state == KERNEL_DEAD)
+    if (k->state == KERNEL_PAUSING)
+        return "paused"; /* as good as: a Jupyter client only needs to know it is not running */
+    if (k->state == KERNEL_STARTING || k->state == KERNEL_DEAD || k->state == KERNEL_PAUSED)
         return kernel_state_name(k->state);
     return k->published[0] ? k->published : "idle";
 }

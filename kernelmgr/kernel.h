@@ -19,20 +19,32 @@
 #include "proto/jconn.h"
 #include "proto/jmsg.h"
 
-typedef enum { KERNEL_STARTING, KERNEL_IDLE, KERNEL_BUSY, KERNEL_DEAD } kernel_state_t;
+/* PAUSING: its sandbox is being checkpointed; PAUSED: only the checkpoint
+ * is left (no process).  A resume goes through STARTING again. */
+typedef enum {
+    KERNEL_STARTING,
+    KERNEL_IDLE,
+    KERNEL_BUSY,
+    KERNEL_DEAD,
+    KERNEL_PAUSING,
+    KERNEL_PAUSED
+} kernel_state_t;
 
 typedef struct kernel kernel_t;
 
 /* Lifecycle events: a held kernel was released (PREPARED: its workspace is
  * there), the kernel became ready (err NULL), died or failed to start (err
  * says why, with the kernel's stderr tail), was restarted, or its handle is
- * about to be freed (GONE). */
+ * about to be freed (GONE).  PAUSED ends a pause: err NULL when the kernel
+ * is paused, else why not (it runs on, or — when the attempt cost the
+ * sandbox — RESTARTED follows).  A resumed kernel reports READY again. */
 typedef enum {
     KERNEL_EV_PREPARED,
     KERNEL_EV_READY,
     KERNEL_EV_DEAD,
     KERNEL_EV_RESTARTED,
-    KERNEL_EV_GONE
+    KERNEL_EV_GONE,
+    KERNEL_EV_PAUSED
 } kernel_event_t;
 typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 
@@ -73,11 +85,12 @@ kernel_t *kernel_start(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err);
 /* Reconnects to a kernel whose sandbox (container sandbox_id, process pid)
- * outlived a previous sandgate.  Reports READY when it answers. */
+ * outlived a previous sandgate.  Reports READY when it answers.  pid 0: the
+ * kernel was paused (checkpoint_bytes its size); it stays PAUSED. */
 kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const char *sandbox_id, pid_t pid,
-                       const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
-                       sg_error_t **err);
+                       uint64_t checkpoint_bytes, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg, sg_error_t **err);
 
 /* A held kernel (opts.hold) may start now: PREPARED is reported, then the
  * sandbox starts.  kernel_fail() instead ends it with err (DEAD).  Both do
@@ -101,6 +114,23 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
 void kernel_forget(kernel_t *k, uint64_t exec_id);
 
 int kernel_interrupt(kernel_t *k, sg_error_t **err);
+
+/* Pause: an idle kernel with nothing queued is saved to disk and its sandbox
+ * ends (sandbox_pause); PAUSED reports the outcome.  SG_E_CONFLICT when it
+ * is not idle.  Resume: a paused kernel is restored and reports READY; it
+ * is also resumed by an execution queued on it.  Resuming a running kernel
+ * does nothing; one that cannot be restored gets a fresh kernel (its
+ * variables are lost: queued executions end with that error). */
+int kernel_pause(kernel_t *k, sg_error_t **err);
+int kernel_resume(kernel_t *k, sg_error_t **err);
+/* "starting", "idle", "busy", "dead", "pausing", "paused" or "resuming". */
+const char *kernel_status(const kernel_t *k);
+typedef struct {
+    uint64_t checkpoint_bytes;             /* a paused kernel's checkpoint; 0 otherwise */
+    int64_t last_pause_ms, last_resume_ms; /* durations (0: none yet) */
+    uint64_t resumes;                      /* completed resumes of this handle */
+} kernel_pause_info_t;
+kernel_pause_info_t kernel_pause_info(const kernel_t *k);
 /* A fresh kernel on the same workspace; pending executions end with an
  * error; variables are lost. */
 int kernel_restart(kernel_t *k, sg_error_t **err);

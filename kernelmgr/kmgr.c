@@ -19,7 +19,9 @@ typedef struct entry {
     bool ready; /* has been ready at least once (pool: claimable) */
     kernel_event_fn *ev;
     void *ev_arg;
-    uint64_t opening; /* the launcher prepares the workspace (sandbox_cancel) */
+    uint64_t opening;       /* the launcher prepares the workspace (sandbox_cancel) */
+    int64_t pause_retry_at; /* after a failed automatic pause, not before this */
+    uint64_t resumes;       /* the kernel's resumes counted in the stats */
 } entry_t;
 
 struct kmgr {
@@ -42,6 +44,7 @@ void kmgr_config_defaults(kmgr_config_t *cfg)
         .pool_kernelspec = "python3",
         .pool_preload = NULL,
         .cull_idle_ms = 3600 * 1000,
+        .pause_after_ms = 600 * 1000,
         .max_kernels = 64,
     };
     sandbox_config_defaults(&cfg->sandbox);
@@ -63,11 +66,13 @@ static char *workspace_path(const kmgr_t *m, const char *id)
 static void write_record(kmgr_t *m, entry_t *e)
 {
     kernel_t *k = e->k;
-    json_t *rec =
-        json_pack("{s:s, s:s, s:s, s:I, s:s, s:b, s:s}", "id", kernel_id(k), "kernelspec",
-                  kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
-                  (json_int_t)kernel_pid(k), "workspace", kernel_workspace(k), "pool", e->pool,
-                  "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
+    bool paused = kernel_state(k) == KERNEL_PAUSED;
+    json_t *rec = json_pack(
+        "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I}", "id", kernel_id(k), "kernelspec",
+        kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
+        (json_int_t)(paused ? 0 : kernel_pid(k)), "workspace", kernel_workspace(k), "pool", e->pool,
+        "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", "paused", paused,
+        "checkpoint_bytes", (json_int_t)kernel_pause_info(k).checkpoint_bytes);
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -119,8 +124,23 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
     entry_t *e = arg;
     kmgr_t *m = e->mgr;
     if (ev == KERNEL_EV_READY) {
+        kernel_pause_info_t pi = kernel_pause_info(k);
+        if (pi.resumes > e->resumes) {
+            e->resumes = pi.resumes;
+            m->stats.resumes++;
+            m->stats.resume_ms_total += (uint64_t)pi.last_resume_ms;
+        }
         e->ready = true;
         write_record(m, e);
+    }
+    if (ev == KERNEL_EV_PAUSED) {
+        if (err) {
+            m->stats.pause_failures++;
+        } else {
+            m->stats.pauses++;
+            m->stats.pause_ms_total += (uint64_t)kernel_pause_info(k).last_pause_ms;
+            write_record(m, e);
+        }
     }
     if (e->pool) {
         if (ev == KERNEL_EV_DEAD) {
@@ -214,6 +234,15 @@ static void fill_pool(kmgr_t *m)
 
 /* --- public API ---------------------------------------------------------------- */
 
+/* Session kernels that hold a sandbox: paused ones do not count. */
+static size_t running_count(const kmgr_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += !m->entries[i]->pool && kernel_state(m->entries[i]->k) != KERNEL_PAUSED;
+    return n;
+}
+
 kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err)
 {
@@ -222,7 +251,7 @@ kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_
         sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
         return NULL;
     }
-    if (kmgr_count(m) >= (size_t)m->cfg.max_kernels) {
+    if (running_count(m) >= (size_t)m->cfg.max_kernels) {
         sg_error_set(err, SG_E_LIMIT, "the maximum of %d kernels is running", m->cfg.max_kernels);
         return NULL;
     }
@@ -307,21 +336,54 @@ void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
         case KERNEL_IDLE: out->idle++; break;
         case KERNEL_BUSY: out->busy++; break;
         case KERNEL_DEAD: out->dead++; break;
+        case KERNEL_PAUSING: out->pausing++; break;
+        case KERNEL_PAUSED:
+            out->paused++;
+            out->checkpoint_bytes += kernel_pause_info(e->k).checkpoint_bytes;
+            break;
         }
     }
 }
 
 /* --- culling ------------------------------------------------------------------ */
 
+/* Sessions idle for pause_after_ms pause: not one with a frontend connected
+ * (a notebook open in a browser), not a pool kernel (claiming one should
+ * cost nothing).  A failed pause (say, a full disk) waits as long again. */
+static void pause_idle(kmgr_t *m, int64_t now)
+{
+    if (m->cfg.pause_after_ms <= 0 || !sandbox_env_can_pause(m->env))
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        entry_t *e = m->entries[i];
+        if (e->pool || kernel_state(e->k) != KERNEL_IDLE || kernel_pending(e->k) > 0 ||
+            kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
+            now - kernel_last_activity(e->k) < m->cfg.pause_after_ms)
+            continue;
+        log_info("kmgr: pausing session %s, idle for %lld ms", kernel_id(e->k),
+                 (long long)(now - kernel_last_activity(e->k)));
+        e->pause_retry_at = now + m->cfg.pause_after_ms;
+        sg_error_t *err = NULL;
+        if (kernel_pause(e->k, &err) < 0) {
+            log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
+            sg_error_free(&err);
+            continue;
+        }
+        m->stats.auto_pauses++;
+    }
+}
+
 static void on_tick(loop_t *loop, int timer_id, void *arg)
 {
     kmgr_t *m = arg;
     int64_t now = zclock_mono();
+    pause_idle(m, now);
     for (size_t i = 0; m->cfg.cull_idle_ms > 0 && i < m->n; i++) {
         entry_t *e = m->entries[i];
-        /* Not idle: starting (a slow start is not idleness), running or queued
-         * work, a frontend connected. */
-        if (e->pool || kernel_state(e->k) == KERNEL_STARTING || kernel_pending(e->k) > 0 ||
+        /* Not idle: starting (a slow start is not idleness), pausing, running or
+         * queued work, a frontend connected. */
+        if (e->pool || kernel_state(e->k) == KERNEL_STARTING ||
+            kernel_state(e->k) == KERNEL_PAUSING || kernel_pending(e->k) > 0 ||
             kernel_connections(e->k) > 0 || now - kernel_last_activity(e->k) < m->cfg.cull_idle_ms)
             continue;
         cleanup_free char *id = xstrdup(kernel_id(e->k));
@@ -355,6 +417,36 @@ static bool process_matches(pid_t pid, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
+/* A session paused to disk (or whose sandbox ended while it was being
+ * paused: its checkpoint may be complete) stays paused until it is used. */
+static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, const char *ws,
+                              const char *sbid, uint64_t bytes, bool recorded)
+{
+    entry_t *e = xzalloc(sizeof *e);
+    *e = (entry_t){.mgr = m, .ready = true};
+    sg_error_t *err = NULL;
+    /* Its files stay reachable while it sleeps (after a reboot: mounted again). */
+    if (sandbox_workspace_open(m->env, ws, &err) < 0) {
+        log_error("kmgr: paused session %s: %s", id, err->msg);
+        sg_error_free(&err);
+        free(e);
+        return NULL;
+    }
+    e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, 0, bytes, &m->cfg.kernel,
+                        on_kernel_event, e, &err);
+    if (e->k == NULL) {
+        if (recorded)
+            log_error("kmgr: paused session %s cannot be re-adopted: %s", id, err->msg);
+        sg_error_free(&err);
+        free(e);
+        return NULL;
+    }
+    add_entry(m, e);
+    m->stats.adopted++;
+    log_info("kmgr: re-adopting paused session %s (sandbox %s)", id, sbid);
+    return e->k;
+}
+
 static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
 {
     json_error_t jerr;
@@ -362,6 +454,8 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     const char *id = NULL, *spec_name = NULL, *sbid = NULL, *mode = NULL;
     json_int_t pid = 0;
     int pool = 0;
+    bool paused = json_is_true(json_object_get(rec, "paused"));
+    json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     if (!rec ||
         json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
                     "sandbox_id", &sbid, "pid", &pid, "pool", &pool, "mode", &mode) < 0) {
@@ -376,8 +470,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     cleanup_free char *needle = m->cfg.sandbox.mode == SANDBOX_RUNSC
                                     ? xstrdup(sbid)
                                     : xasprintf("%s/kernels/%s/", m->state_dir, sbid);
-    bool alive = same_mode && process_matches((pid_t)pid, needle);
+    bool alive = !paused && same_mode && process_matches((pid_t)pid, needle);
     sg_error_t *err = NULL;
+    kernel_t *k = NULL;
     if (pool || spec == NULL || !same_mode) {
         /* Pool kernels are cheap to replace; foreign records cannot be served. */
         if (alive || same_mode)
@@ -388,8 +483,8 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
         entry_t *e = xzalloc(sizeof *e);
         *e = (entry_t){.mgr = m};
         if (sandbox_workspace_open(m->env, ws, &err) < 0 ||
-            !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, &m->cfg.kernel,
-                                  on_kernel_event, e, &err))) {
+            !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, 0,
+                                  &m->cfg.kernel, on_kernel_event, e, &err))) {
             log_error("kmgr: cannot re-adopt session %s: %s", id, err->msg);
             sg_error_free(&err);
             free(e);
@@ -401,6 +496,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             m->stats.adopted++;
             log_info("kmgr: re-adopting session %s (sandbox %s, pid %d)", id, sbid, (int)pid);
         }
+    } else if (sandbox_env_can_pause(m->env) &&
+               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused))) {
+        json_array_append_new(live_ids, json_string(sbid));
     } else {
         /* The sandbox is gone but the session's files are not: a fresh kernel. */
         log_warn("kmgr: session %s lost its sandbox while sandgate was down; starting a new "

@@ -3,8 +3,10 @@
  * re-adopt the sandboxes of the previous one.
  *
  * A session is a kernel plus its workspace; the session id is the kernel id
- * (a UUID).  State directory:
- *   sessions/<id>.json   one record per live kernel (written when it is ready)
+ * (a UUID).  A session idle for pause_after_ms is paused (kernel_pause): its
+ * sandbox is saved to disk and ends; using it resumes it.  State directory:
+ *   sessions/<id>.json   one record per kernel (written when it is ready and
+ *                        when it pauses; a paused one is re-adopted paused)
  *   workspaces/<id>/     the session's files (its own filesystem if limited)
  *   kernels/, runsc/, sandbox/   see sandbox.h
  */
@@ -21,15 +23,19 @@ typedef struct {
     int pool_size;               /* warm kernels per pooled kernelspec */
     const char *pool_kernelspec; /* which kernelspec is pooled ("python3") */
     const char *pool_preload;    /* code a pool kernel runs before it is claimable */
-    int cull_idle_ms;            /* shut down sessions idle this long; 0: never */
-    int max_kernels;             /* session kernels at once (the pool not counted) */
+    int cull_idle_ms;            /* shut down sessions idle this long (paused or not); 0: never */
+    int pause_after_ms;          /* pause sessions idle this long; 0: never */
+    int max_kernels;             /* running session kernels at once (not the pool, not paused) */
 } kmgr_config_t;
 
 typedef struct kmgr kmgr_t;
 
 typedef struct {
-    size_t sessions, starting, idle, busy, dead, pool_ready, pool_starting;
+    size_t sessions, starting, idle, busy, dead, pausing, paused, pool_ready, pool_starting;
     uint64_t started, claimed_from_pool, culled, adopted, restarted_after_restart;
+    uint64_t pauses, pause_failures, resumes, auto_pauses;
+    uint64_t pause_ms_total, resume_ms_total; /* sums over pauses and resumes */
+    uint64_t checkpoint_bytes;                /* of the sessions paused now */
 } kmgr_stats_t;
 
 void kmgr_config_defaults(kmgr_config_t *cfg);

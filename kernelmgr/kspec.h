@@ -30,7 +30,8 @@ typedef struct kspecs kspecs_t;
 kspec_t *kspec_load(const char *dir, const char *name, sg_error_t **err);
 void kspec_destroy(kspec_t **self_p);
 
-/* argv with {connection_file} replaced; caller frees with kspec_argv_free. */
+/* argv with {connection_file} replaced, plus sandgate's options for IPython
+ * kernels (kspec.c); caller frees with kspec_argv_free. */
 char **kspec_argv(const kspec_t *self, const char *connection_file);
 void kspec_argv_free(char **argv);
 

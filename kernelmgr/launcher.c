@@ -139,6 +139,22 @@ static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
     free(st);
 }
 
+static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive, void *arg)
+{
+    start_t *st = arg;
+    if (err) {
+        char *msg = xstrdup(err->msg);
+        utf8_scrub(msg);
+        send_reply(st->L, json_pack("{s:I, s:{s:i, s:s}, s:b}", "seq", st->seq, "error", "kind",
+                                    (int)err->kind, "message", msg, "alive", alive));
+        free(msg);
+    } else {
+        reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
+    }
+    sg_error_free(&err);
+    free(st);
+}
+
 static void handle(launcher_t *L, json_t *req)
 {
     json_int_t seq = json_integer_value(json_object_get(req, "seq"));
@@ -212,7 +228,7 @@ static void handle(launcher_t *L, json_t *req)
             sb = sandbox_new(L->env, id, spec, ws, &err);
         } else {
             json_int_t pid = json_integer_value(json_object_get(req, "pid"));
-            if (pid <= 1 || pid > 1 << 22) {
+            if ((pid <= 1 && pid != 0) || pid > 1 << 22) { /* 0: paused */
                 refuse(L, seq, "adopt: not a pid");
                 return;
             }
@@ -267,6 +283,17 @@ static void handle(launcher_t *L, json_t *req)
             return;
         }
         return; /* answered by on_started */
+    }
+    if (strcmp(op, "pause") == 0 || strcmp(op, "resume") == 0) {
+        start_t *st = xzalloc(sizeof *st);
+        *st = (start_t){L, seq};
+        int rc = op[0] == 'p' ? sandbox_pause(sb, on_paused, st, &err)
+                              : sandbox_resume(sb, on_started, st, &err);
+        if (rc < 0) {
+            free(st);
+            fail(L, seq, &err);
+        }
+        return; /* answered by on_paused or on_started */
     }
     if (strcmp(op, "signal") == 0) {
         json_int_t sig = json_integer_value(json_object_get(req, "sig"));

@@ -25,7 +25,11 @@
  *   workspace_close {path, remove}
  *   new     {id, kernelspec, workspace} bundle + connection file -> {conn}
  *   adopt   {id, pid}                   a sandbox left by a previous sandgate -> {conn}
+ *                                       (pid 0: a paused one, whose checkpoint exists)
  *   start   {id}                        runsc run -> {pid} when it runs
+ *   pause   {id}                        runsc checkpoint -> {bytes}, or an error with
+ *                                       "alive": whether the sandbox still runs
+ *   resume  {id}                        runsc restore -> {pid} when it runs
  *   signal  {id, sig}
  *   remove  {id, wait}                  kill and delete (a known or listed id)
  *   free    {id}                        forget the handle; the sandbox keeps running

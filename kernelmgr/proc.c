@@ -116,6 +116,11 @@ static void on_sweep_timer(loop_t *l, int timer_id, void *arg)
 
 #define SWEEP_BACKSTOP_MS 30000
 
+loop_t *proc_loop(void)
+{
+    return loop;
+}
+
 int proc_init(loop_t *l, sg_error_t **err)
 {
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)

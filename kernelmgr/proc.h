@@ -32,6 +32,8 @@ typedef struct {
  * Call once, before spawning and before any other thread starts (loop_signal). */
 int proc_init(loop_t *loop, sg_error_t **err);
 void proc_fini(void);
+/* The loop given to proc_init (for the timers of multi-step operations). */
+loop_t *proc_loop(void);
 
 /* Starts a process.  Returns its pid, or -1 with *err set (exec failures
  * show up as exit status 127 and a line in the output file). */

@@ -53,6 +53,7 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->runsc_root);
     free(self->init);
     free(self->preload);
+    free(self->launcher_py);
     free(self);
     *self_p = NULL;
 }
@@ -180,6 +181,30 @@ int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t
     self->started_cb = cb;
     self->started_arg = arg;
     return self->env->ops->start(self, err);
+}
+
+bool sandbox_env_can_pause(const sandbox_env_t *env)
+{
+    return env->cfg.mode == SANDBOX_RUNSC;
+}
+
+int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err)
+{
+    if (!sandbox_env_can_pause(self->env))
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions cannot be paused without a sandbox (--sandbox none)");
+    self->paused_cb = cb;
+    self->paused_arg = arg;
+    return self->env->ops->pause(self, err);
+}
+
+int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err)
+{
+    if (!sandbox_env_can_pause(self->env))
+        return sg_error_set(err, SG_E_CONFLICT, "nothing to resume without a sandbox");
+    self->started_cb = cb;
+    self->started_arg = arg;
+    return self->env->ops->resume(self, err);
 }
 
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)

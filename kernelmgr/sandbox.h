@@ -84,7 +84,8 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
  * workspace as its home.  Does not start anything. */
 sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
                        const char *workspace, sg_error_t **err);
-/* Re-opens the sandbox of a kernel that outlived a previous sandgate. */
+/* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
+ * a paused one (its checkpoint must exist), for sandbox_resume. */
 sandbox_t *sandbox_adopt(sandbox_env_t *env, const char *id, pid_t pid, sg_error_t **err);
 /* Frees the handle only: the sandbox keeps running. */
 void sandbox_free(sandbox_t **self_p);
@@ -101,6 +102,22 @@ pid_t sandbox_pid(const sandbox_t *self);
  * runs, or pid -1 and err (owned by the callee) when it failed. */
 typedef void(sandbox_started_fn)(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg);
 int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+
+/* Pause and resume (runsc checkpoint / restore; not in mode none).
+ * sandbox_pause saves the running sandbox to kernels/<id>/checkpoint/ and
+ * ends it: no process is left (its workspace stays mounted).  cb is called
+ * once: err NULL and the image's size in bytes, or err with alive telling
+ * whether the sandbox still runs (SG_E_NOSPACE: the disk would not hold the
+ * image, nothing was changed) or was lost in the attempt (runsc kills a
+ * sandbox whose checkpoint fails part-way).
+ * sandbox_resume restores a paused sandbox (also one paused by a previous
+ * sandgate: sandbox_adopt with pid 0) and calls cb like sandbox_start. */
+typedef void(sandbox_paused_fn)(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive,
+                                void *arg);
+int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
+int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+/* Whether sandboxes of env can be paused (runsc, not mode none). */
+bool sandbox_env_can_pause(const sandbox_env_t *env);
 
 /* Delivers sig to the kernel process (runsc kill, or kill(2)); async. */
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);

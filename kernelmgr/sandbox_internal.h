@@ -25,7 +25,8 @@ struct sandbox_env {
     char *state_dir;
     /* Local only (NULL through the launcher, which has its own): */
     char *etc_dir, *rootfs_dir, *runsc_root, *init;
-    char *preload; /* sandgate-preload.so beside init; NULL: none */
+    char *preload;     /* sandgate-preload.so beside init; NULL: none */
+    char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
 };
 
@@ -34,14 +35,19 @@ struct sandbox {
     char *id, *dir, *workspace;
     jconn_t conn;
     pid_t pid;
-    sandbox_started_fn *started_cb; /* set by sandbox_start before ops->start */
+    sandbox_started_fn *started_cb; /* set by sandbox_start/resume before ops->start/resume */
     void *started_arg;
+    sandbox_paused_fn *paused_cb; /* set by sandbox_pause before ops->pause */
+    void *paused_arg;
     /* Local: */
     pid_t pending;                  /* runsc run or state still running for us; 0: none */
     char **plain_argv, **plain_env; /* mode none only */
     /* Through the launcher: */
-    char *kernelspec;   /* what "new" prepares */
-    uint64_t start_seq; /* the launcher's answer to "new" or "start" is awaited; 0: none */
+    char *kernelspec; /* what "new" prepares */
+    uint64_t
+        start_seq; /* the launcher's answer to "new", "start", "pause" or "resume" is awaited */
+    /* Local, pause and resume under way: */
+    struct pausing *pausing;
 };
 
 /* The operations that differ between doing the work here and asking the
@@ -76,6 +82,10 @@ struct sandbox_ops {
     /* sandbox_start: calls sb->started_cb exactly once if it returns 0
      * (perhaps before returning), never if it returns -1. */
     int (*start)(sandbox_t *sb, sg_error_t **err);
+    /* sandbox_pause: calls sb->paused_cb exactly once if it returns 0. */
+    int (*pause)(sandbox_t *sb, sg_error_t **err);
+    /* sandbox_resume: calls sb->started_cb exactly once if it returns 0. */
+    int (*resume)(sandbox_t *sb, sg_error_t **err);
     /* sandbox_signal: delivery is asynchronous. */
     int (*signal)(sandbox_t *sb, int sig, sg_error_t **err);
     /* sandbox_remove, before remove_id: no start under way may create the

@@ -396,6 +396,37 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
     return 0;
 }
 
+static void pause_answered(json_t *reply, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->start_seq = 0;
+    sg_error_t *err = reply_error(reply);
+    if (err) {
+        bool alive = json_is_true(json_object_get(reply, "alive"));
+        sb->paused_cb(sb, 0, err, alive, sb->paused_arg);
+        return;
+    }
+    sb->pid = 0;
+    sb->paused_cb(sb, (uint64_t)json_integer_value(json_object_get(reply, "bytes")), NULL, false,
+                  sb->paused_arg);
+}
+
+/* Checkpoints take as long as the sandbox's memory takes to write: the
+ * kernel bounds them, not the link's timeout (like start). */
+static int link_pause(sandbox_t *sb, sg_error_t **err)
+{
+    sb->start_seq =
+        link_async(json_pack("{s:s, s:s}", "op", "pause", "id", sb->id), false, pause_answered, sb);
+    return 0;
+}
+
+static int link_resume(sandbox_t *sb, sg_error_t **err)
+{
+    sb->start_seq = link_async(json_pack("{s:s, s:s}", "op", "resume", "id", sb->id), false,
+                               start_answered, sb);
+    return 0;
+}
+
 static int link_signal(sandbox_t *sb, int sig, sg_error_t **err)
 {
     link_async(json_pack("{s:s, s:s, s:i}", "op", "signal", "id", sb->id, "sig", sig), false, NULL,
@@ -461,6 +492,8 @@ const sandbox_ops_t sandbox_link_ops = {
     .adopt = link_adopt,
     .release = link_release,
     .start = link_start,
+    .pause = link_pause,
+    .resume = link_resume,
     .signal = link_signal,
     .stop = link_stop,
     .remove_id = link_remove_id,

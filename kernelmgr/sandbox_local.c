@@ -7,11 +7,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -19,6 +23,11 @@
 #include "kernelmgr/proc.h"
 
 #define SANDBOX_IDS "64123:64123" /* SANDBOX_UID:SANDBOX_GID, for mkfs */
+
+/* The kernel's socket prefix inside the sandbox: the abstract namespace,
+ * which is the Sentry's own (per sandbox) and which runsc can checkpoint,
+ * unlike host sockets.  sandgate-init relays /conn/kernel-N to it. */
+#define RELAY_INNER "@sandgate-kernel"
 
 /* mkdir -p, then chmod (mkdir obeys umask). */
 static int make_dir(const char *path, mode_t mode, sg_error_t **err)
@@ -202,7 +211,14 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
         if (slash)
             *slash = 0;
         env->preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
+        env->launcher_py = xasprintf("%s/sandgate-kernel.py", slash ? dir : ".");
         free(dir);
+        if (access(env->launcher_py, R_OK) != 0) {
+            log_warn("sandbox: %s is missing; sessions with forked subprocesses cannot pause",
+                     env->launcher_py);
+            free(env->launcher_py);
+            env->launcher_py = NULL;
+        }
         if (cfg->rootfs || access(env->preload, R_OK) != 0) {
             if (!cfg->rootfs)
                 log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes",
@@ -314,8 +330,18 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     const sandbox_config_t *cfg = &sb->env->cfg;
     char **argv = kspec_argv(spec, "/conn/kernel.json");
     json_t *args = json_pack("[s]", "/sandgate-init");
-    for (char **a = argv; *a; a++)
+    /* `python -m ipykernel_launcher` starts through sandgate-kernel.py
+     * (sandbox_kernel.py says why). */
+    bool ipykernel = sb->env->launcher_py && argv[0] && argv[1] && argv[2] &&
+                     strcmp(argv[1], "-m") == 0 && strcmp(argv[2], "ipykernel_launcher") == 0;
+    for (char **a = argv; *a; a++) {
+        if (ipykernel && a == argv + 1) {
+            json_array_append_new(args, json_string("/sandgate-kernel.py"));
+            a++;
+            continue;
+        }
         json_array_append_new(args, json_string(*a));
+    }
     kspec_argv_free(argv);
 
     json_t *env = json_pack(
@@ -324,6 +350,12 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
     if (sb->env->preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
+    /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
+     * relays the host's sockets in /conn to them (sandbox_init.c). */
+    const int *p = sb->conn.ports;
+    json_array_append_new(env,
+                          json_sprintf("SANDGATE_RELAY=/conn/kernel=" RELAY_INNER ":%d,%d,%d,%d,%d",
+                                       p[0], p[1], p[2], p[3], p[4]));
     const char *k;
     json_t *v;
     json_object_foreach (spec->env, k, v)
@@ -360,6 +392,9 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
                                             json_pack("[s, s, s]", "bind", "ro", "nodev")));
     if (sb->env->preload)
         json_array_append_new(mounts, oci_mount("/sandgate-preload.so", "bind", sb->env->preload,
+                                                json_pack("[s, s, s]", "bind", "ro", "nodev")));
+    if (sb->env->launcher_py)
+        json_array_append_new(mounts, oci_mount("/sandgate-kernel.py", "bind", sb->env->launcher_py,
                                                 json_pack("[s, s, s]", "bind", "ro", "nodev")));
     json_array_append_new(mounts,
                           oci_mount("/home/user", "bind", sb->workspace,
@@ -464,7 +499,7 @@ static int local_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
         goto fail;
     }
     jconn_t inside = sb->conn;
-    strcpy(inside.ip, "/conn/kernel");
+    strcpy(inside.ip, RELAY_INNER);
     if (jconn_write(&inside, connfile, err) < 0)
         goto fail;
     if (chown(connfile, SANDBOX_UID, SANDBOX_GID) < 0) {
@@ -489,11 +524,17 @@ static int local_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err)
     if (strcmp(sb->conn.transport, "ipc") != 0)
         return sg_error_set(err, SG_E_INVALID, "%s: not an ipc connection", record);
     snprintf(sb->conn.ip, sizeof sb->conn.ip, "%s/conn/kernel", sb->dir);
+    cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
+    if (pid == 0 && access(img, R_OK) < 0)
+        return sg_error_errno(err, errno, "paused sandbox %s has no checkpoint", sb->id);
     return 0;
 }
 
+static void pausing_end(sandbox_t *sb);
+
 static void local_release(sandbox_t *sb)
 {
+    pausing_end(sb);
     if (sb->pending > 0)
         proc_unwatch(sb->pending); /* no callback into freed memory */
 }
@@ -621,6 +662,357 @@ static void ignore_done(int status, const char *output, void *arg)
         log_debug("sandbox: %s: %s", (const char *)arg, output);
 }
 
+/* --- pause and resume: runsc checkpoint / restore ------------------------------------
+ * runsc cannot save a sandbox that holds host sockets, and fails by killing
+ * it.  The kernel's own sockets are inside (abstract); only sandgate-init's
+ * relay holds host ones.  A pause therefore (1) tells init to let go of
+ * them (SIGUSR1) and waits for its word (conn/kernel.detached), removes
+ * the socket files, (2) checks
+ * that the disk can hold the image (the sandbox's memory, an upper bound:
+ * runsc compresses it), (3) checkpoints into kernels/<id>/checkpoint/,
+ * (4) deletes the stopped container.  The workspace stays mounted, so the
+ * files API works on a paused session without waking it.  A resume
+ * mounts the workspace if it is not (after a reboot), restores, tells init to listen again
+ * (SIGUSR2), waits for the socket files and reads the new pid (runsc state). */
+
+#define PAUSE_POLL_MS 2
+#define DETACH_TIMEOUT_MS 3000
+#define ATTACH_TIMEOUT_MS 10000
+#define CHECKPOINT_MARGIN (32ull << 20)
+
+typedef enum { P_DETACH, P_CHECKPOINT, P_DELETE, R_RESTORE, R_ATTACH, R_STATE } pause_step_t;
+
+struct pausing {
+    sandbox_t *sb;
+    pause_step_t step;
+    int timer;
+    int waited_ms;
+    pid_t child; /* the runsc command under way; 0: none */
+};
+
+/* STATE/workspaces/<kernel uuid>: the sandbox id is the uuid and "-<generation>". */
+static char *workspace_of(const sandbox_t *sb)
+{
+    return xasprintf("%s/workspaces/%.36s", sb->env->state_dir, sb->id);
+}
+
+static char *image_dir(const sandbox_t *sb)
+{
+    return xasprintf("%s/checkpoint", sb->dir);
+}
+
+static void relay_path(const sandbox_t *sb, int c, struct sockaddr_un *sa)
+{
+    *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+    snprintf(sa->sun_path, sizeof sa->sun_path, "%s/conn/kernel-%d", sb->dir, sb->conn.ports[c]);
+}
+
+/* Whether every host socket of the relay exists: it listens again. */
+static bool relay_attached(const sandbox_t *sb)
+{
+    for (int c = 0; c < JCHAN_COUNT; c++) {
+        struct sockaddr_un sa;
+        relay_path(sb, c, &sa);
+        if (access(sa.sun_path, F_OK) < 0)
+            return false;
+    }
+    return true;
+}
+
+/* Whether the relay has let go of every host socket: it says so with the
+ * file conn/kernel.detached, made last.  (The host cannot tell by the
+ * sockets: runsc's gofer keeps them listening.) */
+static bool relay_detached(const sandbox_t *sb)
+{
+    cleanup_free char *marker = xasprintf("%s/conn/kernel.detached", sb->dir);
+    return access(marker, F_OK) == 0;
+}
+
+/* The relay refused to detach: the number of TCP/UDP sockets open in the
+ * sandbox (0: it did not refuse).  conn/ is the sandbox's to write: the
+ * file is read without following links or blocking, as a number only.  (Code
+ * in the sandbox can forge either file; it only harms its own session.) */
+static int relay_refused(const sandbox_t *sb)
+{
+    cleanup_free char *path = xasprintf("%s/conn/kernel.refused", sb->dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[16] = "";
+    struct stat st;
+    ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    close(fd);
+    unlink(path);
+    int n = got > 0 ? atoi(buf) : 0;
+    return n > 0 ? n : 1;
+}
+
+/* The sandbox cannot remove host socket files (the gofer does not let it
+ * touch them): this side does, so the relay's bind finds the paths free
+ * after a restore. */
+static void relay_unlink(const sandbox_t *sb)
+{
+    for (int c = 0; c < JCHAN_COUNT; c++) {
+        struct sockaddr_un sa;
+        relay_path(sb, c, &sa);
+        unlink(sa.sun_path);
+    }
+    cleanup_free char *marker = xasprintf("%s/conn/kernel.detached", sb->dir);
+    unlink(marker);
+    relay_refused(sb);
+}
+
+static void pausing_end(sandbox_t *sb)
+{
+    struct pausing *p = sb->pausing;
+    if (p == NULL)
+        return;
+    if (p->timer >= 0)
+        loop_timer_end(proc_loop(), p->timer);
+    if (p->child > 0)
+        proc_unwatch(p->child);
+    free(p);
+    sb->pausing = NULL;
+}
+
+static void runsc_signal(sandbox_t *sb, int sig)
+{
+    char signame[16];
+    snprintf(signame, sizeof signame, "%d", sig);
+    const char *cmd[] = {"kill", sb->id, signame, NULL};
+    sg_error_t *err = NULL;
+    if (proc_exec_async(runsc_argv(sb->env, cmd), ignore_done, (void *)"runsc kill", &err) < 0) {
+        log_warn("sandbox %s: %s", sb->id, err->msg);
+        sg_error_free(&err);
+    }
+}
+
+static void pause_failed(sandbox_t *sb, sg_error_t *err)
+{
+    pausing_end(sb);
+    cleanup_free char *img = image_dir(sb);
+    remove_tree(img);
+    bool alive = sb->pid > 0 && (kill(sb->pid, 0) == 0 || errno == EPERM);
+    if (alive)
+        runsc_signal(sb, SIGUSR2); /* listen again */
+    sg_error_prefix(&err, "pausing sandbox %s", sb->id);
+    sb->paused_cb(sb, 0, err, alive, sb->paused_arg);
+}
+
+static int run_step(sandbox_t *sb, const char *const *cmd, proc_done_fn *done, sg_error_t **err)
+{
+    pid_t child = proc_exec_async(runsc_argv(sb->env, cmd), done, sb, err);
+    if (child < 0)
+        return -1;
+    sb->pausing->child = child;
+    return 0;
+}
+
+static void delete_after_checkpoint(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->pausing->child = 0;
+    if (status != 0)
+        log_warn("sandbox %s: runsc delete after checkpoint: %s", sb->id, output);
+    pausing_end(sb);
+    cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
+    struct stat st;
+    uint64_t bytes = stat(img, &st) == 0 ? (uint64_t)st.st_size : 0;
+    sb->pid = 0;
+    sb->paused_cb(sb, bytes, NULL, false, sb->paused_arg);
+}
+
+static void checkpoint_done(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->pausing->child = 0;
+    sg_error_t *err = NULL;
+    if (status != 0) {
+        /* runsc's message ends with a Go stack: its first line says it. */
+        const char *nl = strchr(output, '\n');
+        sg_error_set(&err, strstr(output, "no space left") ? SG_E_NOSPACE : SG_E_UNAVAILABLE,
+                     "runsc checkpoint: %.*s", (int)(nl ? nl - output : (int)strlen(output)),
+                     output);
+        pause_failed(sb, err);
+        return;
+    }
+    const char *cmd[] = {"delete", "-force", sb->id, NULL};
+    if (run_step(sb, cmd, delete_after_checkpoint, &err) < 0)
+        pause_failed(sb, err);
+}
+
+/* The sandbox's memory as its cgroup counts it; 0 when unknown. */
+static uint64_t memory_usage(const sandbox_t *sb)
+{
+    cleanup_free char *path =
+        xasprintf("/sys/fs/cgroup/memory/sandgate/%s/memory.usage_in_bytes", sb->id);
+    FILE *f = fopen(path, "re");
+    unsigned long long v = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+static void checkpoint(sandbox_t *sb)
+{
+    sg_error_t *err = NULL;
+    struct statvfs vfs;
+    uint64_t need = memory_usage(sb) + CHECKPOINT_MARGIN;
+    if (statvfs(sb->dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+        sg_error_set(&err, SG_E_NOSPACE,
+                     "the state directory's disk has %llu MiB free; the checkpoint may need "
+                     "%llu MiB (the sandbox's memory); the session keeps running",
+                     (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20),
+                     (unsigned long long)(need >> 20));
+        pause_failed(sb, err);
+        return;
+    }
+    cleanup_free char *img = image_dir(sb);
+    remove_tree(img);
+    if (make_dir(img, 0700, &err) < 0) {
+        pause_failed(sb, err);
+        return;
+    }
+    sb->pausing->step = P_CHECKPOINT;
+    const char *cmd[] = {"checkpoint", "--image-path", img, sb->id, NULL};
+    if (run_step(sb, cmd, checkpoint_done, &err) < 0)
+        pause_failed(sb, err);
+}
+
+static void on_detach_poll(loop_t *loop, int timer_id, void *arg)
+{
+    sandbox_t *sb = arg;
+    struct pausing *p = sb->pausing;
+    if (relay_detached(sb)) {
+        loop_timer_end(loop, p->timer);
+        p->timer = -1;
+        relay_unlink(sb);
+        checkpoint(sb);
+        return;
+    }
+    sg_error_t *err = NULL;
+    int sockets = relay_refused(sb);
+    if (sockets > 0) {
+        sg_error_set(&err, SG_E_CONFLICT,
+                     "the session has %d TCP/UDP socket%s open (a server started in it?), which "
+                     "a checkpoint cannot keep; close %s to pause it",
+                     sockets, sockets == 1 ? "" : "s", sockets == 1 ? "it" : "them");
+        pause_failed(sb, err);
+        return;
+    }
+    if ((p->waited_ms += PAUSE_POLL_MS) < DETACH_TIMEOUT_MS)
+        return;
+    sg_error_set(&err, SG_E_UNAVAILABLE,
+                 "sandgate-init did not release the kernel's sockets within %d ms",
+                 DETACH_TIMEOUT_MS);
+    pause_failed(sb, err);
+}
+
+static int local_pause(sandbox_t *sb, sg_error_t **err)
+{
+    if (sb->pausing || sb->pid <= 0)
+        return sg_error_set(err, SG_E_CONFLICT, "sandbox %s is not running", sb->id);
+    cleanup_free char *stale = xasprintf("%s/conn/kernel.detached", sb->dir);
+    unlink(stale);
+    relay_refused(sb);
+    sb->pausing = xzalloc(sizeof *sb->pausing);
+    *sb->pausing = (struct pausing){.sb = sb, .step = P_DETACH, .timer = -1};
+    runsc_signal(sb, SIGUSR1);
+    sb->pausing->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_detach_poll, sb);
+    return 0;
+}
+
+static void resume_failed(sandbox_t *sb, sg_error_t *err)
+{
+    pausing_end(sb);
+    sg_error_prefix(&err, "resuming sandbox %s", sb->id);
+    sb->started_cb(sb, -1, err, sb->started_arg);
+}
+
+static void resume_state_done(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    sb->pausing->child = 0;
+    pausing_end(sb);
+    cleanup_free char *img = image_dir(sb);
+    remove_tree(img); /* restored: the image is spent */
+    state_done(status, output, sb);
+}
+
+static void on_attach_poll(loop_t *loop, int timer_id, void *arg)
+{
+    sandbox_t *sb = arg;
+    struct pausing *p = sb->pausing;
+    sg_error_t *err = NULL;
+    if (relay_attached(sb)) {
+        loop_timer_end(loop, p->timer);
+        p->timer = -1;
+        p->step = R_STATE;
+        const char *cmd[] = {"state", sb->id, NULL};
+        if (run_step(sb, cmd, resume_state_done, &err) < 0)
+            resume_failed(sb, err);
+        return;
+    }
+    if ((p->waited_ms += PAUSE_POLL_MS) < ATTACH_TIMEOUT_MS)
+        return;
+    sg_error_set(&err, SG_E_UNAVAILABLE,
+                 "the restored sandbox did not listen on its sockets within %d ms",
+                 ATTACH_TIMEOUT_MS);
+    resume_failed(sb, err);
+}
+
+static void restore_done(int status, const char *output, void *arg)
+{
+    sandbox_t *sb = arg;
+    struct pausing *p = sb->pausing;
+    p->child = 0;
+    if (status != 0) {
+        const char *nl = strchr(output, '\n');
+        sg_error_t *err = NULL;
+        sg_error_set(&err, SG_E_UNAVAILABLE, "runsc restore: %.*s",
+                     (int)(nl ? nl - output : (int)strlen(output)), output);
+        resume_failed(sb, err);
+        return;
+    }
+    p->step = R_ATTACH;
+    runsc_signal(sb, SIGUSR2);
+    p->waited_ms = 0;
+    p->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_attach_poll, sb);
+}
+
+static int local_resume(sandbox_t *sb, sg_error_t **err)
+{
+    cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
+    if (sb->pausing || sb->pid > 0)
+        return sg_error_set(err, SG_E_CONFLICT, "sandbox %s is not paused", sb->id);
+    if (access(img, R_OK) < 0)
+        return sg_error_errno(err, errno, "sandbox %s has no checkpoint (%s)", sb->id, img);
+    if (sb->workspace == NULL)
+        sb->workspace = workspace_of(sb);
+    if (local_workspace_open(sb->env, sb->workspace, err) < 0)
+        return -1;
+    relay_unlink(sb); /* left by a machine that went down (or a failed attach) */
+    cleanup_free char *dir = image_dir(sb);
+    cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
+    /* The same global flags as run: restore needs the sandbox it saved. */
+    const char *cmd[] = {"--platform",     sb->env->cfg.platform,
+                         "--network=none", "--host-uds=create",
+                         "restore",        "-detach",
+                         "-bundle",        bundle,
+                         "--image-path",   dir,
+                         sb->id,           NULL};
+    sb->pausing = xzalloc(sizeof *sb->pausing);
+    *sb->pausing = (struct pausing){.sb = sb, .step = R_RESTORE, .timer = -1};
+    if (run_step(sb, cmd, restore_done, err) < 0) {
+        pausing_end(sb);
+        return -1;
+    }
+    return 0;
+}
+
 static int local_signal(sandbox_t *sb, int sig, sg_error_t **err)
 {
     if (sb->env->cfg.mode == SANDBOX_NONE) {
@@ -681,6 +1073,7 @@ static void local_remove_id(sandbox_env_t *env, const char *id, bool wait)
 
 static void local_stop(sandbox_t *sb)
 {
+    pausing_end(sb);
     if (sb->pending > 0) {
         /* Still starting: stop runsc run first, or it creates the container
          * after the delete (remove_id) has found none. */
@@ -728,6 +1121,8 @@ const sandbox_ops_t sandbox_local_ops = {
     .adopt = local_adopt,
     .release = local_release,
     .start = local_start,
+    .pause = local_pause,
+    .resume = local_resume,
     .signal = local_signal,
     .stop = local_stop,
     .remove_id = local_remove_id,

@@ -236,7 +236,8 @@ try:
     ok(status == 200 and r["exit_code"] == 124 and r["error"]["name"] == "TimeoutError"
        and time.time() - t0 < 30,
        "a command past its timeout ends with exit_code 124 and a TimeoutError", r)
-    lines = d.execute("import os\nprint(sum(b'sleep' in open(f'/proc/{p}/cmdline', 'rb').read()\n"
+    lines = d.execute("import os\nprint(sum(open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0]\n"
+                      "          .endswith(b'sleep')\n"
                       "          for p in os.listdir('/proc') if p.isdigit()))", context_id=cid)
     ok(stdout(lines) == "0\n", "the timed-out command's whole process group is gone", lines)
     lines = d.execute("kept", context_id=cid)

@@ -1,0 +1,212 @@
+"""Pause and resume: a session saved to disk (runsc checkpoint) keeps its
+variables, imports and files through an explicit pause, an automatic one
+(--pause-after), and a pause followed by a restart of sandgate; a paused
+session leaves no process; an execute or a Jupyter client wakes it; a pause
+the disk cannot hold is refused and the session runs on."""
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+from sgd import Daemon, TOKEN, of_type, stdout
+from tap import ok, diag, done
+
+SETUP = ("import json, numpy as np\n"
+         "big = list(range(10**6))\n"
+         "arr = np.arange(1000)\n"
+         "open('notes.txt', 'w').write('kept')\n"
+         "state = {'n': 41}")
+CHECK = ("import os\n"
+         "print(len(big), sum(big) == (10**6 - 1) * 10**6 // 2, int(arr.sum()), "
+         "open('notes.txt').read(), state['n'] + 1, 'np' in dir(), os.getcwd())")
+EXPECTED = "1000000 True 499500 kept 42 True /home/user\n"
+
+
+def runsc_processes(kernel_id):
+    """runsc processes (sandbox, gofer) of a kernel, by its id in their command line."""
+    found = []
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            cmd = open(p, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if kernel_id in cmd and "runsc" in cmd:
+            found.append(cmd[:80])
+    return found
+
+
+def run(d, ctx, code):
+    st, r = d.json("POST", "/execute", {"code": code, "context_id": ctx},
+                   headers={"Accept": "application/json"}, timeout=180)
+    return st, r
+
+
+def wait_state(d, ctx, want, seconds=60):
+    deadline = time.time() + seconds
+    st, c = d.json("GET", "/contexts/" + ctx)
+    while time.time() < deadline and (st != 200 or c.get("state") != want):
+        time.sleep(0.2)
+        st, c = d.json("GET", "/contexts/" + ctx)
+    return c
+
+
+d = Daemon("--pool-size", "0", "--pause-after", "0")
+try:
+    st, ctx = d.json("POST", "/contexts", {})
+    cid = ctx["id"]
+    ok(st == 201 and ctx.get("state") in ("starting", "running"), "a new context has a state",
+       ctx)
+    st, r = run(d, cid, SETUP)
+    ok(st == 200 and r["error"] is None, "the session holds a 10^6-element list, numpy, a file", r)
+    ok(wait_state(d, cid, "running").get("state") == "running", "GET shows it running")
+
+    # --- explicit pause, transparent resume ---------------------------------------
+    t0 = time.time()
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    took = time.time() - t0
+    ok(st == 200 and p.get("state") == "paused" and p.get("checkpoint_bytes", 0) > 0,
+       f"POST /contexts/{{id}}/pause answers 200 when it is paused ({took:.2f} s, "
+       f"{p.get('checkpoint_bytes', 0) >> 20} MiB checkpoint)", p)
+    ok(runsc_processes(cid) == [], "no runsc process is left for the paused session",
+       runsc_processes(cid))
+    st, lst = d.json("GET", "/contexts")
+    ok(any(c["id"] == cid and c["state"] == "paused" for c in lst), "GET /contexts lists it paused")
+    st, p2 = d.json("POST", f"/contexts/{cid}/pause")
+    ok(st == 200 and p2["state"] == "paused", "pausing a paused session is harmless")
+    st, k = d.json("GET", f"/api/kernels/{cid}")
+    ok(st == 200 and k.get("execution_state") == "paused",
+       "the Jupyter kernels API shows execution_state paused", k)
+    st, _, body = d.request("GET", f"/contexts/{cid}/files/notes.txt")
+    ok(st == 200 and body == b"kept", "the files API works on a paused session", (st, body))
+    st, c = d.json("GET", f"/contexts/{cid}")
+    ok(c["state"] == "paused", "without waking it", c)
+    t0 = time.time()
+    st, r = run(d, cid, CHECK)
+    ok(st == 200 and r["stdout"] == EXPECTED,
+       f"an execute resumes it: variables, imports and files intact ({time.time() - t0:.2f} s)", r)
+    ok(wait_state(d, cid, "running").get("state") == "running", "and it is running again")
+
+    # --- explicit resume ------------------------------------------------------------
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    st, r1 = d.json("POST", f"/contexts/{cid}/resume", timeout=120)
+    ok(st == 200 and r1.get("state") == "running", "POST /contexts/{id}/resume answers when it runs",
+       r1)
+    st, r = run(d, cid, CHECK)
+    ok(st == 200 and r["stdout"] == EXPECTED, "state intact after pause + resume", r)
+    st, r2 = d.json("POST", f"/contexts/{cid}/resume")
+    ok(st == 200 and r2["state"] == "running", "resuming a running session is harmless")
+
+    # --- a busy session is not paused; errors ------------------------------------------
+    import threading
+    th = threading.Thread(target=run, args=(d, cid, "import time; time.sleep(3)"))
+    th.start()
+    time.sleep(1.0)
+    st, e = d.json("POST", f"/contexts/{cid}/pause")
+    ok(st == 409 and "idle" in e.get("message", ""), "pausing a busy session: 409", (st, e))
+    th.join()
+    st, e = d.json("POST", "/contexts/00000000-0000-4000-8000-000000000000/pause")
+    ok(st == 404, "pausing an unknown context: 404", (st, e))
+
+    # --- a server in the session: runsc could not save it, so no pause -------------------
+    run(d, cid, "import socket, threading\nsrv = socket.socket()\n"
+                "srv.bind(('127.0.0.1', 8765)); srv.listen()\n"
+                "threading.Thread(target=srv.accept, daemon=True).start()")
+    st, e = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    ok(st == 409 and "socket" in e.get("message", ""),
+       "a session with a listening TCP socket is not paused: 409 says why", (st, e))
+    st, r = run(d, cid, CHECK)
+    ok(st == 200 and r["stdout"] == EXPECTED, "and it runs on with its state", r)
+    run(d, cid, "socket.create_connection(('127.0.0.1', 8765)).close(); srv.close()")
+
+    # --- pause, then restart sandgate ------------------------------------------------
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    ok(st == 200 and p["state"] == "paused", "paused again before a restart")
+    d.restart()
+    st, lst = d.json("GET", "/contexts")
+    ok(st == 200 and any(c["id"] == cid and c["state"] == "paused" for c in lst),
+       "after a restart of sandgate the session is listed, paused", lst)
+    ok(runsc_processes(cid) == [], "and still has no process")
+    st, r = run(d, cid, CHECK)
+    ok(st == 200 and r["stdout"] == EXPECTED, "it resumes on use with everything intact", r)
+
+    # --- metrics ---------------------------------------------------------------------
+    st, _, page = d.request("GET", "/metrics")
+    text = page.decode()
+    ok("sandgate_resumes_total 1\n" in text and "sandgate_pauses_total 0\n" in text
+       and 'sandgate_kernels{state="paused"} 0' in text
+       and "sandgate_resume_milliseconds_total" in text,
+       "/metrics counts this daemon's resumes (one) and pauses (none yet), and paused kernels",
+       [l for l in text.splitlines() if "paus" in l or "resum" in l])
+
+    # --- delete a paused session ---------------------------------------------------------
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    kdirs = glob.glob(f"{d.dir}/kernels/{cid}-*")
+    st, _ = d.json("DELETE", f"/contexts/{cid}")
+    time.sleep(1.0)
+    ok(st == 204 and not any(os.path.exists(k) for k in kdirs),
+       "deleting a paused session removes its checkpoint", kdirs)
+finally:
+    d.stop()
+
+# --- automatic pause --------------------------------------------------------------------
+d = Daemon("--pool-size", "0", "--pause-after", "2")
+try:
+    st, ctx = d.json("POST", "/contexts", {})
+    cid = ctx["id"]
+    st, r = run(d, cid, SETUP)
+    c = wait_state(d, cid, "paused", 60)
+    ok(c.get("state") == "paused", "--pause-after 2: an idle session pauses by itself", c)
+    ok(runsc_processes(cid) == [], "and leaves no process")
+    st, r = run(d, cid, CHECK)
+    ok(st == 200 and r["stdout"] == EXPECTED, "after an automatic pause everything is intact", r)
+    st, _, page = d.request("GET", "/metrics")
+    ok("sandgate_pauses_automatic_total 1" in page.decode(), "/metrics counts automatic pauses")
+finally:
+    d.stop()
+
+# --- a disk that cannot hold the checkpoint -----------------------------------------------
+mnt = tempfile.mkdtemp(prefix="sg-small-", dir="/tmp")
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m,mode=0755", "tmpfs", mnt], check=True)
+try:
+    d = Daemon("--pool-size", "0", "--pause-after", "0", "--workspace-size", "64", parent=mnt)
+    try:
+        st, ctx = d.json("POST", "/contexts", {})
+        cid = ctx["id"]
+        st, r = run(d, cid, SETUP)
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:  # leave 8 MiB
+            f.truncate(0)
+            chunk = b"\0" * (1 << 20)
+            for _ in range(max(0, (free >> 20) - 8)):
+                f.write(chunk)
+        st, e = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+        ok(st == 507 and "free" in e.get("message", ""),
+           "a pause the disk cannot hold: 507 with the reason", (st, e))
+        c = wait_state(d, cid, "running", 30)
+        ok(c.get("state") == "running", "the session runs on", c)
+        st, r = run(d, cid, CHECK)
+        ok(st == 200 and r["stdout"] == EXPECTED, "with its variables", r)
+        os.unlink(filler)
+        st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+        ok(st == 200 and p["state"] == "paused", "with room again it pauses", (st, p))
+        st, _, page = d.request("GET", "/metrics")
+        ok("sandgate_pause_failures_total 1" in page.decode(), "/metrics counts the failed pause")
+    finally:
+        d.stop()
+finally:
+    subprocess.run(["umount", "-l", mnt])
+    os.rmdir(mnt)
+
+# --- without a sandbox there is nothing to pause ---------------------------------------------
+d = Daemon("--sandbox", "none", "--pool-size", "0")
+try:
+    st, ctx = d.json("POST", "/contexts", {})
+    run(d, ctx["id"], "1")
+    st, e = d.json("POST", f"/contexts/{ctx['id']}/pause")
+    ok(st == 409 and "sandbox" in e.get("message", ""), "--sandbox none: pause is 409", (st, e))
+finally:
+    d.stop()
+done()
