@@ -5,7 +5,8 @@ With `--sandbox none` (the kernel's cost is not sandgate's), one client runs
 `1+1` sequentially over one keep-alive connection: --runs executes (>= 400)
 with one session alive, then again after --idle more sessions were started
 and left idle.  For each window it reads the CPU time of every sandgate
-thread (/proc/PID/task/*/schedstat, ns) and counts sandgate's system calls
+thread (/proc/PID/task/*/schedstat, ns, and how many times the threads were
+scheduled in: the wake-ups) and counts sandgate's system calls
 (perf stat on raw_syscalls:sys_enter and a few by name), and reports them
 per execute, with the round trip's median.  The ratio "idle / alone" is the
 signal: an event loop whose cost grows with registered sessions shows it
@@ -13,8 +14,10 @@ here; the two windows alternate (idle sessions started, measured, removed)
 so that a drifting machine biases neither.  Both request formats are measured: the NDJSON stream (POST /execute,
 the E2B protocol) and one JSON document (Accept: application/json).
 
-usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N]
+usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N] [--no-perf]
   SG_BUILDDIR selects the build (default ./build); run as root for perf.
+  perf's tracepoint costs sandgate CPU on every system call: --no-perf
+  measures the CPU without it (bench/zmqfloor -p and without -p match).
 Prints a Markdown table.
 """
 import argparse
@@ -38,15 +41,18 @@ SYSCALLS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "syscalls
 
 
 def cpu_ns(pid):
-    """CPU time of every thread of pid, in ns (schedstat's first field)."""
-    total = 0
+    """CPU time of every thread of pid in ns, and how many times its threads
+    were scheduled in (schedstat's first and third fields)."""
+    total = runs = 0
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
         try:
             with open(path) as f:
-                total += int(f.read().split()[0])
+                fields = f.read().split()
+                total += int(fields[0])
+                runs += int(fields[2])
         except (OSError, ValueError, IndexError):
             pass  # a thread that just ended
-    return total
+    return total, runs
 
 
 class Client:
@@ -67,13 +73,14 @@ class Client:
             raise RuntimeError(f"execute: {r.status} {body[:200]!r}")
 
 
-def measure(d, ctx, runs, as_json):
-    """Runs executes; returns (ms p50, CPU ms per execute, syscalls per execute dict)."""
+def measure(d, ctx, runs, as_json, use_perf):
+    """Runs executes; returns (ms p50, CPU ms per execute, syscalls per execute dict,
+    wake-ups per execute)."""
     c = Client(d.url)
     for _ in range(20):  # warm: the connection, the kernel, sandgate's caches
         c.execute(ctx, as_json)
     perf = None
-    if os.geteuid() == 0:
+    if use_perf and os.geteuid() == 0:
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(SYSCALLS),
                                  "-p", str(d.proc.pid)],
                                 stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -84,7 +91,8 @@ def measure(d, ctx, runs, as_json):
         t = time.perf_counter()
         c.execute(ctx, as_json)
         times.append((time.perf_counter() - t) * 1000)
-    cpu = cpu_ns(d.proc.pid) - c0
+    c1 = cpu_ns(d.proc.pid)
+    cpu, wakeups = c1[0] - c0[0], c1[1] - c0[1]
     counts = {}
     if perf:
         perf.send_signal(2)
@@ -95,7 +103,7 @@ def measure(d, ctx, runs, as_json):
                 name = parts[2].split(":")[-1].replace("sys_enter_", "")
                 counts["all" if name == "sys_enter" else name] = int(parts[0]) / runs
     c.conn.close()
-    return statistics.median(times), cpu / runs / 1e6, counts
+    return statistics.median(times), cpu / runs / 1e6, counts, wakeups / runs
 
 
 def main():
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--idle", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternations of the two windows (medians are shown)")
+    ap.add_argument("--no-perf", action="store_true",
+                    help="no perf stat: its tracepoint adds to the CPU measured")
     a = ap.parse_args()
     d = Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
                "--max-kernels", str(a.idle + 8))
@@ -115,7 +125,8 @@ def main():
 
         def window(label):
             for fmt, as_json in (("NDJSON", False), ("JSON", True)):
-                rows.setdefault((label, fmt), []).append(measure(d, active, a.runs, as_json))
+                rows.setdefault((label, fmt), []).append(measure(d, active, a.runs, as_json,
+                                                                not a.no_perf))
 
         label = f"{a.idle} idle + 1"
         # Alternate the two, so that a machine whose speed drifts (a shared
@@ -139,12 +150,15 @@ def main():
     finally:
         d.stop()
 
+    perf = not a.no_perf and os.geteuid() == 0
     print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
           f"`1+1` sequentially over one keep-alive connection, {a.runs} executes per window, "
-          f"build {os.environ['SG_BUILDDIR']}\n")
+          f"build {os.environ['SG_BUILDDIR']}"
+          f"{'' if perf else ', perf stat not attached'}\n")
     print("| sessions | format | round trip p50 ms | sandgate CPU ms / execute (range) | "
-          "syscalls / execute | epoll_wait | poll | getpid | CPU vs 1 session |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "syscalls / execute | epoll_wait | poll | getpid | wake-ups / execute | "
+          "CPU vs 1 session |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base = {}
     for (label, fmt), ms in rows.items():
         p50 = statistics.median(m[0] for m in ms)
@@ -152,10 +166,11 @@ def main():
         cnt = {k: statistics.median(m[2].get(k, 0) for m in ms) for k in
                ("all", "epoll_wait", "poll", "getpid")}
         base.setdefault(fmt, cpu)
+        wk = statistics.median(m[3] for m in ms)
         lo, hi = min(m[1] for m in ms), max(m[1] for m in ms)
-        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | {cnt['all']:.1f} | "
-              f"{cnt['epoll_wait']:.1f} | {cnt['poll']:.1f} | {cnt['getpid']:.1f} | "
-              f"{cpu / base[fmt]:.2f}x |")
+        sc = [f"{cnt[k]:.1f}" if perf else "-" for k in ("all", "epoll_wait", "poll", "getpid")]
+        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | {' | '.join(sc)} | "
+              f"{wk:.1f} | {cpu / base[fmt]:.2f}x |")
 
 
 if __name__ == "__main__":

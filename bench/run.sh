@@ -29,10 +29,12 @@ py=/usr/bin/python3
 if [ $quick = 1 ]; then
     kernel=(-n 3 -e 30); rest=(--runs 30 --new-runs 3 --preload-runs 2)
     peers=(--quick); levels=1,8; duration=5; stream=(--runs 1); none_levels=1,8
+    floor=(-r 1 -n 500)
     out=bench/results/$date-quick.md; date=$date-quick
 else
     kernel=(-n 20 -e 200); rest=(--runs 200 --new-runs 30 --preload-runs 15)
     peers=(); levels=1,8,32,64; duration=20; stream=(--runs 5); none_levels=1,8,32,64
+    floor=(-r 3)
 fi
 
 section() { printf '\n## %s\n\n' "$1" >>"$out"; echo "bench: $1" >&2; }
@@ -76,6 +78,9 @@ $py bench/wakeups.py --duration "$duration" >>"$out"
 
 section "sandgate's own CPU per execute, alone and with 48 idle sessions (bench/loopcost.py)"
 $py bench/loopcost.py >>"$out"
+
+section "The stack's own floor per execute: libzmq + loopback TCP, nothing else (bench/zmqfloor ${floor[*]})"
+build/bench/zmqfloor "${floor[@]}" >>"$out"
 
 section "Streaming delay and large outputs, gVisor (bench/stream.py ${stream[*]})"
 $py bench/stream.py --sandbox runsc "${stream[@]}" >>"$out"
