@@ -30,11 +30,13 @@ if [ $quick = 1 ]; then
     kernel=(-n 3 -e 30); rest=(--runs 30 --new-runs 3 --preload-runs 2)
     peers=(--quick); levels=1,8; duration=5; stream=(--runs 1); none_levels=1,8
     floor=(-r 1 -n 500)
+    density=(--settle 10 --window 10 --runs 60 --steps 0,8 --max-live 8 --cycles 3 --max-paused 8)
     out=bench/results/$date-quick.md; date=$date-quick
 else
     kernel=(-n 20 -e 200); rest=(--runs 200 --new-runs 30 --preload-runs 15)
     peers=(); levels=1,8,32,64; duration=20; stream=(--runs 5); none_levels=1,8,32,64
     floor=(-r 3)
+    density=()  # up to 200 live and 500 paused sessions: the longest part of the run
 fi
 
 section() { printf '\n## %s\n\n' "$1" >>"$out"; echo "bench: $1" >&2; }
@@ -84,5 +86,9 @@ build/bench/zmqfloor "${floor[@]}" >>"$out"
 
 section "Streaming delay and large outputs, gVisor (bench/stream.py ${stream[*]})"
 $py bench/stream.py --sandbox runsc "${stream[@]}" >>"$out"
+
+section "Density: idle cost, sandboxed vs plain, live and paused sessions (bench/density.py ${density[*]})"
+# Its own title goes, its sections become subsections of this one.
+$py bench/density.py "${density[@]}" | sed -e '1{/^# /d}' -e 's/^##/###/' >>"$out"
 
 echo "bench: wrote $out" >&2
