@@ -231,6 +231,7 @@ static void attach(void)
             pt->listener.fd = -1;
         }
     }
+    unlink(marker); /* attached (the launcher usually removed it already) */
 }
 
 /* TCP and UDP sockets of the sandbox (its loopback), from /proc/net. */
@@ -387,6 +388,26 @@ close:
     close_pair(e->pair);
 }
 
+/* Whether a pair holds bytes it could not write yet. */
+static bool waiting(void)
+{
+    for (struct pair *p = live; p; p = p->next)
+        if (p->to_host.len || p->to_inner.len)
+            return true;
+    return false;
+}
+
+static void retry_writes(void)
+{
+    for (struct pair *p = live, *next; p; p = next) {
+        next = p->next;
+        if (p->to_host.len)
+            relay(&p->host, EPOLLOUT);
+        else if (p->to_inner.len)
+            relay(&p->inner, EPOLLOUT);
+    }
+}
+
 static void forward(pid_t child, int sig)
 {
     if (kill(child, sig) < 0 && errno != ESRCH)
@@ -480,7 +501,11 @@ int main(int argc, char **argv)
 
     for (;;) {
         struct epoll_event evs[64];
-        int n = epoll_wait(epfd, evs, 64, -1);
+        /* runsc (2022-12-19) does not always report a host socket writable
+         * again once it was full: while bytes wait, look every 2 ms. */
+        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : -1);
+        if (n == 0)
+            retry_writes();
         if (n < 0 && errno != EINTR) {
             perror("sandgate-init: epoll_wait");
             n = 0; /* cannot happen with valid arguments; keep reaping */

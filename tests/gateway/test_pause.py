@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+import mcpraw
 from sgd import Daemon, TOKEN, of_type, stdout
 from tap import ok, diag, done
 
@@ -139,6 +140,18 @@ try:
        and "sandgate_resume_milliseconds_total" in text,
        "/metrics counts this daemon's resumes (one) and pauses (none yet), and paused kernels",
        [l for l in text.splitlines() if "paus" in l or "resum" in l])
+
+    # --- an MCP session's kernel, paused, answers its next tool call --------------------
+    st, sid, _ = mcpraw.initialize(d)
+    st, a = mcpraw.call(d, sid, "execute_python", {"code": "mcp_value = 'still here'"})
+    st, lst = d.json("GET", "/contexts")
+    mk = [c["id"] for c in lst if c["id"] != cid]
+    st, p = d.json("POST", f"/contexts/{mk[0]}/pause", timeout=120) if mk else (0, None)
+    ok(st == 200 and p["state"] == "paused", "an MCP session's kernel pauses", (st, p))
+    st, a = mcpraw.call(d, sid, "execute_python", {"code": "print(mcp_value)"}, rid=2)
+    ok(st == 200 and mcpraw.text_of(a).strip() == "still here",
+       "the next execute_python resumes it, variables intact", a)
+    d.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
 
     # --- delete a paused session ---------------------------------------------------------
     st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
