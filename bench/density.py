@@ -328,11 +328,11 @@ def section_idle(a, d, s):
     pids = descendants(roots)
     parent = ppids()
     own = sandgate_pids(d)
-    c0 = {p: cpu_ns(p) for p in pids + own}
+    c0 = {p: cpu_ns(p)[0] for p in pids + own}
     t0 = time.time()
     note(f"idle: measuring {len(pids)} processes for {a.window} s")
     time.sleep(a.window)
-    c1 = {p: cpu_ns(p) for p in pids + own}
+    c1 = {p: cpu_ns(p)[0] for p in pids + own}
     wall = time.time() - t0
     gone = [p for p in pids if not os.path.exists(f"/proc/{p}")]
 

@@ -36,7 +36,11 @@
  *   With TCP or UDP sockets open in the sandbox it refuses instead (runsc
  *   could not save them) and creates "HOST.refused" with their number.
  * SIGUSR2 = attach: listen on HOST-PORT again (the launcher has removed the
- *   files); a port already listening is left alone.
+ *   files); a port already listening is left alone.  A detached relay also
+ *   attaches by itself when "HOST.detached" is removed (it looks every
+ *   10 ms while detached, never otherwise): that is how the launcher lets
+ *   it listen after a restore, without a runsc command on the resume's
+ *   path.
  * Both are idempotent.  Problems go to stderr (the kernel log) with a
  * "sandgate-init: " prefix; one bad connection never ends init.
  *
@@ -122,6 +126,7 @@ static socklen_t make_addr(struct sockaddr_un *a, const char *name, const char *
 
 /* "HOST.detached": exists while the relay is detached (see detach()). */
 static char marker[108];
+static bool detached; /* until attach(): the marker's removal is looked for */
 
 /* HOST=INNER:PORT[,PORT...]; 0 or -1 with a message. */
 static int parse_relay(const char *spec)
@@ -232,6 +237,7 @@ static void attach(void)
         }
     }
     unlink(marker); /* attached (the launcher usually removed it already) */
+    detached = false;
 }
 
 /* TCP and UDP sockets of the sandbox (its loopback), from /proc/net. */
@@ -284,6 +290,7 @@ static void detach(void)
         warn("create", marker, errno);
     else
         close(fd);
+    detached = fd >= 0;
 }
 
 static void accept_one(struct port *pt)
@@ -503,9 +510,11 @@ int main(int argc, char **argv)
         struct epoll_event evs[64];
         /* runsc (2022-12-19) does not always report a host socket writable
          * again once it was full: while bytes wait, look every 2 ms. */
-        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : -1);
+        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : detached ? 10 : -1);
         if (n == 0)
             retry_writes();
+        if (detached && access(marker, F_OK) != 0)
+            attach(); /* the launcher removed the marker: after a restore, or a failed pause */
         if (n < 0 && errno != EINTR) {
             perror("sandgate-init: epoll_wait");
             n = 0; /* cannot happen with valid arguments; keep reaping */

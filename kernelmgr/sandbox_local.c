@@ -680,7 +680,7 @@ static void ignore_done(int status, const char *output, void *arg)
 #define ATTACH_TIMEOUT_MS 10000
 #define CHECKPOINT_MARGIN (32ull << 20)
 
-typedef enum { P_DETACH, P_CHECKPOINT, P_DELETE, R_RESTORE, R_ATTACH, R_STATE } pause_step_t;
+typedef enum { P_DETACH, P_CHECKPOINT, P_DELETE, R_RESTORE, R_ATTACH } pause_step_t;
 
 struct pausing {
     sandbox_t *sb;
@@ -757,9 +757,15 @@ static void relay_unlink(const sandbox_t *sb)
         relay_path(sb, c, &sa);
         unlink(sa.sun_path);
     }
+    relay_refused(sb);
+}
+
+/* Lets a detached relay listen again: it watches for its marker to go
+ * (sandbox_init.c) — no runsc command on a resume's path. */
+static void relay_release(const sandbox_t *sb)
+{
     cleanup_free char *marker = xasprintf("%s/conn/kernel.detached", sb->dir);
     unlink(marker);
-    relay_refused(sb);
 }
 
 static void pausing_end(sandbox_t *sb)
@@ -794,7 +800,7 @@ static void pause_failed(sandbox_t *sb, sg_error_t *err)
     remove_tree(img);
     bool alive = sb->pid > 0 && (kill(sb->pid, 0) == 0 || errno == EPERM);
     if (alive)
-        runsc_signal(sb, SIGUSR2); /* listen again */
+        relay_release(sb); /* listen again */
     sg_error_prefix(&err, "pausing sandbox %s", sb->id);
     sb->paused_cb(sb, 0, err, alive, sb->paused_arg);
 }
@@ -932,28 +938,32 @@ static void resume_failed(sandbox_t *sb, sg_error_t *err)
     sb->started_cb(sb, -1, err, sb->started_arg);
 }
 
-static void resume_state_done(int status, const char *output, void *arg)
-{
-    sandbox_t *sb = arg;
-    sb->pausing->child = 0;
-    pausing_end(sb);
-    cleanup_free char *img = image_dir(sb);
-    remove_tree(img); /* restored: the image is spent */
-    state_done(status, output, sb);
-}
-
 static void on_attach_poll(loop_t *loop, int timer_id, void *arg)
 {
     sandbox_t *sb = arg;
     struct pausing *p = sb->pausing;
     sg_error_t *err = NULL;
     if (relay_attached(sb)) {
-        loop_timer_end(loop, p->timer);
-        p->timer = -1;
-        p->step = R_STATE;
-        const char *cmd[] = {"state", sb->id, NULL};
-        if (run_step(sb, cmd, resume_state_done, &err) < 0)
-            resume_failed(sb, err);
+        /* runsc restore wrote the sandbox's pid (--pid-file). */
+        cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
+        FILE *f = fopen(pidfile, "re");
+        int pid = 0;
+        if (f) {
+            if (fscanf(f, "%d", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        unlink(pidfile);
+        pausing_end(sb);
+        cleanup_free char *img = image_dir(sb);
+        remove_tree(img); /* restored: the image is spent */
+        if (pid <= 0) {
+            sg_error_set(&err, SG_E_UNAVAILABLE, "runsc restore left no pid in %s", pidfile);
+            sb->started_cb(sb, -1, err, sb->started_arg);
+            return;
+        }
+        sb->pid = (pid_t)pid;
+        sb->started_cb(sb, sb->pid, NULL, sb->started_arg);
         return;
     }
     if ((p->waited_ms += PAUSE_POLL_MS) < ATTACH_TIMEOUT_MS)
@@ -978,7 +988,7 @@ static void restore_done(int status, const char *output, void *arg)
         return;
     }
     p->step = R_ATTACH;
-    runsc_signal(sb, SIGUSR2);
+    relay_release(sb);
     p->waited_ms = 0;
     p->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_attach_poll, sb);
 }
@@ -997,10 +1007,13 @@ static int local_resume(sandbox_t *sb, sg_error_t **err)
     relay_unlink(sb); /* left by a machine that went down (or a failed attach) */
     cleanup_free char *dir = image_dir(sb);
     cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
+    cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
+    unlink(pidfile);
     /* The same global flags as run: restore needs the sandbox it saved. */
     const char *cmd[] = {"--platform",     sb->env->cfg.platform,
                          "--network=none", "--host-uds=create",
                          "restore",        "-detach",
+                         "-pid-file",      pidfile,
                          "-bundle",        bundle,
                          "--image-path",   dir,
                          sb->id,           NULL};
