@@ -799,8 +799,10 @@ static void pause_failed(sandbox_t *sb, sg_error_t *err)
     cleanup_free char *img = image_dir(sb);
     remove_tree(img);
     bool alive = sb->pid > 0 && (kill(sb->pid, 0) == 0 || errno == EPERM);
-    if (alive)
-        relay_release(sb); /* listen again */
+    if (alive) { /* listen again: a detached init sees its marker go; a late one gets USR2 */
+        relay_release(sb);
+        runsc_signal(sb, SIGUSR2);
+    }
     sg_error_prefix(&err, "pausing sandbox %s", sb->id);
     sb->paused_cb(sb, 0, err, alive, sb->paused_arg);
 }
