@@ -50,12 +50,16 @@ int main(void)
     char **argv = kspec_argv(py, "/conn/kernel.json");
     is_str(argv[4], "/conn/kernel.json", "{connection_file} substituted");
     is_str(argv[0], "/usr/bin/python3", "other arguments kept");
-    ok(argv[5] == NULL, "argv NULL-terminated");
+    is_str(argv[5], "--HistoryManager.hist_file=:memory:",
+           "an IPython kernel gets sandgate's options after its own: history in memory");
+    is_str(argv[6], "--IPythonKernel._execute_sleep=0", "and no sleep after each execute");
+    ok(argv[7] == NULL, "argv NULL-terminated");
     kspec_argv_free(argv);
     const kspec_t *msg = kspecs_get(ks, "msg");
     ok(msg && msg->interrupt_message, "interrupt_mode message");
     argv = kspec_argv(msg, "/c.json");
     is_str(argv[1], "--conn=/c.json", "substitution inside an argument");
+    ok(argv[2] == NULL, "another kernel gets no extra options");
     kspec_argv_free(argv);
     ok(kspecs_get(ks, "extra") != NULL, "second path searched");
     ok(kspecs_get(ks, "broken") == NULL && kspecs_get(ks, "noargv") == NULL &&
