@@ -12,13 +12,45 @@ same pipe over an abstract Unix socket (the sandbox's own, like the
 kernel's channels) is saved and restored like any other.  Nothing else
 changes: forked children's output still reaches the notebook.
 
+Under the ptrace platform every system call and every hand-off between
+threads is expensive, and ipykernel hands each output message, and each
+flush of stdout/stderr (six per execute, most with nothing to flush), from
+the thread that made it to its IOPub thread and waits.  _direct_iopub()
+sends from the calling thread instead whenever nothing is queued for the
+IOPub thread, under one lock that every send of the IOPub socket holds, so
+messages keep their order and the socket is never used by two threads at
+once; the IOPub thread still runs timed flushes (output streamed while code
+runs) and subprocess output.  Messages, their order and the flush
+guarantees are the same as before.
+
+Two more hand-offs and system calls per execute go the same way:
+_lazy_control_flush() skips the round trip to the control thread that
+ipykernel makes before each shell request ("process the control messages
+that came first") when none came: none is queued or being handled, and the
+control socket has nothing unread (one poll(2) of its descriptor).
+_cached_pid() answers the fork checks of jupyter_client's Session (two per
+message) and of the IOPub thread from a pid kept current across os.fork(),
+not with a getpid(2) each.  _log_level() sets the level of ipykernel's
+logger to that of its handler (traitlets leaves the logger at DEBUG, so
+four log records that nobody prints, each with a getpid(2), were made per
+request).  OutStream.write keeps its own getpid: a loop that
+only prints must still enter the Sentry now and then, or under the ptrace
+platform the threads that flush its output starve (a 64 MiB print loop then
+stalls).
+
 Everything here is guarded: with an ipykernel whose internals differ, the
 kernel runs unchanged (and a pause then fails cleanly before the
 checkpoint: sandgate-init refuses to detach while TCP sockets exist).
 """
 import os
 import runpy
+import select
 import sys
+import threading
+import weakref
+
+_pid = [os.getpid()]  # this process's pid, kept current across os.fork()
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
 def _abstract_pipe():
@@ -60,6 +92,162 @@ def _abstract_pipe():
     thread._setup_pipe_out = _setup_pipe_out
 
 
+def _direct_iopub():
+    try:
+        from ipykernel import iostream
+    except Exception:
+        return
+    thread, out = getattr(iostream, "IOPubThread", None), getattr(iostream, "OutStream", None)
+    need_t = ("__init__", "_handle_event", "_really_send", "_event_pipe", "_is_master_process")
+    need_o = ("flush", "_flush", "_is_master_process")
+    if thread is None or out is None or not all(hasattr(thread, a) for a in need_t) or \
+            not all(hasattr(out, a) for a in need_o):
+        return
+    threads = weakref.WeakSet()
+    orig_init, orig_handle_event = thread.__init__, thread._handle_event
+    orig_flush, orig_flush_now = out.flush, out._flush
+
+    def __init__(self, *args, **kwargs):
+        self._sg_lock = threading.RLock()
+        orig_init(self, *args, **kwargs)
+        threads.add(self)
+
+    def _reset_locks():  # a fork may happen while another thread holds one
+        for t in threads:
+            t._sg_lock = threading.RLock()
+
+    def _handle_event(self, msg):
+        with self._sg_lock:
+            orig_handle_event(self, msg)
+
+    def _live(t):
+        return getattr(t, "_events", None) is not None and t.thread.is_alive() and \
+            _pid[0] == getattr(t, "_master_pid", None)
+
+    def send_multipart(self, *args, **kwargs):
+        if not _live(self):
+            self._really_send(*args, **kwargs)  # as schedule() does with no thread
+            return
+        with self._sg_lock:
+            if not self._events:
+                self._really_send(*args, **kwargs)
+                return
+            self._events.append(lambda: self._really_send(*args, **kwargs))
+            self._event_pipe.send(b"")
+
+    def _flush(self):
+        t = self.pub_thread
+        lock = getattr(t, "_sg_lock", None)
+        if lock is None:
+            return orig_flush_now(self)
+        with lock:
+            return orig_flush_now(self)
+
+    def flush(self):
+        t = self.pub_thread
+        if t is not None and getattr(t, "_sg_lock", None) is not None and _live(t) and \
+                _pid[0] == getattr(self, "_master_pid", None):
+            with t._sg_lock:
+                if not t._events:
+                    self._flush()
+                    return
+        orig_flush(self)
+
+    thread.__init__, thread._handle_event, thread.send_multipart = (__init__, _handle_event,
+                                                                   send_multipart)
+    out.flush, out._flush = flush, _flush
+    os.register_at_fork(after_in_child=_reset_locks)
+
+
+def _lazy_control_flush():
+    try:
+        from ipykernel import kernelbase
+    except Exception:
+        return
+    kernel = getattr(kernelbase, "Kernel", None)
+    if kernel is None or not all(hasattr(kernel, a) for a in (
+            "_flush_control_queue", "dispatch_control", "process_control")):
+        return
+    orig_flush, orig_dispatch, orig_process = (kernel._flush_control_queue,
+                                               kernel.dispatch_control, kernel.process_control)
+
+    def dispatch_control(self, msg):  # control thread: a message arrived
+        self._sg_control_in = getattr(self, "_sg_control_in", 0) + 1
+        return orig_dispatch(self, msg)
+
+    async def process_control(self, msg):
+        try:
+            return await orig_process(self, msg)
+        finally:
+            self._sg_control_done = getattr(self, "_sg_control_done", 0) + 1
+
+    async def _flush_control_queue(self):
+        if getattr(self, "control_thread", None) is not None and \
+                getattr(self, "_sg_control_in", 0) == getattr(self, "_sg_control_done", 0):
+            poller = getattr(self, "_sg_control_poller", None)
+            if poller is None:
+                try:
+                    poller = select.poll()
+                    poller.register(self.control_stream.socket.FD, select.POLLIN)
+                except Exception:
+                    poller = False
+                self._sg_control_poller = poller
+            if poller and not poller.poll(0):
+                return None
+        return await orig_flush(self)
+
+    kernel.dispatch_control, kernel.process_control = dispatch_control, process_control
+    kernel._flush_control_queue = _flush_control_queue
+
+
+def _cached_pid():
+    try:
+        from jupyter_client import session
+        from ipykernel import compiler, iostream
+    except Exception:
+        return
+
+    class _OS:  # a module's `os`, with a getpid that needs no system call
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def getpid():
+            return _pid[0]
+
+    for module in (session, compiler):
+        if getattr(module, "os", None) is os:
+            module.os = _OS()
+    thread = getattr(iostream, "IOPubThread", None)
+    if thread is not None and hasattr(thread, "_is_master_process"):
+        thread._is_master_process = lambda self: _pid[0] == self._master_pid
+
+
+def _log_level():
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+    except Exception:
+        return
+    orig = getattr(IPKernelApp, "get_default_logging_config", None)
+    if orig is None:
+        return
+
+    def get_default_logging_config(self):
+        config = orig(self)
+        try:
+            level = config["handlers"]["console"]["level"]
+            config["loggers"][self.__class__.__name__]["level"] = level
+        except (KeyError, TypeError):
+            pass
+        return config
+
+    IPKernelApp.get_default_logging_config = get_default_logging_config
+
+
 _abstract_pipe()
+_direct_iopub()
+_lazy_control_flush()
+_cached_pid()
+_log_level()
 sys.argv[0] = "ipykernel_launcher"
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)

@@ -173,6 +173,23 @@ static char *default_init(void)
     return (char *)SG_INIT_PATH;
 }
 
+/* sandgate-kernel.py, beside sandgate-init; NULL (and a warning) if missing. */
+static char *launcher_py(const char *init)
+{
+    cleanup_free char *dir = xstrdup(init);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    char *path = xasprintf("%s/sandgate-kernel.py", slash ? dir : ".");
+    if (access(path, R_OK) == 0)
+        return path;
+    log_warn("sandbox: %s is missing; IPython kernels run slower, and sandboxed ones with "
+             "forked subprocesses cannot pause",
+             path);
+    free(path);
+    return NULL;
+}
+
 static int local_env_init(sandbox_env_t *env, sg_error_t **err)
 {
     const sandbox_config_t *cfg = &env->cfg;
@@ -185,6 +202,7 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
     if (make_dir(state_dir, 0711, err) < 0 || make_dir(kernels, 0711, err) < 0 ||
         make_dir(env->runsc_root, 0700, err) < 0)
         goto fail;
+    env->launcher_py = launcher_py(cfg->init ? cfg->init : default_init());
     if (cfg->mode == SANDBOX_RUNSC) {
         if (access(cfg->runsc, X_OK) != 0) {
             sg_error_set(err, SG_E_UNAVAILABLE,
@@ -211,14 +229,7 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
         if (slash)
             *slash = 0;
         env->preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
-        env->launcher_py = xasprintf("%s/sandgate-kernel.py", slash ? dir : ".");
         free(dir);
-        if (access(env->launcher_py, R_OK) != 0) {
-            log_warn("sandbox: %s is missing; sessions with forked subprocesses cannot pause",
-                     env->launcher_py);
-            free(env->launcher_py);
-            env->launcher_py = NULL;
-        }
         if (cfg->rootfs || access(env->preload, R_OK) != 0) {
             if (!cfg->rootfs)
                 log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes",
@@ -325,23 +336,30 @@ static json_t *oci_mount(const char *dest, const char *type, const char *source,
                      "options", options);
 }
 
+/* The kernel's command line; `python -m ipykernel_launcher` becomes
+ * `python LAUNCHER` (sandgate-kernel.py; sandbox_kernel.py says why). */
+static char **kernel_argv(const kspec_t *spec, const char *connfile, const char *launcher)
+{
+    char **argv = kspec_argv(spec, connfile);
+    if (launcher && argv[0] && argv[1] && argv[2] && strcmp(argv[1], "-m") == 0 &&
+        strcmp(argv[2], "ipykernel_launcher") == 0) {
+        free(argv[1]);
+        free(argv[2]);
+        argv[1] = xstrdup(launcher);
+        for (char **a = argv + 2; *a; a++)
+            a[0] = a[1];
+    }
+    return argv;
+}
+
 static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
 {
     const sandbox_config_t *cfg = &sb->env->cfg;
-    char **argv = kspec_argv(spec, "/conn/kernel.json");
+    char **argv =
+        kernel_argv(spec, "/conn/kernel.json", sb->env->launcher_py ? "/sandgate-kernel.py" : NULL);
     json_t *args = json_pack("[s]", "/sandgate-init");
-    /* `python -m ipykernel_launcher` starts through sandgate-kernel.py
-     * (sandbox_kernel.py says why). */
-    bool ipykernel = sb->env->launcher_py && argv[0] && argv[1] && argv[2] &&
-                     strcmp(argv[1], "-m") == 0 && strcmp(argv[2], "ipykernel_launcher") == 0;
-    for (char **a = argv; *a; a++) {
-        if (ipykernel && a == argv + 1) {
-            json_array_append_new(args, json_string("/sandgate-kernel.py"));
-            a++;
-            continue;
-        }
+    for (char **a = argv; *a; a++)
         json_array_append_new(args, json_string(*a));
-    }
     kspec_argv_free(argv);
 
     json_t *env = json_pack(
@@ -489,7 +507,7 @@ static int local_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
     if (sb->env->cfg.mode == SANDBOX_NONE) {
         if (jconn_write(&sb->conn, connfile, err) < 0)
             goto fail;
-        sb->plain_argv = kspec_argv(spec, connfile);
+        sb->plain_argv = kernel_argv(spec, connfile, sb->env->launcher_py);
         sb->plain_env = plain_env(spec, sb->dir);
         return 0;
     }

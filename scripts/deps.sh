@@ -8,9 +8,10 @@ packages=(
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
   # run: the sandbox and the kernels it runs
   runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
-  # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, and the
-  # Notebook server + browser the Jupyter front-end tests drive
-  clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core
+  # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, the
+  # Notebook server + browser the Jupyter front-end tests drive, and strace
+  # (system calls the kernel makes)
+  clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
 )
 # Node.js runs the real client SDKs the tests drive (npm packages).
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
