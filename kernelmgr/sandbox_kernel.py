@@ -23,6 +23,13 @@ once; the IOPub thread still runs timed flushes (output streamed while code
 runs) and subprocess output.  Messages, their order and the flush
 guarantees are the same as before.
 
+What a subprocess writes to the kernel's stdout/stderr descriptors reaches
+the stream through ipykernel's pipe-watching thread; stock ipykernel's slow
+flush usually gave that thread time to catch up before the result was sent,
+but nothing made it.  _ordered_fd_output() makes it so: the watcher reads
+only under a lock, without blocking, and every flush first takes what is
+in the pipe, so output written before a flush is in that flush.
+
 Two more hand-offs and system calls per execute go the same way:
 _lazy_control_flush() skips the round trip to the control thread that
 ipykernel makes before each shell request ("process the control messages
@@ -42,6 +49,7 @@ Everything here is guarded: with an ipykernel whose internals differ, the
 kernel runs unchanged (and a pause then fails cleanly before the
 checkpoint: sandgate-init refuses to detach while TCP sockets exist).
 """
+import codecs
 import os
 import runpy
 import select
@@ -144,6 +152,7 @@ def _direct_iopub():
             return orig_flush_now(self)
 
     def flush(self):
+        _drain_fd(self)
         t = self.pub_thread
         if t is not None and getattr(t, "_sg_lock", None) is not None and _live(t) and \
                 _pid[0] == getattr(self, "_master_pid", None):
@@ -157,6 +166,62 @@ def _direct_iopub():
                                                                    send_multipart)
     out.flush, out._flush = flush, _flush
     os.register_at_fork(after_in_child=_reset_locks)
+
+
+def _drain_fd(stream):
+    """Move what was written to the stream's file descriptor (by a
+    subprocess, or C code) and not yet read into the stream's buffer."""
+    lock = getattr(stream, "_sg_fd_lock", None)
+    if lock is not None and getattr(stream, "_sg_fd_ready", False):
+        with lock:
+            _read_fd(stream)
+
+
+def _read_fd(stream):  # the caller holds stream._sg_fd_lock
+    while True:
+        try:
+            data = os.read(stream._fid, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        stream.write(stream._sg_fd_decoder.decode(data))
+        os.write(stream._original_stdstream_copy, data)
+
+
+def _ordered_fd_output():
+    try:
+        from ipykernel import iostream
+    except Exception:
+        return
+    out = getattr(iostream, "OutStream", None)
+    if out is None or not all(hasattr(out, a) for a in ("_watch_pipe_fd",
+                                                         "_setup_stream_redirects")):
+        return
+    orig_setup = out._setup_stream_redirects
+
+    def _setup_stream_redirects(self, name):
+        self._sg_fd_lock = threading.Lock()
+        self._sg_fd_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return orig_setup(self, name)
+
+    def _watch_pipe_fd(self):
+        try:
+            os.set_blocking(self._fid, False)
+            self._sg_fd_ready = True
+            poller = select.poll()
+            poller.register(self._fid, select.POLLIN)
+            while self._should_watch:
+                poller.poll()
+                with self._sg_fd_lock:
+                    if not _read_fd(self):
+                        return
+        except Exception:
+            self._exc = sys.exc_info()
+
+    out._setup_stream_redirects, out._watch_pipe_fd = _setup_stream_redirects, _watch_pipe_fd
 
 
 def _lazy_control_flush():
@@ -246,6 +311,7 @@ def _log_level():
 
 _abstract_pipe()
 _direct_iopub()
+_ordered_fd_output()
 _lazy_control_flush()
 _cached_pid()
 _log_level()
