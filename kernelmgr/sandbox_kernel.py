@@ -30,7 +30,12 @@ but nothing made it.  _ordered_fd_output() makes it so: the watcher reads
 only under a lock, without blocking, and every flush first takes what is
 in the pipe, so output written before a flush is in that flush.
 
-Two more hand-offs and system calls per execute go the same way:
+Two more hand-offs and system calls per execute go the same way, and a
+third: _direct_replies() sends a reply on a ROUTER socket (shell,
+control) at once when the stream has nothing queued and the call comes from
+the stream's own event loop, instead of queueing it for the loop's next
+turn (a ROUTER send never blocks; nothing in ipykernel waits on a send
+callback).
 _lazy_control_flush() skips the round trip to the control thread that
 ipykernel makes before each shell request ("process the control messages
 that came first") when none came: none is queued or being handled, and the
@@ -265,6 +270,38 @@ def _lazy_control_flush():
     kernel._flush_control_queue = _flush_control_queue
 
 
+def _direct_replies():
+    try:
+        import asyncio
+        import zmq
+        from zmq.eventloop import zmqstream
+    except Exception:
+        return
+    stream = getattr(zmqstream, "ZMQStream", None)
+    if stream is None or not all(hasattr(stream, a) for a in ("send_multipart", "sending",
+                                                              "_send_callback")):
+        return
+    orig_send = stream.send_multipart
+
+    def send_multipart(self, msg, flags=0, copy=True, track=False, callback=None, **kwargs):
+        sock = self.socket
+        if callback is None and not kwargs and self._send_callback is None and \
+                sock is not None and sock.type == zmq.ROUTER and not self.sending():
+            try:
+                on_loop = asyncio.get_running_loop() is self.io_loop.asyncio_loop
+            except (RuntimeError, AttributeError):
+                on_loop = False
+            if on_loop:
+                try:
+                    sock.send_multipart(msg, flags=flags | zmq.NOBLOCK, copy=copy, track=track)
+                    return
+                except zmq.Again:
+                    pass
+        return orig_send(self, msg, flags, copy, track, callback, **kwargs)
+
+    stream.send_multipart = send_multipart
+
+
 def _cached_pid():
     try:
         from jupyter_client import session
@@ -313,6 +350,7 @@ _abstract_pipe()
 _direct_iopub()
 _ordered_fd_output()
 _lazy_control_flush()
+_direct_replies()
 _cached_pid()
 _log_level()
 sys.argv[0] = "ipykernel_launcher"
