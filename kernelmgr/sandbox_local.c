@@ -4,6 +4,7 @@
  * of a daemon without one (--sandbox=none, or not started as root). */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -173,6 +175,119 @@ static char *default_init(void)
     return (char *)SG_INIT_PATH;
 }
 
+/* --- cgroups --------------------------------------------------------------
+ * runsc makes each sandbox's cgroup (cgroupsPath /sandgate/ID, in every
+ * hierarchy) and leaves it behind when the sandbox is deleted, one per
+ * start and per resume; sandgate removes it.  rmdir(2) refuses a cgroup
+ * that still has processes, so a removal can never take a live one. */
+
+typedef void cgroup_fn(const char *mnt, bool v2, const char *opts, void *arg);
+
+static void each_cgroup_mount(cgroup_fn *fn, void *arg)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        const char *sep = strstr(line, " - ");
+        char fstype[32], opts[512], mnt[PATH_MAX];
+        if (sep == NULL || sscanf(sep + 3, "%31s %*s %511s", fstype, opts) != 2 ||
+            sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+            continue;
+        bool v2 = strcmp(fstype, "cgroup2") == 0;
+        if (v2 || strcmp(fstype, "cgroup") == 0)
+            fn(mnt, v2, opts, arg);
+    }
+    free(line);
+    fclose(f);
+}
+
+static void remove_cgroup_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    (void)v2, (void)opts;
+    cleanup_free char *dir = xasprintf("%s/sandgate/%s", mnt, (const char *)arg);
+    rmdir(dir);
+}
+
+static void cgroup_remove(const char *id)
+{
+    each_cgroup_mount(remove_cgroup_in, (void *)id);
+}
+
+/* At start: what deleted sandboxes and a crash left.  Only cgroups made a
+ * minute ago or more: another sandgate on the machine may be starting a
+ * sandbox in a new, still empty one. */
+static void sweep_cgroups_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    (void)v2, (void)opts, (void)arg;
+    cleanup_free char *top = xasprintf("%s/sandgate", mnt);
+    DIR *d = opendir(top);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    time_t old = time(NULL) - 60;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0 ||
+            !S_ISDIR(st.st_mode) || st.st_mtime > old)
+            continue;
+        unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+    }
+    closedir(d);
+}
+
+static bool has_word(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return true;
+    return false;
+}
+
+struct cpu_limit {
+    const char *id;
+    long long quota, period;
+    int written, failed;
+};
+
+static void set_cpu_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    struct cpu_limit *c = arg;
+    char buf[64];
+    cleanup_free char *dir = xasprintf("%s/sandgate/%s", mnt, c->id);
+    if (v2) {
+        cleanup_free char *max = xasprintf("%s/cpu.max", dir);
+        if (access(max, F_OK) < 0)
+            return; /* no cpu controller here */
+        snprintf(buf, sizeof buf, "%lld %lld", c->quota, c->period);
+        write_file(max, buf, NULL) < 0 ? c->failed++ : c->written++;
+        return;
+    }
+    if (!has_word(opts, "cpu"))
+        return;
+    cleanup_free char *period = xasprintf("%s/cpu.cfs_period_us", dir);
+    cleanup_free char *quota = xasprintf("%s/cpu.cfs_quota_us", dir);
+    snprintf(buf, sizeof buf, "%lld", c->period);
+    int r = write_file(period, buf, NULL);
+    snprintf(buf, sizeof buf, "%lld", c->quota);
+    r |= write_file(quota, buf, NULL);
+    r < 0 ? c->failed++ : c->written++;
+}
+
+/* Puts the sandbox's CPU quota in place (restore runs without it). */
+static int cgroup_set_cpu(const char *id, long long quota, long long period, sg_error_t **err)
+{
+    struct cpu_limit c = {.id = id, .quota = quota, .period = period};
+    each_cgroup_mount(set_cpu_in, &c);
+    if (c.written == 0 || c.failed > 0)
+        return sg_error_set(err, SG_E_UNAVAILABLE,
+                            "cannot set the CPU limit of sandbox %s in its cgroup", id);
+    return 0;
+}
+
 /* sandgate-kernel.py, beside sandgate-init; NULL (and a warning) if missing. */
 static char *launcher_py(const char *init)
 {
@@ -211,6 +326,7 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
                          cfg->runsc);
             goto fail;
         }
+        each_cgroup_mount(sweep_cgroups_in, NULL);
         if (build_etc(env->etc_dir, err) < 0 ||
             (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0))
             goto fail;
@@ -705,7 +821,8 @@ struct pausing {
     pause_step_t step;
     int timer;
     int waited_ms;
-    pid_t child; /* the runsc command under way; 0: none */
+    long long cpu_quota, cpu_period; /* to put back after a restore; 0: none */
+    pid_t child;                     /* the runsc command under way; 0: none */
 };
 
 /* STATE/workspaces/<kernel uuid>: the sandbox id is the uuid and "-<generation>". */
@@ -840,6 +957,7 @@ static void delete_after_checkpoint(int status, const char *output, void *arg)
     sb->pausing->child = 0;
     if (status != 0)
         log_warn("sandbox %s: runsc delete after checkpoint: %s", sb->id, output);
+    cgroup_remove(sb->id);
     pausing_end(sb);
     cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
     struct stat st;
@@ -1007,10 +1125,53 @@ static void restore_done(int status, const char *output, void *arg)
         resume_failed(sb, err);
         return;
     }
+    sg_error_t *err = NULL;
+    if (p->cpu_quota > 0 && cgroup_set_cpu(sb->id, p->cpu_quota, p->cpu_period, &err) < 0) {
+        resume_failed(sb, err); /* the kernel is stopped with the error */
+        return;
+    }
     p->step = R_ATTACH;
     relay_release(sb);
     p->waited_ms = 0;
     p->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_attach_poll, sb);
+}
+
+/* The bundle runsc restore reads: the sandbox's own, but without its CPU
+ * quota (restore-bundle/config.json), which *quota and *period get.
+ * Restoring decompresses the whole memory image, and at one CPU that is
+ * half of a resume; the quota goes back on (cgroup_set_cpu) before the
+ * kernel is reached again. */
+static char *restore_bundle(const sandbox_t *sb, long long *quota, long long *period,
+                            sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/bundle/config.json", sb->dir);
+    json_error_t jerr;
+    json_t *config = json_load_file(path, 0, &jerr);
+    if (config == NULL) {
+        sg_error_set(err, SG_E_IO, "cannot read %s: %s", path, jerr.text);
+        return NULL;
+    }
+    json_t *cpu =
+        json_object_get(json_object_get(json_object_get(config, "linux"), "resources"), "cpu");
+    *quota = json_integer_value(json_object_get(cpu, "quota"));
+    *period = json_integer_value(json_object_get(cpu, "period"));
+    if (*quota <= 0 || *period <= 0) {
+        json_decref(config);
+        *quota = *period = 0;
+        return xasprintf("%s/bundle", sb->dir);
+    }
+    json_object_del(cpu, "quota");
+    char *bundle = xasprintf("%s/restore-bundle", sb->dir);
+    cleanup_free char *out = xasprintf("%s/config.json", bundle);
+    int r = make_dir(bundle, 0700, err) < 0 ? -1 : json_dump_file(config, out, JSON_INDENT(2));
+    json_decref(config);
+    if (r < 0) {
+        if (err && *err == NULL)
+            sg_error_set(err, SG_E_IO, "cannot write %s", out);
+        free(bundle);
+        return NULL;
+    }
+    return bundle;
 }
 
 static int local_resume(sandbox_t *sb, sg_error_t **err)
@@ -1026,7 +1187,10 @@ static int local_resume(sandbox_t *sb, sg_error_t **err)
         return -1;
     relay_unlink(sb); /* left by a machine that went down (or a failed attach) */
     cleanup_free char *dir = image_dir(sb);
-    cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
+    long long quota = 0, period = 0;
+    cleanup_free char *bundle = restore_bundle(sb, &quota, &period, err);
+    if (bundle == NULL)
+        return -1;
     cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
     unlink(pidfile);
     /* The same global flags as run: restore needs the sandbox it saved. */
@@ -1038,7 +1202,8 @@ static int local_resume(sandbox_t *sb, sg_error_t **err)
                          "--image-path",   dir,
                          sb->id,           NULL};
     sb->pausing = xzalloc(sizeof *sb->pausing);
-    *sb->pausing = (struct pausing){.sb = sb, .step = R_RESTORE, .timer = -1};
+    *sb->pausing = (struct pausing){
+        .sb = sb, .step = R_RESTORE, .timer = -1, .cpu_quota = quota, .cpu_period = period};
     if (run_step(sb, cmd, restore_done, err) < 0) {
         pausing_end(sb);
         return -1;
@@ -1062,7 +1227,7 @@ static int local_signal(sandbox_t *sb, int sig, sg_error_t **err)
 }
 
 typedef struct {
-    char *dir;
+    char *dir, *id;
 } removal_t;
 
 static void delete_done(int status, const char *output, void *arg)
@@ -1070,8 +1235,10 @@ static void delete_done(int status, const char *output, void *arg)
     removal_t *r = arg;
     if (status != 0)
         log_warn("sandbox: runsc delete failed: %s", output);
+    cgroup_remove(r->id);
     remove_tree(r->dir);
     free(r->dir);
+    free(r->id);
     free(r);
 }
 
@@ -1090,16 +1257,19 @@ static void local_remove_id(sandbox_env_t *env, const char *id, bool wait)
         if (st != 0 && !strstr(out ? out : "", "does not exist"))
             log_warn("sandbox: runsc delete %s: %s", id, err ? err->msg : out);
         sg_error_free(&err);
+        cgroup_remove(id);
         remove_tree(dir);
         return;
     }
     removal_t *r = xzalloc(sizeof *r);
     r->dir = xstrdup(dir);
+    r->id = xstrdup(id);
     sg_error_t *err = NULL;
     if (proc_exec_async(runsc_argv(env, cmd), delete_done, r, &err) < 0) {
         log_warn("sandbox: cannot remove %s: %s", id, err->msg);
         sg_error_free(&err);
         free(r->dir);
+        free(r->id);
         free(r);
     }
 }

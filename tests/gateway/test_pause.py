@@ -38,6 +38,20 @@ def runsc_processes(kernel_id):
     return found
 
 
+def cpu_quotas(cid):
+    """cpu.cfs_quota_us (cgroup v1) or cpu.max's quota (v2) of each live
+    sandbox cgroup of the context."""
+    out = {}
+    for f in glob.glob(f"/sys/fs/cgroup/cpu*/sandgate/{cid}-*/cpu.cfs_quota_us") + \
+            glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*/cpu.max"):
+        with open(os.path.join(os.path.dirname(f), "cgroup.procs")) as p:
+            if not p.read().strip():
+                continue  # an empty one, not the running sandbox's
+        with open(f) as q:
+            out[f] = int(q.read().split()[0])
+    return out
+
+
 def run(d, ctx, code):
     st, r = d.json("POST", "/execute", {"code": code, "context_id": ctx},
                    headers={"Accept": "application/json"}, timeout=180)
@@ -98,6 +112,9 @@ try:
     ok(st == 200 and r["stdout"] == EXPECTED, "state intact after pause + resume", r)
     st, r2 = d.json("POST", f"/contexts/{cid}/resume")
     ok(st == 200 and r2["state"] == "running", "resuming a running session is harmless")
+    quotas = cpu_quotas(cid)
+    ok(quotas and all(q == 100000 for q in quotas.values()),
+       "the resumed sandbox has its CPU limit again (restore runs without it)", quotas)
 
     # --- a busy session is not paused; errors ------------------------------------------
     import threading
@@ -160,6 +177,9 @@ try:
     time.sleep(1.0)
     ok(st == 204 and not any(os.path.exists(k) for k in kdirs),
        "deleting a paused session removes its checkpoint", kdirs)
+    left = glob.glob(f"/sys/fs/cgroup/*/sandgate/{cid}-*") + \
+        glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*")
+    ok(not left, "and no cgroup of any of its sandboxes is left", left)
 finally:
     d.stop()
 
