@@ -15,7 +15,7 @@
 #define PROBE_INTERVAL_MS 250
 /* A resumed kernel answers at once; what it waits for is the iopub
  * subscription to reach it again, so probe often. */
-#define RESUME_PROBE_INTERVAL_MS 20
+#define RESUME_PROBE_INTERVAL_MS 5
 /* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
  * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
  * next to nothing. */

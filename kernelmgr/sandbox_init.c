@@ -38,7 +38,7 @@
  * SIGUSR2 = attach: listen on HOST-PORT again (the launcher has removed the
  *   files); a port already listening is left alone.  A detached relay also
  *   attaches by itself when "HOST.detached" is removed (it looks every
- *   10 ms while detached, never otherwise): that is how the launcher lets
+ *   2 ms while detached, never otherwise): that is how the launcher lets
  *   it listen after a restore, without a runsc command on the resume's
  *   path.
  * Both are idempotent.  Problems go to stderr (the kernel log) with a
@@ -510,7 +510,7 @@ int main(int argc, char **argv)
         struct epoll_event evs[64];
         /* runsc (2022-12-19) does not always report a host socket writable
          * again once it was full: while bytes wait, look every 2 ms. */
-        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : detached ? 10 : -1);
+        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : detached ? 2 : -1);
         if (n == 0)
             retry_writes();
         if (detached && access(marker, F_OK) != 0)
