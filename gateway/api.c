@@ -138,16 +138,16 @@ static json_t *context_json(api_t *self, kernel_t *k)
     json_t *meta = json_object_get(self->contexts, kernel_id(k));
     const char *lang = json_string_value(json_object_get(meta, "language"));
     const char *cwd = json_string_value(json_object_get(meta, "cwd"));
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "id", kernel_id(k), "language",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "id", kernel_id(k), "language",
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
-                          "state", context_state(k));
+                          "state", context_state(k), "internet", kernel_internet(k));
     if (kernel_state(k) == KERNEL_PAUSED)
         json_object_set_new(j, "checkpoint_bytes",
                             json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));
     return j;
 }
 
-static kernel_t *create_context(api_t *self, const char *language, const char *cwd,
+static kernel_t *create_context(api_t *self, const char *language, const char *cwd, bool internet,
                                 sg_error_t **err)
 {
     const kspec_t *spec = spec_for(self, language);
@@ -155,7 +155,13 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
     }
-    kernel_t *k = kmgr_start(self->kmgr, spec->name, NULL, NULL, err);
+    if (internet && !kmgr_has_egress(self->kmgr)) {
+        sg_error_set(err, SG_E_INVALID,
+                     "'internet': this server gives sandboxes no network (its operator has not "
+                     "set --egress-allow)");
+        return NULL;
+    }
+    kernel_t *k = kmgr_start_with(self->kmgr, spec->name, internet, NULL, NULL, err);
     if (k == NULL)
         return NULL;
     json_object_set_new(
@@ -184,7 +190,7 @@ static kernel_t *default_context(api_t *self, const char *language, sg_error_t *
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k)
         return k;
-    k = create_context(self, language, "/home/user", err);
+    k = create_context(self, language, "/home/user", false, err);
     if (k) {
         json_object_set_new(self->defaults, language, json_string(kernel_id(k)));
         record_write(self, kernel_id(k));
@@ -442,7 +448,8 @@ static bool field(json_t *obj, const char *key, json_type type, json_t **out,
     *out = NULL;
     if (v == NULL || json_is_null(v))
         return true;
-    bool good = json_typeof(v) == type || (type == JSON_REAL && json_is_integer(v));
+    bool good = json_typeof(v) == type || (type == JSON_REAL && json_is_integer(v)) ||
+                (type == JSON_TRUE && json_is_boolean(v)); /* JSON_TRUE: any boolean */
     if (!good) {
         static const char *names[] = {"an object", "an array",  "a string",  "an integer",
                                       "a number",  "a boolean", "a boolean", "null"};
@@ -808,13 +815,15 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     }
     if (*rest == 0 && strcmp(method, "POST") == 0) {
         json_t *req = parse_body(conn, body, len, &ret);
-        json_t *lang, *cwd;
+        json_t *lang, *cwd, *internet;
         if (!req)
             return ret;
         if (field(req, "language", JSON_STRING, &lang, conn, &ret) &&
-            field(req, "cwd", JSON_STRING, &cwd, conn, &ret)) {
+            field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
+            field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
             kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
-                                         cwd ? json_string_value(cwd) : "/home/user", &err);
+                                         cwd ? json_string_value(cwd) : "/home/user",
+                                         json_is_true(internet), &err);
             ret = k ? context_created(self, conn, k, req_state) : http_reply_error(conn, err);
         }
         sg_error_free(&err);

@@ -21,6 +21,7 @@
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
 #include "gateway/mcp.h"
+#include "kernelmgr/egress.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/launcher.h"
 #include "kernelmgr/proc.h"
@@ -61,6 +62,16 @@ static const char usage[] =
     "      --platform NAME       runsc platform (default ptrace)   [SANDGATE_PLATFORM]\n"
     "      --rootfs DIR          image directory to use as the     [SANDGATE_ROOTFS]\n"
     "                            sandbox's / (default: host /usr, generated /etc)\n"
+    "      --egress-allow LIST   what sandboxes that ask for the   [SANDGATE_EGRESS_ALLOW]\n"
+    "                            network ({\"internet\": true}) may\n"
+    "                            reach: CIDR[:PORT[-PORT]],... (default\n"
+    "                            empty: no network for anyone); private,\n"
+    "                            loopback, link-local (metadata) and\n"
+    "                            multicast ranges, the host and other\n"
+    "                            sandboxes stay blocked unless an entry\n"
+    "                            lies inside one (docs/security.md)\n"
+    "      --egress-dns IP[,IP]  resolvers those sandboxes use     [SANDGATE_EGRESS_DNS]\n"
+    "                            (port 53; their /etc/resolv.conf)\n"
     "      --memory MIB          memory per sandbox (1024)         [SANDGATE_MEMORY]\n"
     "      --cpus N              CPUs per sandbox (1.0)            [SANDGATE_CPUS]\n"
     "      --processes N         processes per sandbox (64)        [SANDGATE_PROCESSES]\n"
@@ -113,6 +124,8 @@ enum {
     O_SANDBOX = 256,
     O_PLATFORM,
     O_ROOTFS,
+    O_EGRESS_ALLOW,
+    O_EGRESS_DNS,
     O_MEMORY,
     O_CPUS,
     O_PROCESSES,
@@ -158,6 +171,8 @@ static const struct option opts[] = {
     {"sandbox", required_argument, NULL, O_SANDBOX},
     {"platform", required_argument, NULL, O_PLATFORM},
     {"rootfs", required_argument, NULL, O_ROOTFS},
+    {"egress-allow", required_argument, NULL, O_EGRESS_ALLOW},
+    {"egress-dns", required_argument, NULL, O_EGRESS_DNS},
     {"memory", required_argument, NULL, O_MEMORY},
     {"cpus", required_argument, NULL, O_CPUS},
     {"processes", required_argument, NULL, O_PROCESSES},
@@ -295,6 +310,20 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         return 0;
     case O_PLATFORM: s->k.sandbox.platform = v; return 0;
     case O_ROOTFS: s->k.sandbox.rootfs = v; return 0;
+    case O_EGRESS_ALLOW:
+    case O_EGRESS_DNS: {
+        egress_policy_t p;
+        sg_error_t *err = NULL;
+        if ((opt == O_EGRESS_ALLOW ? egress_parse_allow(&p, v, &err)
+                                   : egress_parse_dns(&p, v, &err)) < 0) {
+            fprintf(stderr, "sandgate: %s%s%s\nTry 'sandgate --help'.\n", origin,
+                    *origin ? ": " : "", err->msg);
+            sg_error_free(&err);
+            return -1;
+        }
+        *(opt == O_EGRESS_ALLOW ? &s->k.sandbox.egress_allow : &s->k.sandbox.egress_dns) = v;
+        return 0;
+    }
     case O_MEMORY:
         if (parse_uint(name, v, 1 << 24, &n) < 0 || n < 64)
             return n < 64 ? bad(name, v, "at least 64 (MiB)") : -1;

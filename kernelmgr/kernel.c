@@ -770,7 +770,7 @@ static int launch_now(kernel_t *k, sg_error_t **err)
     snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
     k->holds_slot = true;
     starts_active++;
-    k->sb = sandbox_new(k->env, sbid, k->spec, k->workspace, err);
+    k->sb = sandbox_new(k->env, sbid, k->spec, k->opts.internet, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
         return -1;
@@ -984,6 +984,13 @@ int kernel_pause(kernel_t *k, sg_error_t **err)
     if (!sandbox_env_can_pause(k->env))
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions cannot be paused without a sandbox (--sandbox none)");
+    if (k->opts.internet)
+        /* runsc (2022-12-19) cannot save its network stack with a TCP
+         * connection in it, closed ones in TIME_WAIT included, and a failed
+         * checkpoint ends the sandbox: not worth a session's variables. */
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions with a network (\"internet\": true) cannot be paused: "
+                            "runsc cannot save their TCP connections");
     if (k->state != KERNEL_IDLE || k->queue || k->held || k->sb == NULL)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
                             k->id, kernel_status(k));
@@ -1201,6 +1208,11 @@ const kspec_t *kernel_spec(const kernel_t *k)
 const char *kernel_workspace(const kernel_t *k)
 {
     return k->workspace;
+}
+
+bool kernel_internet(const kernel_t *k)
+{
+    return k->opts.internet;
 }
 
 kernel_state_t kernel_state(const kernel_t *k)

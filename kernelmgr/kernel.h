@@ -54,6 +54,7 @@ typedef struct {
     int interrupt_grace_ms; /* after a timeout's interrupt, before restarting (5000) */
     const char *preload;    /* code run silently once ready, before READY is reported */
     bool hold;              /* start held: nothing runs until kernel_release() (or kernel_fail()) */
+    bool internet;          /* the sandbox gets a network (egress.h) */
 } kernel_opts_t;
 
 typedef struct {
@@ -145,6 +146,7 @@ const char *kernel_sandbox_id(const kernel_t *k);
 pid_t kernel_pid(const kernel_t *k);
 const kspec_t *kernel_spec(const kernel_t *k);
 const char *kernel_workspace(const kernel_t *k);
+bool kernel_internet(const kernel_t *k); /* its sandbox has a network */
 kernel_state_t kernel_state(const kernel_t *k);
 int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
 int kernel_execution_count(const kernel_t *k);

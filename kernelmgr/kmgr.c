@@ -68,11 +68,12 @@ static void write_record(kmgr_t *m, entry_t *e)
     kernel_t *k = e->k;
     bool paused = kernel_state(k) == KERNEL_PAUSED;
     json_t *rec = json_pack(
-        "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I}", "id", kernel_id(k), "kernelspec",
+        "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I, s:b}", "id", kernel_id(k), "kernelspec",
         kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
         (json_int_t)(paused ? 0 : kernel_pid(k)), "workspace", kernel_workspace(k), "pool", e->pool,
         "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", "paused", paused,
-        "checkpoint_bytes", (json_int_t)kernel_pause_info(k).checkpoint_bytes);
+        "checkpoint_bytes", (json_int_t)kernel_pause_info(k).checkpoint_bytes, "internet",
+        kernel_internet(k));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -181,7 +182,7 @@ static void on_workspace(const sg_error_t *err, void *arg)
  * (tens of ms); through the launcher the kernel starts held and is released
  * when the launcher has made it, so nothing on the loop waits for the
  * launcher. */
-static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
+static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool, bool internet,
                         kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     cleanup_free char *ws = workspace_path(m, id);
@@ -195,6 +196,7 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
      * an execution's first run pays for compiling IPython's machinery. */
     opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
     opts.hold = remote;
+    opts.internet = internet;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_workspace_close(m->env, ws, true);
@@ -226,7 +228,7 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     jmsg_uuid(id);
     sg_error_t *err = NULL;
-    if (launch(m, spec, id, true, NULL, NULL, &err) == NULL) {
+    if (launch(m, spec, id, true, false, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel: %s", err->msg);
         sg_error_free(&err);
     }
@@ -246,6 +248,12 @@ static size_t running_count(const kmgr_t *m)
 kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err)
 {
+    return kmgr_start_with(m, name, false, ev, ev_arg, err);
+}
+
+kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, kernel_event_fn *ev,
+                          void *ev_arg, sg_error_t **err)
+{
     const kspec_t *spec = kspecs_get(m->kspecs, name);
     if (spec == NULL) {
         sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
@@ -257,7 +265,8 @@ kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_
     }
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (e->pool && e->ready && kernel_spec(e->k) == spec && kernel_state(e->k) == KERNEL_IDLE) {
+        if (!internet && e->pool && e->ready && kernel_spec(e->k) == spec &&
+            kernel_state(e->k) == KERNEL_IDLE) { /* pool kernels have no network */
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
@@ -270,9 +279,15 @@ kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_
     }
     char id[37];
     jmsg_uuid(id);
-    kernel_t *k = launch(m, spec, id, false, ev, ev_arg, err);
+    kernel_t *k = launch(m, spec, id, false, internet, ev, ev_arg, err);
     fill_pool(m);
     return k;
+}
+
+bool kmgr_has_egress(const kmgr_t *m)
+{
+    const char *a = m->cfg.sandbox.egress_allow;
+    return m->cfg.sandbox.mode == SANDBOX_RUNSC && a && *a;
 }
 
 kernel_t *kmgr_get(kmgr_t *m, const char *id)
@@ -349,15 +364,16 @@ void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
 
 /* Sessions idle for pause_after_ms pause: not one with a frontend connected
  * (a notebook open in a browser), not a pool kernel (claiming one should
- * cost nothing).  A failed pause (say, a full disk) waits as long again. */
+ * cost nothing), not one with a network (kernel_pause says why).  A failed pause (say, a full disk)
+ * waits as long again. */
 static void pause_idle(kmgr_t *m, int64_t now)
 {
     if (m->cfg.pause_after_ms <= 0 || !sandbox_env_can_pause(m->env))
         return;
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (e->pool || kernel_state(e->k) != KERNEL_IDLE || kernel_pending(e->k) > 0 ||
-            kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
+        if (e->pool || kernel_internet(e->k) || kernel_state(e->k) != KERNEL_IDLE ||
+            kernel_pending(e->k) > 0 || kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
             now - kernel_last_activity(e->k) < m->cfg.pause_after_ms)
             continue;
         log_info("kmgr: pausing session %s, idle for %lld ms", kernel_id(e->k),
@@ -420,8 +436,10 @@ static bool process_matches(pid_t pid, const char *needle)
 /* A session paused to disk (or whose sandbox ended while it was being
  * paused: its checkpoint may be complete) stays paused until it is used. */
 static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, const char *ws,
-                              const char *sbid, uint64_t bytes, bool recorded)
+                              const char *sbid, uint64_t bytes, bool recorded, bool internet)
 {
+    kernel_opts_t opts = m->cfg.kernel;
+    opts.internet = internet;
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .ready = true};
     sg_error_t *err = NULL;
@@ -432,8 +450,8 @@ static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, co
         free(e);
         return NULL;
     }
-    e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, 0, bytes, &m->cfg.kernel,
-                        on_kernel_event, e, &err);
+    e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, 0, bytes, &opts, on_kernel_event, e,
+                        &err);
     if (e->k == NULL) {
         if (recorded)
             log_error("kmgr: paused session %s cannot be re-adopted: %s", id, err->msg);
@@ -455,6 +473,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     json_int_t pid = 0;
     int pool = 0;
     bool paused = json_is_true(json_object_get(rec, "paused"));
+    bool internet = json_is_true(json_object_get(rec, "internet"));
+    kernel_opts_t opts = m->cfg.kernel;
+    opts.internet = internet;
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     if (!rec ||
         json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
@@ -483,8 +504,8 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
         entry_t *e = xzalloc(sizeof *e);
         *e = (entry_t){.mgr = m};
         if (sandbox_workspace_open(m->env, ws, &err) < 0 ||
-            !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, 0,
-                                  &m->cfg.kernel, on_kernel_event, e, &err))) {
+            !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, 0, &opts,
+                                  on_kernel_event, e, &err))) {
             log_error("kmgr: cannot re-adopt session %s: %s", id, err->msg);
             sg_error_free(&err);
             free(e);
@@ -497,7 +518,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             log_info("kmgr: re-adopting session %s (sandbox %s, pid %d)", id, sbid, (int)pid);
         }
     } else if (sandbox_env_can_pause(m->env) &&
-               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused))) {
+               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet))) {
         json_array_append_new(live_ids, json_string(sbid));
     } else {
         /* The sandbox is gone but the session's files are not: a fresh kernel. */
@@ -505,7 +526,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                  "kernel (its variables are lost)",
                  id);
         sandbox_remove_id(m->env, sbid, true);
-        if (!launch(m, spec, id, false, NULL, NULL, &err)) {
+        if (!launch(m, spec, id, false, internet, NULL, NULL, &err)) {
             log_error("kmgr: cannot restart session %s: %s", id, err->msg);
             sg_error_free(&err);
             unlink(file);

@@ -54,7 +54,13 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown);
  * kernelspec and SG_E_LIMIT at max_kernels. */
 kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err);
+/* The same, with internet: a new kernel (never from the pool) whose sandbox
+ * has a network (egress.h). */
+kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, kernel_event_fn *ev,
+                          void *ev_arg, sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
+/* Whether sandboxes may have a network here (--egress-allow was given). */
+bool kmgr_has_egress(const kmgr_t *self);
 /* Shuts the session down and removes its workspace. */
 int kmgr_shutdown(kmgr_t *self, const char *id, sg_error_t **err);
 

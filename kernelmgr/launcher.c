@@ -225,7 +225,8 @@ static void handle(launcher_t *L, json_t *req)
                 refuse(L, seq, "new: the workspace is not the sandbox's own");
                 return;
             }
-            sb = sandbox_new(L->env, id, spec, ws, &err);
+            sb = sandbox_new(L->env, id, spec, json_is_true(json_object_get(req, "internet")), ws,
+                             &err);
         } else {
             json_int_t pid = json_integer_value(json_object_get(req, "pid"));
             if ((pid <= 1 && pid != 0) || pid > 1 << 22) { /* 0: paused */

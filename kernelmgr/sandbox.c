@@ -3,6 +3,8 @@
  * sandbox_link.c asks the privileged launcher. */
 #include "kernelmgr/sandbox_internal.h"
 
+#include "kernelmgr/egress.h"
+
 #include "common/xalloc.h"
 
 void sandbox_config_defaults(sandbox_config_t *cfg)
@@ -54,6 +56,10 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->init);
     free(self->preload);
     free(self->launcher_py);
+    if (self->egress) {
+        egress_teardown();
+        free(self->egress);
+    }
     free(self);
     *self_p = NULL;
 }
@@ -114,11 +120,12 @@ static sandbox_t *alloc(sandbox_env_t *env, const char *id)
     return self;
 }
 
-sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
                        const char *workspace, sg_error_t **err)
 {
     sandbox_t *self = alloc(env, id);
     self->workspace = xstrdup(workspace);
+    self->internet = internet;
     if (env->ops->prepare(self, spec, err) < 0)
         sandbox_free(&self);
     return self;

@@ -48,6 +48,8 @@ typedef struct {
     uint64_t workspace_bytes; /* size of each workspace filesystem; 0: no limit */
     uint64_t tmp_bytes;       /* size of the /tmp tmpfs */
     const char *init;         /* sandgate-init binary; NULL: the installed one */
+    const char *egress_allow; /* --egress-allow (egress.h); NULL or "": no network for anyone */
+    const char *egress_dns;   /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
 } sandbox_config_t;
 
 /* Documented defaults (see sandgate --help). */
@@ -81,8 +83,9 @@ void sandbox_cancel(uint64_t request);
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with
- * workspace as its home.  Does not start anything. */
-sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+ * workspace as its home; with internet, its network too (egress.h; an
+ * error when the operator allows none).  Does not start anything. */
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
                        const char *workspace, sg_error_t **err);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
  * a paused one (its checkpoint must exist), for sandbox_resume. */

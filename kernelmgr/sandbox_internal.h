@@ -15,6 +15,7 @@
 #ifndef SG_SANDBOX_INTERNAL_H
 #define SG_SANDBOX_INTERNAL_H
 
+#include "kernelmgr/egress.h"
 #include "kernelmgr/sandbox.h"
 
 typedef struct sandbox_ops sandbox_ops_t;
@@ -28,11 +29,13 @@ struct sandbox_env {
     char *preload;     /* sandgate-preload.so beside init; NULL: none */
     char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
+    egress_policy_t *egress;                /* --egress-allow given; NULL: no network at all */
 };
 
 struct sandbox {
     sandbox_env_t *env;
     char *id, *dir, *workspace;
+    bool internet; /* has a network (egress.h): asked for at new, found on disk at adopt */
     jconn_t conn;
     pid_t pid;
     sandbox_started_fn *started_cb; /* set by sandbox_start/resume before ops->start/resume */

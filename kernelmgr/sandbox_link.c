@@ -390,9 +390,10 @@ static void start_answered(json_t *reply, void *arg)
 /* "new", then "start" from its answer (new_answered, start_answered). */
 static int link_start(sandbox_t *sb, sg_error_t **err)
 {
-    sb->start_seq = link_async(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", sb->id,
-                                         "kernelspec", sb->kernelspec, "workspace", sb->workspace),
-                               true, new_answered, sb);
+    sb->start_seq =
+        link_async(json_pack("{s:s, s:s, s:s, s:s, s:b}", "op", "new", "id", sb->id, "kernelspec",
+                             sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet),
+                   true, new_answered, sb);
     return 0;
 }
 

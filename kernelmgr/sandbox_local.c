@@ -305,9 +305,64 @@ static char *launcher_py(const char *init)
     return NULL;
 }
 
+/* --egress-allow: the policy, and the host's side of it (egress.h). */
+static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err)
+{
+    const sandbox_config_t *cfg = &env->cfg;
+    if ((cfg->egress_allow == NULL || !*cfg->egress_allow))
+        return 0;
+    egress_policy_t *p = xzalloc(sizeof *p);
+    if (egress_parse_allow(p, cfg->egress_allow, err) < 0 ||
+        egress_parse_dns(p, cfg->egress_dns, err) < 0) {
+        free(p);
+        return -1;
+    }
+    if (egress_setup(p, kernels, err) < 0) {
+        free(p);
+        return -1;
+    }
+    env->egress = p;
+    log_info("egress: sandboxes that ask for it reach %s (DNS: %s)", cfg->egress_allow,
+             cfg->egress_dns && *cfg->egress_dns ? cfg->egress_dns : "none");
+    return 0;
+}
+
+/* The sandboxes' /etc/resolv.conf and the hosts line of nsswitch.conf:
+ * --egress-dns's resolvers, or none. */
+static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
+{
+    const char *dns = env->cfg.egress_dns && env->egress ? env->cfg.egress_dns : "";
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (const char *s = dns; *s;) {
+        size_t n = strcspn(s, ",");
+        if (n)
+            fprintf(f, "nameserver %.*s\n", (int)n, s);
+        s += n + (s[n] == ',');
+    }
+    fclose(f);
+    cleanup_free char *resolv = xasprintf("%s/resolv.conf", env->etc_dir);
+    cleanup_free char *nss = xasprintf("%s/nsswitch.conf", env->etc_dir);
+    int r = write_file(resolv, text, err);
+    if (r == 0)
+        r = write_file(nss,
+                       *text ? "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
+                               "networks: files\nprotocols: files\nservices: files\n"
+                             : "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
+                               "networks: files\nprotocols: files\nservices: files\n",
+                       err);
+    free(text);
+    return r;
+}
+
 static int local_env_init(sandbox_env_t *env, sg_error_t **err)
 {
     const sandbox_config_t *cfg = &env->cfg;
+    if (cfg->mode == SANDBOX_NONE && cfg->egress_allow && *cfg->egress_allow)
+        return sg_error_set(err, SG_E_INVALID,
+                            "--egress-allow needs sandboxes (--sandbox runsc): plain kernels "
+                            "have the host's network");
     const char *state_dir = env->state_dir;
     env->etc_dir = xasprintf("%s/sandbox/etc", state_dir);
     env->rootfs_dir =
@@ -327,7 +382,9 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
             goto fail;
         }
         each_cgroup_mount(sweep_cgroups_in, NULL);
-        if (build_etc(env->etc_dir, err) < 0 ||
+        if (egress_init(env, kernels, err) < 0)
+            goto fail;
+        if (build_etc(env->etc_dir, err) < 0 || write_resolver(env, err) < 0 ||
             (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0))
             goto fail;
         env->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
@@ -557,6 +614,13 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         (json_int_t)cfg->pids, "namespaces", "type", "pid", "type", "ipc", "type", "uts", "type",
         "mount", "type", "network", "maskedPaths", "/proc/kcore", "/proc/keys", "/proc/timer_list",
         "/sys/firmware", "readonlyPaths", "/proc/sys", "/proc/sysrq-trigger");
+    if (sb->internet) { /* its own namespace, made by egress_sandbox_up */
+        size_t i;
+        json_t *ns;
+        json_array_foreach (json_object_get(linux_, "namespaces"), i, ns)
+            if (strcmp(json_string_value(json_object_get(ns, "type")), "network") == 0)
+                json_object_set_new(ns, "path", json_sprintf("/var/run/netns/sandgate-%s", sb->id));
+    }
     return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process",
                      process, "root", "path", sb->env->rootfs_dir, "readonly", 1, "hostname",
                      "sandbox", "mounts", mounts, "linux", linux_);
@@ -640,11 +704,24 @@ static int local_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
         sg_error_errno(err, errno, "chown %s", connfile);
         goto fail;
     }
+    if (sb->internet) {
+        if (sb->env->egress == NULL) {
+            sg_error_set(err, SG_E_INVALID,
+                         "this server gives sandboxes no network (start it with --egress-allow)");
+            goto fail;
+        }
+        char *ns = egress_sandbox_up(sb->id, sb->dir, err);
+        if (ns == NULL)
+            goto fail;
+        free(ns);
+    }
     if (make_dir(bundle, 0700, err) < 0 || write_bundle(sb, spec, bundle, err) < 0)
         goto fail;
     return 0;
 fail:
     sg_error_prefix(err, "preparing sandbox %s", sb->id);
+    if (sb->internet)
+        egress_sandbox_down(sb->id, sb->dir);
     remove_tree(sb->dir);
     return -1;
 }
@@ -661,6 +738,10 @@ static int local_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err)
     cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
     if (pid == 0 && access(img, R_OK) < 0)
         return sg_error_errno(err, errno, "paused sandbox %s has no checkpoint", sb->id);
+    sb->internet = egress_sandbox_has(sb->dir);
+    if (sb->internet && sb->env->egress == NULL)
+        log_warn("sandbox %s has a network, but --egress-allow is empty now: it reaches nothing",
+                 sb->id);
     return 0;
 }
 
@@ -691,7 +772,7 @@ static char *local_log_tail(const sandbox_t *sb, size_t max)
 /* runsc's global flags, then the command's. */
 static const char **runsc_argv(const sandbox_env_t *env, const char *const *cmd)
 {
-    static const char *argv[32];
+    static const char *argv[40];
     size_t n = 0;
     argv[n++] = env->cfg.runsc;
     argv[n++] = "--root";
@@ -699,6 +780,34 @@ static const char **runsc_argv(const sandbox_env_t *env, const char *const *cmd)
     for (; *cmd && n < 31; cmd++)
         argv[n++] = *cmd;
     argv[n] = NULL;
+    return argv;
+}
+
+/* runsc run or restore of a sandbox with a network (--network=sandbox).
+ * runsc 2022-12-19 takes the namespace it is given for the host's own when
+ * /proc/sys/net/core/rmem_default exists in it, and refuses ("cannot run
+ * with network enabled in root network namespace"); newer Linux (6.x)
+ * shows that file in every namespace.  So runsc starts in a mount
+ * namespace of its own where /proc/sys/net is an empty read-only tmpfs:
+ * nothing else of it reads /proc/sys/net. */
+static const char **runsc_net_argv(const sandbox_env_t *env, bool internet, const char *const *cmd)
+{
+    const char **argv = runsc_argv(env, cmd);
+    if (!internet)
+        return argv;
+    static const char *const wrap[] = {
+        "/usr/bin/unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        "mount -t tmpfs -o ro,size=4k sandgate-no-sysctl /proc/sys/net && exec \"$0\" \"$@\""};
+    size_t w = sizeof wrap / sizeof *wrap, n = 0;
+    while (argv[n])
+        n++;
+    memmove(argv + w, argv, (n + 1) * sizeof *argv);
+    memcpy(argv, wrap, sizeof wrap);
     return argv;
 }
 
@@ -771,7 +880,7 @@ static int local_start(sandbox_t *sb, sg_error_t **err)
     cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
     const char *cmd[] = {"--platform",
                          sb->env->cfg.platform,
-                         "--network=none",
+                         sb->internet ? "--network=sandbox" : "--network=none",
                          "--host-uds=create",
                          "run",
                          "-detach",
@@ -780,7 +889,8 @@ static int local_start(sandbox_t *sb, sg_error_t **err)
                          sb->id,
                          NULL};
     /* runsc's stdout/stderr become the kernel's: both go to kernel.log. */
-    proc_spec_t spec = {.argv = runsc_argv(sb->env, cmd), .output = log, .new_session = true};
+    proc_spec_t spec = {
+        .argv = runsc_net_argv(sb->env, sb->internet, cmd), .output = log, .new_session = true};
     pid_t pid = proc_spawn(&spec, err);
     if (pid < 0)
         return -1;
@@ -944,7 +1054,8 @@ static void pause_failed(sandbox_t *sb, sg_error_t *err)
 
 static int run_step(sandbox_t *sb, const char *const *cmd, proc_done_fn *done, sg_error_t **err)
 {
-    pid_t child = proc_exec_async(runsc_argv(sb->env, cmd), done, sb, err);
+    bool net = sb->internet && sb->pausing->step == R_RESTORE;
+    pid_t child = proc_exec_async(runsc_net_argv(sb->env, net, cmd), done, sb, err);
     if (child < 0)
         return -1;
     sb->pausing->child = child;
@@ -1194,13 +1305,26 @@ static int local_resume(sandbox_t *sb, sg_error_t **err)
     cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
     unlink(pidfile);
     /* The same global flags as run: restore needs the sandbox it saved. */
-    const char *cmd[] = {"--platform",     sb->env->cfg.platform,
-                         "--network=none", "--host-uds=create",
-                         "restore",        "-detach",
-                         "-pid-file",      pidfile,
-                         "-bundle",        bundle,
-                         "--image-path",   dir,
-                         sb->id,           NULL};
+    if (sb->internet) { /* its namespace, again after a reboot */
+        char *ns = egress_sandbox_up(sb->id, sb->dir, err);
+        if (ns == NULL)
+            return -1;
+        free(ns);
+    }
+    const char *cmd[] = {"--platform",
+                         sb->env->cfg.platform,
+                         sb->internet ? "--network=sandbox" : "--network=none",
+                         "--host-uds=create",
+                         "restore",
+                         "-detach",
+                         "-pid-file",
+                         pidfile,
+                         "-bundle",
+                         bundle,
+                         "--image-path",
+                         dir,
+                         sb->id,
+                         NULL};
     sb->pausing = xzalloc(sizeof *sb->pausing);
     *sb->pausing = (struct pausing){
         .sb = sb, .step = R_RESTORE, .timer = -1, .cpu_quota = quota, .cpu_period = period};
@@ -1236,6 +1360,7 @@ static void delete_done(int status, const char *output, void *arg)
     if (status != 0)
         log_warn("sandbox: runsc delete failed: %s", output);
     cgroup_remove(r->id);
+    egress_sandbox_down(r->id, r->dir);
     remove_tree(r->dir);
     free(r->dir);
     free(r->id);
@@ -1258,6 +1383,7 @@ static void local_remove_id(sandbox_env_t *env, const char *id, bool wait)
             log_warn("sandbox: runsc delete %s: %s", id, err ? err->msg : out);
         sg_error_free(&err);
         cgroup_remove(id);
+        egress_sandbox_down(id, dir);
         remove_tree(dir);
         return;
     }

@@ -8,6 +8,8 @@ packages=(
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
   # run: the sandbox and the kernels it runs
   runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
+  # ... network egress for contexts that ask (--egress-allow), and pip for them
+  nftables iproute2 python3-pip
   # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, the
   # Notebook server + browser the Jupyter front-end tests drive, and strace
   # (system calls the kernel makes)

@@ -103,7 +103,9 @@ class Daemon:
         # Sessions outlive a stopped daemon by design; remove them for the test.
         subprocess.run(f"for c in $(runsc --root {self.dir}/runsc list -quiet); do "
                        f"runsc --root {self.dir}/runsc delete -force $c; done; "
-                       f"grep -o '{self.dir}[^ ]*' /proc/mounts | xargs -r umount -l",
+                       f"grep -o '{self.dir}[^ ]*' /proc/mounts | xargs -r umount -l; "
+                       # --sandbox none: the kernels are plain processes
+                       f"pkill -9 -f -- '{self.dir}/kernels/'",
                        shell=True, capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
         # A sanitizer build reports leaks and errors on stderr at exit: fail

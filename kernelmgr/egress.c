@@ -1,0 +1,489 @@
+/* egress: network namespaces, veths and nftables rules for sandboxes whose
+ * context opted in to the network (egress.h says what and why). */
+#include "kernelmgr/egress.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "kernelmgr/proc.h"
+
+#define POOL_NET 0x647f0000u /* 100.127.0.0/16: a /30 per sandbox */
+#define POOL_PREFIX 16
+#define POOL_SIZE (1u << (32 - POOL_PREFIX - 2))
+#define NETNS_DIR "/var/run/netns"
+
+static const struct {
+    const char *cidr;
+    uint32_t net;
+    int prefix;
+} blocked[] = {
+    {"0.0.0.0/8", 0x00000000u, 8},       {"10.0.0.0/8", 0x0a000000u, 8},
+    {"100.64.0.0/10", 0x64400000u, 10},  {"127.0.0.0/8", 0x7f000000u, 8},
+    {"169.254.0.0/16", 0xa9fe0000u, 16}, {"172.16.0.0/12", 0xac100000u, 12},
+    {"192.168.0.0/16", 0xc0a80000u, 16}, {"224.0.0.0/4", 0xe0000000u, 4},
+    {"240.0.0.0/4", 0xf0000000u, 4},
+};
+
+static uint32_t mask_of(int prefix)
+{
+    return prefix == 0 ? 0 : ~0u << (32 - prefix);
+}
+
+static int parse_addr(const char *s, size_t n, uint32_t *out)
+{
+    char buf[INET_ADDRSTRLEN];
+    struct in_addr a;
+    if (n == 0 || n >= sizeof buf)
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    if (inet_pton(AF_INET, buf, &a) != 1)
+        return -1;
+    *out = ntohl(a.s_addr);
+    return 0;
+}
+
+static int parse_port(const char *s, const char *end, uint16_t *out)
+{
+    if (s == end || end - s > 5)
+        return -1;
+    unsigned v = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        v = v * 10 + (unsigned)(*s - '0');
+    }
+    if (v == 0 || v > 65535)
+        return -1;
+    *out = (uint16_t)v;
+    return 0;
+}
+
+/* One entry: ADDR[/PREFIX][:PORT[-PORT]] in [s, end). */
+static int parse_rule(const char *s, const char *end, egress_rule_t *r)
+{
+    *r = (egress_rule_t){.prefix = 32};
+    const char *colon = memchr(s, ':', (size_t)(end - s));
+    const char *addr_end = colon ? colon : end;
+    const char *slash = memchr(s, '/', (size_t)(addr_end - s));
+    if (parse_addr(s, (size_t)((slash ? slash : addr_end) - s), &r->net) < 0)
+        return -1;
+    if (slash) {
+        char *e;
+        long p = strtol(slash + 1, &e, 10);
+        if (e != addr_end || slash + 1 == addr_end || p < 0 || p > 32)
+            return -1;
+        r->prefix = (int)p;
+    }
+    if ((r->net & ~mask_of(r->prefix)) != 0)
+        return -1; /* host bits set: say 10.0.0.0/8, not 10.1.2.3/8 */
+    if (colon) {
+        const char *dash = memchr(colon + 1, '-', (size_t)(end - colon - 1));
+        if (parse_port(colon + 1, dash ? dash : end, &r->lo) < 0 ||
+            (dash ? parse_port(dash + 1, end, &r->hi) : (r->hi = r->lo, 0)) < 0 || r->hi < r->lo)
+            return -1;
+    }
+    for (size_t i = 0; i < sizeof blocked / sizeof *blocked; i++)
+        if (r->prefix >= blocked[i].prefix &&
+            (r->net & mask_of(blocked[i].prefix)) == blocked[i].net)
+            r->inside_blocked = true;
+    return 0;
+}
+
+/* The next item of a comma-separated list, spaces trimmed: [*s, *e); false
+ * at the end.  *rest moves past it. */
+static bool next_item(const char **rest, const char **s, const char **e)
+{
+    while (**rest == ',' || **rest == ' ')
+        (*rest)++;
+    if (**rest == 0)
+        return false;
+    const char *end = strchr(*rest, ',');
+    *s = *rest;
+    *e = end ? end : *rest + strlen(*rest);
+    *rest = *e;
+    while (*e > *s && (*e)[-1] == ' ')
+        (*e)--;
+    return true;
+}
+
+int egress_parse_allow(egress_policy_t *p, const char *list, sg_error_t **err)
+{
+    p->nallow = 0;
+    const char *rest = list ? list : "", *s, *e;
+    while (next_item(&rest, &s, &e)) {
+        if (p->nallow == EGRESS_MAX_RULES)
+            return sg_error_set(err, SG_E_INVALID, "--egress-allow: more than %d entries",
+                                EGRESS_MAX_RULES);
+        size_t colons = 0;
+        for (const char *c = s; c < e; c++)
+            colons += *c == ':';
+        if (colons > 1 || memchr(s, '[', (size_t)(e - s)))
+            return sg_error_set(err, SG_E_INVALID,
+                                "--egress-allow: '%.*s': IPv6 is not supported (sandboxes get "
+                                "IPv4 only)",
+                                (int)(e - s), s);
+        if (parse_rule(s, e, &p->allow[p->nallow]) < 0)
+            return sg_error_set(err, SG_E_INVALID,
+                                "--egress-allow: '%.*s' is not CIDR[:PORT[-PORT]] (e.g. "
+                                "0.0.0.0/0, 203.0.113.0/24:443, 10.1.0.0/16:8000-8100)",
+                                (int)(e - s), s);
+        p->nallow++;
+    }
+    return 0;
+}
+
+int egress_parse_dns(egress_policy_t *p, const char *list, sg_error_t **err)
+{
+    p->ndns = 0;
+    const char *rest = list ? list : "", *s, *e;
+    while (next_item(&rest, &s, &e)) {
+        if (p->ndns == EGRESS_MAX_DNS)
+            return sg_error_set(err, SG_E_INVALID, "--egress-dns: more than %d resolvers",
+                                EGRESS_MAX_DNS);
+        if (parse_addr(s, (size_t)(e - s), &p->dns[p->ndns]) < 0)
+            return sg_error_set(err, SG_E_INVALID, "--egress-dns: '%.*s' is not an IPv4 address",
+                                (int)(e - s), s);
+        p->ndns++;
+    }
+    return 0;
+}
+
+static void put_addr(FILE *f, uint32_t a)
+{
+    fprintf(f, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+}
+
+static void put_rule(FILE *f, const egress_rule_t *r)
+{
+    fputs("\t\tip daddr ", f);
+    put_addr(f, r->net);
+    fprintf(f, "/%d", r->prefix);
+    if (r->lo && r->lo == r->hi)
+        fprintf(f, " meta l4proto { tcp, udp } th dport %u", r->lo);
+    else if (r->lo)
+        fprintf(f, " meta l4proto { tcp, udp } th dport %u-%u", r->lo, r->hi);
+    fputs(" accept\n", f);
+}
+
+char *egress_ruleset(const egress_policy_t *p)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        abort();
+    fputs("table inet sandgate\ndelete table inet sandgate\n"
+          "table inet sandgate {\n"
+          "\tcounter refused {\n\t}\n"
+          /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
+          "\tchain refuse {\n\t\tcounter name \"refused\"\n"
+          "\t\tmeta l4proto tcp reject with tcp reset\n"
+          "\t\treject with icmpx type admin-prohibited\n\t}\n"
+          /* Nothing from a sandbox reaches the host itself: none of its
+           * addresses, none of its ports (sandgate's API included). */
+          "\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n"
+          "\t\tiifname \"sgh*\" jump refuse\n\t}\n"
+          "\tchain forward {\n\t\ttype filter hook forward priority filter - 10; policy accept;\n"
+          "\t\tiifname \"sgh*\" jump egress\n"
+          "\t\toifname \"sgh*\" ct state established,related accept\n"
+          "\t\toifname \"sgh*\" drop\n\t}\n"
+          "\tchain egress {\n"
+          "\t\tct state established,related accept\n"
+          "\t\tmeta nfproto ipv6 drop\n"
+          "\t\tip daddr 100.127.0.0/16 jump refuse\n",
+          f);
+    for (size_t i = 0; i < p->ndns; i++) {
+        fputs("\t\tip daddr ", f);
+        put_addr(f, p->dns[i]);
+        fputs(" meta l4proto { tcp, udp } th dport 53 accept\n", f);
+    }
+    for (size_t i = 0; i < p->nallow; i++)
+        if (p->allow[i].inside_blocked)
+            put_rule(f, &p->allow[i]);
+    fputs("\t\tip daddr { ", f);
+    for (size_t i = 0; i < sizeof blocked / sizeof *blocked; i++)
+        fprintf(f, "%s%s", i ? ", " : "", blocked[i].cidr);
+    fputs(" } jump refuse\n", f);
+    for (size_t i = 0; i < p->nallow; i++)
+        if (!p->allow[i].inside_blocked)
+            put_rule(f, &p->allow[i]);
+    fputs("\t\tjump refuse\n\t}\n"
+          "\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n"
+          "\t\tip saddr 100.127.0.0/16 oifname != \"sgh*\" masquerade\n\t}\n}\n",
+          f);
+    fclose(f);
+    return buf;
+}
+
+/* --- the launcher's side ---------------------------------------------------- */
+
+static const char *tool(const char *name)
+{
+    static char path[64];
+    const char *dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        snprintf(path, sizeof path, "%s/%s", dirs[i], name);
+        if (access(path, X_OK) == 0)
+            return path;
+    }
+    return NULL;
+}
+
+static int run(sg_error_t **err, const char *a0, const char *const *args)
+{
+    const char *argv[16];
+    size_t n = 0;
+    argv[n++] = a0;
+    for (; args[n - 1] && n < 15; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    cleanup_free char *out = NULL;
+    sg_error_t *e = NULL;
+    int st = proc_run_sync(argv, &out, &e);
+    if (st == 0)
+        return 0;
+    const char *msg = e ? e->msg : out ? out : "";
+    size_t len = strcspn(msg, "\n");
+    sg_error_set(err, SG_E_UNAVAILABLE, "%s %s: %.*s", a0, args[0], (int)len, msg);
+    sg_error_free(&e);
+    return -1;
+}
+
+static int ip(sg_error_t **err, const char *const *args)
+{
+    const char *p = tool("ip");
+    if (!p)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "ip not found (apt-get install iproute2)");
+    cleanup_free char *path = xstrdup(p);
+    return run(err, path, args);
+}
+
+static int index_of(const char *dir)
+{
+    cleanup_free char *path = xasprintf("%s/net", dir);
+    FILE *f = fopen(path, "re");
+    int n = -1;
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1 || n < 0 || n >= (int)POOL_SIZE)
+            n = -1;
+        fclose(f);
+    }
+    return n;
+}
+
+bool egress_sandbox_has(const char *dir)
+{
+    return index_of(dir) >= 0;
+}
+
+static bool link_exists(int n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/sys/class/net/sgh%d", n);
+    return access(path, F_OK) == 0;
+}
+
+/* The indices the sandbox directories in kernels_dir hold (paused ones
+ * have no veth while the machine was rebooted, but keep theirs). */
+static void claimed(const char *kernels_dir, bool *used)
+{
+    DIR *d = opendir(kernels_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        cleanup_free char *dir = xasprintf("%s/%s", kernels_dir, e->d_name);
+        int n = index_of(dir);
+        if (n >= 0)
+            used[n] = true;
+    }
+    if (d)
+        closedir(d);
+}
+
+int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err)
+{
+    const char *nft = tool("nft");
+    if (nft == NULL)
+        return sg_error_set(err, SG_E_UNAVAILABLE,
+                            "--egress-allow needs nft (apt-get install nftables)");
+    cleanup_free char *nft_path = xstrdup(nft);
+    if (tool("ip") == NULL)
+        return sg_error_set(err, SG_E_UNAVAILABLE,
+                            "--egress-allow needs ip (apt-get install iproute2)");
+    int fd = open("/proc/sys/net/ipv4/ip_forward", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "1", 1) != 1) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return sg_error_errno(err, e, "cannot turn on net.ipv4.ip_forward");
+    }
+    close(fd);
+    cleanup_free char *rules = egress_ruleset(p);
+    char path[] = "/tmp/sandgate-nft-XXXXXX";
+    int tfd = mkstemp(path);
+    if (tfd < 0)
+        return sg_error_errno(err, errno, "mkstemp");
+    ssize_t w = write(tfd, rules, strlen(rules));
+    close(tfd);
+    const char *args[] = {"-f", path, NULL};
+    int r = w == (ssize_t)strlen(rules) ? run(err, nft_path, args) : -1;
+    unlink(path);
+    if (r < 0)
+        return sg_error_prefix(err, "installing the egress rules");
+
+    /* A crash's leftovers: namespaces of sandboxes without a directory, and
+     * host veths no directory claims. */
+    bool used[POOL_SIZE] = {false};
+    claimed(kernels_dir, used);
+    DIR *d = opendir(NETNS_DIR);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "sandgate-", 9) != 0)
+            continue;
+        cleanup_free char *dir = xasprintf("%s/%s", kernels_dir, e->d_name + 9);
+        if (access(dir, F_OK) == 0)
+            continue;
+        const char *del[] = {"netns", "delete", e->d_name, NULL};
+        if (ip(NULL, del) == 0)
+            log_info("egress: removed the leftover namespace %s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    d = opendir("/sys/class/net");
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long n = strncmp(e->d_name, "sgh", 3) == 0 ? strtol(e->d_name + 3, &end, 10) : -1;
+        if (n < 0 || *end || n >= (long)POOL_SIZE || used[n])
+            continue;
+        const char *del[] = {"link", "delete", e->d_name, NULL};
+        if (ip(NULL, del) == 0)
+            log_info("egress: removed the leftover veth %s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return 0;
+}
+
+void egress_teardown(void)
+{
+    const char *nft = tool("nft");
+    if (nft) {
+        cleanup_free char *nft_path = xstrdup(nft);
+        const char *args[] = {"delete", "table", "inet", "sandgate", NULL};
+        sg_error_t *err = NULL;
+        if (run(&err, nft_path, args) < 0 && !strstr(err->msg, "No such file"))
+            log_warn("egress: %s", err->msg);
+        sg_error_free(&err);
+    }
+    DIR *d = opendir(NETNS_DIR);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "sandgate-", 9) != 0)
+            continue;
+        const char *del[] = {"netns", "delete", e->d_name, NULL};
+        ip(NULL, del);
+    }
+    if (d)
+        closedir(d);
+}
+
+static void addr_of(int n, int host, char *buf, size_t len)
+{
+    uint32_t a = POOL_NET + (uint32_t)n * 4 + (host ? 1 : 2);
+    snprintf(buf, len, "%u.%u.%u.%u/30", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+}
+
+char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err)
+{
+    int n = index_of(dir);
+    if (n < 0) {
+        static bool used[POOL_SIZE];
+        memset(used, 0, sizeof used);
+        cleanup_free char *parent = xstrdup(dir);
+        char *slash = strrchr(parent, '/');
+        if (slash)
+            *slash = 0;
+        claimed(parent, used);
+        uint32_t h = 2166136261u; /* FNV-1a of the id: where to start looking */
+        for (const char *c = id; *c; c++)
+            h = (h ^ (uint8_t)*c) * 16777619u;
+        for (uint32_t i = 0; i < POOL_SIZE && n < 0; i++) {
+            int m = (int)((h + i) % POOL_SIZE);
+            if (!used[m] && !link_exists(m))
+                n = m;
+        }
+        if (n < 0) {
+            sg_error_set(err, SG_E_LIMIT, "no free sandbox network (%u in use)", POOL_SIZE);
+            return NULL;
+        }
+        cleanup_free char *path = xasprintf("%s/net", dir);
+        FILE *f = fopen(path, "we");
+        if (f == NULL || fprintf(f, "%d\n", n) < 0 || fclose(f) != 0) {
+            sg_error_errno(err, errno, "cannot write %s", path);
+            return NULL;
+        }
+    }
+    char ns[128], host[32], peer[32], haddr[24], saddr[24], gw[20];
+    snprintf(ns, sizeof ns, "sandgate-%s", id);
+    snprintf(host, sizeof host, "sgh%d", n);
+    snprintf(peer, sizeof peer, "sgs%d", n);
+    addr_of(n, 1, haddr, sizeof haddr);
+    addr_of(n, 0, saddr, sizeof saddr);
+    snprintf(gw, sizeof gw, "%.*s", (int)strcspn(haddr, "/"), haddr);
+    char *path = xasprintf("%s/%s", NETNS_DIR, ns);
+    if (access(path, F_OK) == 0 && link_exists(n))
+        return path; /* up already (a resume, or a restart that re-adopts) */
+    const char *del_ns[] = {"netns", "delete", ns, NULL};
+    const char *del_link[] = {"link", "delete", host, NULL};
+    ip(NULL, del_ns);
+    if (link_exists(n))
+        ip(NULL, del_link);
+    const char *steps[][12] = {
+        {"netns", "add", ns, NULL},
+        {"link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns, NULL},
+        {"addr", "add", haddr, "dev", host, NULL},
+        {"link", "set", host, "up", NULL},
+        {"-n", ns, "link", "set", "lo", "up", NULL},
+        {"-n", ns, "addr", "add", saddr, "dev", peer, NULL},
+        {"-n", ns, "link", "set", peer, "up", NULL},
+        {"-n", ns, "route", "add", "default", "via", gw, NULL},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
+        if (ip(err, steps[i]) < 0) {
+            ip(NULL, del_ns);
+            if (link_exists(n))
+                ip(NULL, del_link);
+            sg_error_prefix(err, "the network of sandbox %s", id);
+            free(path);
+            return NULL;
+        }
+    return path;
+}
+
+void egress_sandbox_down(const char *id, const char *dir)
+{
+    int n = index_of(dir);
+    if (n < 0)
+        return;
+    char ns[128], host[32];
+    snprintf(ns, sizeof ns, "sandgate-%s", id);
+    snprintf(host, sizeof host, "sgh%d", n);
+    const char *del_ns[] = {"netns", "delete", ns, NULL};
+    const char *del_link[] = {"link", "delete", host, NULL};
+    cleanup_free char *path = xasprintf("%s/%s", NETNS_DIR, ns);
+    if (access(path, F_OK) == 0)
+        ip(NULL, del_ns);
+    if (link_exists(n))
+        ip(NULL, del_link);
+}

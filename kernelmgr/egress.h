@@ -1,0 +1,65 @@
+/* egress: the network a sandbox reaches when its context opted in.
+ *
+ * Off unless the operator gives --egress-allow.  Then each opted-in sandbox
+ * gets a network namespace (sandgate-SANDBOX_ID) with one veth pair: the
+ * host end sghN holds 100.127.X.Y/30 (.1), the sandbox end sgsN (.2) is
+ * taken over by runsc's own network stack (--network=sandbox).  One
+ * nftables table, "inet sandgate", forwards and masquerades what the policy
+ * allows and drops the rest: nothing from a sandbox reaches the host itself
+ * (input), other sandboxes, IPv6, or the always-blocked ranges (private,
+ * loopback, link-local and metadata, multicast, reserved) unless an allow
+ * entry lies inside one of them.  Sandboxes that did not opt in keep
+ * --network=none: no interface at all.
+ *
+ * All of it runs as root, in the launcher. */
+#ifndef SG_EGRESS_H
+#define SG_EGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define EGRESS_MAX_RULES 64
+#define EGRESS_MAX_DNS 4
+
+typedef struct {
+    uint32_t net;        /* host byte order, masked */
+    int prefix;          /* 0..32 */
+    uint16_t lo, hi;     /* destination ports (TCP and UDP); 0, 0: every port and protocol */
+    bool inside_blocked; /* lies inside an always-blocked range: an explicit exception */
+} egress_rule_t;
+
+typedef struct {
+    egress_rule_t allow[EGRESS_MAX_RULES];
+    size_t nallow;
+    uint32_t dns[EGRESS_MAX_DNS];
+    size_t ndns;
+} egress_policy_t;
+
+/* "CIDR[:PORT[-PORT]],..." (a bare address is a /32); "" allows nothing. */
+int egress_parse_allow(egress_policy_t *p, const char *list, sg_error_t **err);
+/* "IP[,IP]": resolvers the sandboxes may use on port 53. */
+int egress_parse_dns(egress_policy_t *p, const char *list, sg_error_t **err);
+
+/* The nftables script (for `nft -f`) that replaces table inet sandgate. */
+char *egress_ruleset(const egress_policy_t *p);
+
+/* The launcher's side.  egress_setup: checks for ip and nft, turns on IPv4
+ * forwarding, installs the table, and removes the namespaces and veths of
+ * sandboxes that no longer have a directory under kernels_dir (a crash's
+ * leftovers).  egress_teardown: removes the table and every namespace name
+ * (a sandbox that still runs keeps its namespace until it ends). */
+int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err);
+void egress_teardown(void);
+
+/* The namespace of sandbox id (its directory dir), made if missing: the
+ * index is kept in DIR/net so a resume after a reboot gets the same
+ * addresses.  Returns the namespace's path (free it). */
+char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err);
+void egress_sandbox_down(const char *id, const char *dir);
+/* Whether the sandbox in dir has a network (DIR/net exists). */
+bool egress_sandbox_has(const char *dir);
+
+#endif
