@@ -493,6 +493,14 @@ int main(int argc, char **argv)
         return 127;
     }
     if (child == 0) {
+        /* The kernel starts with every signal at its default, whatever init
+         * inherited: a SIGINT ignored by whoever started init (a shell's
+         * background job) would otherwise stay ignored, and Python would
+         * never turn an interrupt into KeyboardInterrupt. */
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                signal(sig, SIG_DFL);
+        sigemptyset(&old);
         sigprocmask(SIG_SETMASK, &old, NULL);
         setpgid(0, 0);
         const char *preload = getenv("SANDGATE_PRELOAD");

@@ -309,7 +309,7 @@ static char *launcher_py(const char *init)
 static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err)
 {
     const sandbox_config_t *cfg = &env->cfg;
-    if ((cfg->egress_allow == NULL || !*cfg->egress_allow))
+    if (cfg->egress_allow == NULL || !*cfg->egress_allow)
         return 0;
     egress_policy_t *p = xzalloc(sizeof *p);
     if (egress_parse_allow(p, cfg->egress_allow, err) < 0 ||

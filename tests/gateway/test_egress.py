@@ -31,6 +31,7 @@ VETH = f"sgti{TAG}"
 PUBLIC, PRIVATE, ALLOWED, METADATA = "203.0.113.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
 HOST_SIDE = "203.0.113.1"
 ROUTES = ["10.213.0.0/24", "10.99.0.0/24", "169.254.169.254/32"]
+FAKE_NS = "sandgate-00000000-0000-4000-8000-000000000000-1"
 
 
 def sh(*cmd, check=True):
@@ -92,6 +93,8 @@ def internet_down(server):
         sh("ip", "route", "del", r, check=False)
     sh("ip", "link", "del", VETH, check=False)
     sh("ip", "netns", "del", NS, check=False)
+    sh("ip", "netns", "del", FAKE_NS, check=False)
+    sh("ip", "link", "del", "sgh16000", check=False)
 
 
 PROBE = r'''
@@ -297,8 +300,13 @@ def main():
         ok(not nft_table() and not netns_names(),
            "after sandgate stops, its table and namespaces are gone", netns_names())
 
-        # --- --egress-allow 10.213.0.0/24 only ------------------------------------------
+        # --- --egress-allow 10.213.0.0/24 only; a crash's leftovers go at start ------------
+        sh("ip", "netns", "add", FAKE_NS)
+        sh("ip", "link", "add", "sgh16000", "type", "veth", "peer", "name", "sgs16000")
         d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "10.213.0.0/24")
+        ok(FAKE_NS not in netns_names() and not os.path.exists("/sys/class/net/sgh16000"),
+           "at start, a namespace and a veth no sandbox claims (a crash's leftovers) are removed",
+           (netns_names(), os.path.exists("/sys/class/net/sgh16000")))
         st, c = d.json("POST", "/contexts", {"internet": True})
         r = probe(d, c["id"], {"allowed": [ALLOWED, 8080], "public": [PUBLIC, 8080],
                                 "private": [PRIVATE, 8080], "metadata": [METADATA, 8080]})
