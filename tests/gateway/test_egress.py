@@ -8,6 +8,7 @@ with a "public" web server and package index on 203.0.113.10, a private
 address (10.99.0.10), an allowed private range (10.213.0.10) and a metadata
 address (169.254.169.254), the host routing to them.  Real runsc, real pip."""
 import base64
+import fcntl
 import glob
 import hashlib
 import io
@@ -172,6 +173,10 @@ def main():
     if os.geteuid() != 0 or not shutil.which("nft"):
         ok(False, "runs as root with nft installed (scripts/deps.sh installs nftables)")
         return
+    # The table, the sandgate-* namespaces and the sgh* veths are machine-wide
+    # names: two runs of this test at once would take each other's away.
+    lock = open("/run/sandgate-test-egress.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     root = tempfile.mkdtemp(prefix="sgt-index-")
     server = d = None
     try:
