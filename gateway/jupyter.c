@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -333,6 +334,31 @@ static enum MHD_Result when_ready(jupyter_t *self, struct MHD_Connection *conn, 
     return resp_wait(r->out);
 }
 
+/* Whether a new kernel asks for a network: "internet": true in the request,
+ * or KERNEL_INTERNET in its env, which is how a Jupyter server started with
+ * --gateway-url passes on its own KERNEL_* variables (Enterprise Gateway's
+ * convention). */
+static int want_internet(const jupyter_t *self, json_t *req, json_t *env, bool *internet,
+                         sg_error_t **err)
+{
+    json_t *flag = json_object_get(req, "internet");
+    const char *var = json_string_value(json_object_get(env, "KERNEL_INTERNET"));
+    *internet = false;
+    if (flag && !json_is_null(flag) && !json_is_boolean(flag))
+        return sg_error_set(err, SG_E_INVALID, "'internet' must be a boolean");
+    if (var && strcasecmp(var, "true") != 0 && strcmp(var, "1") != 0 &&
+        strcasecmp(var, "false") != 0 && strcmp(var, "0") != 0 && *var)
+        return sg_error_set(err, SG_E_INVALID, "KERNEL_INTERNET must be true or false, not '%.32s'",
+                            var);
+    *internet =
+        json_is_true(flag) || (var && (strcasecmp(var, "true") == 0 || strcmp(var, "1") == 0));
+    if (*internet && !kmgr_has_egress(self->kmgr))
+        return sg_error_set(err, SG_E_INVALID,
+                            "a kernel with a network (internet/KERNEL_INTERNET): this server gives "
+                            "sandboxes no network (its operator has not set --egress-allow)");
+    return 0;
+}
+
 static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
 {
     json_t *name = json_object_get(req, "name");
@@ -344,12 +370,17 @@ static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
         sg_error_set(err, SG_E_INVALID, "name and path must be strings, env an object");
         return NULL;
     }
+    bool internet;
+    if (want_internet(self, req, env, &internet, err) < 0)
+        return NULL;
     const char *n = json_string_value(name);
-    kernel_t *k = kmgr_start(self->kmgr, n && *n ? n : default_kernelspec(self), NULL, NULL, err);
+    kernel_t *k = kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), internet,
+                                  NULL, NULL, err);
     if (k == NULL)
         return NULL;
     setup_kernel(k, env, json_string_value(path));
-    log_info("jupyter: kernel %s started (%s)", kernel_id(k), kernel_spec(k)->name);
+    log_info("jupyter: kernel %s started (%s%s)", kernel_id(k), kernel_spec(k)->name,
+             internet ? ", with a network" : "");
     return k;
 }
 
@@ -541,8 +572,9 @@ static kernel_t *session_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
             sg_error_set(err, SG_E_NOTFOUND, "Kernel does not exist: %s", id);
         return k;
     }
-    json_t *start = json_pack("{s:O?, s:O?}", "name", json_object_get(kern, "name"), "env",
-                              json_object_get(kern, "env"));
+    json_t *start =
+        json_pack("{s:O?, s:O?, s:O?}", "name", json_object_get(kern, "name"), "env",
+                  json_object_get(kern, "env"), "internet", json_object_get(kern, "internet"));
     const char *path = json_string_value(json_object_get(req, "path"));
     if (path && strrchr(path, '/')) /* the notebook's directory */
         json_object_set_new(start, "path", json_stringn(path, (size_t)(strrchr(path, '/') - path)));

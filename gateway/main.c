@@ -72,6 +72,11 @@ static const char usage[] =
     "                            lies inside one (docs/security.md)\n"
     "      --egress-dns IP[,IP]  resolvers those sandboxes use     [SANDGATE_EGRESS_DNS]\n"
     "                            (port 53; their /etc/resolv.conf)\n"
+    "      --egress-max-conns N  open connections per sandbox with [SANDGATE_EGRESS_MAX_CONNS]\n"
+    "                            a network (256; 0: no limit)\n"
+    "      --egress-rate KIB     bandwidth per sandbox with a      [SANDGATE_EGRESS_RATE]\n"
+    "                            network, KiB/s each way (0: no limit,\n"
+    "                            the default)\n"
     "      --memory MIB          memory per sandbox (1024)         [SANDGATE_MEMORY]\n"
     "      --cpus N              CPUs per sandbox (1.0)            [SANDGATE_CPUS]\n"
     "      --processes N         processes per sandbox (64)        [SANDGATE_PROCESSES]\n"
@@ -126,6 +131,8 @@ enum {
     O_ROOTFS,
     O_EGRESS_ALLOW,
     O_EGRESS_DNS,
+    O_EGRESS_MAX_CONNS,
+    O_EGRESS_RATE,
     O_MEMORY,
     O_CPUS,
     O_PROCESSES,
@@ -173,6 +180,8 @@ static const struct option opts[] = {
     {"rootfs", required_argument, NULL, O_ROOTFS},
     {"egress-allow", required_argument, NULL, O_EGRESS_ALLOW},
     {"egress-dns", required_argument, NULL, O_EGRESS_DNS},
+    {"egress-max-conns", required_argument, NULL, O_EGRESS_MAX_CONNS},
+    {"egress-rate", required_argument, NULL, O_EGRESS_RATE},
     {"memory", required_argument, NULL, O_MEMORY},
     {"cpus", required_argument, NULL, O_CPUS},
     {"processes", required_argument, NULL, O_PROCESSES},
@@ -324,6 +333,16 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         *(opt == O_EGRESS_ALLOW ? &s->k.sandbox.egress_allow : &s->k.sandbox.egress_dns) = v;
         return 0;
     }
+    case O_EGRESS_MAX_CONNS:
+        if (parse_uint(name, v, 1 << 20, &n) < 0)
+            return -1;
+        s->k.sandbox.egress_max_conns = (unsigned)n;
+        return 0;
+    case O_EGRESS_RATE:
+        if (parse_uint(name, v, 1ull << 30, &n) < 0)
+            return -1;
+        s->k.sandbox.egress_rate = n << 10;
+        return 0;
     case O_MEMORY:
         if (parse_uint(name, v, 1 << 24, &n) < 0 || n < 64)
             return n < 64 ? bad(name, v, "at least 64 (MiB)") : -1;

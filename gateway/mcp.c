@@ -43,6 +43,7 @@ typedef struct {
     char id[37];
     char *kernel_id;  /* NULL until a tool needs the kernel */
     bool kernel_lost; /* it had one that is gone (deleted, culled, lost in a crash) */
+    bool internet;    /* its kernels have a network (/mcp?internet=true at initialize) */
     char version[16]; /* negotiated protocol version */
     int64_t last_seen;
     int calls; /* executions in flight */
@@ -85,7 +86,7 @@ struct mcp {
     records_t *records; /* STATE/mcp; NULL: none */
     zhashx_t *sessions; /* id -> session_t */
     zlistx_t *calls;    /* call_t in flight */
-    json_t *tools;
+    json_t *tools[2];   /* tools/list's answer without and with a network */
     int tick;
     void (*wake)(void *);
     void *wake_arg;
@@ -167,8 +168,8 @@ static void record_write(mcp_t *self, const session_t *s)
 {
     if (!self->records)
         return;
-    json_t *rec = json_pack("{s:s, s:s, s:s?}", "id", s->id, "protocol", s->version, "kernel_id",
-                            s->kernel_id);
+    json_t *rec = json_pack("{s:s, s:s, s:s?, s:b}", "id", s->id, "protocol", s->version,
+                            "kernel_id", s->kernel_id, "internet", s->internet);
     records_put(self->records, s->id, rec);
     json_decref(rec);
 }
@@ -222,7 +223,7 @@ static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg
         free(s->kernel_id);
         s->kernel_id = NULL;
     }
-    k = kmgr_start(self->kmgr, self->cfg.kernelspec, NULL, NULL, err);
+    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, s->internet, NULL, NULL, err);
     if (!k)
         return NULL;
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */
@@ -262,6 +263,7 @@ static void record_load(const char *id, const json_t *rec, void *arg)
         return;
     }
     session_t *s = session_add(self, id, version);
+    s->internet = json_is_true(json_object_get(rec, "internet"));
     kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
     if (k) {
         s->kernel_id = xstrdup(kid);
@@ -900,13 +902,13 @@ static json_t *tool_restart(mcp_t *self, session_t *s)
 
 /* --- the tools' descriptions ---------------------------------------------------- */
 
-static json_t *tools_json(const mcp_config_t *cfg)
+static json_t *tools_json(const mcp_config_t *cfg, bool internet)
 {
     cleanup_free char *text = xasprintf(
         "["
         "{\"name\": \"execute_python\", \"title\": \"Run Python\","
         " \"description\": \"Runs Python code in this session's own Jupyter kernel, inside a "
-        "gVisor sandbox with no network access. Variables, imports and files persist between "
+        "gVisor sandbox %s. Variables, imports and files persist between "
         "calls of the same session. Returns stdout, stderr (marked [stderr]), the value of the "
         "last expression, the exception with its traceback, and images (matplotlib figures, "
         "PNG/JPEG display output). Files the code writes under output/ are returned as well. "
@@ -947,6 +949,9 @@ static json_t *tools_json(const mcp_config_t *cfg)
         "  \"additionalProperties\": false},"
         " \"annotations\": {\"destructiveHint\": true}}"
         "]",
+        internet ? "whose network reaches what the server allows (the internet; never private "
+                   "networks, cloud metadata or the host)"
+                 : "with no network access",
         cfg->max_timeout_s, cfg->default_timeout_s, cfg->max_file);
     json_error_t jerr;
     json_t *tools = json_loads(text, 0, &jerr);
@@ -973,25 +978,38 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
     if (!asked)
         return rpc_error(id, RPC_INVALID_PARAMS, "initialize needs params.protocolVersion");
     const char *version = supported_version(asked) ? asked : versions[0];
+    /* A network is asked for in the server's URL (/mcp?internet=true), the
+     * one setting every MCP client lets its user write. */
+    const char *net = MHD_lookup_connection_value(p->conn, MHD_GET_ARGUMENT_KIND, "internet");
+    bool internet = net && (strcmp(net, "true") == 0 || strcmp(net, "1") == 0);
+    if (net && !internet && strcmp(net, "false") != 0 && strcmp(net, "0") != 0)
+        return rpc_error(id, RPC_INVALID_PARAMS,
+                         "the URL's internet= must be true or false, not '%.32s'", net);
+    if (internet && !kmgr_has_egress(self->kmgr))
+        return rpc_error(id, RPC_INVALID_PARAMS,
+                         "internet=true: this server gives sandboxes no network (its operator "
+                         "has not set --egress-allow)");
     char sid[37];
     jmsg_uuid(sid);
     session_t *s = session_add(self, sid, version);
+    s->internet = internet;
     record_write(self, s);
     snprintf(p->session, sizeof p->session, "%s", sid);
     json_t *client = json_object_get(params, "clientInfo");
     const char *cname = json_string_value(json_object_get(client, "name"));
     const char *cver = json_string_value(json_object_get(client, "version"));
-    log_info("mcp: session %s started (client %s %s, protocol %s)", sid, cname ? cname : "?",
-             cver ? cver : "?", version);
-    return rpc_result(
-        id, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version,
-                      "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "sandgate",
-                      "title", "sandgate", "version", PACKAGE_VERSION, "instructions",
-                      "execute_python runs Python in a stateful, sandboxed Jupyter kernel that "
-                      "belongs to this session (no network). State persists between calls; "
-                      "files live in " HOME "; files written under output/ come back with the "
-                      "result. Use list_files, read_file and write_file for the workspace, and "
-                      "restart_kernel for a fresh kernel."));
+    log_info("mcp: session %s started (client %s %s, protocol %s%s)", sid, cname ? cname : "?",
+             cver ? cver : "?", version, internet ? ", with a network" : "");
+    cleanup_free char *instructions = xasprintf(
+        "execute_python runs Python in a stateful, sandboxed Jupyter kernel that belongs to this "
+        "session (%s). State persists between calls; files live in " HOME "; files written "
+        "under output/ come back with the result. Use list_files, read_file and write_file for "
+        "the workspace, and restart_kernel for a fresh kernel.",
+        internet ? "with a network: the internet, as the server allows" : "no network");
+    return rpc_result(id, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                                    version, "capabilities", "tools", "listChanged", 0,
+                                    "serverInfo", "name", "sandgate", "title", "sandgate",
+                                    "version", PACKAGE_VERSION, "instructions", instructions));
 }
 
 /* A request (it has an id).  Returns its answer, or NULL when a call is
@@ -1004,7 +1022,7 @@ static json_t *request(mcp_t *self, post_t *p, session_t *s, const char *method,
     if (strcmp(method, "ping") == 0)
         return rpc_result(id, json_object());
     if (strcmp(method, "tools/list") == 0)
-        return rpc_result(id, json_pack("{s:O}", "tools", self->tools));
+        return rpc_result(id, json_pack("{s:O}", "tools", self->tools[s && s->internet]));
     if (strcmp(method, "tools/call") != 0)
         return rpc_error(id, RPC_NO_METHOD, "Method not found: %s", method);
     const char *name = json_string_value(json_object_get(params, "name"));
@@ -1337,7 +1355,8 @@ mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)
     self->sessions = zhashx_new();
     zhashx_set_destructor(self->sessions, session_free);
     self->calls = zlistx_new();
-    self->tools = tools_json(cfg);
+    self->tools[0] = tools_json(cfg, false);
+    self->tools[1] = tools_json(cfg, true);
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/mcp", cfg->state_dir);
         sg_error_t *err = NULL;
@@ -1366,7 +1385,8 @@ void mcp_destroy(mcp_t **self_p)
     }
     zlistx_destroy(&self->calls);
     zhashx_destroy(&self->sessions);
-    json_decref(self->tools);
+    json_decref(self->tools[0]);
+    json_decref(self->tools[1]);
     records_close(&self->records);
     free(self);
     *self_p = NULL;

@@ -172,7 +172,7 @@ static void put_rule(FILE *f, const egress_rule_t *r)
         fprintf(f, " meta l4proto { tcp, udp } th dport %u", r->lo);
     else if (r->lo)
         fprintf(f, " meta l4proto { tcp, udp } th dport %u-%u", r->lo, r->hi);
-    fputs(" accept\n", f);
+    fputs(" goto allowed\n", f);
 }
 
 char *egress_ruleset(const egress_policy_t *p)
@@ -185,6 +185,8 @@ char *egress_ruleset(const egress_policy_t *p)
     fputs("table inet sandgate\ndelete table inet sandgate\n"
           "table inet sandgate {\n"
           "\tcounter refused {\n\t}\n"
+          /* Per sandbox address: the connections it has open. */
+          "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
           /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
           "\tchain refuse {\n\t\tcounter name \"refused\"\n"
           "\t\tmeta l4proto tcp reject with tcp reset\n"
@@ -205,7 +207,7 @@ char *egress_ruleset(const egress_policy_t *p)
     for (size_t i = 0; i < p->ndns; i++) {
         fputs("\t\tip daddr ", f);
         put_addr(f, p->dns[i]);
-        fputs(" meta l4proto { tcp, udp } th dport 53 accept\n", f);
+        fputs(" meta l4proto { tcp, udp } th dport 53 goto allowed\n", f);
     }
     for (size_t i = 0; i < p->nallow; i++)
         if (p->allow[i].inside_blocked)
@@ -218,6 +220,13 @@ char *egress_ruleset(const egress_policy_t *p)
         if (!p->allow[i].inside_blocked)
             put_rule(f, &p->allow[i]);
     fputs("\t\tjump refuse\n\t}\n"
+          /* What the policy lets through, within the connection limit. */
+          "\tchain allowed {\n",
+          f);
+    if (p->max_conns) /* counted by conntrack: closed connections leave the count */
+        fprintf(f, "\t\tct state new add @conns { ip saddr ct count over %u } jump refuse\n",
+                p->max_conns);
+    fputs("\t\taccept\n\t}\n"
           "\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n"
           "\t\tip saddr 100.127.0.0/16 oifname != \"sgh*\" masquerade\n\t}\n}\n",
           f);
@@ -404,8 +413,41 @@ static void addr_of(int n, int host, char *buf, size_t len)
     snprintf(buf, len, "%u.%u.%u.%u/30", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
 }
 
-char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err)
+/* --egress-rate: a token bucket on each end of the veth, the host's (what
+ * the sandbox receives) and the sandbox's (what it sends).  A queue, not a
+ * policer: TCP sees a slower link, not losses. */
+static int shape(const egress_policy_t *p, const char *ns, const char *host, const char *peer,
+                 sg_error_t **err)
 {
+    const char *tc = tool("tc");
+    if (!tc)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "tc not found (apt-get install iproute2)");
+    cleanup_free char *path = xstrdup(tc);
+    char rate[32], burst[32];
+    snprintf(rate, sizeof rate, "%llubps", (unsigned long long)p->rate); /* bytes/s */
+    snprintf(burst, sizeof burst, "%llu",
+             (unsigned long long)(p->rate / 8 > 65536 ? p->rate / 8 : 65536));
+    const char *in[] = {"qdisc", "replace", "dev", host,      "root",  "tbf", "rate",
+                        rate,    "burst",   burst, "latency", "200ms", NULL};
+    const char *out[] = {"-n",   ns,   "qdisc", "replace", "dev",     peer,    "root", "tbf",
+                         "rate", rate, "burst", burst,     "latency", "200ms", NULL};
+    const char *in_off[] = {"qdisc", "del", "dev", host, "root", NULL};
+    if (p->rate == 0) { /* a limit an earlier start set goes */
+        run(NULL, path, in_off);
+        const char *out_off[] = {"-n", ns, "qdisc", "del", "dev", peer, "root", NULL};
+        run(NULL, path, out_off);
+        return 0;
+    }
+    return run(err, path, in) < 0 || run(err, path, out) < 0 ? -1 : 0;
+}
+
+char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, sg_error_t **err)
+{
+    if (p == NULL) {
+        sg_error_set(err, SG_E_INVALID,
+                     "this server gives sandboxes no network (start it with --egress-allow)");
+        return NULL;
+    }
     int n = index_of(dir);
     if (n < 0) {
         static bool used[POOL_SIZE];
@@ -442,8 +484,14 @@ char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err)
     addr_of(n, 0, saddr, sizeof saddr);
     snprintf(gw, sizeof gw, "%.*s", (int)strcspn(haddr, "/"), haddr);
     char *path = xasprintf("%s/%s", NETNS_DIR, ns);
-    if (access(path, F_OK) == 0 && link_exists(n))
-        return path; /* up already (a resume, or a restart that re-adopts) */
+    if (access(path, F_OK) == 0 && link_exists(n)) { /* a resume, or a restart that re-adopts */
+        if (shape(p, ns, host, peer, err) < 0) {
+            sg_error_prefix(err, "the network of sandbox %s", id);
+            free(path);
+            return NULL;
+        }
+        return path;
+    }
     const char *del_ns[] = {"netns", "delete", ns, NULL};
     const char *del_link[] = {"link", "delete", host, NULL};
     ip(NULL, del_ns);
@@ -459,8 +507,9 @@ char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err)
         {"-n", ns, "link", "set", peer, "up", NULL},
         {"-n", ns, "route", "add", "default", "via", gw, NULL},
     };
-    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
-        if (ip(err, steps[i]) < 0) {
+    for (size_t i = 0; i <= sizeof steps / sizeof *steps; i++)
+        if (i < sizeof steps / sizeof *steps ? ip(err, steps[i]) < 0
+                                             : shape(p, ns, host, peer, err) < 0) {
             ip(NULL, del_ns);
             if (link_exists(n))
                 ip(NULL, del_link);

@@ -36,6 +36,8 @@ typedef struct {
     size_t nallow;
     uint32_t dns[EGRESS_MAX_DNS];
     size_t ndns;
+    unsigned max_conns; /* connections open at once per sandbox; 0: no limit */
+    uint64_t rate;      /* bytes per second per sandbox, each way (tc tbf); 0: no limit */
 } egress_policy_t;
 
 /* "CIDR[:PORT[-PORT]],..." (a bare address is a /32); "" allows nothing. */
@@ -57,7 +59,8 @@ void egress_teardown(void);
 /* The namespace of sandbox id (its directory dir), made if missing: the
  * index is kept in DIR/net so a resume after a reboot gets the same
  * addresses.  Returns the namespace's path (free it). */
-char *egress_sandbox_up(const char *id, const char *dir, sg_error_t **err);
+char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir,
+                        sg_error_t **err);
 void egress_sandbox_down(const char *id, const char *dir);
 /* Whether the sandbox in dir has a network (DIR/net exists). */
 bool egress_sandbox_has(const char *dir);

@@ -22,6 +22,7 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
         .init = getenv("SANDGATE_INIT"),
         .workspace_bytes = 1024ull << 20,
         .tmp_bytes = 256ull << 20,
+        .egress_max_conns = 256,
     };
 }
 

@@ -37,19 +37,21 @@ typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
 
 typedef struct {
     sandbox_mode_t mode;
-    const char *runsc;        /* runsc binary (default /usr/bin/runsc) */
-    const char *platform;     /* runsc --platform (default ptrace) */
-    const char *rootfs;       /* image directory to use as /; NULL: minimal host /usr */
-    uint64_t memory_bytes;    /* linux.resources.memory.limit */
-    uint64_t cpu_quota_us;    /* CPU time per 100 ms period */
-    int64_t pids;             /* linux.resources.pids.limit (counts runsc's own tasks) */
-    uint64_t nproc;           /* RLIMIT_NPROC: processes inside the sandbox */
-    uint64_t nofile;          /* RLIMIT_NOFILE */
-    uint64_t workspace_bytes; /* size of each workspace filesystem; 0: no limit */
-    uint64_t tmp_bytes;       /* size of the /tmp tmpfs */
-    const char *init;         /* sandgate-init binary; NULL: the installed one */
-    const char *egress_allow; /* --egress-allow (egress.h); NULL or "": no network for anyone */
-    const char *egress_dns;   /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
+    const char *runsc;         /* runsc binary (default /usr/bin/runsc) */
+    const char *platform;      /* runsc --platform (default ptrace) */
+    const char *rootfs;        /* image directory to use as /; NULL: minimal host /usr */
+    uint64_t memory_bytes;     /* linux.resources.memory.limit */
+    uint64_t cpu_quota_us;     /* CPU time per 100 ms period */
+    int64_t pids;              /* linux.resources.pids.limit (counts runsc's own tasks) */
+    uint64_t nproc;            /* RLIMIT_NPROC: processes inside the sandbox */
+    uint64_t nofile;           /* RLIMIT_NOFILE */
+    uint64_t workspace_bytes;  /* size of each workspace filesystem; 0: no limit */
+    uint64_t tmp_bytes;        /* size of the /tmp tmpfs */
+    const char *init;          /* sandgate-init binary; NULL: the installed one */
+    const char *egress_allow;  /* --egress-allow (egress.h); NULL or "": no network for anyone */
+    const char *egress_dns;    /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
+    unsigned egress_max_conns; /* --egress-max-conns: open connections per sandbox; 0: any */
+    uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
 } sandbox_config_t;
 
 /* Documented defaults (see sandgate --help). */

@@ -317,6 +317,8 @@ static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err
         free(p);
         return -1;
     }
+    p->max_conns = cfg->egress_max_conns;
+    p->rate = cfg->egress_rate;
     if (egress_setup(p, kernels, err) < 0) {
         free(p);
         return -1;
@@ -710,7 +712,7 @@ static int local_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
                          "this server gives sandboxes no network (start it with --egress-allow)");
             goto fail;
         }
-        char *ns = egress_sandbox_up(sb->id, sb->dir, err);
+        char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
         if (ns == NULL)
             goto fail;
         free(ns);
@@ -1306,7 +1308,7 @@ static int local_resume(sandbox_t *sb, sg_error_t **err)
     unlink(pidfile);
     /* The same global flags as run: restore needs the sandbox it saved. */
     if (sb->internet) { /* its namespace, again after a reboot */
-        char *ns = egress_sandbox_up(sb->id, sb->dir, err);
+        char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
         if (ns == NULL)
             return -1;
         free(ns);

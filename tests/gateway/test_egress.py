@@ -17,11 +17,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 import zipfile
 
+import mcpraw
 import sgd
 from sgd import Daemon
 from tap import ok, diag, done
@@ -81,13 +84,32 @@ def internet_up(root):
     for r in ROUTES:
         sh("ip", "route", "add", r, "via", PUBLIC)
     wheel(root)
-    return subprocess.Popen(["ip", "netns", "exec", NS, "python3", "-m", "http.server", "8080",
-                             "--directory", root], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    with open(f"{root}/big", "wb") as f:
+        f.write(os.urandom(BIG))
+    return [subprocess.Popen(["ip", "netns", "exec", NS, "python3", *cmd],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for cmd in (["-m", "http.server", "8080", "--directory", root], ["-c", SINK])]
 
 
-def internet_down(server):
-    if server:
+# Port 9000: reads what a connection sends, answers with the byte count.
+SINK = '''
+import socket, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", 9000)); srv.listen()
+def serve(c):
+    n = 0
+    while (b := c.recv(65536)):
+        n += len(b)
+    c.sendall(str(n).encode()); c.close()
+while True:
+    threading.Thread(target=serve, args=(srv.accept()[0],), daemon=True).start()
+'''
+BIG = 4 << 20
+
+
+def internet_down(servers):
+    for server in servers or ():
         server.kill()
         server.wait()
     for r in ROUTES:
@@ -138,6 +160,100 @@ print(json.dumps({t: tcp(h, p) for t, (h, p) in TARGETS.items()} |
 '''
 
 
+LIMITS = r'''
+import json, socket, time, urllib.request
+def conn(host):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, 8080))
+        return s, "open"
+    except OSError as e:
+        s.close()
+        return None, type(e).__name__
+held = [conn("%s") for _ in range(5)]
+for s, _ in held:
+    if s:
+        s.close()
+for _ in range(20):
+    s, after = conn("%s")
+    if s:
+        s.close()
+        break
+    time.sleep(0.5)
+t = time.monotonic()
+n = len(urllib.request.urlopen("http://%s:8080/big", timeout=60).read())
+down = time.monotonic() - t
+t = time.monotonic()
+s = socket.create_connection((HOST, 9000), timeout=60)
+s.sendall(b"x" * BIG)
+s.shutdown(socket.SHUT_WR)
+up = int(s.recv(64))
+print(json.dumps({"conns": [h[1] for h in held], "after": after, "down_bytes": n,
+                  "down_s": down, "up_bytes": up, "up_s": time.monotonic() - t}))
+'''
+
+
+def notebook_kernel(d, env):
+    """Debian's Notebook 6 with --gateway-url at d and env in its environment
+    starts a kernel: (its id, its context at d, Notebook's log).  Notebook's
+    shutdown deletes the kernel."""
+    tmp = tempfile.mkdtemp(prefix="sgt-nb-")
+    e = dict(os.environ, **env)
+    for var in ("JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR"):
+        e[var] = os.path.join(tmp, var.lower())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(os.path.join(tmp, "log"), "w+")
+    nb = subprocess.Popen(["/usr/bin/python3", "-m", "notebook", "--no-browser", "--allow-root",
+                           "--ip=127.0.0.1", f"--port={port}", "--NotebookApp.port_retries=0",
+                           "--NotebookApp.token=nbtoken", f"--notebook-dir={tmp}",
+                           f"--gateway-url={d.url.rstrip('/')}",
+                           f"--GatewayClient.auth_token={sgd.TOKEN}",
+                           "--GatewayClient.request_timeout=120"],
+                          env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kid, ctx = None, {}
+    try:
+        deadline = time.time() + 60
+        while kid is None and time.time() < deadline and nb.poll() is None:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/kernels", method="POST",
+                                         data=b'{"name": "python3"}',
+                                         headers={"Authorization": "token nbtoken"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    kid = json.loads(r.read())["id"]
+            except OSError:
+                time.sleep(0.3)
+        if kid:
+            ctx = d.json("GET", f"/contexts/{kid}")[1]
+    finally:
+        nb.send_signal(signal.SIGTERM)
+        try:
+            nb.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(nb.pid, signal.SIGKILL)
+            nb.wait()
+        log.seek(0)
+        text = log.read()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return kid, ctx, text
+
+
+def mcp_initialize(d, flag):
+    """initialize at /mcp?internet=FLAG (None: no query): (status, session, answer)."""
+    path = "/mcp" + (f"?internet={flag}" if flag else "")
+    st, hdrs, data = d.request("POST", path, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                              "params": {"protocolVersion": "2025-11-25",
+                                                         "capabilities": {},
+                                                         "clientInfo": {"name": "t", "version": "0"}}},
+                               headers={"Accept": mcpraw.JSON_AND_SSE})
+    sid = hdrs.get("Mcp-Session-Id")
+    if sid:
+        mcpraw.post(d, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session=sid)
+    return st, sid, json.loads(data)
+
+
 def probe(d, cid, targets):
     code = f"TARGETS = {json.dumps(targets)}\n" + PROBE % (PUBLIC, PUBLIC, METADATA)
     st, r = d.json("POST", "/execute", {"code": code, "context_id": cid, "timeout": 120},
@@ -178,9 +294,9 @@ def main():
     lock = open("/run/sandgate-test-egress.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     root = tempfile.mkdtemp(prefix="sgt-index-")
-    server = d = None
+    servers = d = None
     try:
-        server = internet_up(root)
+        servers = internet_up(root)
         time.sleep(0.5)
 
         # --- default: no network for anyone -------------------------------------------
@@ -188,6 +304,13 @@ def main():
         st, e = d.json("POST", "/contexts", {"internet": True})
         ok(st == 400 and "--egress-allow" in e.get("message", ""),
            "without --egress-allow, {\"internet\": true} is refused with the reason", (st, e))
+        st, e = d.json("POST", "/api/kernels", {"name": "python3",
+                                                "env": {"KERNEL_INTERNET": "true"}})
+        ok(st == 400 and "--egress-allow" in e.get("message", ""),
+           "so is a Jupyter kernel with KERNEL_INTERNET=true", (st, e))
+        st, _, e = mcp_initialize(d, "true")
+        ok("--egress-allow" in json.dumps(e.get("error", {})),
+           "and an MCP session at /mcp?internet=true", e)
         d.stop()
         d = None
 
@@ -270,6 +393,7 @@ def main():
         ok(st == 409 and "network" in e.get("message", ""),
            "pausing a context with a network: 409, with the reason", (st, e))
 
+
         # Deleting a context removes its namespace and veth.
         names = netns_names()
         ok(len(names) == 2, "one namespace per opted-in sandbox", names)
@@ -300,6 +424,40 @@ def main():
         r = probe(d, a["id"], {"public": [PUBLIC, 8080], "metadata": [METADATA, 8080]})
         ok(r.get("public") == "open" and r.get("metadata") != "open",
            "the next start installs the rules again and the session works", r)
+        # The same opt-in from Jupyter clients and MCP clients.
+        st, e = d.json("POST", "/api/kernels", {"name": "python3",
+                                                "env": {"KERNEL_INTERNET": "maybe"}})
+        ok(st == 400 and "KERNEL_INTERNET" in e.get("message", ""),
+           "KERNEL_INTERNET must be true or false", (st, e))
+        st, jk = d.json("POST", "/api/kernels", {"name": "python3",
+                                                 "env": {"KERNEL_INTERNET": "true"}})
+        st2, g = d.json("GET", f"/contexts/{jk.get('id')}")
+        r = probe(d, jk.get("id"), {"public": [PUBLIC, 8080], "private": [PRIVATE, 8080]})
+        ok(st == 201 and g.get("internet") is True and r.get("public") == "open" and
+           r.get("private") != "open",
+           "a Jupyter kernel started with env KERNEL_INTERNET=true (what a Jupyter server with "
+           "--gateway-url forwards) has the network, within the rules", (st, g, r))
+        d.json("DELETE", f"/api/kernels/{jk.get('id')}")
+        kid, g, nb_log = notebook_kernel(d, {"KERNEL_INTERNET": "true"})
+        ok(kid and g.get("internet") is True,
+           "Notebook started with KERNEL_INTERNET=true and --gateway-url: its kernel has the "
+           "network", (kid, g, nb_log[-1500:]))
+        st, _, e = mcp_initialize(d, "maybe")
+        ok("internet" in json.dumps(e.get("error", {})), "/mcp?internet=maybe is refused", e)
+        for flag, want in (("true", "open"), (None, "closed")):
+            st, sid, e = mcp_initialize(d, flag)
+            _, tools = mcpraw.post(d, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                   session=sid, accept="application/json")[1:]
+            desc = tools["result"]["tools"][0]["description"]
+            code = f"TARGETS = {json.dumps({'public': [PUBLIC, 8080]})}\n" + \
+                PROBE % (PUBLIC, PUBLIC, METADATA)
+            _, ans = mcpraw.call(d, sid, "execute_python", {"code": code, "timeout": 60})
+            r = json.loads(mcpraw.text_of(ans) or "{}")
+            ok((r.get("public") == "open") == (want == "open") and
+               ("internet" in desc) == (want == "open"),
+               f"an MCP session at /mcp{'?internet=' + flag if flag else ''}: {PUBLIC} is "
+               f"{want}, and execute_python's description says so", (r, desc[:160]))
+            d.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
         d.stop()
         d = None
         ok(not nft_table() and not netns_names(),
@@ -308,7 +466,8 @@ def main():
         # --- --egress-allow 10.213.0.0/24 only; a crash's leftovers go at start ------------
         sh("ip", "netns", "add", FAKE_NS)
         sh("ip", "link", "add", "sgh16000", "type", "veth", "peer", "name", "sgs16000")
-        d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "10.213.0.0/24")
+        d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "10.213.0.0/24",
+                   "--egress-max-conns", "3", "--egress-rate", "1024")
         ok(FAKE_NS not in netns_names() and not os.path.exists("/sys/class/net/sgh16000"),
            "at start, a namespace and a veth no sandbox claims (a crash's leftovers) are removed",
            (netns_names(), os.path.exists("/sys/class/net/sgh16000")))
@@ -319,6 +478,24 @@ def main():
         ok(r.get("allowed") == "open" and all(r.get(t) not in (None, "open") for t in
                                               ("public", "private", "metadata")),
            "--egress-allow 10.213.0.0/24: that private range is reachable, nothing else", r)
+
+        # --egress-max-conns 3: a fourth connection open at once is refused; closing
+        # one makes room.  --egress-rate 1024 (KiB/s): 4 MiB take seconds each way.
+        r = run(d, c["id"], f"HOST = '{ALLOWED}'\nBIG = {BIG}\n" +
+                LIMITS % (ALLOWED, ALLOWED, ALLOWED))
+        try:
+            lim = json.loads(r["stdout"])
+        except Exception:
+            lim = {"error": r}
+        diag(f"limits: {lim}")
+        ok(lim.get("conns") == ["open"] * 3 + ["ConnectionRefusedError"] * 2 and
+           lim.get("after") == "open",
+           "--egress-max-conns 3: three connections open, the next ones refused, room again "
+           "once they close", lim)
+        ok(lim.get("down_bytes") == BIG and lim.get("down_s", 0) >= BIG / (2 * 1024 * 1024),
+           "--egress-rate 1024: 4 MiB downloaded whole, no faster than twice the rate", lim)
+        ok(lim.get("up_bytes") == BIG and lim.get("up_s", 0) >= BIG / (2 * 1024 * 1024),
+           "and uploaded whole, no faster than twice the rate", lim)
         d.stop()
         d = None
 
@@ -333,7 +510,7 @@ def main():
     finally:
         if d:
             d.stop()
-        internet_down(server)
+        internet_down(servers)
         shutil.rmtree(root, ignore_errors=True)
 
 
