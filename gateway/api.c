@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/records.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/exec.h"
@@ -546,7 +547,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     } else {
         struct MHD_Response *r = resp_stream(s->out, "{\"type\":\"keepalive\"}\n");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
-        ret = MHD_queue_response(conn, 200, r);
+        ret = http_queue(conn, 200, r);
         MHD_destroy_response(r);
     }
 out:
@@ -570,7 +571,7 @@ static bool split_context_url(const char *rest, char id[128], const char **actio
 static enum MHD_Result reply_status(struct MHD_Connection *conn, unsigned status)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    enum MHD_Result ret = http_queue(conn, status, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -607,7 +608,7 @@ static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, con
     metrics.download_bytes += (uint64_t)st.st_size;
     struct MHD_Response *r = MHD_create_response_from_fd64((uint64_t)st.st_size, fd);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, files_mime(path));
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    enum MHD_Result ret = http_queue(conn, 200, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -872,12 +873,13 @@ static enum MHD_Result health(api_t *self, struct MHD_Connection *conn, const ch
     kmgr_stats_t st;
     kmgr_stats(self->kmgr, &st);
     return http_reply_json(conn, 200,
-                           json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "status", "ok",
-                                     "version", PACKAGE_VERSION, "kernels", "sessions",
-                                     (json_int_t)st.sessions, "starting", (json_int_t)st.starting,
-                                     "idle", (json_int_t)st.idle, "busy", (json_int_t)st.busy,
-                                     "pool_ready", (json_int_t)st.pool_ready, "pool_starting",
-                                     (json_int_t)st.pool_starting));
+                           json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
+                                     "status", "ok", "version", PACKAGE_VERSION, "replica",
+                                     replica_id(), "replica_tag", replica_tag(), "kernels",
+                                     "sessions", (json_int_t)st.sessions, "starting",
+                                     (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
+                                     (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready,
+                                     "pool_starting", (json_int_t)st.pool_starting));
 }
 
 static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
@@ -901,7 +903,7 @@ static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, co
             MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 "text/plain; version=0.0.4; charset=utf-8");
-        enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+        enum MHD_Result ret = http_queue(conn, 200, r);
         MHD_destroy_response(r);
         return ret;
     }

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/metrics.h"
@@ -54,6 +55,13 @@ void http_config_defaults(http_config_t *cfg)
                            .conn_timeout_s = 300};
 }
 
+enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r)
+{
+    if (*replica_id())
+        MHD_add_response_header(r, "X-Sandgate-Replica", replica_id());
+    return MHD_queue_response(conn, status, r);
+}
+
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -69,7 +77,7 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
     text[len] = '\n';
     struct MHD_Response *r = MHD_create_response_from_buffer(len + 1, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    enum MHD_Result ret = http_queue(conn, status, r);
     MHD_destroy_response(r);
     return ret;
 }

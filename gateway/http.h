@@ -98,6 +98,9 @@ void http_server_wake(void *arg);
 int http_server_port(const http_server_t *self);
 
 /* Queues a JSON response (body is stolen) on a connection. */
+/* MHD_queue_response, with the headers every response carries
+ * (X-Sandgate-Replica). */
+enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body);
 /* Queues {"error": kind, "message": msg} with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);

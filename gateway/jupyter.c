@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/http.h"
@@ -120,7 +121,7 @@ static enum MHD_Result fail_err(struct MHD_Connection *conn, sg_error_t **err)
 static enum MHD_Result no_content(struct MHD_Connection *conn)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = MHD_queue_response(conn, 204, r);
+    enum MHD_Result ret = http_queue(conn, 204, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -313,7 +314,7 @@ static enum MHD_Result answer(jupyter_t *self, jreq_t *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (r->status == 201)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
-    enum MHD_Result ret = MHD_queue_response(r->conn, r->status, resp);
+    enum MHD_Result ret = http_queue(r->conn, r->status, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -438,7 +439,7 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
             MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
         MHD_add_response_header(r, "Sec-WebSocket-Version", "13");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        enum MHD_Result ret = MHD_queue_response(conn, 426, r);
+        enum MHD_Result ret = http_queue(conn, 426, r);
         MHD_destroy_response(r);
         return ret;
     }
@@ -463,7 +464,7 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
     if (r->ws_v1)
         MHD_add_response_header(resp, "Sec-WebSocket-Protocol", CHANNELS_V1_PROTOCOL);
-    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+    enum MHD_Result ret = http_queue(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -632,7 +633,7 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
             return fail_err(conn, &err);
         }
         char id[37];
-        jmsg_uuid(id);
+        replica_uuid(id);
         s = json_pack("{s:s, s:s}", "id", id, "kernel_id", kernel_id(k));
         set_fields(s, req);
         json_object_set_new(self->sessions, id, s);
@@ -736,7 +737,7 @@ static enum MHD_Result resource(jupyter_t *self, struct MHD_Connection *conn, co
                                                             : "text/css";
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "max-age=3600");
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    enum MHD_Result ret = http_queue(conn, 200, r);
     MHD_destroy_response(r);
     return ret;
 }

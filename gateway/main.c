@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/loop.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 #include <sodium.h>
 
@@ -41,6 +42,10 @@ static const char usage[] =
     "                            printed at start)\n"
     "      --no-auth             no token (only with a loopback    [SANDGATE_NO_AUTH=1]\n"
     "                            --listen address)\n"
+    "      --replica-id ID       this sandgate's name among        [SANDGATE_REPLICA_ID]\n"
+    "                            replicas behind one proxy (default: the\n"
+    "                            host name); the ids it hands out carry\n"
+    "                            it (docs/deploy.md)\n"
     "      --max-body BYTES      request body limit (1048576)      [SANDGATE_MAX_BODY]\n"
     "      --max-output BYTES    output kept per execution         [SANDGATE_MAX_OUTPUT]\n"
     "                            (16777216; the rest is dropped with a marker)\n"
@@ -133,6 +138,7 @@ enum {
     O_EGRESS_DNS,
     O_EGRESS_MAX_CONNS,
     O_EGRESS_RATE,
+    O_REPLICA_ID,
     O_MEMORY,
     O_CPUS,
     O_PROCESSES,
@@ -164,6 +170,7 @@ static const char shortopts[] = "c:l:s:t:hV";
 static const struct option opts[] = {
     {"config", required_argument, NULL, O_CONFIG},
     {"listen", required_argument, NULL, O_LISTEN},
+    {"replica-id", required_argument, NULL, O_REPLICA_ID},
     {"state-dir", required_argument, NULL, O_STATE},
     {"token", required_argument, NULL, O_TOKEN},
     {"no-auth", no_argument, NULL, O_NO_AUTH},
@@ -212,8 +219,9 @@ typedef struct {
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */
     int launcher_timeout_ms;
-    char *state_abs;   /* --state-dir made absolute, when it was not */
-    char *config_text; /* the config file's text; values point into it */
+    char *state_abs;     /* --state-dir made absolute, when it was not */
+    char *config_text;   /* the config file's text; values point into it */
+    const char *replica; /* --replica-id; NULL: the host name */
 } settings_t;
 
 /* Where the value being applied came from (SANDGATE_X, FILE:LINE), for bad();
@@ -255,6 +263,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         s->http.port = (int)p;
         return 0;
     }
+    case O_REPLICA_ID:
+        if (!replica_valid_id(v))
+            return bad(name, v, "1-63 characters of A-Z, a-z, 0-9, '.', '_', '-'");
+        s->replica = v;
+        return 0;
     case O_TOKEN:
         if (strlen(v) < 16)
             return bad(name, "(hidden)", "at least 16 characters");
@@ -527,6 +540,7 @@ static int parse(settings_t *s, int argc, char **argv)
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->config_text = NULL;
     s->state_abs = NULL;
+    s->replica = NULL;
     s->uid = LAUNCHER_DEFAULT_UID;
     s->launcher_timeout_ms = 10000;
     /* A first pass for what decides the rest: --help, --version, --config. */
@@ -641,6 +655,13 @@ int main(int argc, char **argv)
      * fork the launcher now — before any socket or thread exists — and serve
      * HTTP without root. */
     sg_error_t *err = NULL;
+    if (replica_init(s.replica, &err) < 0) {
+        log_error("%s", err->msg);
+        sg_error_free(&err);
+        free(s.config_text);
+        free(s.state_abs);
+        return 1;
+    }
     launcher_config_t lc = {.sandbox = s.k.sandbox,
                             .state_dir = s.k.state_dir,
                             .kernelspec_path = s.k.kernelspec_path,
@@ -713,9 +734,10 @@ int main(int argc, char **argv)
         sg_error_free(&err);
         goto out;
     }
-    log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s)", PACKAGE_VERSION,
-             s.host, http_server_port(http), s.k.state_dir,
-             s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none");
+    log_info("sandgate %s listening on http://%s:%d (state in %s, sandbox %s, replica %s: ids "
+             "begin %s)",
+             PACKAGE_VERSION, s.host, http_server_port(http), s.k.state_dir,
+             s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", replica_id(), replica_tag());
     if (show_token) {
         /* The token goes to stdout for the operator, never to the log. */
         printf("sandgate is ready. Token (generated; set --token to choose one):\n  %s\n"

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/records.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/exec.h"
@@ -138,7 +139,7 @@ static enum MHD_Result send_body(struct MHD_Connection *conn, unsigned status, c
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (session && *session)
         MHD_add_response_header(r, "Mcp-Session-Id", session);
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    enum MHD_Result ret = http_queue(conn, status, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -990,7 +991,7 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
                          "internet=true: this server gives sandboxes no network (its operator "
                          "has not set --egress-allow)");
     char sid[37];
-    jmsg_uuid(sid);
+    replica_uuid(sid);
     session_t *s = session_add(self, sid, version);
     s->internet = internet;
     record_write(self, s);
@@ -1263,7 +1264,7 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(r, "Mcp-Session-Id", p->session);
-        ret = MHD_queue_response(conn, 200, r);
+        ret = http_queue(conn, 200, r);
         MHD_destroy_response(r);
     } else { /* JSON: answer when every call is over */
         ret = resp_wait(p->out);
@@ -1308,7 +1309,7 @@ static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, co
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "POST, DELETE");
-    enum MHD_Result ret = MHD_queue_response(conn, 405, r);
+    enum MHD_Result ret = http_queue(conn, 405, r);
     MHD_destroy_response(r);
     return ret;
 }

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/loop.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 
 typedef struct entry {
@@ -226,7 +227,7 @@ static void fill_pool(kmgr_t *m)
     if (have >= (size_t)m->cfg.pool_size)
         return;
     char id[37];
-    jmsg_uuid(id);
+    replica_uuid(id);
     sg_error_t *err = NULL;
     if (launch(m, spec, id, true, false, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel: %s", err->msg);
@@ -278,7 +279,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, kernel_eve
         }
     }
     char id[37];
-    jmsg_uuid(id);
+    replica_uuid(id);
     kernel_t *k = launch(m, spec, id, false, internet, ev, ev_arg, err);
     fill_pool(m);
     return k;

@@ -4,6 +4,7 @@
 #include <sodium.h>
 #include <time.h>
 
+#include "common/replica.h"
 #include "common/xalloc.h"
 
 struct jmsg {
@@ -13,13 +14,7 @@ struct jmsg {
 
 void jmsg_uuid(char out[37])
 {
-    unsigned char b[16];
-    randombytes_buf(b, sizeof b);
-    b[6] = (b[6] & 0x0f) | 0x40; /* version 4 */
-    b[8] = (b[8] & 0x3f) | 0x80; /* RFC 4122 variant */
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
+    uuid_v4(out);
 }
 
 void jmsg_now(char out[32])
