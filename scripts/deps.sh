@@ -14,6 +14,8 @@ packages=(
   # Notebook server + browser the Jupyter front-end tests drive, and strace
   # (system calls the kernel makes)
   clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
+  # ... and the proxy in front of several replicas (docker/local-cluster.sh)
+  haproxy
 )
 # Node.js runs the real client SDKs the tests drive (npm packages).
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
@@ -30,3 +32,14 @@ sudo=""
 echo "deps: installing ${missing[*]}"
 $sudo apt-get update -q
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Debian's haproxy package enables a system service.  Its default
+# configuration listens nowhere, but the cluster test runs its own haproxy:
+# keep the system one stopped and disabled.
+if [[ " ${missing[*]} " == *" haproxy "* ]]; then
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now haproxy >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/haproxy ]; then
+    $sudo /etc/init.d/haproxy stop >/dev/null 2>&1 || true
+    $sudo update-rc.d haproxy disable >/dev/null 2>&1 || true
+  fi
+fi

@@ -1,0 +1,281 @@
+"""Three sandgate replicas behind HAProxy (docker/local-cluster.sh and the
+configuration docker/haproxy-config.sh writes): new contexts spread over the
+replicas, every request that names an id reaches the replica that made it
+(REST, Jupyter REST and WebSocket, MCP), an id no replica made gets a clear
+404, a replica killed with SIGKILL answers a clear 503 at once while the
+others carry on, and the same replica restarted on its state dir has its
+contexts back with their variables.  Then the real clients' scripts (E2B SDK,
+@jupyterlab/services, the MCP SDK) run through the proxy."""
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from sgd import Daemon, TOKEN, stdout
+from tap import ok, diag, done
+from mcpraw import initialize, call, text_of, post, err_code
+from wsclient import WS
+
+SRC = os.environ.get("SG_SRCDIR", ".")
+BUILD = os.environ.get("SG_BUILDDIR", ".")
+CLUSTER = os.path.join(SRC, "docker/local-cluster.sh")
+REPLICAS = ["r0", "r1", "r2"]
+UNKNOWN = "00000000-0000-4000-8000-000000000000"  # a tag no replica here has
+
+
+def tag(replica):
+    return hashlib.sha256(replica.encode()).hexdigest()[:8]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proxy:
+    """The proxy's address, with sgd.Daemon's request helpers."""
+    request = Daemon.request
+    json = Daemon.json
+
+    def __init__(self, url):
+        self.url = url
+
+
+def cluster(*args, timeout=300):
+    return subprocess.run([CLUSTER, *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def execute(p, code, context_id, timeout=120):
+    """(status, replica, lines or error document) of an execution through the proxy."""
+    status, hdrs, data = p.request("POST", "/execute", {"code": code, "context_id": context_id},
+                                   timeout=timeout)
+    replica = hdrs.get("X-Sandgate-Replica")
+    if status != 200:
+        try:
+            return status, replica, json.loads(data)
+        except ValueError:
+            return status, replica, {"error": None, "message": "", "body": data[:300]}
+    return status, replica, [json.loads(l) for l in data.decode().splitlines() if l.strip()]
+
+
+def pid_of(replica):
+    with open(os.path.join(RUN, replica, "pid")) as f:
+        return int(f.read())
+
+
+RUN = tempfile.mkdtemp(prefix="sg-cluster-", dir="/tmp")
+os.chmod(RUN, 0o711)
+ENV = dict(os.environ, SANDGATE_CLUSTER_DIR=RUN, SANDGATE=os.path.join(BUILD, "sandgate"),
+           SANDGATE_TOKEN=TOKEN)
+PORT = free_port()
+p = Proxy(f"http://127.0.0.1:{PORT}")
+started = []
+try:
+    r = cluster("up", "3", str(PORT), "--", "--pool-size", "1")
+    ok(r.returncode == 0, "local-cluster.sh up 3 starts three replicas and HAProxy",
+       r.stdout[-2000:] + r.stderr[-3000:])
+    if r.returncode != 0:
+        raise SystemExit
+    started = [pid_of(x) for x in REPLICAS]
+    with open(os.path.join(RUN, "haproxy.pid")) as f:
+        started.append(int(f.read()))
+    st = cluster("status")
+    ok(st.returncode == 0 and all(f'"replica":"{x}"' in st.stdout for x in REPLICAS)
+       and "haproxy" in st.stdout, "status shows the three replicas healthy and HAProxy",
+       st.stdout + st.stderr)
+
+    # --- new contexts spread over the replicas --------------------------------------
+    contexts = {}  # id -> replica
+    bad = []
+    for i in range(30):
+        status, hdrs, data = p.request("POST", "/contexts", {})
+        replica = hdrs.get("X-Sandgate-Replica")
+        cid = json.loads(data).get("id") if status == 201 else None
+        if status != 201 or replica not in REPLICAS or not cid.startswith(tag(replica) + "-"):
+            bad.append((status, replica, data[:200]))
+        else:
+            contexts[cid] = replica
+    counts = {x: sum(1 for v in contexts.values() if v == x) for x in REPLICAS}
+    ok(not bad and len(contexts) == 30,
+       "30 POST /contexts: each answered 201 by a replica whose tag begins the id", bad)
+    ok(all(c >= 8 for c in counts.values()),
+       f"round robin: the contexts are spread over all three replicas {counts}", counts)
+
+    # --- each context keeps its variables, routed by context_id ----------------------
+    def set_and_read(cid):
+        s1, r1, out1 = execute(p, f"v = {cid!r}", cid)
+        s2, r2, out2 = execute(p, "print(v)", cid)
+        return cid, (s1, r1, s2, r2, stdout(out2) if s2 == 200 else out2)
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = dict(pool.map(set_and_read, contexts))
+    wrong = {c: v for c, v in results.items()
+             if v != (200, contexts[c], 200, contexts[c], c + "\n")}
+    ok(not wrong, "every context keeps a variable across /execute calls routed by its "
+       "context_id, on the replica that made it", wrong)
+
+    status, hdrs, data = p.request("GET", "/contexts")
+    mine = [c["id"] for c in json.loads(data) if c["id"] in contexts] if status == 200 else []
+    owner = hdrs.get("X-Sandgate-Replica")
+    ok(status == 200 and mine and all(contexts[c] == owner for c in mine),
+       "GET /contexts (no id) is answered by one replica, with its own contexts",
+       (status, owner, mine))
+
+    # --- Jupyter: REST and a WebSocket through the proxy ----------------------------
+    status, hdrs, data = p.request("POST", "/api/kernels", {"name": "python3"})
+    kernel = json.loads(data) if status == 201 else {}
+    kid, kreplica = kernel.get("id", ""), hdrs.get("X-Sandgate-Replica")
+    ok(status == 201 and kreplica in REPLICAS and kid.startswith(tag(kreplica) + "-"),
+       "POST /api/kernels: a kernel id with its replica's tag", (status, data[:300]))
+    status, hdrs, data = p.request("GET", f"/api/kernels/{kid}")
+    ok(status == 200 and json.loads(data)["id"] == kid and
+       hdrs.get("X-Sandgate-Replica") == kreplica,
+       "GET /api/kernels/{id} reaches the kernel's replica", (status, data[:300]))
+    status, answer = p.json("GET", "/api/kernels")
+    ok(status == 200 and kid in [k["id"] for k in answer],
+       "GET /api/kernels (pinned to the client) lists the kernel it started", answer)
+    try:
+        ws = WS(p.url, kid, TOKEN, session="cluster-ws")
+        reply, io = ws.execute("k = 6 * 7\nprint(k)")
+        out = "".join(m["content"].get("text", "") for m in io
+                      if m["header"]["msg_type"] == "stream")
+        ok(reply["content"]["status"] == "ok" and out == "42\n",
+           "a WebSocket execute through the proxy", (reply["content"], out))
+        reply, io = ws.execute("print(k + 1)")
+        out = "".join(m["content"].get("text", "") for m in io
+                      if m["header"]["msg_type"] == "stream")
+        ok(out == "43\n", "the kernel keeps its variables across WebSocket executes", out)
+        ws.close()
+    except Exception as e:  # noqa: BLE001 -- report, go on
+        ok(False, "a WebSocket execute through the proxy", repr(e))
+    status, hdrs, data = p.request("POST", "/api/sessions",
+                                   {"path": "c.ipynb", "type": "notebook", "name": "c",
+                                    "kernel": {"name": "python3"}})
+    sess = json.loads(data) if status == 201 else {}
+    sreplica = hdrs.get("X-Sandgate-Replica")
+    ok(status == 201 and sess.get("id", "").startswith(tag(sreplica or "") + "-") and
+       sess["kernel"]["id"].startswith(tag(sreplica or "") + "-"),
+       "POST /api/sessions: session and kernel ids with the replica's tag", (status, data[:300]))
+    status, answer = p.json("GET", f"/api/sessions/{sess.get('id')}")
+    ok(status == 200 and answer["id"] == sess.get("id"),
+       "GET /api/sessions/{id} reaches the session's replica", (status, answer))
+
+    # --- MCP: a session keeps its kernel's state --------------------------------------
+    status, sid, answer = initialize(p)
+    ok(status == 200 and sid and sid[:8] in [tag(x) for x in REPLICAS],
+       "MCP initialize: a session id with a replica's tag", (status, sid, answer))
+    status, answer = call(p, sid, "execute_python", {"code": "m = 21"})
+    status, answer = call(p, sid, "execute_python", {"code": "print(m * 2)"}, rid=2)
+    ok(status == 200 and "42" in text_of(answer),
+       "MCP: the session's kernel keeps a variable across tool calls", (status, answer))
+
+    # --- ids no replica made ---------------------------------------------------------------
+    for method, path in (("GET", f"/contexts/{UNKNOWN}"), ("GET", f"/api/kernels/{UNKNOWN}"),
+                         ("DELETE", f"/api/sessions/{UNKNOWN}"),
+                         ("GET", f"/contexts/{UNKNOWN}/files")):
+        status, answer = p.json(method, path)
+        ok(status == 404 and answer["error"] == "not_found" and
+           "no replica" in answer["message"] and UNKNOWN[:8] in answer["message"],
+           f"{method} {path.replace(UNKNOWN, '<unknown tag>')}: a clear 404", (status, answer))
+    status, _, answer = execute(p, "1", UNKNOWN)
+    ok(status == 404 and answer["error"] == "not_found" and "no replica" in answer["message"],
+       "POST /execute with an unknown tag's context_id: a clear 404", (status, answer))
+    status, _, answer = post(p, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session=UNKNOWN)
+    ok(status == 404 and err_code(answer) == -32001,
+       "MCP with an unknown tag's session id: 404, JSON-RPC -32001", (status, answer))
+
+    # --- a replica dies -----------------------------------------------------------------------
+    victim = "r1"
+    os.kill(pid_of(victim), signal.SIGKILL)
+    # SIGKILL is delivered on its way: until the process is gone its socket
+    # may still take a request, which the proxy then answers 502 (a replica
+    # that dies with requests in flight).  Wait until its port refuses.
+    with open(os.path.join(RUN, victim, "port")) as f:
+        vport = int(f.read())
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", vport), timeout=1).close()
+            time.sleep(0.05)
+        except OSError:
+            break
+    dead = [c for c, x in contexts.items() if x == victim]
+    live = [c for c, x in contexts.items() if x != victim]
+    slow, wrong = [], []
+    for c in dead[:4]:
+        t0 = time.time()
+        status, _, answer = execute(p, "print(v)", c, timeout=30)
+        took = time.time() - t0
+        if took > 3:
+            slow.append(took)
+        if not (status == 503 and answer["error"] == "unavailable" and victim in
+                answer["message"]):
+            wrong.append((status, answer))
+    ok(not wrong, f"the killed replica's contexts answer a clear 503 naming {victim}", wrong)
+    ok(not slow, "... within 3 s each (no hang)", slow)
+    t0 = time.time()
+    status, answer = p.json("GET", f"/contexts/{dead[0]}", timeout=30)
+    ok(status == 503 and time.time() - t0 < 3, "GET /contexts/{id} too", (status, answer))
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        after = dict(pool.map(lambda c: (c, execute(p, "print(v)", c)), live))
+    wrong = {c: v for c, v in after.items() if v[0] != 200 or stdout(v[2]) != c + "\n"}
+    ok(not wrong, "the other replicas' contexts keep their variables", wrong)
+    placed = []
+    for _ in range(6):
+        status, hdrs, data = p.request("POST", "/contexts", {})
+        placed.append((status, hdrs.get("X-Sandgate-Replica")))
+    ok(all(s == 201 and x in REPLICAS and x != victim for s, x in placed),
+       "new contexts go only to the live replicas", placed)
+
+    # --- the replica comes back on its state dir -----------------------------------------------
+    r = cluster("start", victim)
+    ok(r.returncode == 0, f"local-cluster.sh start {victim}: same id, port and state dir",
+       r.stdout + r.stderr)
+    started.append(pid_of(victim))
+    back = {c: execute(p, "print(v)", c) for c in dead}
+    wrong = {c: v for c, v in back.items()
+             if v[0] != 200 or v[1] != victim or stdout(v[2]) != c + "\n"}
+    ok(not wrong, f"{victim}'s contexts answer again, with their variables", wrong)
+
+    # --- the real clients, through the proxy -------------------------------------------------
+    if not os.path.isdir(os.path.join(SRC, "tests/node_modules")):
+        diag("tests/node_modules is missing (cd tests && npm ci): the SDK scripts are skipped")
+    else:
+        for script, args, least in (("e2b_sdk.mjs", [], 15), ("mcp_sdk.mjs", [], 35)):
+            r = subprocess.run(["node", os.path.join(SRC, "tests/gateway", script), p.url,
+                                TOKEN, *args], capture_output=True, text=True, timeout=900)
+            checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+            checks = [c for c in checks if "ok" in c]
+            ok(len(checks) >= least, f"{script} through the proxy ran its checks "
+               f"({len(checks)})", r.stderr[-2000:])
+            for c in checks:
+                ok(c["ok"], f"{script}: {c['name']}", c.get("detail"))
+        r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"), p.url,
+                            TOKEN, "v1"], capture_output=True, text=True, timeout=400)
+        checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
+        ok(r.returncode == 0 and len(checks) >= 30,
+           f"jlab_services.mjs through the proxy: {len(checks)} checks (exit {r.returncode})",
+           r.stdout[-2000:] + r.stderr[-2000:])
+        for line in checks:
+            ok(line.startswith("ok "), "jlab_services.mjs: " + line.split(" - ", 1)[-1])
+finally:
+    r = cluster("down")
+    ok(r.returncode == 0 and not os.path.exists(RUN), "local-cluster.sh down", r.stdout + r.stderr)
+    alive = []
+    for pid in started:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    ok(not alive, "down stopped every replica it started", alive)
+    shutil.rmtree(RUN, ignore_errors=True)
+done()
