@@ -62,9 +62,17 @@ find_sandgate() {
     fi
 }
 
+# A process that has exited but is not reaped yet (a zombie: its parent is
+# gone, and whoever inherited it reaps when it will) counts as stopped.
+running() { # pid
+    local state
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 alive() { # pid file
     local pid
-    [ -f "$1" ] && pid=$(cat "$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    [ -f "$1" ] && pid=$(cat "$1") && [ -n "$pid" ] && running "$pid"
 }
 
 # Stops the process in a pid file: SIGTERM, then SIGKILL after 30 s.
@@ -74,10 +82,10 @@ stop_pid() { # pid file, name
     pid=$(cat "$1")
     kill "$pid" 2>/dev/null || true
     for i in $(seq 300); do
-        kill -0 "$pid" 2>/dev/null || break
+        running "$pid" || break
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if running "$pid"; then
         echo "$prog: $2 (pid $pid) did not stop in 30 s: killing it" >&2
         kill -9 "$pid" 2>/dev/null || true
     fi
@@ -111,7 +119,7 @@ start_replica() { # id
         </dev/null >/dev/null 2>>"$rdir/log" &
     echo $! >"$rdir/pid"
     for i in $(seq 300); do
-        url=$(tail -c +"$from" "$rdir/log" | sed -n 's/.*listening on \(http:\/\/[^ ]*\).*/\1/p' | head -1)
+        url=$(tail -c +"$from" "$rdir/log" 2>/dev/null | sed -n 's/.*listening on \(http:\/\/[^ ]*\).*/\1/p' | head -1)
         [ -n "$url" ] && break
         alive "$rdir/pid" || break
         sleep 0.1
@@ -139,9 +147,11 @@ wait_routed() { # ids...
     for id; do
         tag=$(printf %s "$id" | sha256sum | cut -c1-8)
         for i in $(seq 300); do
-            code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(token)" \
+            code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(token)" \
                 "http://127.0.0.1:$(proxy_port)/contexts/$tag-0000-4000-8000-000000000000" || true)
             [ "$code" = 404 ] && break
+            alive "$dir/haproxy.pid" || die "haproxy stopped; the end of $dir/haproxy.log:
+$(tail -5 "$dir/haproxy.log")"
             sleep 0.1
         done
         [ "$code" = 404 ] || die "replica $id does not answer through the proxy (HTTP $code)"
