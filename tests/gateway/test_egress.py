@@ -4,7 +4,7 @@ and other reserved ranges always blocked unless the operator names a range
 inside them.
 
 The test builds its own "internet": a network namespace behind a veth pair,
-with a "public" web server and package index on 203.0.113.10, a private
+with a "public" web server and package index on 198.51.100.10, a private
 address (10.99.0.10), an allowed private range (10.213.0.10) and a metadata
 address (169.254.169.254), the host routing to them.  Real runsc, real pip."""
 import base64
@@ -12,6 +12,7 @@ import fcntl
 import glob
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import re
@@ -32,8 +33,10 @@ from tap import ok, diag, done
 TAG = str(os.getpid() % 100000)
 NS = f"sgtinet{TAG}"
 VETH = f"sgti{TAG}"
-PUBLIC, PRIVATE, ALLOWED, METADATA = "203.0.113.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
-HOST_SIDE = "203.0.113.1"
+# TEST-NET-2 for the "public" side: TEST-NET-3 (203.0.113.0/24) is where some
+# machines reach their package registries, and the route below would hide them.
+PUBLIC, PRIVATE, ALLOWED, METADATA = "198.51.100.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
+HOST_SIDE = "198.51.100.1"
 ROUTES = ["10.213.0.0/24", "10.99.0.0/24", "169.254.169.254/32"]
 FAKE_NS = "sandgate-00000000-0000-4000-8000-000000000000-1"
 
@@ -69,6 +72,23 @@ def wheel(root):
         f.write(f'<html><body><a href="{whl}">{whl}</a></body></html>\n')
     with open(f"{root}/simple/index.html", "w") as f:
         f.write('<html><body><a href="sgdemo/">sgdemo</a></body></html>\n')
+
+
+def ranges_free():
+    """None, or why the test's ranges would shadow something this machine
+    uses (a route of its own, its resolver)."""
+    mine = [ipaddress.ip_network(f"{HOST_SIDE}/24", strict=False)] + \
+        [ipaddress.ip_network(r) for r in ROUTES]
+    for line in sh("ip", "-4", "route", "show").stdout.splitlines():
+        dst = line.split()[0]
+        if dst != "default" and any(ipaddress.ip_network(dst, strict=False).overlaps(m)
+                                    for m in mine):
+            return f"this machine routes {dst} already"
+    with open("/etc/resolv.conf") as f:
+        for ns in re.findall(r"^nameserver\s+(\S+)", f.read(), re.M):
+            if ":" not in ns and any(ipaddress.ip_address(ns) in m for m in mine):
+                return f"this machine's resolver {ns} is in the test's ranges"
+    return None
 
 
 def internet_up(root):
@@ -293,6 +313,10 @@ def main():
     # names: two runs of this test at once would take each other's away.
     lock = open("/run/sandgate-test-egress.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    busy = ranges_free()
+    if busy:
+        ok(False, "the test's own internet does not collide with this machine's network", busy)
+        return
     root = tempfile.mkdtemp(prefix="sgt-index-")
     servers = d = None
     try:
@@ -500,7 +524,7 @@ def main():
         d = None
 
         for bad, want in (("10.0.0.0/33", "not CIDR"), ("10.1.2.3/8", "not CIDR"),
-                          ("::/0", "IPv6"), ("203.0.113.0/24:0", "not CIDR")):
+                          ("::/0", "IPv6"), ("198.51.100.0/24:0", "not CIDR")):
             r = subprocess.run([sgd.SANDGATE, "--egress-allow", bad, "--state-dir", root],
                                capture_output=True, text=True, timeout=30)
             ok(r.returncode != 0 and want in r.stderr,
