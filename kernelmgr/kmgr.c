@@ -291,6 +291,43 @@ bool kmgr_has_egress(const kmgr_t *m)
     return m->cfg.sandbox.mode == SANDBOX_RUNSC && a && *a;
 }
 
+typedef struct {
+    kmgr_t *m;
+    kmgr_refused_fn *cb;
+    void *arg;
+} refusing_t;
+
+/* Sandbox ids to sessions: each session's current sandbox (a restart's new
+ * one starts at 0), every session with a network listed. */
+static void refused_counted(const json_t *counts, const sg_error_t *err, void *arg)
+{
+    refusing_t *r = arg;
+    json_t *mine = NULL;
+    if (counts) {
+        json_t *by_sandbox = json_object_get(counts, "sandboxes"), *sessions = json_object();
+        for (size_t i = 0; i < r->m->n; i++) {
+            kernel_t *k = r->m->entries[i]->k;
+            if (r->m->entries[i]->pool || !kernel_internet(k))
+                continue;
+            json_t *n = json_object_get(by_sandbox, kernel_sandbox_id(k));
+            json_object_set_new(sessions, kernel_id(k),
+                                json_integer(json_is_integer(n) ? json_integer_value(n) : 0));
+        }
+        mine = json_pack("{s:O, s:o}", "total", json_object_get(counts, "total"), "sessions",
+                         sessions);
+    }
+    r->cb(mine, err, r->arg);
+    json_decref(mine);
+    free(r);
+}
+
+void kmgr_egress_refused(kmgr_t *m, kmgr_refused_fn *cb, void *arg)
+{
+    refusing_t *r = xzalloc(sizeof *r);
+    *r = (refusing_t){m, cb, arg};
+    sandbox_egress_refused(m->env, refused_counted, r);
+}
+
 kernel_t *kmgr_get(kmgr_t *m, const char *id)
 {
     entry_t *e = find(m, id);

@@ -61,6 +61,15 @@ kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, kernel_
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);
+/* Packets the egress rules refused, asked of the launcher (or nft, without
+ * one): cb is called exactly once, perhaps before this returns, with
+ * counts (borrowed) {"total": N, "sessions": {session id: N}} — total over
+ * every sandbox since the rules were installed, and one entry per live
+ * session with a network (its current sandbox's, 0 when it refused
+ * nothing) — or with why not: no --egress-allow (kmgr_has_egress), the
+ * launcher silent past its timeout. */
+typedef void(kmgr_refused_fn)(const json_t *counts, const sg_error_t *err, void *arg);
+void kmgr_egress_refused(kmgr_t *self, kmgr_refused_fn *cb, void *arg);
 /* Shuts the session down and removes its workspace. */
 int kmgr_shutdown(kmgr_t *self, const char *id, sg_error_t **err);
 

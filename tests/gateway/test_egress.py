@@ -299,6 +299,16 @@ def nft_table():
     return sh("nft", "list", "table", "inet", "sandgate", check=False).returncode == 0
 
 
+def refused(d):
+    """GET /metrics' egress lines: ({context id: packets}, total or None, the page)."""
+    st, _, body = d.request("GET", "/metrics")
+    page = body.decode()
+    per = {m[0]: int(m[1]) for m in
+           re.findall(r'^sandgate_egress_refused_total\{context="([^"]+)"\} (\d+)$', page, re.M)}
+    total = re.search(r"^sandgate_egress_refused_all_total (\d+)$", page, re.M)
+    return per, int(total[1]) if total else None, page
+
+
 def host_addrs():
     out = sh("ip", "-4", "-o", "addr", "show").stdout
     return [a for a in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
@@ -328,6 +338,9 @@ def main():
         st, e = d.json("POST", "/contexts", {"internet": True})
         ok(st == 400 and "--egress-allow" in e.get("message", ""),
            "without --egress-allow, {\"internet\": true} is refused with the reason", (st, e))
+        per, total, page = refused(d)
+        ok("sandgate_egress" not in page and "sandgate_contexts" in page,
+           "and /metrics has no egress lines", page[-300:])
         st, e = d.json("POST", "/api/kernels", {"name": "python3",
                                                 "env": {"KERNEL_INTERNET": "true"}})
         ok(st == 400 and "--egress-allow" in e.get("message", ""),
@@ -370,6 +383,14 @@ def main():
             if t != "public":
                 ok(r.get(t) not in (None, "open"), f"but not {t} {targets[t][0]}:{targets[t][1]}",
                    r)
+        # Refusals are counted per context: a's probes refused some; b, also
+        # opted in, has sent nothing yet (its first probe comes below).
+        per, total, page = refused(d)
+        diag(f"refused: {per}, total {total}")
+        ok(per.get(a["id"], 0) > 0 and per.get(b["id"]) == 0 and plain["id"] not in per and
+           total is not None and total >= per.get(a["id"], 0),
+           "/metrics counts refused packets per context with a network (a > 0, b 0, none for "
+           "a context without one) and in total", (per, total))
         body = run(d, a["id"], "import urllib.request\n"
                    f"print(urllib.request.urlopen('http://{PUBLIC}:8080/simple/', timeout=10)"
                    ".read().decode()[:40])")
@@ -428,6 +449,13 @@ def main():
         links2 = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
         ok(st == 204 and not left and len(links2) == len(links) - 1,
            "deleting a context removes its namespace and its veth", (left, links, links2))
+        per2, total2, _ = refused(d)
+        ok(b["id"] not in per2 and per2.get(a["id"], 0) >= per.get(a["id"], 0) and
+           total2 is not None and total2 >= total,
+           "a deleted context's refusal line is gone; the others and the total stay", (per2, total2))
+        sets = sh("nft", "-j", "list", "set", "inet", "sandgate", "refused_by").stdout
+        ok(len(re.findall(r'"val": "sgh\d+"', sets)) == sum(1 for n in per2.values() if n > 0),
+           "and its element in the set refused_by went with its veth", sets[-400:])
 
         # A restart re-adopts the opted-in session with its network.
         d.restart()
