@@ -14,6 +14,8 @@ packages=(
   # Notebook server + browser the Jupyter front-end tests drive, and strace
   # (system calls the kernel makes)
   clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
+  # ... and systemd-analyze, which checks the installed systemd unit
+  systemd
 )
 # Node.js runs the real client SDKs the tests drive (npm packages).
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
