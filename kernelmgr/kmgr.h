@@ -77,5 +77,11 @@ size_t kmgr_count(const kmgr_t *self);
 kernel_t *kmgr_at(const kmgr_t *self, size_t i);
 const kspecs_t *kmgr_kspecs(const kmgr_t *self);
 void kmgr_stats(const kmgr_t *self, kmgr_stats_t *out);
+/* Before a stop (--pause-on-stop): pauses every session that can pause —
+ * idle, not a pool kernel, no network — so the next start, even on another
+ * machine with the same state directory, resumes it; the pool stops
+ * refilling.  Returns how many began to pause; drained(arg) is called once
+ * the last of them is paused or has failed to (never when 0 is returned). */
+size_t kmgr_pause_all(kmgr_t *self, void (*drained)(void *arg), void *arg);
 
 #endif
