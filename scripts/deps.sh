@@ -10,6 +10,8 @@ packages=(
   runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
   # ... network egress for contexts that ask (--egress-allow), and pip for them
   nftables iproute2 python3-pip
+  # the tests' own PyPI packages live in a virtual environment (scripts/venv.sh)
+  python3-venv
   # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, the
   # Notebook server + browser the Jupyter front-end tests drive, and strace
   # (system calls the kernel makes)
