@@ -215,6 +215,8 @@ typedef struct {
     bool command;
     bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
     kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
+    bool metrics;            /* not an execution: GET /metrics waits for the refusal counts */
+    int metrics_timer;       /* metrics: answers without them after METRICS_WAIT_MS; -1: none */
 } stream_t;
 
 static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)
@@ -864,6 +866,71 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);
 }
 
+/* --- GET /metrics ---------------------------------------------------------------- */
+
+/* How long a scrape waits for the launcher's refusal counts (Prometheus'
+ * default scrape timeout is 10 s, as is the launcher link's). */
+#define METRICS_WAIT_MS 2000
+
+/* The page; egress_counts as metrics_render takes them. */
+static enum MHD_Result metrics_reply(api_t *self, struct MHD_Connection *conn,
+                                     const json_t *egress_counts)
+{
+    char *page = metrics_render(self->kmgr, egress_counts);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ret = http_queue(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* The answer is ready, with or without counts: the handler gives the page. */
+static void metrics_ready(stream_t *s)
+{
+    s->done = true;
+    loop_timer_end(s->api->loop, s->metrics_timer);
+    s->metrics_timer = -1;
+    resp_ready(s->out);
+}
+
+static void on_metrics_timeout(loop_t *loop, int timer_id, void *arg)
+{
+    stream_t *s = arg;
+    s->metrics_timer = -1; /* a one-shot timer ends by itself */
+    log_warn("api: GET /metrics without the egress refusals: the launcher did not answer within "
+             "%d ms",
+             METRICS_WAIT_MS);
+    metrics_ready(s);
+}
+
+static void on_refused(const json_t *counts, const sg_error_t *err, void *arg)
+{
+    stream_t *s = arg;
+    if (!s->done) { /* not answered by the timeout, the client still there */
+        if (err)
+            log_warn("api: GET /metrics without the egress refusals: %s", err->msg);
+        s->agg = json_deep_copy(counts);
+        metrics_ready(s);
+    }
+    stream_unref(s); /* the request's reference */
+}
+
+/* With egress, each scrape asks for fresh refusal counts (the launcher runs
+ * nft) and the request waits for them, at most METRICS_WAIT_MS. */
+static enum MHD_Result metrics_wait(api_t *self, struct MHD_Connection *conn, void **req_state)
+{
+    stream_t *s = stream_new(self, conn, NULL); /* refs: the counts' request, the HTTP request */
+    s->metrics = true;
+    s->metrics_timer = loop_timer(self->loop, METRICS_WAIT_MS, 1, on_metrics_timeout, s);
+    *req_state = s;
+    kmgr_egress_refused(self->kmgr, on_refused, s);
+    if (s->done) /* answered before returning (no launcher) */
+        return metrics_reply(self, conn, s->agg);
+    return resp_wait(s->out);
+}
+
 static enum MHD_Result health(api_t *self, struct MHD_Connection *conn, const char *method)
 {
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
@@ -891,6 +958,8 @@ static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, co
     if (s) { /* a JSON-mode execution (or a wait) resumed: answer with the aggregate */
         if (!s->done)
             return resp_wait(s->out);
+        if (s->metrics)
+            return metrics_reply(self, conn, s->agg);
         return http_reply_json(conn, s->status ? s->status : 200, json_incref(s->agg));
     }
     if (strcmp(url, "/health") == 0)
@@ -898,14 +967,9 @@ static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, co
     if (strcmp(url, "/metrics") == 0) {
         if (strcmp(method, "GET") != 0)
             return http_reply_errorf(conn, SG_E_INVALID, "use GET /metrics");
-        char *page = metrics_render(self->kmgr);
-        struct MHD_Response *r =
-            MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                "text/plain; version=0.0.4; charset=utf-8");
-        enum MHD_Result ret = http_queue(conn, 200, r);
-        MHD_destroy_response(r);
-        return ret;
+        if (!kmgr_has_egress(self->kmgr))
+            return metrics_reply(self, conn, NULL);
+        return metrics_wait(self, conn, req_state);
     }
     if (strcmp(url, "/execute") == 0) {
         if (strcmp(method, "POST") != 0)
@@ -923,7 +987,13 @@ static void request_done(void *ctx, void *req_state, bool completed)
 {
     stream_t *s = req_state;
     resp_set_gone(s->out);
-    if (!s->done) {
+    if (!s->done && s->metrics) {
+        /* The client left first: the counts still come, and drop the
+         * request's reference then. */
+        loop_timer_end(s->api->loop, s->metrics_timer);
+        s->metrics_timer = -1;
+        s->done = true;
+    } else if (!s->done) {
         /* The client went away first: the execution is interrupted, a
          * context goes on starting with nobody waiting for it.  No callback
          * follows, so the execution's (or observer's) reference goes too. */

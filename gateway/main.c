@@ -96,6 +96,11 @@ static const char usage[] =
     "      --pause-after SEC     pause sessions idle this long to  [SANDGATE_PAUSE_AFTER]\n"
     "                            disk (600; 0: never); using one\n"
     "                            resumes it\n"
+    "      --pause-on-stop SEC   at SIGTERM, pause every idle      [SANDGATE_PAUSE_ON_STOP]\n"
+    "                            session first, waiting up to SEC (0,\n"
+    "                            the default: sessions keep running for\n"
+    "                            the next start); for containers, whose\n"
+    "                            processes end with them\n"
     "      --max-kernels N       running session kernels at once   [SANDGATE_MAX_KERNELS]\n"
     "                            (64; paused ones not counted)\n"
     "      --pool-size N         warm python3 kernels kept ready   [SANDGATE_POOL_SIZE]\n"
@@ -148,6 +153,7 @@ enum {
     O_EXEC_TIMEOUT,
     O_IDLE_TIMEOUT,
     O_PAUSE_AFTER,
+    O_PAUSE_ON_STOP,
     O_MAX_KERNELS,
     O_POOL,
     O_PRELOAD,
@@ -198,6 +204,7 @@ static const struct option opts[] = {
     {"exec-timeout", required_argument, NULL, O_EXEC_TIMEOUT},
     {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
     {"pause-after", required_argument, NULL, O_PAUSE_AFTER},
+    {"pause-on-stop", required_argument, NULL, O_PAUSE_ON_STOP},
     {"max-kernels", required_argument, NULL, O_MAX_KERNELS},
     {"pool-size", required_argument, NULL, O_POOL},
     {"preload", required_argument, NULL, O_PRELOAD},
@@ -219,9 +226,10 @@ typedef struct {
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */
     int launcher_timeout_ms;
-    char *state_abs;     /* --state-dir made absolute, when it was not */
-    char *config_text;   /* the config file's text; values point into it */
-    const char *replica; /* --replica-id; NULL: the host name */
+    char *state_abs;      /* --state-dir made absolute, when it was not */
+    char *config_text;    /* the config file's text; values point into it */
+    const char *replica;  /* --replica-id; NULL: the host name */
+    int pause_on_stop_ms; /* --pause-on-stop; 0: sessions are left running */
 } settings_t;
 
 /* Where the value being applied came from (SANDGATE_X, FILE:LINE), for bad();
@@ -404,6 +412,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
             return -1;
         s->k.pause_after_ms = (int)(n * 1000);
         return 0;
+    case O_PAUSE_ON_STOP:
+        if (parse_uint(name, v, 3600, &n) < 0)
+            return -1;
+        s->pause_on_stop_ms = (int)(n * 1000);
+        return 0;
     case O_MAX_KERNELS:
         if (parse_uint(name, v, 100000, &n) < 0)
             return -1;
@@ -541,6 +554,7 @@ static int parse(settings_t *s, int argc, char **argv)
     s->config_text = NULL;
     s->state_abs = NULL;
     s->replica = NULL;
+    s->pause_on_stop_ms = 0;
     s->uid = LAUNCHER_DEFAULT_UID;
     s->launcher_timeout_ms = 10000;
     /* A first pass for what decides the rest: --help, --version, --config. */
@@ -617,10 +631,48 @@ static int parse(settings_t *s, int argc, char **argv)
     return -1; /* go on */
 }
 
+/* A stop: at once, or (--pause-on-stop) once every idle session is paused
+ * to disk, a second signal or the time limit cutting that short. */
+typedef struct {
+    kmgr_t *kmgr;
+    int pause_ms;
+    bool draining;
+    loop_t *loop;
+} stop_t;
+
+static void on_drained(void *arg)
+{
+    stop_t *st = arg;
+    log_info("every session that could pause is paused; stopping");
+    loop_stop(st->loop);
+}
+
+static void on_drain_timeout(loop_t *loop, int timer_id, void *arg)
+{
+    (void)timer_id;
+    (void)arg;
+    log_warn("--pause-on-stop: time is up; stopping with pauses still under way");
+    loop_stop(loop);
+}
+
 static void on_stop_signal(loop_t *loop, int signo, void *arg)
 {
+    stop_t *st = arg;
     log_info("%s received", strsignal(signo));
-    loop_stop(loop);
+    if (st->pause_ms <= 0 || st->kmgr == NULL || st->draining) {
+        loop_stop(loop);
+        return;
+    }
+    st->draining = true;
+    st->loop = loop;
+    size_t n = kmgr_pause_all(st->kmgr, on_drained, st);
+    if (n == 0) {
+        loop_stop(loop);
+        return;
+    }
+    log_info("pausing %zu sessions before stopping (at most %d s; a second signal stops now)", n,
+             st->pause_ms / 1000);
+    loop_timer(loop, st->pause_ms, 1, on_drain_timeout, NULL);
 }
 
 int main(int argc, char **argv)
@@ -687,8 +739,10 @@ int main(int argc, char **argv)
      * before ZeroMQ starts its threads, which inherit the mask (czmq's own
      * handler is off). */
     loop_t *loop = loop_new();
-    if (loop_signal(loop, SIGINT, on_stop_signal, NULL, &err) < 0 ||
-        loop_signal(loop, SIGTERM, on_stop_signal, NULL, &err) < 0 || proc_init(loop, &err) < 0) {
+    static stop_t stop;
+    stop = (stop_t){.pause_ms = s.pause_on_stop_ms};
+    if (loop_signal(loop, SIGINT, on_stop_signal, &stop, &err) < 0 ||
+        loop_signal(loop, SIGTERM, on_stop_signal, &stop, &err) < 0 || proc_init(loop, &err) < 0) {
         log_error("%s", err->msg);
         sg_error_free(&err);
         loop_destroy(&loop);
@@ -711,6 +765,7 @@ int main(int argc, char **argv)
         sg_error_free(&err);
         goto out;
     }
+    stop.kmgr = kmgr;
     s.api.state_dir = s.k.state_dir;
     api = api_new(loop, kmgr, &s.api, http_server_wake, http);
     s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;

@@ -57,7 +57,27 @@ static void histogram(FILE *f, const char *name, const char *labels, const histo
             (unsigned long long)h->count);
 }
 
-char *metrics_render(const kmgr_t *kmgr)
+/* Refused packets: asked of the launcher (nft) for each scrape. */
+static void egress(FILE *f, const json_t *counts)
+{
+    header(f, "sandgate_egress_refused_total", "counter",
+           "Packets the egress rules refused (a connection attempt, a datagram, a ping), per "
+           "live context with a network, since its sandbox started (a restart starts at 0).");
+    const char *id;
+    json_t *n;
+    json_object_foreach (json_object_get(counts, "sessions"), id, n)
+        fprintf(f, "sandgate_egress_refused_total{context=\"%s\"} %lld\n", id,
+                (long long)json_integer_value(n));
+    header(f, "sandgate_egress_refused_all_total", "counter",
+           "Packets the egress rules refused, every sandbox together (deleted contexts "
+           "included), since the launcher installed them.");
+    json_t *total = json_object_get(counts, "total");
+    if (json_is_integer(total))
+        fprintf(f, "sandgate_egress_refused_all_total %lld\n",
+                (long long)json_integer_value(total));
+}
+
+char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
 {
     static const char *kinds[EXEC_KINDS] = {"code", "command"};
     static const char *outcomes[OUTCOMES] = {"ok", "error", "timeout", "kernel_error", "cancelled"};
@@ -142,6 +162,8 @@ char *metrics_render(const kmgr_t *kmgr)
     header(f, "sandgate_http_request_duration_seconds", "histogram",
            "From a request's headers to the end of its response.");
     histogram(f, "sandgate_http_request_duration_seconds", "", &metrics.http_seconds);
+    if (kmgr_has_egress(kmgr))
+        egress(f, egress_counts);
     fclose(f);
     return page;
 }

@@ -49,7 +49,9 @@ extern metrics_t metrics;
 void histogram_observe(histogram_t *h, double seconds);
 void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds);
 
-/* The page (malloc'd, NUL-terminated). */
-char *metrics_render(const kmgr_t *kmgr);
+/* The page (malloc'd, NUL-terminated).  egress_counts: kmgr_egress_refused's
+ * counts, or NULL when there are none (no --egress-allow: no egress lines
+ * at all; else the launcher did not answer: no refusal samples). */
+char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts);
 
 #endif

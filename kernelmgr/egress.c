@@ -187,8 +187,14 @@ char *egress_ruleset(const egress_policy_t *p)
           "\tcounter refused {\n\t}\n"
           /* Per sandbox address: the connections it has open. */
           "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
+          /* Refusals per host veth (sghN), besides the total above: an
+           * element appears with a sandbox's first refusal and goes with
+           * its veth (egress_sandbox_down), so a later sandbox on index N
+           * starts at 0. */
+          "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
           /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
           "\tchain refuse {\n\t\tcounter name \"refused\"\n"
+          "\t\tadd @refused_by { iifname }\n"
           "\t\tmeta l4proto tcp reject with tcp reset\n"
           "\t\treject with icmpx type admin-prohibited\n\t}\n"
           /* Nothing from a sandbox reaches the host itself: none of its
@@ -302,9 +308,10 @@ static bool link_exists(int n)
     return access(path, F_OK) == 0;
 }
 
-/* The indices the sandbox directories in kernels_dir hold (paused ones
- * have no veth while the machine was rebooted, but keep theirs). */
-static void claimed(const char *kernels_dir, bool *used)
+/* Calls fn with the id and index of each sandbox directory in kernels_dir
+ * that holds an index. */
+typedef void(index_fn)(const char *id, int n, void *arg);
+static void each_index(const char *kernels_dir, index_fn *fn, void *arg)
 {
     DIR *d = opendir(kernels_dir);
     struct dirent *e;
@@ -314,10 +321,22 @@ static void claimed(const char *kernels_dir, bool *used)
         cleanup_free char *dir = xasprintf("%s/%s", kernels_dir, e->d_name);
         int n = index_of(dir);
         if (n >= 0)
-            used[n] = true;
+            fn(e->d_name, n, arg);
     }
     if (d)
         closedir(d);
+}
+
+static void mark_used(const char *id, int n, void *arg)
+{
+    ((bool *)arg)[n] = true;
+}
+
+/* The indices the sandbox directories in kernels_dir hold (paused ones
+ * have no veth while the machine was rebooted, but keep theirs). */
+static void claimed(const char *kernels_dir, bool *used)
+{
+    each_index(kernels_dir, mark_used, used);
 }
 
 int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err)
@@ -535,4 +554,173 @@ void egress_sandbox_down(const char *id, const char *dir)
         ip(NULL, del_ns);
     if (link_exists(n))
         ip(NULL, del_link);
+    /* Its refusal count goes too, after the veth (no packet can add it
+     * back), so a later sandbox on index N starts at 0.  A sandbox that
+     * refused nothing has no element: nft says so, and that is all. */
+    const char *nft = tool("nft");
+    if (nft) {
+        char elem[48];
+        snprintf(elem, sizeof elem, "{ %s }", host);
+        cleanup_free char *nft_path = xstrdup(nft);
+        const char *del_elem[] = {"delete",     "element", "inet", "sandgate",
+                                  "refused_by", elem,      NULL};
+        run(NULL, nft_path, del_elem);
+    }
+}
+
+/* --- refusals per sandbox ------------------------------------------------------ */
+
+/* The packets of nft's counter object c ({"packets": N, ...}), -1 if none. */
+static json_int_t packets_of(const json_t *c)
+{
+    json_t *p = json_object_get(c, "packets");
+    return json_is_integer(p) ? json_integer_value(p) : -1;
+}
+
+/* What one document of nft -j says: the counter "refused" into *total, the
+ * elements of set refused_by (ifname -> packets) into by_if. */
+static void refused_from(const json_t *doc, json_int_t *total, json_t *by_if)
+{
+    size_t i, j;
+    json_t *item, *e;
+    json_array_foreach (json_object_get(doc, "nftables"), i, item) {
+        json_t *c = json_object_get(item, "counter");
+        const char *name = json_string_value(json_object_get(c, "name"));
+        if (name && strcmp(name, "refused") == 0 && packets_of(c) >= 0)
+            *total = packets_of(c);
+        json_t *set = json_object_get(item, "set");
+        name = json_string_value(json_object_get(set, "name"));
+        if (!name || strcmp(name, "refused_by") != 0)
+            continue;
+        json_array_foreach (json_object_get(set, "elem"), j, e) {
+            json_t *elem = json_object_get(e, "elem");
+            const char *ifname = json_string_value(json_object_get(elem, "val"));
+            json_int_t n = packets_of(json_object_get(elem, "counter"));
+            if (ifname && n >= 0)
+                json_object_set_new(by_if, ifname, json_integer(n));
+        }
+    }
+}
+
+/* both: {ifname -> packets, sandbox id -> packets (what this adds)}. */
+static void name_sandbox(const char *id, int n, void *arg)
+{
+    json_t **both = arg;
+    char ifname[32];
+    snprintf(ifname, sizeof ifname, "sgh%d", n);
+    json_t *count = json_object_get(both[0], ifname);
+    if (count)
+        json_object_set(both[1], id, count);
+}
+
+json_t *egress_refused_parse(const char *out, const char *kernels_dir, sg_error_t **err)
+{
+    json_int_t total = -1;
+    json_t *by_if = json_object();
+    size_t len = strlen(out), off = 0;
+    /* One JSON document per command: the set's, then the counter's. */
+    while (off < len) {
+        if (strchr(" \t\r\n", out[off])) {
+            off++;
+            continue;
+        }
+        json_error_t je;
+        json_t *doc = json_loadb(out + off, len - off, JSON_DISABLE_EOF_CHECK, &je);
+        if (doc == NULL) {
+            sg_error_set(err, SG_E_UNAVAILABLE, "nft -j: not JSON%s: %s: %.*s",
+                         len >= 65536 ? " (cut at 64 KiB)" : "", je.text,
+                         (int)strcspn(out + off, "\n"), out + off);
+            json_decref(by_if);
+            return NULL;
+        }
+        off += je.position;
+        refused_from(doc, &total, by_if);
+        json_decref(doc);
+    }
+    if (total < 0) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "nft -j: no counter 'refused'");
+        json_decref(by_if);
+        return NULL;
+    }
+    /* Interface sghN is the sandbox whose directory's net file holds N. */
+    json_t *both[2] = {by_if, json_object()};
+    if (json_object_size(by_if) > 0)
+        each_index(kernels_dir, name_sandbox, both);
+    json_decref(by_if);
+    return json_pack("{s:I, s:o}", "total", total, "sandboxes", both[1]);
+}
+
+/* Two commands, not one with two lists: nft 1.0.6 then loads only part of
+ * its cache and complains on stderr (which proc.c merges into the output)
+ * about the rules' anonymous sets. */
+typedef struct {
+    char *kernels_dir;
+    char *nft;
+    char *set; /* the first command's output */
+    egress_refused_fn *cb;
+    void *arg;
+} refusing_t;
+
+static int list(refusing_t *r, const char *what, const char *name, proc_done_fn *done,
+                sg_error_t **err)
+{
+    const char *argv[] = {r->nft, "-j", "list", what, "inet", "sandgate", name, NULL};
+    return proc_exec_async(argv, done, r, err) < 0 ? -1 : 0;
+}
+
+static void refusing_free(refusing_t *r)
+{
+    free(r->kernels_dir);
+    free(r->nft);
+    free(r->set);
+    free(r);
+}
+
+static void counter_listed(int status, const char *output, void *arg)
+{
+    refusing_t *r = arg;
+    sg_error_t *err = NULL;
+    json_t *counts = NULL;
+    if (status != 0) {
+        sg_error_set(&err, SG_E_UNAVAILABLE, "nft list counter inet sandgate refused: %.*s",
+                     (int)strcspn(output, "\n"), output);
+    } else {
+        cleanup_free char *both = xasprintf("%s\n%s", r->set, output);
+        counts = egress_refused_parse(both, r->kernels_dir, &err);
+    }
+    r->cb(counts, err, r->arg);
+    json_decref(counts);
+    sg_error_free(&err);
+    refusing_free(r);
+}
+
+static void set_listed(int status, const char *output, void *arg)
+{
+    refusing_t *r = arg;
+    sg_error_t *err = NULL;
+    if (status != 0)
+        sg_error_set(&err, SG_E_UNAVAILABLE, "nft list set inet sandgate refused_by: %.*s",
+                     (int)strcspn(output, "\n"), output);
+    else
+        r->set = xstrdup(output);
+    if (err || list(r, "counter", "refused", counter_listed, &err) < 0) {
+        r->cb(NULL, err, r->arg);
+        sg_error_free(&err);
+        refusing_free(r);
+    }
+}
+
+int egress_refused(const char *kernels_dir, egress_refused_fn *cb, void *arg, sg_error_t **err)
+{
+    const char *nft = tool("nft");
+    if (nft == NULL)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "nft not found (apt-get install nftables)");
+    refusing_t *r = xzalloc(sizeof *r);
+    *r = (refusing_t){
+        .kernels_dir = xstrdup(kernels_dir), .nft = xstrdup(nft), .cb = cb, .arg = arg};
+    if (list(r, "set", "refused_by", set_listed, err) < 0) {
+        refusing_free(r);
+        return -1;
+    }
+    return 0;
 }

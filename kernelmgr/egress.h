@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 
 #define EGRESS_MAX_RULES 64
@@ -64,5 +66,20 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
 void egress_sandbox_down(const char *id, const char *dir);
 /* Whether the sandbox in dir has a network (DIR/net exists). */
 bool egress_sandbox_has(const char *dir);
+
+/* Refused packets: the table counts them in total (counter "refused") and
+ * per host veth (set "refused_by", an element from a sandbox's first
+ * refusal until its veth goes).  egress_refused reads both with `nft -j`
+ * without blocking (proc.c's loop) and calls cb once, unless it returns
+ * -1: with {"total": N, "sandboxes": {SANDBOX_ID: N}} (borrowed; sghN is
+ * the sandbox whose directory under kernels_dir holds N in its net file;
+ * sandboxes that refused nothing are absent), or with why not.  Counted
+ * since the table was installed: a new launcher starts from 0.  proc.c
+ * keeps 64 KiB of nft's output, ~800 elements: past that, an error. */
+typedef void(egress_refused_fn)(const json_t *counts, const sg_error_t *err, void *arg);
+int egress_refused(const char *kernels_dir, egress_refused_fn *cb, void *arg, sg_error_t **err);
+/* The same from nft's output (JSON documents, one per line); a new
+ * reference, or NULL with *err.  For egress_refused and the tests. */
+json_t *egress_refused_parse(const char *out, const char *kernels_dir, sg_error_t **err);
 
 #endif

@@ -23,6 +23,7 @@ typedef struct entry {
     uint64_t opening;       /* the launcher prepares the workspace (sandbox_cancel) */
     int64_t pause_retry_at; /* after a failed automatic pause, not before this */
     uint64_t resumes;       /* the kernel's resumes counted in the stats */
+    bool draining;          /* kmgr_pause_all waits for its pause */
 } entry_t;
 
 struct kmgr {
@@ -35,6 +36,10 @@ struct kmgr {
     size_t n, cap;
     int tick;
     kmgr_stats_t stats;
+    size_t draining;            /* kmgr_pause_all: pauses not over yet */
+    bool stopping;              /* kmgr_pause_all was called: no new pool kernels */
+    void (*drained)(void *arg); /* called when draining reaches 0 */
+    void *drained_arg;
 };
 
 void kmgr_config_defaults(kmgr_config_t *cfg)
@@ -99,8 +104,18 @@ static void add_entry(kmgr_t *m, entry_t *e)
     m->entries[m->n++] = e;
 }
 
+static void drained_one(kmgr_t *m, entry_t *e)
+{
+    if (!e->draining)
+        return;
+    e->draining = false;
+    if (--m->draining == 0 && m->drained)
+        m->drained(m->drained_arg);
+}
+
 static void drop_entry(kmgr_t *m, entry_t *e)
 {
+    drained_one(m, e);
     sandbox_cancel(e->opening);
     e->opening = 0;
     for (size_t i = 0; i < m->n; i++)
@@ -143,6 +158,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
             m->stats.pause_ms_total += (uint64_t)kernel_pause_info(k).last_pause_ms;
             write_record(m, e);
         }
+        drained_one(m, e);
     }
     if (e->pool) {
         if (ev == KERNEL_EV_DEAD) {
@@ -214,7 +230,7 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
 static void fill_pool(kmgr_t *m)
 {
     const kspec_t *spec = kspecs_get(m->kspecs, m->cfg.pool_kernelspec);
-    if (spec == NULL || m->cfg.pool_size <= 0)
+    if (spec == NULL || m->cfg.pool_size <= 0 || m->stopping)
         return;
     size_t have = 0;
     for (size_t i = 0; i < m->n; i++) {
@@ -291,6 +307,43 @@ bool kmgr_has_egress(const kmgr_t *m)
     return m->cfg.sandbox.mode == SANDBOX_RUNSC && a && *a;
 }
 
+typedef struct {
+    kmgr_t *m;
+    kmgr_refused_fn *cb;
+    void *arg;
+} refusing_t;
+
+/* Sandbox ids to sessions: each session's current sandbox (a restart's new
+ * one starts at 0), every session with a network listed. */
+static void refused_counted(const json_t *counts, const sg_error_t *err, void *arg)
+{
+    refusing_t *r = arg;
+    json_t *mine = NULL;
+    if (counts) {
+        json_t *by_sandbox = json_object_get(counts, "sandboxes"), *sessions = json_object();
+        for (size_t i = 0; i < r->m->n; i++) {
+            kernel_t *k = r->m->entries[i]->k;
+            if (r->m->entries[i]->pool || !kernel_internet(k))
+                continue;
+            json_t *n = json_object_get(by_sandbox, kernel_sandbox_id(k));
+            json_object_set_new(sessions, kernel_id(k),
+                                json_integer(json_is_integer(n) ? json_integer_value(n) : 0));
+        }
+        mine = json_pack("{s:O, s:o}", "total", json_object_get(counts, "total"), "sessions",
+                         sessions);
+    }
+    r->cb(mine, err, r->arg);
+    json_decref(mine);
+    free(r);
+}
+
+void kmgr_egress_refused(kmgr_t *m, kmgr_refused_fn *cb, void *arg)
+{
+    refusing_t *r = xzalloc(sizeof *r);
+    *r = (refusing_t){m, cb, arg};
+    sandbox_egress_refused(m->env, refused_counted, r);
+}
+
 kernel_t *kmgr_get(kmgr_t *m, const char *id)
 {
     entry_t *e = find(m, id);
@@ -359,6 +412,30 @@ void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
             break;
         }
     }
+}
+
+size_t kmgr_pause_all(kmgr_t *m, void (*drained)(void *arg), void *arg)
+{
+    m->stopping = true;
+    if (!sandbox_env_can_pause(m->env))
+        return 0;
+    for (size_t i = 0; i < m->n; i++) {
+        entry_t *e = m->entries[i];
+        if (e->pool || e->draining || kernel_internet(e->k) || kernel_state(e->k) != KERNEL_IDLE ||
+            kernel_pending(e->k) > 0)
+            continue;
+        sg_error_t *err = NULL;
+        if (kernel_pause(e->k, &err) < 0) {
+            log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
+            sg_error_free(&err);
+            continue;
+        }
+        e->draining = true;
+        m->draining++;
+    }
+    m->drained = drained;
+    m->drained_arg = arg;
+    return m->draining;
 }
 
 /* --- culling ------------------------------------------------------------------ */

@@ -61,6 +61,15 @@ kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, kernel_
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);
+/* Packets the egress rules refused, asked of the launcher (or nft, without
+ * one): cb is called exactly once, perhaps before this returns, with
+ * counts (borrowed) {"total": N, "sessions": {session id: N}} — total over
+ * every sandbox since the rules were installed, and one entry per live
+ * session with a network (its current sandbox's, 0 when it refused
+ * nothing) — or with why not: no --egress-allow (kmgr_has_egress), the
+ * launcher silent past its timeout. */
+typedef void(kmgr_refused_fn)(const json_t *counts, const sg_error_t *err, void *arg);
+void kmgr_egress_refused(kmgr_t *self, kmgr_refused_fn *cb, void *arg);
 /* Shuts the session down and removes its workspace. */
 int kmgr_shutdown(kmgr_t *self, const char *id, sg_error_t **err);
 
@@ -68,5 +77,11 @@ size_t kmgr_count(const kmgr_t *self);
 kernel_t *kmgr_at(const kmgr_t *self, size_t i);
 const kspecs_t *kmgr_kspecs(const kmgr_t *self);
 void kmgr_stats(const kmgr_t *self, kmgr_stats_t *out);
+/* Before a stop (--pause-on-stop): pauses every session that can pause —
+ * idle, not a pool kernel, no network — so the next start, even on another
+ * machine with the same state directory, resumes it; the pool stops
+ * refilling.  Returns how many began to pause; drained(arg) is called once
+ * the last of them is paused or has failed to (never when 0 is returned). */
+size_t kmgr_pause_all(kmgr_t *self, void (*drained)(void *arg), void *arg);
 
 #endif

@@ -155,6 +155,16 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
     free(st);
 }
 
+static void on_refused(const json_t *counts, const sg_error_t *err, void *arg)
+{
+    start_t *st = arg;
+    if (counts)
+        reply_ok(st->L, st->seq, json_pack("{s:O}", "counts", counts));
+    else
+        reply_err(st->L, st->seq, err);
+    free(st);
+}
+
 static void handle(launcher_t *L, json_t *req)
 {
     json_int_t seq = json_integer_value(json_object_get(req, "seq"));
@@ -185,6 +195,12 @@ static void handle(launcher_t *L, json_t *req)
         }
         reply_ok(L, seq, json_pack("{s:o}", "ids", ids));
         return;
+    }
+    if (strcmp(op, "egress_refused") == 0) {
+        start_t *st = xzalloc(sizeof *st);
+        *st = (start_t){L, seq};
+        sandbox_egress_refused(L->env, on_refused, st);
+        return; /* answered by on_refused */
     }
     const char *uuid;
     if (strcmp(op, "workspace_open") == 0 || strcmp(op, "workspace_close") == 0) {

@@ -35,6 +35,8 @@
  *   free    {id}                        forget the handle; the sandbox keeps running
  *   list                                -> {ids}: runsc's containers
  *   log     {id, max}                   -> {text}: the tail of kernel.log
+ *   egress_refused                      -> {counts: {total, sandboxes: {id: N}}}: packets
+ *                                       the egress rules refused (nft -j; sandbox.h)
  */
 #ifndef SG_LAUNCHER_H
 #define SG_LAUNCHER_H

@@ -235,3 +235,8 @@ json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err)
 {
     return env->ops->list(env, err);
 }
+
+void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
+{
+    env->ops->egress_refused(env, cb, arg);
+}

@@ -135,6 +135,15 @@ void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait);
 /* Container ids runsc knows under our root (JSON array of strings). */
 json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
 
+/* Packets the egress rules refused (egress.h), without blocking: cb is
+ * called exactly once, perhaps before this returns, with counts (borrowed)
+ * {"total": N, "sandboxes": {sandbox id: N}} — the total over every sandbox
+ * since the rules were installed, and each sandbox whose veth is up and
+ * refused something — or with why not (no --egress-allow; the launcher did
+ * not answer within its timeout). */
+typedef void(sandbox_refused_fn)(const json_t *counts, const sg_error_t *err, void *arg);
+void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg);
+
 /* From now on, every privileged step of environments made after this call
  * is a request to the launcher on fd (launcher.h); its answers are read on
  * loop.  A request not answered within timeout_ms (0: 10 s) fails with

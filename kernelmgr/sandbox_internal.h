@@ -29,7 +29,7 @@ struct sandbox_env {
     char *preload;     /* sandgate-preload.so beside init; NULL: none */
     char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
-    egress_policy_t *egress;                /* --egress-allow given; NULL: no network at all */
+    egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
 };
 
 struct sandbox {
@@ -99,6 +99,8 @@ struct sandbox_ops {
     void (*remove_id)(sandbox_env_t *env, const char *id, bool wait);
     /* sandbox_list: a new JSON array of strings. */
     json_t *(*list)(sandbox_env_t *env, sg_error_t **err);
+    /* sandbox_egress_refused: cb exactly once, perhaps before returning. */
+    void (*egress_refused)(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg);
     /* sandbox_log_tail: a new string, "" when there is no log. */
     char *(*log_tail)(const sandbox_t *sb, size_t max);
     /* sandbox_give: 0, or -1 (logged) when the file stays this process's. */

@@ -462,6 +462,31 @@ static json_t *link_list(sandbox_env_t *env, sg_error_t **err)
     return ids;
 }
 
+typedef struct {
+    sandbox_refused_fn *cb;
+    void *arg;
+} refusing_t;
+
+static void refused_answered(json_t *reply, void *arg)
+{
+    refusing_t *r = arg;
+    sg_error_t *err = reply_error(reply);
+    json_t *counts = json_object_get(reply, "counts");
+    if (!err && !json_is_object(counts))
+        sg_error_set(&err, SG_E_INTERNAL, "the launcher sent no refusal counts");
+    r->cb(err ? NULL : counts, err, r->arg);
+    sg_error_free(&err);
+    free(r);
+}
+
+/* Answered on the loop; a silent launcher is a timeout error. */
+static void link_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
+{
+    refusing_t *r = xzalloc(sizeof *r);
+    *r = (refusing_t){cb, arg};
+    link_async(json_pack("{s:s}", "op", "egress_refused"), true, refused_answered, r);
+}
+
 static char *link_log_tail(const sandbox_t *sb, size_t max)
 {
     json_t *r = link_call(
@@ -499,6 +524,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .stop = link_stop,
     .remove_id = link_remove_id,
     .list = link_list,
+    .egress_refused = link_egress_refused,
     .log_tail = link_log_tail,
     .give = link_give,
 };

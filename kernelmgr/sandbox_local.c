@@ -1437,6 +1437,19 @@ static json_t *local_list(sandbox_env_t *env, sg_error_t **err)
     return ids;
 }
 
+static void local_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
+{
+    sg_error_t *err = NULL;
+    cleanup_free char *kernels = xasprintf("%s/kernels", env->state_dir);
+    if (env->egress == NULL)
+        sg_error_set(&err, SG_E_INVALID,
+                     "this server gives sandboxes no network (start it with --egress-allow)");
+    if (err || egress_refused(kernels, cb, arg, &err) < 0) {
+        cb(NULL, err, arg);
+        sg_error_free(&err);
+    }
+}
+
 static int local_give(int fd)
 {
     return fchown(fd, SANDBOX_UID, SANDBOX_GID);
@@ -1458,6 +1471,7 @@ const sandbox_ops_t sandbox_local_ops = {
     .stop = local_stop,
     .remove_id = local_remove_id,
     .list = local_list,
+    .egress_refused = local_egress_refused,
     .log_tail = local_log_tail,
     .give = local_give,
 };

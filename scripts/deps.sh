@@ -10,10 +10,14 @@ packages=(
   runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
   # ... network egress for contexts that ask (--egress-allow), and pip for them
   nftables iproute2 python3-pip
+  # the tests' own PyPI packages live in a virtual environment (scripts/venv.sh)
+  python3-venv
   # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, the
   # Notebook server + browser the Jupyter front-end tests drive, and strace
   # (system calls the kernel makes)
   clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
+  # ... systemd-analyze, which checks the installed systemd unit
+  systemd
   # ... and the proxy in front of several replicas (docker/local-cluster.sh)
   haproxy
 )

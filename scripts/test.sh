@@ -8,6 +8,8 @@ scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 # The client SDKs the tests drive, pinned by tests/package-lock.json.
 (cd tests && npm ci --no-audit --no-fund --loglevel=error) || { echo "0 passed, 1 failed"; exit 1; }
+# The PyPI packages they use, pinned by tests/requirements.txt.
+scripts/venv.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 passed=0 failed=0
 count() { # build dir: add that build's automake test-suite summary to the totals

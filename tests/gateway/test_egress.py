@@ -4,7 +4,7 @@ and other reserved ranges always blocked unless the operator names a range
 inside them.
 
 The test builds its own "internet": a network namespace behind a veth pair,
-with a "public" web server and package index on 203.0.113.10, a private
+with a "public" web server and package index on 198.51.100.10, a private
 address (10.99.0.10), an allowed private range (10.213.0.10) and a metadata
 address (169.254.169.254), the host routing to them.  Real runsc, real pip."""
 import base64
@@ -12,6 +12,7 @@ import fcntl
 import glob
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import re
@@ -32,8 +33,10 @@ from tap import ok, diag, done
 TAG = str(os.getpid() % 100000)
 NS = f"sgtinet{TAG}"
 VETH = f"sgti{TAG}"
-PUBLIC, PRIVATE, ALLOWED, METADATA = "203.0.113.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
-HOST_SIDE = "203.0.113.1"
+# TEST-NET-2 for the "public" side: TEST-NET-3 (203.0.113.0/24) is where some
+# machines reach their package registries, and the route below would hide them.
+PUBLIC, PRIVATE, ALLOWED, METADATA = "198.51.100.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
+HOST_SIDE = "198.51.100.1"
 ROUTES = ["10.213.0.0/24", "10.99.0.0/24", "169.254.169.254/32"]
 FAKE_NS = "sandgate-00000000-0000-4000-8000-000000000000-1"
 
@@ -69,6 +72,23 @@ def wheel(root):
         f.write(f'<html><body><a href="{whl}">{whl}</a></body></html>\n')
     with open(f"{root}/simple/index.html", "w") as f:
         f.write('<html><body><a href="sgdemo/">sgdemo</a></body></html>\n')
+
+
+def ranges_free():
+    """None, or why the test's ranges would shadow something this machine
+    uses (a route of its own, its resolver)."""
+    mine = [ipaddress.ip_network(f"{HOST_SIDE}/24", strict=False)] + \
+        [ipaddress.ip_network(r) for r in ROUTES]
+    for line in sh("ip", "-4", "route", "show").stdout.splitlines():
+        dst = line.split()[0]
+        if dst != "default" and any(ipaddress.ip_network(dst, strict=False).overlaps(m)
+                                    for m in mine):
+            return f"this machine routes {dst} already"
+    with open("/etc/resolv.conf") as f:
+        for ns in re.findall(r"^nameserver\s+(\S+)", f.read(), re.M):
+            if ":" not in ns and any(ipaddress.ip_address(ns) in m for m in mine):
+                return f"this machine's resolver {ns} is in the test's ranges"
+    return None
 
 
 def internet_up(root):
@@ -279,6 +299,16 @@ def nft_table():
     return sh("nft", "list", "table", "inet", "sandgate", check=False).returncode == 0
 
 
+def refused(d):
+    """GET /metrics' egress lines: ({context id: packets}, total or None, the page)."""
+    st, _, body = d.request("GET", "/metrics")
+    page = body.decode()
+    per = {m[0]: int(m[1]) for m in
+           re.findall(r'^sandgate_egress_refused_total\{context="([^"]+)"\} (\d+)$', page, re.M)}
+    total = re.search(r"^sandgate_egress_refused_all_total (\d+)$", page, re.M)
+    return per, int(total[1]) if total else None, page
+
+
 def host_addrs():
     out = sh("ip", "-4", "-o", "addr", "show").stdout
     return [a for a in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
@@ -293,6 +323,10 @@ def main():
     # names: two runs of this test at once would take each other's away.
     lock = open("/run/sandgate-test-egress.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    busy = ranges_free()
+    if busy:
+        ok(False, "the test's own internet does not collide with this machine's network", busy)
+        return
     root = tempfile.mkdtemp(prefix="sgt-index-")
     servers = d = None
     try:
@@ -304,6 +338,9 @@ def main():
         st, e = d.json("POST", "/contexts", {"internet": True})
         ok(st == 400 and "--egress-allow" in e.get("message", ""),
            "without --egress-allow, {\"internet\": true} is refused with the reason", (st, e))
+        per, total, page = refused(d)
+        ok("sandgate_egress" not in page and "sandgate_contexts" in page,
+           "and /metrics has no egress lines", page[-300:])
         st, e = d.json("POST", "/api/kernels", {"name": "python3",
                                                 "env": {"KERNEL_INTERNET": "true"}})
         ok(st == 400 and "--egress-allow" in e.get("message", ""),
@@ -346,6 +383,14 @@ def main():
             if t != "public":
                 ok(r.get(t) not in (None, "open"), f"but not {t} {targets[t][0]}:{targets[t][1]}",
                    r)
+        # Refusals are counted per context: a's probes refused some; b, also
+        # opted in, has sent nothing yet (its first probe comes below).
+        per, total, page = refused(d)
+        diag(f"refused: {per}, total {total}")
+        ok(per.get(a["id"], 0) > 0 and per.get(b["id"]) == 0 and plain["id"] not in per and
+           total is not None and total >= per.get(a["id"], 0),
+           "/metrics counts refused packets per context with a network (a > 0, b 0, none for "
+           "a context without one) and in total", (per, total))
         body = run(d, a["id"], "import urllib.request\n"
                    f"print(urllib.request.urlopen('http://{PUBLIC}:8080/simple/', timeout=10)"
                    ".read().decode()[:40])")
@@ -404,6 +449,13 @@ def main():
         links2 = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
         ok(st == 204 and not left and len(links2) == len(links) - 1,
            "deleting a context removes its namespace and its veth", (left, links, links2))
+        per2, total2, _ = refused(d)
+        ok(b["id"] not in per2 and per2.get(a["id"], 0) >= per.get(a["id"], 0) and
+           total2 is not None and total2 >= total,
+           "a deleted context's refusal line is gone; the others and the total stay", (per2, total2))
+        sets = sh("nft", "-j", "list", "set", "inet", "sandgate", "refused_by").stdout
+        ok(len(re.findall(r'"val": "sgh\d+"', sets)) == sum(1 for n in per2.values() if n > 0),
+           "and its element in the set refused_by went with its veth", sets[-400:])
 
         # A restart re-adopts the opted-in session with its network.
         d.restart()
@@ -500,7 +552,7 @@ def main():
         d = None
 
         for bad, want in (("10.0.0.0/33", "not CIDR"), ("10.1.2.3/8", "not CIDR"),
-                          ("::/0", "IPv6"), ("203.0.113.0/24:0", "not CIDR")):
+                          ("::/0", "IPv6"), ("198.51.100.0/24:0", "not CIDR")):
             r = subprocess.run([sgd.SANDGATE, "--egress-allow", bad, "--state-dir", root],
                                capture_output=True, text=True, timeout=30)
             ok(r.returncode != 0 and want in r.stderr,

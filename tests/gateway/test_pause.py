@@ -6,6 +6,7 @@ the disk cannot hold is refused and the session runs on."""
 import glob
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -232,6 +233,35 @@ try:
 finally:
     subprocess.run(["umount", "-l", mnt])
     os.rmdir(mnt)
+
+# --- --pause-on-stop: what a container's restart needs ------------------------------------------
+# A container's processes end with it, sandboxes included: a stop pauses every
+# idle session first, and a new start that has only the state directory (no
+# runsc state, no mounts: a new container on the same volume) resumes them.
+d = Daemon("--pool-size", "1", "--pause-after", "0", "--pause-on-stop", "120")
+try:
+    ids = [d.json("POST", "/contexts", {})[1]["id"] for _ in range(2)]
+    for cid in ids:
+        run(d, cid, SETUP)
+    d.proc.send_signal(signal.SIGTERM)
+    d.proc.wait(timeout=150)
+    d.drain.join(timeout=30)
+    log = "".join(d.log)
+    ok("pausing 2 sessions before stopping" in log and
+       "every session that could pause is paused; stopping" in log,
+       "SIGTERM with --pause-on-stop pauses both sessions, then stops", log[-1500:])
+    left = [p for cid in ids for p in runsc_processes(cid)]
+    ok(not left, "no sandbox process is left", left)
+    subprocess.run(f"grep -o '{d.dir}[^ ]*' /proc/mounts | xargs -r umount -l", shell=True)
+    subprocess.run(["rm", "-rf", f"{d.dir}/runsc"])
+    d._start()
+    for cid in ids:
+        c = wait_state(d, cid, "paused", 30)
+        st, r = run(d, cid, CHECK)
+        ok(c.get("state") == "paused" and st == 200 and r["stdout"] == EXPECTED,
+           f"a new start on the state directory alone resumes session …{cid[-12:]} intact", (c, r))
+finally:
+    d.stop()
 
 # --- without a sandbox there is nothing to pause ---------------------------------------------
 d = Daemon("--sandbox", "none", "--pool-size", "0")
