@@ -9,6 +9,7 @@ set -eu
 
 prog=$(basename "$0")
 listen=127.0.0.1:49999
+dns=""
 timeout=3660
 bufsize=262144
 
@@ -28,6 +29,9 @@ Options:
                        POST /execute body up to about this size is read whole
                        to find its context_id; a longer one without a
                        context_id in it is refused (413)
+  --dns                resolve the replicas' host names while running, with
+                       the resolvers in /etc/resolv.conf (Kubernetes: a pod
+                       not up yet, or one that came back with a new address)
   -h, --help           this text
 
 Example:
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --timeout=*) timeout=${1#*=}; shift ;;
     --bufsize) [ $# -ge 2 ] || die "--bufsize needs BYTES"; bufsize=$2; shift 2 ;;
     --bufsize=*) bufsize=${1#*=}; shift ;;
+    --dns) dns=yes; shift ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) break ;;
@@ -59,6 +64,14 @@ case $timeout in '' | *[!0-9]*) die "--timeout must be a number of seconds" ;; e
 case $bufsize in '' | *[!0-9]*) die "--bufsize must be a number of bytes" ;; esac
 [ "$bufsize" -ge 16384 ] || die "--bufsize must be at least 16384"
 case $listen in *:[0-9]*) ;; *) die "--listen must be ADDR:PORT, not '$listen'" ;; esac
+
+resolvers=""
+[ -z "$dns" ] || resolvers="resolvers dns
+    parse-resolv-conf
+    hold valid 10s
+    hold nx 5s
+
+"
 
 # The tag sandgate puts in every id it hands out (common/replica.c).
 tag_of() {
@@ -134,13 +147,13 @@ defaults
     timeout tunnel ${timeout}s
     timeout client-fin 10s
     timeout server-fin 10s
-    default-server inter 1s fastinter 500ms downinter 1s rise 1 fall 2
+    default-server inter 1s fastinter 500ms downinter 1s rise 1 fall 2${dns:+ init-addr last,libc,none resolvers dns}
     # The proxy's own answers are JSON, like sandgate's (docs/api.md, "Errors").
     http-error status 502 content-type application/json string '{"error":"unavailable","message":"the replica closed the connection without an answer: it may have stopped"}'
     http-error status 503 content-type application/json string '{"error":"unavailable","message":"no sandgate replica is up"}'
     http-error status 504 content-type application/json string '{"error":"timeout","message":"the replica sent nothing for ${timeout} s"}'
 
-frontend sandgate
+${resolvers}frontend sandgate
     bind $listen
 
     # --- the id a request names, if any ---------------------------------------

@@ -45,7 +45,7 @@ static const char usage[] =
     "      --replica-id ID       this sandgate's name among        [SANDGATE_REPLICA_ID]\n"
     "                            replicas behind one proxy (default: the\n"
     "                            host name); the ids it hands out carry\n"
-    "                            it (docs/deploy.md)\n"
+    "                            it (docs/deploy-cluster.md)\n"
     "      --max-body BYTES      request body limit (1048576)      [SANDGATE_MAX_BODY]\n"
     "      --max-output BYTES    output kept per execution         [SANDGATE_MAX_OUTPUT]\n"
     "                            (16777216; the rest is dropped with a marker)\n"
