@@ -10,6 +10,7 @@ set -eu
 prog=$(basename "$0")
 listen=127.0.0.1:49999
 dns=""
+lua=$(cd "$(dirname "$0")" && pwd)/sandgate-lists.lua
 timeout=3660
 bufsize=262144
 
@@ -32,6 +33,8 @@ Options:
   --dns                resolve the replicas' host names while running, with
                        the resolvers in /etc/resolv.conf (Kubernetes: a pod
                        not up yet, or one that came back with a new address)
+  --lua PATH           where the proxy finds sandgate-lists.lua, which joins
+                       the replicas' lists (default: next to this script)
   -h, --help           this text
 
 Example:
@@ -54,6 +57,8 @@ while [ $# -gt 0 ]; do
     --bufsize) [ $# -ge 2 ] || die "--bufsize needs BYTES"; bufsize=$2; shift 2 ;;
     --bufsize=*) bufsize=${1#*=}; shift ;;
     --dns) dns=yes; shift ;;
+    --lua) [ $# -ge 2 ] || die "--lua needs PATH"; lua=$2; shift 2 ;;
+    --lua=*) lua=${1#*=}; shift ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) break ;;
@@ -120,12 +125,16 @@ cat <<EOF
 #   the Mcp-Session-Id header or in a POST /execute body's context_id
 #     -> the replica whose tag begins the id; an unknown tag: 404
 #   POST /contexts -> round robin over the live replicas
+#   GET /contexts, /api/kernels, /api/sessions -> every live replica's, joined
 #   the rest -> one replica per client (source address + token)
 global
     log stdout format raw local0 info
     maxconn 4096
     # A POST /execute body is read whole, up to this, to find its context_id.
     tune.bufsize $bufsize
+    # GET /contexts, /api/kernels, /api/sessions: every replica's list, joined.
+    setenv SANDGATE_REPLICAS "$(for s in $servers; do printf '%s=%s ' "${s%%=*}" "${s##*=}"; done)"
+    lua-load $lua
 
 defaults
     mode http
@@ -198,6 +207,9 @@ cat <<'EOF'
     http-request set-var(txn.token) req.hdr(E2B-Traffic-Access-Token) if !{ var(txn.token) -m found }
     http-request set-var(txn.token) url_param(token) if !{ var(txn.token) -m found }
     http-request set-var(txn.client) src,concat(/,txn.token)
+
+    # --- lists: every replica's, joined (sandgate-lists.lua) -----------------------
+    http-request use-service lua.sandgate_list if { method GET } { path /contexts /api/kernels /api/sessions }
 
     # --- where it goes ---------------------------------------------------------------
 EOF

@@ -138,7 +138,7 @@ ok(any(selects({"matchLabels": f.get("podSelector", {}).get("matchLabels", {})},
 cm = next(m for m in kinds["ConfigMap"]
           if any(v.get("configMap", {}).get("name") == m["metadata"]["name"]
                  for v in dpod["spec"].get("volumes", [])))
-cfg = next(iter(cm["data"].values()))
+cfg = cm["data"]["haproxy.cfg"]
 for i in range(spec["replicas"]):
     name = f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{ns}.svc.cluster.local:{port}"
     ok(name in cfg, f"the proxy's config routes to replica {i} by its DNS name", name)
@@ -148,9 +148,10 @@ ok("resolvers" in cfg and "init-addr" in cfg,
    "it resolves the replicas at run time (a pod not up yet does not stop the proxy)")
 tmp = tempfile.mkdtemp(prefix="sgt-k8s-")
 try:
+    for key, text in cm["data"].items():  # where the Deployment mounts them
+        with open(os.path.join(tmp, key), "w") as f:
+            f.write(text.replace("/usr/local/etc/haproxy/", tmp + "/"))
     path = os.path.join(tmp, "haproxy.cfg")
-    with open(path, "w") as f:
-        f.write(cfg)
     r = subprocess.run(["haproxy", "-c", "-f", path], capture_output=True, text=True, timeout=60)
     ok(r.returncode == 0, "HAProxy 2.6 accepts the proxy's config (haproxy -c)",
        r.stdout[-1500:] + r.stderr[-1500:])
