@@ -18,8 +18,11 @@ packages=(
   clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
   # ... systemd-analyze, which checks the installed systemd unit
   systemd
-  # ... and the proxy in front of several replicas (docker/local-cluster.sh)
+  # ... the proxy in front of several replicas (docker/local-cluster.sh)
   haproxy
+  # ... and the container image (docker/build-image.sh, tests/build/test_image.py):
+  # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
+  buildah podman mmdebstrap runc
 )
 # Node.js runs the real client SDKs the tests drive (npm packages).
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
