@@ -507,7 +507,7 @@ int main(int argc, char **argv)
         if (preload && *preload)
             setenv("LD_PRELOAD", preload, 1);
         unsetenv("SANDGATE_PRELOAD");
-        execv(argv[1], argv + 1);
+        execvp(argv[1], argv + 1); /* a kernelspec may name its program by PATH ("R") */
         perror("sandgate-init: exec");
         _exit(127);
     }

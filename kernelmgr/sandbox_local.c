@@ -107,11 +107,12 @@ static int build_etc(const char *dir, sg_error_t **err)
     }
     /* Host files the runtime reads, each optional: the loader cache, Debian's
      * Python config (sitecustomize.py links into it), fonts, alternatives
-     * (numpy finds libblas through them), MIME types, public certificates.
+     * (numpy finds libblas through them), MIME types, public certificates, R's
+     * configuration (/usr/lib/R/etc links into it).
      * Symlinks are kept: they point into /usr, which the sandbox has. */
     static const char *copies[] = {"/etc/ld.so.cache", "/etc/localtime", "/etc/python3",
                                    "/etc/python3.11",  "/etc/fonts",     "/etc/alternatives",
-                                   "/etc/mime.types",  "/etc/ssl"};
+                                   "/etc/mime.types",  "/etc/ssl",       "/etc/R"};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
         if (access(copies[i], F_OK) != 0)
             continue;

@@ -8,6 +8,8 @@ packages=(
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
   # run: the sandbox and the kernels it runs
   runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
+  # ... the R kernel (kernelspec ir)
+  r-cran-irkernel
   # ... network egress for contexts that ask (--egress-allow), and pip for them
   nftables iproute2 python3-pip
   # the tests' own PyPI packages live in a virtual environment (scripts/venv.sh)
