@@ -263,14 +263,16 @@ try:
                f"({len(checks)})", r.stderr[-2000:])
             for c in checks:
                 ok(c["ok"], f"{script}: {c['name']}", c.get("detail"))
-        r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"), p.url,
-                            TOKEN, "v1"], capture_output=True, text=True, timeout=400)
-        checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
-        ok(r.returncode == 0 and len(checks) >= 30,
-           f"jlab_services.mjs through the proxy: {len(checks)} checks (exit {r.returncode})",
-           r.stdout[-2000:] + r.stderr[-2000:])
-        for line in checks:
-            ok(line.startswith("ok "), "jlab_services.mjs: " + line.split(" - ", 1)[-1])
+        for mode in ("default", "v1"):  # the WebSocket's JSON format, then v1's
+            r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"),
+                                p.url, TOKEN, mode], capture_output=True, text=True, timeout=400)
+            checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
+            ok(r.returncode == 0 and len(checks) >= 30,
+               f"jlab_services.mjs {mode} through the proxy: {len(checks)} checks "
+               f"(exit {r.returncode})", r.stdout[-2000:] + r.stderr[-2000:])
+            for line in checks:
+                ok(line.startswith("ok "),
+                   f"jlab_services.mjs {mode}: " + line.split(" - ", 1)[-1])
 finally:
     r = cluster("down")
     ok(r.returncode == 0 and not os.path.exists(RUN), "local-cluster.sh down", r.stdout + r.stderr)
