@@ -204,7 +204,9 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(e->k, e->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
     }
-    json_t *report = e->report ? json_loads(e->report, 0, NULL) : NULL;
+    /* JSON_ALLOW_NUL: a command's output may hold NUL bytes (grep -Z, find
+     * -print0), which the runner's JSON escapes as \u0000. */
+    json_t *report = e->report ? json_loadb(e->report, e->report_len, JSON_ALLOW_NUL, NULL) : NULL;
     if (report && !json_is_object(report)) {
         json_decref(report);
         report = NULL;

@@ -226,6 +226,10 @@ try:
                                             "context_id": cid})
     ok(status == 200 and "sandgate-init" in r["stdout"],
        "commands run inside the sandbox (its PID 1 is sandgate-init)", r)
+    status, r = d.json("POST", "/execute", {"command": "printf 'a\\0b\\n' && find output -print0",
+                                            "context_id": cid})
+    ok(status == 200 and r["stdout"].startswith("a\0b\n") and "table.csv\0" in r["stdout"],
+       "output with NUL bytes (find -print0, grep -Z) comes back whole", r)
     status, r = d.json("POST", "/execute", {"command": "yes | head -c 300000",
                                             "context_id": cid})
     ok(status == 200 and len(r["stdout"]) < 100_200 and "output limit" in r["stdout"],
