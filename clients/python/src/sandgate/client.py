@@ -1,0 +1,445 @@
+"""The HTTP client: contexts, executions (streamed NDJSON), commands, files.
+Blocking, thread-safe (no state is shared between requests), standard
+library only."""
+import contextlib
+import json
+import os
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from .errors import NotFoundError, ProtocolError, SandgateConnectionError, SandgateError, from_response
+
+DEFAULT_URL = "http://127.0.0.1:49999"
+# A stream sends a keepalive every 5 s, so a read waits at most that long
+# while the code runs; other requests answer within seconds.
+DEFAULT_TIMEOUT = 120.0
+
+# result fields (docs/api.md) and the MIME types they stand for
+MIME_FIELDS = {
+    "text": "text/plain", "html": "text/html", "markdown": "text/markdown",
+    "svg": "image/svg+xml", "png": "image/png", "jpeg": "image/jpeg", "pdf": "application/pdf",
+    "latex": "text/latex", "json": "application/json", "javascript": "application/javascript",
+    "data": "e2b/data", "chart": "e2b/chart",
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text):
+    """Text without terminal colour codes (IPython colours its tracebacks)."""
+    return _ANSI.sub("", text)
+
+
+@dataclass
+class Result:
+    """A rich result: the cell's value (`is_main_result`) or a display()."""
+    raw: Dict[str, Any]
+
+    @property
+    def is_main_result(self) -> bool:
+        return bool(self.raw.get("is_main_result"))
+
+    def __getattr__(self, name):
+        if name in MIME_FIELDS or name == "extra":
+            return self.raw.get(name)
+        raise AttributeError(name)
+
+    @property
+    def bundle(self) -> Dict[str, Any]:
+        """The result as a MIME bundle: {"text/plain": …, "image/png": base64, …}."""
+        out = {mime: self.raw[f] for f, mime in MIME_FIELDS.items() if f in self.raw}
+        out.update(self.raw.get("extra") or {})
+        return out
+
+    def images(self):
+        """[(mime, base64)] for the PNG and JPEG images in it."""
+        return [(m, v) for m, v in self.bundle.items() if m in ("image/png", "image/jpeg")]
+
+
+@dataclass
+class ExecutionError:
+    name: str
+    value: str
+    traceback: str
+
+    @property
+    def text(self) -> str:
+        """The traceback as plain text, ending with `name: value`."""
+        tb = strip_ansi(self.traceback or "").rstrip("\n")
+        last = f"{self.name}: {self.value}"
+        if not tb.endswith(last):
+            tb = (tb + "\n" + last) if tb else last
+        return tb
+
+
+@dataclass
+class Artifact:
+    """A file the execution wrote under output/ (download with Sandgate.download_artifact)."""
+    path: str
+    size: int
+    mime: str
+    url: str
+
+
+@dataclass
+class Execution:
+    stdout: str = ""
+    stderr: str = ""
+    results: List[Result] = field(default_factory=list)
+    error: Optional[ExecutionError] = None
+    execution_count: Optional[int] = None
+    artifacts: List[Artifact] = field(default_factory=list)
+    context_id: Optional[str] = None
+
+    @property
+    def main_result(self) -> Optional[Result]:
+        return next((r for r in self.results if r.is_main_result), None)
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the cell's value (None when it had none)."""
+        r = self.main_result
+        return r.text if r else None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self):
+        return {"stdout": self.stdout, "stderr": self.stderr,
+                "results": [r.raw for r in self.results],
+                "error": self.error and {"name": self.error.name, "value": self.error.value,
+                                         "traceback": self.error.traceback},
+                "execution_count": self.execution_count,
+                "artifacts": [a.__dict__ for a in self.artifacts], "context_id": self.context_id}
+
+
+@dataclass
+class CommandResult:
+    stdout: str
+    stderr: str
+    exit_code: int
+    error: Optional[ExecutionError] = None
+    artifacts: List[Artifact] = field(default_factory=list)
+    duration_ms: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.error is None
+
+    def to_dict(self):
+        return {"stdout": self.stdout, "stderr": self.stderr, "exit_code": self.exit_code,
+                "error": self.error and {"name": self.error.name, "value": self.error.value},
+                "artifacts": [a.__dict__ for a in self.artifacts], "duration_ms": self.duration_ms}
+
+
+@dataclass
+class FileEntry:
+    name: str
+    path: str
+    type: str
+    size: int
+    modified: str
+
+
+def _artifacts(items):
+    return [Artifact(a.get("path", ""), a.get("size", 0), a.get("mime", ""), a.get("url", ""))
+            for a in items or []]
+
+
+def _id(context):
+    if context is None or isinstance(context, str):
+        return context
+    return context.id
+
+
+class Context:
+    """A session: its own sandboxed kernel and workspace.  The methods are
+    the client's, with this context filled in."""
+
+    def __init__(self, client, info):
+        self.client = client
+        self.info = info
+
+    id = property(lambda self: self.info["id"])
+    language = property(lambda self: self.info.get("language"))
+    cwd = property(lambda self: self.info.get("cwd"))
+    state = property(lambda self: self.info.get("state"))
+    internet = property(lambda self: bool(self.info.get("internet")))
+
+    def __repr__(self):
+        return f"Context({self.id!r}, language={self.language!r}, state={self.state!r})"
+
+    def execute(self, code, **kw) -> Execution:
+        return self.client.execute(code, context=self.id, **kw)
+
+    def run_command(self, command, **kw) -> CommandResult:
+        return self.client.run_command(command, context=self.id, **kw)
+
+    def upload(self, path, data):
+        return self.client.upload(self.id, path, data)
+
+    def download(self, path) -> bytes:
+        return self.client.download(self.id, path)
+
+    def list_files(self, path="") -> List[FileEntry]:
+        return self.client.list_files(self.id, path)
+
+    def delete_file(self, path):
+        return self.client.delete_file(self.id, path)
+
+    def refresh(self):
+        self.info = self.client.get_context(self.id).info
+        return self
+
+    def restart(self):
+        self.client.restart_context(self.id)
+
+    def pause(self):
+        self.info = self.client.pause_context(self.id).info
+
+    def resume(self):
+        self.info = self.client.resume_context(self.id).info
+
+    def delete(self):
+        self.client.delete_context(self.id)
+
+
+class Sandgate:
+    """A sandgate server.  `url` and `token` default to the environment's
+    SANDGATE_URL (else http://127.0.0.1:49999) and SANDGATE_TOKEN;
+    `timeout` is the socket timeout of each request, in seconds."""
+
+    def __init__(self, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+        self.url = (url or os.environ.get("SANDGATE_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("SANDGATE_TOKEN")
+        self.timeout = timeout
+
+    def __repr__(self):
+        return f"Sandgate({self.url!r})"
+
+    # --- HTTP ----------------------------------------------------------------------
+
+    def _open(self, method, path, body=None, headers=None, timeout=None):
+        """The response of a request with a 2xx status; raises the error's
+        class otherwise.  `body`: bytes, a file object, or a JSON value."""
+        h = {"Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        data = body
+        if body is not None and not isinstance(body, (bytes, bytearray)) and \
+                not hasattr(body, "read"):
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=h)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as e:
+            with e:
+                raise from_response(e.code, e.read()) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise SandgateConnectionError(f"cannot reach sandgate at {self.url}: {reason}") from None
+
+    def _json(self, method, path, body=None, timeout=None):
+        try:
+            with self._open(method, path, body, timeout=timeout) as r:
+                data = r.read()
+        except (socket.timeout, OSError) as e:
+            if isinstance(e, SandgateError):
+                raise
+            raise SandgateConnectionError(f"{method} {path}: {e}") from None
+        if not data.strip():
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ProtocolError(f"{method} {path}: not JSON: {data[:200]!r}") from None
+
+    # --- contexts ------------------------------------------------------------------
+
+    def create_context(self, language=None, cwd=None, internet=None) -> Context:
+        body = {k: v for k, v in (("language", language), ("cwd", cwd), ("internet", internet))
+                if v is not None}
+        return Context(self, self._json("POST", "/contexts", body))
+
+    def list_contexts(self) -> List[Context]:
+        return [Context(self, c) for c in self._json("GET", "/contexts")]
+
+    def get_context(self, context) -> Context:
+        return Context(self, self._json("GET", "/contexts/" + _q(_id(context))))
+
+    def delete_context(self, context):
+        self._json("DELETE", "/contexts/" + _q(_id(context)))
+
+    def restart_context(self, context):
+        self._json("POST", f"/contexts/{_q(_id(context))}/restart")
+
+    def pause_context(self, context) -> Context:
+        return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/pause"))
+
+    def resume_context(self, context) -> Context:
+        return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/resume"))
+
+    @contextlib.contextmanager
+    def context(self, language=None, cwd=None, internet=None):
+        """A throwaway context: created on entry, deleted on exit."""
+        ctx = self.create_context(language=language, cwd=cwd, internet=internet)
+        try:
+            yield ctx
+        finally:
+            with contextlib.suppress(NotFoundError, SandgateConnectionError):
+                self.delete_context(ctx.id)
+
+    # --- executions ----------------------------------------------------------------
+
+    def execute(self, code, context=None, language=None,
+                on_stdout: Optional[Callable[[str], Any]] = None,
+                on_stderr: Optional[Callable[[str], Any]] = None,
+                on_result: Optional[Callable[[Result], Any]] = None,
+                on_error: Optional[Callable[[ExecutionError], Any]] = None,
+                timeout=None, env_vars=None) -> Execution:
+        """Runs code in `context` (an id or a Context; default: the default
+        context of `language`), calling the callbacks as output arrives.  An
+        exception in the code is not raised: it is `Execution.error` (as are
+        sandgate's TimeoutError and KernelError)."""
+        body = {"code": code}
+        if context is not None:
+            body["context_id"] = _id(context)
+        if language is not None:
+            body["language"] = language
+        if env_vars:
+            body["env_vars"] = dict(env_vars)
+        if timeout is not None:
+            body["timeout"] = timeout
+        ex = Execution(context_id=body.get("context_id"))
+        ended = False
+        with self._open("POST", "/execute", body, headers={"Accept": "application/x-ndjson"}) as r:
+            try:
+                for line in r:
+                    if not line.strip():
+                        continue
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        raise ProtocolError(f"execute: a line that is not JSON: {line[:200]!r}")
+                    t = msg.get("type")
+                    if t == "stdout":
+                        ex.stdout += msg.get("text", "")
+                        if on_stdout:
+                            on_stdout(msg.get("text", ""))
+                    elif t == "stderr":
+                        ex.stderr += msg.get("text", "")
+                        if on_stderr:
+                            on_stderr(msg.get("text", ""))
+                    elif t == "result":
+                        res = Result({k: v for k, v in msg.items() if k != "type"})
+                        ex.results.append(res)
+                        if on_result:
+                            on_result(res)
+                    elif t == "error":
+                        ex.error = ExecutionError(msg.get("name", ""), msg.get("value", ""),
+                                                  msg.get("traceback", ""))
+                        if on_error:
+                            on_error(ex.error)
+                    elif t == "number_of_executions":
+                        ex.execution_count = msg.get("execution_count")
+                    elif t == "artifact":
+                        ex.artifacts += _artifacts([msg])
+                    elif t == "end_of_execution":
+                        ended = True
+                        break
+            except (socket.timeout, OSError) as e:
+                raise SandgateConnectionError(f"execute: the stream broke: {e}") from None
+        if not ended:
+            raise SandgateConnectionError("execute: the stream ended before end_of_execution")
+        return ex
+
+    def run_command(self, command, context=None, timeout=None, env_vars=None) -> CommandResult:
+        """Runs a shell command (/bin/sh -c) in `context`'s sandbox (default:
+        the default Python context), in its working directory.  A non-zero
+        exit is not raised: see `exit_code`."""
+        body = {"command": command}
+        if context is not None:
+            body["context_id"] = _id(context)
+        if env_vars:
+            body["env_vars"] = dict(env_vars)
+        if timeout is not None:
+            body["timeout"] = timeout
+        # No keepalives here: wait for the command's own time limit and more.
+        wait = max(self.timeout or 0, (timeout or 300) + 30)
+        doc = self._json("POST", "/execute", body, timeout=wait)
+        if not isinstance(doc, dict) or "exit_code" not in doc:
+            raise ProtocolError(f"command: unexpected answer {str(doc)[:200]}")
+        err = doc.get("error")
+        return CommandResult(doc.get("stdout", ""), doc.get("stderr", ""), doc["exit_code"],
+                             ExecutionError(err.get("name", ""), err.get("value", ""), "")
+                             if isinstance(err, dict) else None,
+                             _artifacts(doc.get("artifacts")), doc.get("duration_ms"))
+
+    # --- files -----------------------------------------------------------------------
+
+    def _files(self, context, path):
+        return f"/contexts/{_q(_id(context))}/files/{_q(path.lstrip('/'), '/')}"
+
+    def upload(self, context, path, data):
+        """Writes a file in the context's workspace (`path` relative to it;
+        parents are created).  `data`: bytes, str (UTF-8) or a binary file
+        object (streamed).  Returns {"path", "size"}."""
+        headers = {"Content-Type": "application/octet-stream"}
+        if isinstance(data, str):
+            data = data.encode()
+        elif hasattr(data, "read"):
+            try:
+                headers["Content-Length"] = str(os.fstat(data.fileno()).st_size - data.tell())
+            except (OSError, AttributeError, ValueError):
+                data = data.read()
+        with self._open("PUT", self._files(context, path), data, headers=headers) as r:
+            return json.loads(r.read() or b"{}")
+
+    def download(self, context, path) -> bytes:
+        """A file's bytes.  A directory raises IsADirectoryError."""
+        with self._open("GET", self._files(context, path), headers={"Accept": "*/*"}) as r:
+            data = r.read()
+            ctype = r.headers.get("Content-Type", "")
+        if ctype.startswith("application/json") and _is_listing(data, path):
+            raise IsADirectoryError(path)
+        return data
+
+    def download_artifact(self, artifact: Artifact) -> bytes:
+        with self._open("GET", artifact.url, headers={"Accept": "*/*"}) as r:
+            return r.read()
+
+    def list_files(self, context, path="") -> List[FileEntry]:
+        """A directory's entries (the workspace's root by default)."""
+        doc = self._json("GET", self._files(context, path))
+        if not _is_listing(json.dumps(doc).encode(), path):
+            raise NotADirectoryError(path)
+        return [FileEntry(e.get("name", ""), e.get("path", ""), e.get("type", ""),
+                          e.get("size", 0), e.get("modified", "")) for e in doc["entries"]]
+
+    def delete_file(self, context, path):
+        """Removes a file, or a directory with everything in it."""
+        self._json("DELETE", self._files(context, path))
+
+    def health(self):
+        return self._json("GET", "/health")
+
+
+def _q(s, safe=""):
+    return urllib.parse.quote(s, safe=safe)
+
+
+def _is_listing(data, path):
+    """Whether a GET's JSON answer is sandgate's directory listing for path."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("entries"), list) and \
+        doc.get("path") == path.strip("/")

@@ -1,0 +1,215 @@
+"""clients/python: `pip install ./clients/python` into a fresh virtual
+environment works and its core imports with no third-party module; then the
+client (run from that venv, as a user would) against a real daemon with real
+sandboxed kernels: streaming callbacks, rich results, errors in the code,
+contexts (create, list, get, restart, pause, resume, delete, the throwaway
+context manager), commands, files, artifacts, and one exception class per
+kind of HTTP error."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from sgd import Daemon, TOKEN
+from tap import ok, diag, done
+
+SRC = os.environ.get("SG_SRCDIR", ".")
+PKG = os.path.join(SRC, "clients", "python")
+
+venv = tempfile.mkdtemp(prefix="sgt-pyclient-")
+py = os.path.join(venv, "bin", "python")
+d = None
+try:
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    # A copy: pip builds in the source tree, which may be read-only (distcheck).
+    src = os.path.join(venv, "src")
+    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    r = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", src],
+                       capture_output=True, text=True, timeout=300)
+    ok(r.returncode == 0, "pip install ./clients/python into a fresh venv", r.stdout + r.stderr)
+    r = subprocess.run([py, "-m", "pip", "list", "--format", "json"], capture_output=True,
+                       text=True, timeout=60)
+    names = {p["name"].lower() for p in json.loads(r.stdout)} - {"pip", "setuptools", "wheel"}
+    ok(names == {"sandgate"}, "it installs nothing but itself (no dependencies)", names)
+    probe = ("import sys, sysconfig\n"
+             "before = set(sys.modules)\n"
+             "import sandgate, sandgate.cli, sandgate.client, sandgate.errors\n"
+             "from sandgate import Sandgate\n"
+             "std = sysconfig.get_paths()['stdlib']\n"
+             "site = sysconfig.get_paths()['purelib']\n"
+             "third = sorted(n for n, m in list(sys.modules.items())\n"
+             "    if n not in before and getattr(m, '__file__', None) and m.__file__.startswith(site)\n"
+             "    and not n.startswith('sandgate'))\n"
+             "print(third, 'langchain_core' in sys.modules or 'deepagents' in sys.modules)\n")
+    r = subprocess.run([py, "-c", probe], capture_output=True, text=True, timeout=60, cwd=venv)
+    ok(r.returncode == 0 and r.stdout.strip() == "[] False",
+       "the core imports with the standard library alone (no third-party module loaded)",
+       r.stdout + r.stderr)
+    cli = os.path.join(venv, "bin", "sandgate-cli")
+    ok(os.access(cli, os.X_OK), "the console script is sandgate-cli (the daemon is sandgate)")
+    r = subprocess.run([py, "-c", "import sandgate.langchain"], capture_output=True, text=True,
+                       timeout=60, cwd=venv)
+    ok(r.returncode != 0 and "langchain" in r.stderr and "pip install" in r.stderr,
+       "sandgate.langchain without LangChain says which extra to install", r.stderr[-500:])
+
+    d = Daemon("--pool-size", "1", "--max-upload", "100000")
+    # The checks run inside the venv's Python: the package as installed.
+    script = r'''
+import base64, io, json, os, sys, time
+from sandgate import *
+from sandgate import Sandgate
+import atexit
+checks = []
+atexit.register(lambda: print(json.dumps(checks)))
+def check(cond, name, detail=None):
+    checks.append([bool(cond), name, None if cond else repr(detail)[:2000]])
+
+sg = Sandgate()  # SANDGATE_URL and SANDGATE_TOKEN from the environment
+check(sg.health()["status"] == "ok", "Sandgate() takes url and token from the environment")
+
+# --- execute: streaming callbacks ------------------------------------------------
+got = []
+t0 = time.time()
+ex = sg.execute("import sys, time\nfor i in range(3):\n    print(i, flush=True)\n"
+                "    time.sleep(0.5)\nprint('warn', file=sys.stderr)\n6*7",
+                on_stdout=lambda t: got.append((time.time(), "out", t)),
+                on_stderr=lambda t: got.append((time.time(), "err", t)),
+                on_result=lambda r: got.append((time.time(), "res", r.text)))
+outs = [g for g in got if g[1] == "out"]
+check(ex.stdout == "0\n1\n2\n" and ex.stderr == "warn\n", "execute collects stdout and stderr",
+      (ex.stdout, ex.stderr))
+check(ex.text == "42" and ex.main_result.bundle["text/plain"] == "42",
+      "the value is the main result (text/plain 42)", ex.results)
+check(len(outs) >= 2 and outs[-1][0] - outs[0][0] > 0.7,
+      "on_stdout is called as output arrives, not at the end", got)
+check(("res" in [g[1] for g in got]) and ("err" in [g[1] for g in got]),
+      "on_stderr and on_result are called", got)
+check(isinstance(ex.execution_count, int) and ex.ok, "execution_count is set; ok",
+      ex.execution_count)
+
+# --- state, rich results, errors ---------------------------------------------------
+sg.execute("kept = 'yes'")
+check(sg.execute("kept").text == "'yes'", "variables persist in the default context")
+ex = sg.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()")
+imgs = [i for r in ex.results for i in r.images()]
+check(imgs and imgs[0][0] == "image/png" and base64.b64decode(imgs[0][1])[:4] == b"\x89PNG",
+      "a matplotlib figure is a result with a base64 PNG", ex.results)
+ex = sg.execute("def f():\n    return 1/0\nf()")
+check(not ex.ok and ex.error.name == "ZeroDivisionError" and "division by zero" in ex.error.value,
+      "an exception is Execution.error (name, value), not raised", ex.error)
+check("f()" in ex.error.text and "\x1b[" not in ex.error.text and
+      ex.error.text.endswith("ZeroDivisionError: division by zero"),
+      "error.text is the traceback without colour codes", ex.error and ex.error.text)
+ex = sg.execute("import os; os.environ['SG_X']", env_vars={"SG_X": "from-env"})
+check(ex.text == "'from-env'", "env_vars", ex.text)
+ex = sg.execute("import time; time.sleep(30)", timeout=1)
+check(ex.error and ex.error.name == "TimeoutError", "timeout= ends with a TimeoutError", ex.error)
+
+# --- contexts ------------------------------------------------------------------------
+ctx = sg.create_context(language="python", cwd="/home/user/proj")
+check(ctx.id and ctx.language == "python" and ctx.cwd == "/home/user/proj",
+      "create_context(language, cwd)", ctx.info)
+check(ctx.execute("import os; os.getcwd()").text == "'/home/user/proj'", "it runs in its cwd")
+ctx.execute("only_here = 1")
+check(sg.execute("'only_here' in dir()").text == "False", "contexts share no variables")
+check(ctx.id in [c.id for c in sg.list_contexts()], "list_contexts lists it")
+check(sg.get_context(ctx.id).state in ("running", "starting"), "get_context", ctx.refresh().info)
+ctx.pause()
+check(ctx.state == "paused" and sg.get_context(ctx.id).state == "paused", "pause", ctx.info)
+ctx.resume()
+check(ctx.state == "running" and ctx.execute("only_here").text == "1",
+      "resume: the variables are back", ctx.info)
+ctx.restart()
+check(ctx.execute("'only_here' in dir()").text == "False", "restart loses the variables")
+sg.delete_context(ctx)
+check(ctx.id not in [c.id for c in sg.list_contexts()], "delete_context")
+with sg.context() as tmp:
+    check(tmp.execute("1+1").text == "2", "with sg.context(): a throwaway context")
+    tid = tmp.id
+check(tid not in [c.id for c in sg.list_contexts()], "deleted when the block ends")
+
+# --- commands ---------------------------------------------------------------------------
+ctx = sg.create_context()
+r = ctx.run_command("echo hi; echo oops >&2; exit 3")
+check(r.stdout == "hi\n" and r.stderr == "oops\n" and r.exit_code == 3 and not r.ok,
+      "run_command: stdout, stderr, exit code (a failure is not raised)", r)
+r = sg.run_command("echo $GREETING", context=ctx.id, env_vars={"GREETING": "hello"})
+check(r.ok and r.stdout == "hello\n", "run_command with env_vars", r)
+r = ctx.run_command("sleep 20", timeout=1)
+check(r.exit_code == 124 and r.error and r.error.name == "TimeoutError", "command timeout", r)
+
+# --- files --------------------------------------------------------------------------------
+info = ctx.upload("data/in.txt", b"line one\nline two\n")
+check(info.get("size") == 18, "upload bytes (parents created)", info)
+ctx.upload("data/s.txt", "text é")
+ctx.upload("data/f.bin", io.BytesIO(bytes(range(256))))
+check(ctx.download("data/f.bin") == bytes(range(256)), "upload a file object, download it")
+check(ctx.download("data/s.txt") == "text é".encode(), "upload str is UTF-8")
+names = [(e.name, e.type, e.size) for e in ctx.list_files("data")]
+check(names == [("f.bin", "file", 256), ("in.txt", "file", 18), ("s.txt", "file", 7)],
+      "list_files: names, types, sizes", names)
+check("data" in [e.name for e in ctx.list_files()], "list_files of the root")
+check(ctx.run_command("wc -l data/in.txt").stdout.split()[0] == "2",
+      "the code sees uploaded files")
+try:
+    ctx.download("data")
+    check(False, "download of a directory raises")
+except IsADirectoryError:
+    check(True, "download of a directory raises IsADirectoryError")
+ctx.delete_file("data/s.txt")
+check("s.txt" not in [e.name for e in ctx.list_files("data")], "delete_file")
+ex = ctx.execute("open('output/r.csv', 'w').write('a,b\\n1,2\\n')")
+arts = ex.artifacts
+check(len(arts) == 1 and arts[0].path == "output/r.csv" and arts[0].size == 8,
+      "artifacts of an execution", arts)
+check(arts and sg.download_artifact(arts[0]) == b"a,b\n1,2\n", "download_artifact")
+
+# --- errors: one class per kind -----------------------------------------------------------
+def raises(cls, fn, name, status):
+    try:
+        fn()
+        check(False, name + ": raises " + cls.__name__)
+    except SandgateError as e:
+        check(type(e) is cls and e.status == status and e.message,
+              f"{name}: {cls.__name__} with status {status} and a message",
+              (type(e), e.status, e.message))
+raises(NotFoundError, lambda: sg.execute("1", context="no-such-context"), "unknown context", 404)
+raises(NotFoundError, lambda: sg.get_context("no-such-context"), "get unknown context", 404)
+raises(NotFoundError, lambda: ctx.download("nothing/here"), "missing file", 404)
+raises(UnauthorizedError, lambda: Sandgate(token="wrong-token-xyzxyzxyz").list_contexts(),
+       "bad token", 401)
+raises(UnauthorizedError, lambda: Sandgate(token="").execute("1"), "no token", 401)
+raises(InvalidError, lambda: sg.execute("1", language="cobol"), "unknown language", 400)
+raises(InvalidError, lambda: sg.execute("1", timeout=-1), "bad timeout", 400)
+raises(InvalidError, lambda: ctx.upload("a/../b", b"x"), "a path with ..", 400)
+raises(ConflictError, lambda: ctx.upload("data", b"x"), "upload onto a directory", 409)
+raises(LimitExceededError, lambda: ctx.upload("big", b"x" * 200000), "upload too large", 413)
+ctx.run_command("ln -s /etc/passwd link")
+raises(ForbiddenError, lambda: ctx.download("link"), "through a symlink", 403)
+try:
+    Sandgate("http://127.0.0.1:1", "t").list_contexts()
+    check(False, "an unreachable server raises")
+except SandgateConnectionError as e:
+    check(e.status is None and "127.0.0.1:1" in str(e), "unreachable: SandgateConnectionError", e)
+ctx.delete()
+'''
+    env = dict(os.environ, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN)
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=600, env=env,
+                       cwd=venv)
+    try:
+        checks = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        checks = []
+        ok(False, "the client checks ran", r.stdout[-3000:] + r.stderr[-3000:])
+    for good, name, detail in checks:
+        ok(good, name, detail)
+    if checks and r.returncode != 0:
+        ok(False, "the client script exited cleanly", r.stderr[-3000:])
+finally:
+    if d:
+        d.stop()
+    shutil.rmtree(venv, ignore_errors=True)
+done()

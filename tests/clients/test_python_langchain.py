@@ -1,0 +1,244 @@
+"""clients/python's LangChain tools and Deep Agents backend in real agent
+loops without an LLM: LangChain's GenericFakeChatModel (bind_tools returning
+itself) scripts the tool calls; the agents are langchain's create_agent,
+deepagents' create_deep_agent and, for sandgate's MCP tools, a LangGraph
+agent over langchain-mcp-adapters.  Everything PyPI runs in
+tests/.venv-langchain (tests/requirements-langchain.txt, scripts/venv.sh)
+with ./clients/python on PYTHONPATH; this file (system
+python3) starts the daemon and reads the checks the agent script prints."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from sgd import Daemon, TOKEN
+from tap import ok, diag, done
+
+SRC = os.environ.get("SG_SRCDIR", ".")
+VENV = os.path.join(SRC, "tests", ".venv-langchain")
+PKG = os.path.join(SRC, "clients", "python", "src")
+
+if not os.path.exists(os.path.join(VENV, "bin", "python")):
+    ok(False, "tests/.venv-langchain exists (run scripts/venv.sh)")
+    done()
+    raise SystemExit
+
+AGENTS = r'''
+import asyncio, atexit, base64, json, os, sys
+checks = []
+atexit.register(lambda: print(json.dumps(checks)))
+def check(cond, name, detail=None):
+    checks.append([bool(cond), name, None if cond else repr(detail)[:3000]])
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from sandgate import Sandgate
+from sandgate.langchain import execute_python_tool, execute_command_tool, sandgate_tools
+
+class FakeToolModel(GenericFakeChatModel):
+    """Replays scripted AIMessages; bind_tools keeps it as it is."""
+    def bind_tools(self, tools, **kw):
+        return self
+
+def call(name, i, **args):
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call_{i}"}])
+
+def script(*steps):
+    return FakeToolModel(messages=iter(list(steps) + [AIMessage(content="done")]))
+
+def tool_messages(state):
+    return [m for m in state["messages"] if isinstance(m, ToolMessage)]
+
+def text_of(m):
+    if isinstance(m.content, str):
+        return m.content
+    return "\n".join(b.get("text", "") for b in m.content if b.get("type") == "text")
+
+sg = Sandgate()
+before = {c.id for c in sg.list_contexts()}
+
+# --- execute_python in create_agent: state across calls ------------------------------
+tool = execute_python_tool(sg)
+check(tool.name == "execute_python" and tool.response_format == "content_and_artifact",
+      "execute_python_tool: a tool named execute_python, content_and_artifact",
+      (tool.name, tool.response_format))
+check(set(tool.args) == {"code", "timeout"}, "its schema: code, timeout", tool.args)
+agent = create_agent(script(call("execute_python", 1, code="x = 6*7"),
+                            call("execute_python", 2, code="print(x)")), tools=[tool])
+state = agent.invoke({"messages": [{"role": "user", "content": "compute"}]})
+tms = tool_messages(state)
+check(len(tms) == 2 and "42" in text_of(tms[1]),
+      "an agent calls execute_python twice (x = 6*7, print(x)); the second answer carries 42",
+      [m.content for m in tms])
+check(state["messages"][-1].content == "done", "the loop ends with the model's answer")
+check(tms and tms[1].artifact["stdout"] == "42\n" and tms[1].artifact["error"] is None,
+      "the artifact is the execution (stdout, error)", tms and tms[1].artifact)
+
+# --- images, exceptions, truncation ---------------------------------------------------------
+agent = create_agent(script(
+    call("execute_python", 1, code="import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.show()"),
+    call("execute_python", 2, code="def g():\n    raise KeyError('nope')\ng()"),
+    call("execute_python", 3, code="print('y' * 50000)"),
+    call("execute_python", 4, code="x + 1")), tools=[tool])
+state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+tms = tool_messages(state)
+img = [b for b in (tms[0].content if tms and isinstance(tms[0].content, list) else [])
+       if b.get("type") == "image"]
+check(img and img[0].get("mime_type") == "image/png" and
+      base64.b64decode(img[0]["base64"])[:4] == b"\x89PNG",
+      "a matplotlib plot comes back as an image content block", tms and tms[0].content)
+check(tms and any("image/png" in r for r in tms[0].artifact["results"]),
+      "and in the artifact", tms and tms[0].artifact)
+t = text_of(tms[1]) if len(tms) > 1 else ""
+check("Traceback" in t and "KeyError: 'nope'" in t and "g()" in t and "\x1b[" not in t,
+      "an exception comes back as its traceback, as text", t)
+check(len(tms) > 1 and tms[1].status != "error" or "KeyError" in t,
+      "and not as an exception in the loop (the loop went on)", len(tms))
+t = text_of(tms[2]) if len(tms) > 2 else ""
+check(len(t) < 21000 and "characters truncated" in t, "long output is truncated with a marker",
+      len(t))
+check(len(tms) == 4 and text_of(tms[3]) == "43", "the kernel kept x through all that",
+      [text_of(m) for m in tms])
+
+# --- thread ids: one context each -------------------------------------------------------------
+from langgraph.checkpoint.memory import InMemorySaver
+tool = execute_python_tool(sg)
+def run_thread(tid, code):
+    agent = create_agent(script(call("execute_python", 1, code=code)), tools=[tool],
+                         checkpointer=InMemorySaver())
+    st = agent.invoke({"messages": [{"role": "user", "content": "go"}]},
+                      {"configurable": {"thread_id": tid}})
+    return text_of(tool_messages(st)[-1])
+run_thread("thread-a", "who = 'a'")
+run_thread("thread-b", "who = 'b'")
+a, b = run_thread("thread-a", "who"), run_thread("thread-b", "who")
+pool = tool.metadata["sandgate_contexts"]
+check(a == "'a'" and b == "'b'" and len(set(pool.by_thread.values())) == 2,
+      "two thread ids get two contexts, each keeping its variables", (a, b, pool.by_thread))
+
+# --- errors never raise; a vanished context is replaced --------------------------------------------
+bad = execute_python_tool(Sandgate(token="wrong-token-qqqqqqqqqq"))
+out = bad.invoke({"type": "tool_call", "name": "execute_python", "id": "c1",
+                  "args": {"code": "1"}})
+check(isinstance(out, ToolMessage) and "unauthorized" in text_of(out),
+      "a sandgate error (bad token) is the tool's output, not an exception", out)
+cid = pool.by_thread["thread-a"]
+sg.delete_context(cid)
+t = run_thread("thread-a", "1 + 1")
+check("2" in t and "new one" in t, "a deleted context is replaced and the tool says so", t)
+
+# --- async -------------------------------------------------------------------------------------
+async def go():
+    agent = create_agent(script(call("execute_python", 1, code="z = 7"),
+                                call("execute_python", 2, code="z * 6")), tools=[tool])
+    return await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]})
+st = asyncio.run(go())
+check(text_of(tool_messages(st)[-1]) == "42", "ainvoke: the async tool keeps state too",
+      [m.content for m in tool_messages(st)])
+
+# --- the shell tool, sharing the context ------------------------------------------------------------
+py, sh = sandgate_tools(sg)
+agent = create_agent(script(
+    call("execute_python", 1, code="open('note.txt', 'w').write('from python')"),
+    call("execute_command", 2, command="cat note.txt; echo; exit 3")), tools=[py, sh])
+state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+t = text_of(tool_messages(state)[-1])
+check(sh.name == "execute_command" and "from python" in t and "[exit code 3]" in t,
+      "execute_command runs in the same context; a failure is reported, not raised", t)
+for tl in (tool, py):
+    tl.metadata["sandgate_contexts"].close()
+
+# --- Deep Agents: SandgateSandbox as the backend ----------------------------------------------------
+from deepagents import create_deep_agent
+from sandgate.deepagents import SandgateSandbox
+with SandgateSandbox(sg) as box:
+    r = box.execute("echo hi; echo err >&2; exit 4")
+    check(r.output == "hi\nerr\n" and r.exit_code == 4 and not r.truncated,
+          "SandgateSandbox.execute: output, exit code", r)
+    up = box.upload_files([("/home/user/a/b.txt", b"bee"), ("/tmp/t.txt", b"tee"),
+                           ("/proc/nope/x", b"x")])
+    check([u.error for u in up][:2] == [None, None] and up[2].error,
+          "upload_files: the workspace, /tmp (by command), an error per file", up)
+    dn = box.download_files(["/home/user/a/b.txt", "/tmp/t.txt", "/home/user/none",
+                             "/home/user/a"])
+    check([x.content for x in dn[:2]] == [b"bee", b"tee"] and dn[2].error == "file_not_found"
+          and dn[3].error == "is_directory", "download_files", dn)
+    model = script(
+        call("write_file", 1, file_path="/home/user/hello.py",
+             content="def greet():\n    return 'hello from sandgate'\nprint(greet())\n"),
+        call("grep", 2, pattern="greet", path="/home/user", output_mode="content"),
+        call("execute", 3, command="python3 /home/user/hello.py"),
+        call("edit_file", 4, file_path="/home/user/hello.py", old_string="hello from",
+             new_string="edited in"),
+        call("read_file", 5, file_path="/home/user/hello.py"),
+        call("ls", 6, path="/home/user"),
+        call("glob", 7, pattern="**/*.py", path="/home/user"))
+    agent = create_deep_agent(model=model, backend=box)
+    state = agent.invoke({"messages": [{"role": "user", "content": "write, grep, run"}]})
+    tms = {m.name: text_of(m) for m in tool_messages(state)}
+    check("hello.py" in tms.get("write_file", ""), "a Deep Agent writes a file",
+          tms.get("write_file"))
+    check("1: def greet" in tms.get("grep", "") and "3: print(greet())" in tms.get("grep", ""),
+          "greps it (file, line numbers, lines)", tms.get("grep"))
+    check("hello from sandgate" in tms.get("execute", ""), "and executes it",
+          tms.get("execute"))
+    check("edited in sandgate" in tms.get("read_file", ""), "edit_file and read_file",
+          tms.get("read_file"))
+    check("hello.py" in tms.get("ls", "") and "hello.py" in tms.get("glob", ""),
+          "ls and glob", (tms.get("ls"), tms.get("glob")))
+    check(box.client.run_command("cat hello.py", context=box.id).stdout.startswith("def greet"),
+          "the file is in the context's workspace")
+    box_id = box.id
+check(box_id not in {c.id for c in sg.list_contexts()}, "the sandbox's context goes at close")
+
+# --- sandgate's MCP tools via langchain-mcp-adapters in a LangGraph agent -----------------------------
+from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import load_mcp_tools
+from langgraph.prebuilt import create_react_agent
+
+async def mcp():
+    client = MultiServerMCPClient({"sandgate": {
+        "transport": "streamable_http", "url": os.environ["SANDGATE_URL"] + "/mcp",
+        "headers": {"Authorization": "Bearer " + os.environ["SANDGATE_TOKEN"]}}})
+    async with client.session("sandgate") as session:
+        tools = await load_mcp_tools(session)
+        names = sorted(t.name for t in tools)
+        agent = create_react_agent(script(call("execute_python", 1, code="x = 6*7"),
+                                          call("execute_python", 2, code="print(x)")), tools)
+        st = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]})
+        return names, tool_messages(st)
+names, tms = asyncio.run(mcp())
+check("execute_python" in names and "write_file" in names,
+      "langchain-mcp-adapters loads sandgate's MCP tools", names)
+check(len(tms) == 2 and "42" in text_of(tms[1]),
+      "a LangGraph agent runs execute_python through MCP (state kept: 42)",
+      [m.content for m in tms])
+
+left = {c.id for c in sg.list_contexts()} - before
+check(len(left) <= 1, "the tools' contexts are deleted at close (the MCP session's may stay)",
+      left)
+'''
+
+d = Daemon("--pool-size", "2")
+tmp = tempfile.mkdtemp(prefix="sgt-pylc-")
+try:
+    env = dict(os.environ, PYTHONPATH=PKG, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN)
+    r = subprocess.run([os.path.join(VENV, "bin", "python"), "-c", AGENTS], capture_output=True,
+                       text=True, timeout=600, env=env, cwd=tmp)
+    try:
+        checks = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        checks = []
+    if not checks:
+        ok(False, "the agent script ran", r.stdout[-3000:] + r.stderr[-5000:])
+    for good, name, detail in checks:
+        ok(good, name, detail)
+    if checks and r.returncode != 0:
+        ok(False, "the agent script exited cleanly", r.stderr[-5000:])
+finally:
+    d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+done()
