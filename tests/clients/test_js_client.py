@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jsenv import PKG, run_suite  # noqa: E402
+from jsenv import PKG, project, run_suite  # noqa: E402
 from sgd import Daemon, TOKEN  # noqa: E402
 from tap import ok, done  # noqa: E402
 
@@ -37,6 +37,21 @@ try:
        "sandgate/langchain without its peer dependency names @langchain/core", out.get("lc"))
 finally:
     shutil.rmtree(bare, ignore_errors=True)
+
+# The type declarations, compiled strictly with a use of each entry point:
+# errors in sandgate's .d.ts or in js_types.mts fail; the third-party
+# declarations' own are not this test's (so no --skipLibCheck, filtered).
+types = project(["js_types.mts"])
+try:
+    r = subprocess.run(["node", "node_modules/typescript/bin/tsc", "--noEmit", "--strict", "--module", "nodenext",
+                        "--moduleResolution", "nodenext", "--target", "es2022", "--lib", "es2022,dom",
+                        "js_types.mts"], cwd=types, capture_output=True, text=True, timeout=120)
+    mine = [l for l in r.stdout.splitlines() if "sandgate/" in l or l.startswith("js_types")]
+    ok(not mine and (r.returncode == 0 or "error TS" in r.stdout),
+       "the type declarations compile with tsc --strict (a client, the tools in createAgent, "
+       "the backend in createDeepAgent)", "\n".join(mine) or r.stdout[-2000:] + r.stderr[-2000:])
+finally:
+    shutil.rmtree(types, ignore_errors=True)
 
 d = Daemon("--pool-size", "1", "--max-upload", "400000")
 try:
