@@ -1,0 +1,190 @@
+/** Any error sandgate answered with: its HTTP status and error kind (docs/api.md). */
+export class SandgateError extends Error {
+  constructor(message: string, opts?: { status?: number; kind?: string; body?: unknown })
+  /** The HTTP status; 0 when sandgate could not be reached. */
+  status: number
+  /** sandgate's `error` field: invalid, unauthorized, not_found, conflict … ('connection' when unreachable). */
+  kind: string
+  /** The response body, parsed when it was JSON. */
+  body: unknown
+}
+/** 400 `invalid` */
+export class InvalidRequestError extends SandgateError {}
+/** 401 `unauthorized` */
+export class UnauthorizedError extends SandgateError {}
+/** 403 `forbidden` */
+export class ForbiddenError extends SandgateError {}
+/** 404 `not_found` */
+export class NotFoundError extends SandgateError {}
+/** 405 `method_not_allowed` */
+export class MethodNotAllowedError extends SandgateError {}
+/** 409 `conflict` */
+export class ConflictError extends SandgateError {}
+/** 413 `limit_exceeded` */
+export class LimitExceededError extends SandgateError {}
+/** 503 `unavailable` */
+export class UnavailableError extends SandgateError {}
+/** 504 `timeout` */
+export class GatewayTimeoutError extends SandgateError {}
+/** 507 `insufficient_storage` */
+export class InsufficientStorageError extends SandgateError {}
+
+/** The error class for a non-2xx response and its body text. */
+export function errorFromResponse(status: number, text: string): SandgateError
+
+export type ContextState = 'starting' | 'running' | 'pausing' | 'paused' | 'resuming' | 'dead'
+
+export interface Context {
+  id: string
+  language: string
+  cwd: string
+  state: ContextState
+  internet: boolean
+  checkpoint_bytes?: number
+}
+
+/** A context, or its id. */
+export type ContextRef = string | { id: string }
+
+export interface ExecutionError {
+  name: string
+  value: string
+  /** Lines joined by "\n" (with the kernel's ANSI colours). */
+  traceback: string
+}
+
+export interface Artifact {
+  /** Workspace-relative, under output/. */
+  path: string
+  size: number
+  mime: string
+  /** Download it with GET (or Sandgate#downloadFile with `path`). */
+  url: string
+}
+
+/** One MIME bundle: the cell's value (isMainResult) or a display() output. */
+export class Result {
+  isMainResult: boolean
+  text?: string
+  html?: string
+  markdown?: string
+  svg?: string
+  /** base64 */
+  png?: string
+  /** base64 */
+  jpeg?: string
+  pdf?: string
+  latex?: string
+  json?: unknown
+  javascript?: string
+  data?: unknown
+  chart?: unknown
+  /** Other MIME types, by type. */
+  extra?: Record<string, unknown>
+  formats(): string[]
+}
+
+export class Execution {
+  stdout: string
+  stderr: string
+  results: Result[]
+  error: ExecutionError | null
+  executionCount: number | null
+  artifacts: Artifact[]
+  /** The main result's text/plain. */
+  readonly text: string | undefined
+  toJSON(): object
+}
+
+export interface OutputMessage {
+  type: 'stdout' | 'stderr'
+  text: string
+  timestamp: string
+}
+
+export interface ExecuteOptions {
+  /** Run in this context; without it, the default context of `language`. */
+  context?: ContextRef
+  /** python (default), r, or any installed kernel's language. Not with `context`. */
+  language?: string
+  /** Environment variables for this execution only. */
+  envVars?: Record<string, string>
+  /** Seconds (sandgate's --exec-timeout by default). */
+  timeout?: number
+  onStdout?: (text: string, msg: OutputMessage) => unknown
+  onStderr?: (text: string, msg: OutputMessage) => unknown
+  onResult?: (result: Result) => unknown
+  onError?: (error: ExecutionError) => unknown
+  onArtifact?: (artifact: Artifact) => unknown
+  signal?: AbortSignal
+}
+
+export interface CommandOptions {
+  context?: ContextRef
+  language?: string
+  envVars?: Record<string, string>
+  timeout?: number
+  signal?: AbortSignal
+}
+
+export interface CommandResult {
+  stdout: string
+  stderr: string
+  /** 124 after a timeout; 128 + N when killed by signal N. */
+  exitCode: number
+  error: { name: string; value: string } | null
+  artifacts: Artifact[]
+  durationMs: number
+}
+
+export interface FileEntry {
+  name: string
+  path: string
+  type: 'file' | 'dir' | 'symlink' | 'other'
+  size: number
+  modified: string
+}
+
+export interface SandgateOptions {
+  /** Default: env SANDGATE_URL, else http://127.0.0.1:49999 */
+  url?: string
+  /** Default: env SANDGATE_TOKEN */
+  token?: string
+  /** Milliseconds for requests other than executions and file transfers (default 120000; 0: none). */
+  requestTimeout?: number
+  fetch?: typeof fetch
+}
+
+export type UploadData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>
+
+export class Sandgate {
+  constructor(opts?: SandgateOptions)
+  readonly url: string
+  token: string | undefined
+  /** A raw request: the Response for 2xx, else throws the error class. */
+  request(method: string, path: string, opts?: {
+    json?: unknown; body?: BodyInit; headers?: Record<string, string>; signal?: AbortSignal; timeout?: number
+  }): Promise<Response>
+  health(): Promise<{ status: string; version: string; [k: string]: unknown }>
+
+  createContext(opts?: { language?: string; cwd?: string; internet?: boolean }): Promise<Context>
+  listContexts(): Promise<Context[]>
+  getContext(context: ContextRef): Promise<Context>
+  removeContext(context: ContextRef): Promise<void>
+  restartContext(context: ContextRef): Promise<void>
+  pauseContext(context: ContextRef): Promise<Context>
+  resumeContext(context: ContextRef): Promise<Context>
+
+  /** Streams the output to the callbacks; an exception in the code is `error`, not thrown. */
+  execute(code: string, opts?: ExecuteOptions): Promise<Execution>
+  /** A shell command in the context's workspace; a non-zero exit is not thrown. */
+  runCommand(command: string, opts?: CommandOptions): Promise<CommandResult>
+
+  uploadFile(context: ContextRef, path: string, data: UploadData): Promise<{ path: string; size: number }>
+  downloadFile(context: ContextRef, path: string): Promise<Uint8Array>
+  readFile(context: ContextRef, path: string): Promise<string>
+  listFiles(context: ContextRef, path?: string): Promise<FileEntry[]>
+  deleteFile(context: ContextRef, path: string): Promise<void>
+}
+
+export default Sandgate

@@ -1,0 +1,372 @@
+// sandgate's JavaScript client: contexts (stateful sandboxed kernels),
+// streaming executions, shell commands and workspace files over sandgate's
+// REST API (docs/api.md). Node 20's global fetch; no dependencies.
+
+const DEFAULT_URL = 'http://127.0.0.1:49999'
+
+/** Any error sandgate answered with (a JSON body {error, message} and a status). */
+export class SandgateError extends Error {
+  constructor(message, { status = 0, kind = 'unknown', body } = {}) {
+    super(message)
+    this.name = 'SandgateError'
+    /** The HTTP status (0 when no answer came). */
+    this.status = status
+    /** sandgate's error kind: docs/api.md's `error` field. */
+    this.kind = kind
+    this.body = body
+  }
+}
+
+function errorClass(name, kind, status) {
+  const cls = class extends SandgateError {
+    constructor(message, opts = {}) {
+      super(message, { status, kind, ...opts })
+      this.name = name
+    }
+  }
+  Object.defineProperty(cls, 'name', { value: name })
+  return cls
+}
+
+/** 400: a malformed request, an unknown language, a path with `..` … */
+export const InvalidRequestError = errorClass('InvalidRequestError', 'invalid', 400)
+/** 401: missing or wrong token. */
+export const UnauthorizedError = errorClass('UnauthorizedError', 'unauthorized', 401)
+/** 403: a file path through a symbolic link or to something not a file or directory. */
+export const ForbiddenError = errorClass('ForbiddenError', 'forbidden', 403)
+/** 404: unknown context, file or route. */
+export const NotFoundError = errorClass('NotFoundError', 'not_found', 404)
+/** 405: a method the route does not take. */
+export const MethodNotAllowedError = errorClass('MethodNotAllowedError', 'method_not_allowed', 405)
+/** 409: a busy context, a full queue, an upload onto a directory … */
+export const ConflictError = errorClass('ConflictError', 'conflict', 409)
+/** 413: a body, upload or workspace past its limit; too many kernels. */
+export const LimitExceededError = errorClass('LimitExceededError', 'limit_exceeded', 413)
+/** 503: a kernel could not start; a pause or resume failed. */
+export const UnavailableError = errorClass('UnavailableError', 'unavailable', 503)
+/** 504: the privileged launcher did not answer in time. */
+export const GatewayTimeoutError = errorClass('GatewayTimeoutError', 'timeout', 504)
+/** 507: the disk could not hold a pause's checkpoint. */
+export const InsufficientStorageError = errorClass('InsufficientStorageError', 'insufficient_storage', 507)
+
+const BY_KIND = {
+  invalid: InvalidRequestError,
+  unauthorized: UnauthorizedError,
+  forbidden: ForbiddenError,
+  not_found: NotFoundError,
+  method_not_allowed: MethodNotAllowedError,
+  conflict: ConflictError,
+  limit_exceeded: LimitExceededError,
+  unavailable: UnavailableError,
+  timeout: GatewayTimeoutError,
+  insufficient_storage: InsufficientStorageError,
+}
+const BY_STATUS = Object.fromEntries(
+  Object.values(BY_KIND).map((cls) => [new cls('').status, cls]))
+
+/** The error for a non-2xx response (its body already read as text). */
+export function errorFromResponse(status, text) {
+  let body = null
+  try { body = JSON.parse(text) } catch { /* a proxy's HTML page, say */ }
+  const kind = body && typeof body.error === 'string' ? body.error : undefined
+  const message = (body && typeof body.message === 'string' && body.message) ||
+    (text && text.trim().slice(0, 500)) || `HTTP ${status}`
+  const cls = (kind && BY_KIND[kind]) || BY_STATUS[status]
+  if (cls) return new cls(message, { status, body: body ?? text })
+  return new SandgateError(message, { status, kind: kind ?? 'unknown', body: body ?? text })
+}
+
+/** One result of an execution: a MIME bundle (the cell's value or a display()). */
+export class Result {
+  constructor(raw) {
+    const { type: _t, is_main_result: main, ...formats } = raw
+    /** True for the cell's value, false for display() output. */
+    this.isMainResult = !!main
+    for (const k of ['text', 'html', 'markdown', 'svg', 'png', 'jpeg', 'pdf', 'latex',
+      'json', 'javascript', 'data', 'chart', 'extra']) {
+      if (formats[k] !== undefined) this[k] = formats[k]
+    }
+  }
+
+  /** The MIME formats present, e.g. ['text', 'png']. */
+  formats() {
+    return Object.keys(this).filter((k) => k !== 'isMainResult' && k !== 'extra')
+      .concat(this.extra ? Object.keys(this.extra) : [])
+  }
+}
+
+/** What one execution produced. */
+export class Execution {
+  constructor() {
+    this.stdout = ''
+    this.stderr = ''
+    /** @type {Result[]} */
+    this.results = []
+    /** {name, value, traceback} when the code raised (or sandgate stopped it), else null. */
+    this.error = null
+    this.executionCount = null
+    /** Files the execution wrote under output/: {path, size, mime, url}. */
+    this.artifacts = []
+  }
+
+  /** The main result's text/plain, if the cell had a value. */
+  get text() {
+    return this.results.find((r) => r.isMainResult)?.text
+  }
+
+  toJSON() {
+    return { stdout: this.stdout, stderr: this.stderr, results: this.results,
+      error: this.error, executionCount: this.executionCount, artifacts: this.artifacts }
+  }
+}
+
+function contextId(context) {
+  if (context == null) return undefined
+  if (typeof context === 'string') return context
+  if (typeof context.id === 'string') return context.id
+  throw new TypeError('context must be a context id or an object with an id')
+}
+
+/**
+ * A workspace path as URL segments: each part percent-encoded, a leading /
+ * ignored. `.` and `..` are refused here as sandgate would (400): fetch's
+ * URL parser would otherwise resolve them (even as %2e) before sending.
+ */
+function filePath(path) {
+  const parts = String(path ?? '').split('/').filter((p) => p !== '')
+  if (parts.some((p) => p === '.' || p === '..')) {
+    throw new InvalidRequestError(`a file path must not contain '.' or '..' segments: ${path}`)
+  }
+  return parts.map(encodeURIComponent).join('/')
+}
+
+/** POST /execute's body: `what` ({code} or {command}) and the options set. */
+function executeBody(what, { context, language, envVars, timeout }) {
+  const json = { ...what }
+  const id = contextId(context)
+  if (id !== undefined) json.context_id = id
+  if (language !== undefined) json.language = language
+  if (envVars !== undefined) json.env_vars = envVars
+  if (timeout !== undefined) json.timeout = timeout
+  return json
+}
+
+/** The client. Methods throw a SandgateError subclass on an HTTP error. */
+export class Sandgate {
+  /**
+   * @param {object} [opts]
+   * @param {string} [opts.url]    default: env SANDGATE_URL, else http://127.0.0.1:49999
+   * @param {string} [opts.token]  default: env SANDGATE_TOKEN
+   * @param {number} [opts.requestTimeout] ms for requests other than executions (default 120000)
+   * @param {typeof fetch} [opts.fetch]
+   */
+  constructor({ url, token, requestTimeout = 120000, fetch: fetchImpl } = {}) {
+    const env = globalThis.process?.env ?? {}
+    this.url = String(url ?? env.SANDGATE_URL ?? DEFAULT_URL).replace(/\/+$/, '')
+    this.token = token ?? env.SANDGATE_TOKEN ?? undefined
+    this.requestTimeout = requestTimeout
+    this._fetch = fetchImpl ?? globalThis.fetch
+    if (typeof this._fetch !== 'function') throw new Error('sandgate needs a global fetch (Node 20)')
+  }
+
+  /**
+   * One request; returns the Response for 2xx, throws the error class of
+   * anything else. `signal` aborts it; `timeout` (ms, 0: none) gives up.
+   */
+  async request(method, path, { json, body, headers = {}, signal, timeout } = {}) {
+    const h = { ...headers }
+    if (this.token) h.Authorization = `Bearer ${this.token}`
+    if (json !== undefined) {
+      h['Content-Type'] = 'application/json'
+      body = JSON.stringify(json)
+    }
+    const limit = timeout ?? this.requestTimeout
+    const signals = [signal, limit ? AbortSignal.timeout(limit) : null].filter(Boolean)
+    let res
+    try {
+      res = await this._fetch(this.url + path, {
+        method, headers: h, body,
+        signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
+        ...(body && typeof body.getReader === 'function' ? { duplex: 'half' } : {}),
+      })
+    } catch (e) {
+      if (e?.name === 'AbortError' || e?.name === 'TimeoutError') throw e
+      throw new SandgateError(`cannot reach sandgate at ${this.url}: ${e?.cause?.message ?? e?.message ?? e}`,
+        { status: 0, kind: 'connection' })
+    }
+    if (!res.ok) throw errorFromResponse(res.status, await res.text().catch(() => ''))
+    return res
+  }
+
+  async _json(method, path, opts) {
+    const res = await this.request(method, path, opts)
+    const text = await res.text()
+    return text.trim() ? JSON.parse(text) : null
+  }
+
+  /** GET /health (no token needed). */
+  async health() {
+    return this._json('GET', '/health')
+  }
+
+  // --- contexts -------------------------------------------------------------
+
+  /** A new context: its own sandboxed kernel and workspace. */
+  async createContext({ language, cwd, internet } = {}) {
+    const json = {}
+    if (language !== undefined) json.language = language
+    if (cwd !== undefined) json.cwd = cwd
+    if (internet !== undefined) json.internet = internet
+    return this._json('POST', '/contexts', { json })
+  }
+
+  async listContexts() {
+    return this._json('GET', '/contexts')
+  }
+
+  async getContext(context) {
+    return this._json('GET', `/contexts/${encodeURIComponent(contextId(context))}`)
+  }
+
+  /** Removes the context: its kernel, workspace and any checkpoint. */
+  async removeContext(context) {
+    await this.request('DELETE', `/contexts/${encodeURIComponent(contextId(context))}`)
+  }
+
+  /** A fresh kernel on the same workspace (variables lost, files kept). */
+  async restartContext(context) {
+    await this.request('POST', `/contexts/${encodeURIComponent(contextId(context))}/restart`)
+  }
+
+  /** Saves the context to disk and ends its sandbox; using it resumes it. */
+  async pauseContext(context) {
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/pause`)
+  }
+
+  async resumeContext(context) {
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/resume`)
+  }
+
+  // --- executions -----------------------------------------------------------
+
+  /**
+   * Runs code, streaming its output to the callbacks as the kernel produces
+   * it; resolves to the whole Execution. An exception in the code is not
+   * thrown: it is `execution.error`. HTTP errors are thrown.
+   */
+  async execute(code, { context, language, envVars, timeout, onStdout, onStderr, onResult,
+    onError, onArtifact, signal } = {}) {
+    const json = executeBody({ code }, { context, language, envVars, timeout })
+    const res = await this.request('POST', '/execute',
+      { json, signal, timeout: 0, headers: { Accept: 'application/x-ndjson' } })
+    const ex = new Execution()
+    for await (const msg of ndjson(res.body)) {
+      switch (msg.type) {
+        case 'number_of_executions':
+          ex.executionCount = msg.execution_count
+          break
+        case 'stdout':
+          ex.stdout += msg.text
+          await onStdout?.(msg.text, msg)
+          break
+        case 'stderr':
+          ex.stderr += msg.text
+          await onStderr?.(msg.text, msg)
+          break
+        case 'result': {
+          const r = new Result(msg)
+          ex.results.push(r)
+          await onResult?.(r)
+          break
+        }
+        case 'error':
+          // sandgate's own TimeoutError/KernelError follows the kernel's
+          // KeyboardInterrupt: the last one says what happened.
+          ex.error = { name: msg.name, value: msg.value, traceback: msg.traceback ?? '' }
+          await onError?.(ex.error)
+          break
+        case 'artifact': {
+          const a = { path: msg.path, size: msg.size, mime: msg.mime, url: msg.url }
+          ex.artifacts.push(a)
+          await onArtifact?.(a)
+          break
+        }
+        default: // keepalive, end_of_execution, and types to come
+      }
+    }
+    return ex
+  }
+
+  /**
+   * Runs a shell command (/bin/sh -c) in the context's sandbox, in its
+   * workspace. A non-zero exit is not thrown: see `exitCode`.
+   * @returns {Promise<{stdout: string, stderr: string, exitCode: number,
+   *   error: object|null, artifacts: object[], durationMs: number}>}
+   */
+  async runCommand(command, { context, language, envVars, timeout, signal } = {}) {
+    const json = executeBody({ command }, { context, language, envVars, timeout })
+    const r = await this._json('POST', '/execute',
+      { json, signal, timeout: 0, headers: { Accept: 'application/json' } })
+    return {
+      stdout: r.stdout ?? '', stderr: r.stderr ?? '', exitCode: r.exit_code,
+      error: r.error ?? null, artifacts: r.artifacts ?? [], durationMs: r.duration_ms,
+    }
+  }
+
+  // --- files ----------------------------------------------------------------
+
+  /**
+   * Writes a file in the context's workspace (parents created, replaced
+   * atomically). `data`: a string (UTF-8), Uint8Array/Buffer, ArrayBuffer,
+   * Blob or ReadableStream.
+   */
+  async uploadFile(context, path, data) {
+    return this._json('PUT', `/contexts/${encodeURIComponent(contextId(context))}/files/${filePath(path)}`,
+      { body: data, headers: { 'Content-Type': 'application/octet-stream' }, timeout: 0 })
+  }
+
+  /** A file's bytes. */
+  async downloadFile(context, path) {
+    const res = await this.request('GET',
+      `/contexts/${encodeURIComponent(contextId(context))}/files/${filePath(path)}`, { timeout: 0 })
+    return new Uint8Array(await res.arrayBuffer())
+  }
+
+  /** A file's text (UTF-8). */
+  async readFile(context, path) {
+    return new TextDecoder().decode(await this.downloadFile(context, path))
+  }
+
+  /** A directory's entries: [{name, path, type, size, modified}]. */
+  async listFiles(context, path = '') {
+    const p = filePath(path)
+    const r = await this._json('GET',
+      `/contexts/${encodeURIComponent(contextId(context))}/files${p ? '/' + p : ''}`)
+    return r.entries
+  }
+
+  /** Removes a file, or a directory with everything in it. */
+  async deleteFile(context, path) {
+    await this.request('DELETE',
+      `/contexts/${encodeURIComponent(contextId(context))}/files/${filePath(path)}`)
+  }
+}
+
+/** The JSON objects of an NDJSON byte stream, one a line. */
+async function* ndjson(body) {
+  const decoder = new TextDecoder()
+  let buf = ''
+  for await (const chunk of body) {
+    buf += decoder.decode(chunk, { stream: true })
+    let nl
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim()
+      buf = buf.slice(nl + 1)
+      if (line) yield JSON.parse(line)
+    }
+  }
+  buf += decoder.decode()
+  if (buf.trim()) yield JSON.parse(buf)
+}
+
+export default Sandgate

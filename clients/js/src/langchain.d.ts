@@ -1,0 +1,57 @@
+import type { DynamicStructuredTool } from '@langchain/core/tools'
+import type { Sandgate, Context, Execution, CommandResult } from './index.js'
+
+/** The contexts tools run in: one per LangGraph thread id (or one without). */
+export class ContextRegistry {
+  constructor(opts: {
+    client: Sandgate
+    /** Options for each new context (language, cwd, internet). */
+    contextOptions?: { language?: string; cwd?: string; internet?: boolean }
+    /** One context per runtime.configurable.thread_id (default true). */
+    perThread?: boolean
+  })
+  client: Sandgate
+  contexts: Map<string, Promise<string>>
+  get(runtime?: { configurable?: { thread_id?: unknown } }): Promise<string>
+  forget(runtime: unknown, id: string): Promise<void>
+  /** Removes every context these tools made. */
+  close(): Promise<void>
+}
+
+export interface ToolOptions {
+  client?: Sandgate
+  /** Share sandboxes between tools (then `client` is the registry's). */
+  registry?: ContextRegistry
+  contextOptions?: { language?: string; cwd?: string; internet?: boolean }
+  perThread?: boolean
+  name?: string
+  description?: string
+  /** Seconds per call. */
+  timeout?: number
+  /** Characters of text content kept (default 20000); the rest is cut with a marker. */
+  maxChars?: number
+}
+
+export interface PythonArtifact {
+  contextId?: string
+  stdout?: string
+  stderr?: string
+  results?: Execution['results']
+  error?: { name: string; value: string; traceback?: string; status?: number } | null
+  executionCount?: number | null
+  artifacts?: Execution['artifacts']
+  images?: { mimeType: string; data: string }[]
+}
+
+export type SandgateTool = DynamicStructuredTool & { registry: ContextRegistry }
+
+/** `execute_python`: stateful Python; content text + image blocks, artifact the execution. */
+export function executePythonTool(opts: ToolOptions): SandgateTool
+/** `run_command`: a shell command in the sandbox; content stdout, stderr, exit code. */
+export function runCommandTool(opts: ToolOptions): SandgateTool
+/** Both, sharing one registry: [execute_python, run_command]. */
+export function sandgateTools(opts: Omit<ToolOptions, 'registry' | 'name' | 'description'>): [SandgateTool, SandgateTool]
+
+export function formatExecution(ex: Execution, opts?: { maxChars?: number }): string
+export function truncate(text: string, max: number): string
+export function stripAnsi(s: string): string

@@ -1,0 +1,177 @@
+// sandgate's JS client (clients/js, npm `sandgate`) against a real daemon.
+// usage: node js_client.mjs URL TOKEN   — prints one JSON line per check: {ok, name, detail}
+// The daemon runs with --max-upload 400000 (for a 413).
+import * as sg from 'sandgate'
+
+const { Sandgate } = sg
+const [url, token] = process.argv.slice(2)
+const check = (ok, name, detail) =>
+  console.log(JSON.stringify({ ok: !!ok, name, detail: ok ? undefined : detail }))
+const str = (v) => { try { return JSON.stringify(v) } catch { return String(v) } }
+async function rejects(p) {
+  try { await p } catch (e) { return e }
+  return null
+}
+const isErr = (e, cls, status, kind) =>
+  e instanceof cls && e instanceof sg.SandgateError && e.status === status && e.kind === kind &&
+  typeof e.message === 'string' && e.message.length > 0
+
+try {
+  // The environment gives the defaults.
+  process.env.SANDGATE_URL = url
+  process.env.SANDGATE_TOKEN = token
+  const c = new Sandgate()
+  check(c.url === url && c.token === token, 'SANDGATE_URL and SANDGATE_TOKEN are the defaults', [c.url])
+  const h = await c.health()
+  check(h.status === 'ok', 'health', h)
+
+  // --- streaming execution with callbacks -------------------------------------
+  const events = []
+  const t0 = Date.now()
+  let ex = await c.execute(
+    "import sys, time\nx = 41\nprint('hello', flush=True)\nprint('oops', file=sys.stderr, flush=True)\n" +
+    "time.sleep(1.5)\nprint('late')\nx + 1", {
+      onStdout: (text) => events.push(['stdout', text, Date.now() - t0]),
+      onStderr: (text) => events.push(['stderr', text, Date.now() - t0]),
+      onResult: (r) => events.push(['result', r.text, Date.now() - t0]),
+    })
+  const end = Date.now() - t0
+  check(ex.stdout === 'hello\nlate\n' && ex.stderr === 'oops\n', 'execute collects stdout and stderr', ex)
+  check(ex.text === '42' && ex.results.length === 1 && ex.results[0].isMainResult,
+    'the main result is 42', ex.results)
+  check(Number.isInteger(ex.executionCount) && ex.executionCount > 0, 'executionCount is set', ex.executionCount)
+  check(ex.error === null, 'no error', ex.error)
+  const first = events.find((e) => e[0] === 'stdout')
+  check(first && first[1] === 'hello\n' && first[2] < end - 1000,
+    'onStdout sees output while the code still runs (streamed)', { events, end })
+  check(events.some((e) => e[0] === 'stderr' && e[1] === 'oops\n'), 'onStderr receives stderr', events)
+  check(events.at(-1)?.[0] === 'result' && events.at(-1)[1] === '42', 'onResult receives the main result', events)
+
+  ex = await c.execute('x')
+  check(ex.text === '41', 'variables persist in the default context', ex.results)
+
+  ex = await c.execute('1/0')
+  check(ex.error?.name === 'ZeroDivisionError' && ex.error.value === 'division by zero' &&
+    ex.error.traceback.includes('ZeroDivisionError'), 'an exception is error {name, value, traceback}', ex.error)
+
+  ex = await c.execute(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+  const png = ex.results.find((r) => r.png)
+  check(png && !png.isMainResult && Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG' &&
+    png.formats().includes('png'), 'a matplotlib plot is a PNG result', ex.results.map((r) => r.formats()))
+
+  ex = await c.execute("import os\nos.environ.get('SG_ENV')", { envVars: { SG_ENV: 'from-js' } })
+  check(ex.text === "'from-js'", 'envVars reach the code', ex.results)
+
+  ex = await c.execute("import time\ntime.sleep(30)", { timeout: 1 })
+  check(ex.error?.name === 'TimeoutError', 'timeout stops the execution with TimeoutError', ex.error)
+
+  ex = await c.execute("import os\nos.makedirs('output', exist_ok=True)\nopen('output/a.txt', 'w').write('art')")
+  check(ex.artifacts.length === 1 && ex.artifacts[0].path === 'output/a.txt' && ex.artifacts[0].size === 3,
+    'files written under output/ are artifacts', ex.artifacts)
+
+  ex = await c.execute("print('r')", { language: 'python' })
+  check(ex.stdout === 'r\n', 'language picks a default context', ex)
+
+  // --- contexts -------------------------------------------------------------
+  const ctx = await c.createContext({ cwd: '/home/user' })
+  check(typeof ctx.id === 'string' && ctx.language === 'python' && ctx.cwd === '/home/user' &&
+    ctx.internet === false, 'createContext', ctx)
+  await c.execute('in_ctx = 7', { context: ctx })
+  ex = await c.execute('in_ctx * 6', { context: ctx.id })
+  check(ex.text === '42', 'code runs in the created context (object or id)', ex.results)
+  ex = await c.execute("'in_ctx' in dir()")
+  check(ex.text === 'False', 'the default context is separate', ex.results)
+  const list = await c.listContexts()
+  check(Array.isArray(list) && list.some((x) => x.id === ctx.id), 'listContexts includes it', list)
+  const got = await c.getContext(ctx)
+  check(got.id === ctx.id && typeof got.state === 'string', 'getContext', got)
+
+  const paused = await c.pauseContext(ctx)
+  check(paused.state === 'paused' && paused.checkpoint_bytes > 0, 'pauseContext', paused)
+  const resumed = await c.resumeContext(ctx)
+  check(resumed.state === 'running', 'resumeContext', resumed)
+  ex = await c.execute('in_ctx', { context: ctx })
+  check(ex.text === '7', 'variables survive pause and resume', ex.results)
+
+  await c.restartContext(ctx)
+  ex = await c.execute("'in_ctx' in dir()", { context: ctx })
+  check(ex.text === 'False', 'restartContext gives a fresh kernel', ex.results)
+
+  // --- commands -------------------------------------------------------------
+  let r = await c.runCommand('echo hi; echo err >&2; exit 3', { context: ctx })
+  check(r.stdout === 'hi\n' && r.stderr === 'err\n' && r.exitCode === 3 && r.error === null &&
+    typeof r.durationMs === 'number', 'runCommand: stdout, stderr, a non-zero exit not thrown', r)
+  r = await c.runCommand('echo "$SG_V" && pwd', { context: ctx, envVars: { SG_V: 'v1' } })
+  check(r.stdout === 'v1\n/home/user\n' && r.exitCode === 0, 'runCommand: envVars, the workspace as cwd', r)
+  r = await c.runCommand('sleep 30', { context: ctx, timeout: 1 })
+  check(r.exitCode === 124 && r.error?.name === 'TimeoutError', 'runCommand: a timeout is exit 124', r)
+
+  // --- files ----------------------------------------------------------------
+  const up = await c.uploadFile(ctx, 'data/in.txt', 'hello file\n')
+  check(up.path === 'data/in.txt' && up.size === 11, 'uploadFile (a string, parents created)', up)
+  const bin = new Uint8Array(256).map((_, i) => i)
+  await c.uploadFile(ctx, '/data/bin.dat', bin)
+  const back = await c.downloadFile(ctx, 'data/bin.dat')
+  check(back instanceof Uint8Array && Buffer.compare(Buffer.from(back), Buffer.from(bin)) === 0,
+    'binary bytes round-trip', back.length)
+  check(await c.readFile(ctx, 'data/in.txt') === 'hello file\n', 'readFile', null)
+  const entries = await c.listFiles(ctx, 'data')
+  check(str(entries.map((e) => [e.name, e.type, e.size])) === str([['bin.dat', 'file', 256], ['in.txt', 'file', 11]]),
+    'listFiles', entries)
+  const root = await c.listFiles(ctx)
+  check(root.some((e) => e.name === 'data' && e.type === 'dir'), 'listFiles at the root', root)
+  ex = await c.execute("open('data/in.txt').read()", { context: ctx })
+  check(ex.text === "'hello file\\n'", 'the kernel sees the uploaded file', ex.results)
+  r = await c.runCommand('wc -c < data/bin.dat', { context: ctx })
+  check(r.stdout.trim() === '256', 'a command sees the uploaded file', r)
+  await c.uploadFile(ctx, 'sp ace/ü?#.txt', 'odd')
+  check(await c.readFile(ctx, 'sp ace/ü?#.txt') === 'odd', 'names with spaces, ?, # and non-ASCII', null)
+  await c.deleteFile(ctx, 'data/in.txt')
+  let e = await rejects(c.readFile(ctx, 'data/in.txt'))
+  check(isErr(e, sg.NotFoundError, 404, 'not_found'), 'deleteFile; a missing file is NotFoundError 404', `${e}`)
+
+  // --- errors, one class per kind ------------------------------------------------
+  e = await rejects(new Sandgate({ url, token: 'wrong-token-0123456789' }).listContexts())
+  check(isErr(e, sg.UnauthorizedError, 401, 'unauthorized'), 'a wrong token is UnauthorizedError 401', `${e}`)
+  e = await rejects(c.execute('1', { context: ctx, language: 'python' }))
+  check(isErr(e, sg.InvalidRequestError, 400, 'invalid'), 'context with language is InvalidRequestError 400', `${e}`)
+  e = await rejects(c.execute('1', { language: 'cobol' }))
+  check(isErr(e, sg.InvalidRequestError, 400, 'invalid') && /cobol|language/i.test(e.message),
+    'an unknown language is InvalidRequestError with the server\'s message', `${e}`)
+  e = await rejects(c.readFile(ctx, 'data/../../etc/passwd'))
+  check(isErr(e, sg.InvalidRequestError, 400, 'invalid'), 'a path with .. is InvalidRequestError', `${e}`)
+  await c.runCommand('ln -s /etc link', { context: ctx })
+  e = await rejects(c.readFile(ctx, 'link/passwd'))
+  check(isErr(e, sg.ForbiddenError, 403, 'forbidden'), 'a path through a symlink is ForbiddenError 403', `${e}`)
+  e = await rejects(c.request('GET', '/execute'))
+  check(isErr(e, sg.MethodNotAllowedError, 405, 'method_not_allowed'), 'GET /execute is MethodNotAllowedError 405', `${e}`)
+  e = await rejects(c.uploadFile(ctx, 'data', 'x'))
+  check(isErr(e, sg.ConflictError, 409, 'conflict'), 'an upload onto a directory is ConflictError 409', `${e}`)
+  e = await rejects(c.uploadFile(ctx, 'big.bin', new Uint8Array(500000)))
+  check(isErr(e, sg.LimitExceededError, 413, 'limit_exceeded'), 'an upload past --max-upload is LimitExceededError 413', `${e}`)
+  e = await rejects(new Sandgate({ url: 'http://127.0.0.1:1', token }).listContexts())
+  check(e instanceof sg.SandgateError && e.status === 0 && e.kind === 'connection',
+    'no server is a SandgateError with status 0', `${e}`)
+  const kinds = [['invalid', 400, sg.InvalidRequestError], ['unauthorized', 401, sg.UnauthorizedError],
+    ['forbidden', 403, sg.ForbiddenError], ['not_found', 404, sg.NotFoundError],
+    ['method_not_allowed', 405, sg.MethodNotAllowedError], ['conflict', 409, sg.ConflictError],
+    ['limit_exceeded', 413, sg.LimitExceededError], ['insufficient_storage', 507, sg.InsufficientStorageError],
+    ['unavailable', 503, sg.UnavailableError], ['timeout', 504, sg.GatewayTimeoutError]]
+  const wrong = kinds.filter(([kind, status, cls]) => {
+    const x = sg.errorFromResponse(status, JSON.stringify({ error: kind, message: 'm' }))
+    return !isErr(x, cls, status, kind) || x.name !== cls.name
+  })
+  check(wrong.length === 0, "every kind in docs/api.md's table has its class", wrong)
+  const proxy = sg.errorFromResponse(502, '<html>bad gateway</html>')
+  check(proxy instanceof sg.SandgateError && proxy.status === 502 && /bad gateway/.test(proxy.message),
+    'a non-JSON error (a proxy\'s) is a SandgateError with its status', `${proxy}`)
+
+  await c.removeContext(ctx)
+  e = await rejects(c.getContext(ctx))
+  check(isErr(e, sg.NotFoundError, 404, 'not_found'), 'removeContext; getContext then is NotFoundError 404', `${e}`)
+  e = await rejects(c.execute('1', { context: ctx }))
+  check(isErr(e, sg.NotFoundError, 404, 'not_found'), 'executing in a removed context is NotFoundError', `${e}`)
+} catch (e) {
+  check(false, 'the client script completes', `${e?.stack || e}`)
+}

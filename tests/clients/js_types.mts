@@ -1,0 +1,35 @@
+// Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
+// package's type declarations as a TypeScript user (an ES module) sees them.
+import { Sandgate, NotFoundError, SandgateError, type Execution, type Context } from 'sandgate'
+import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
+import { SandgateSandbox } from 'sandgate/deepagents'
+import { createAgent } from 'langchain'
+import { createDeepAgent } from 'deepagents'
+import { fakeModel } from '@langchain/core/testing'
+
+export async function use(): Promise<number> {
+  const sg = new Sandgate({ url: 'http://127.0.0.1:49999', token: 't' })
+  const ctx: Context = await sg.createContext({ language: 'python', internet: false })
+  const ex: Execution = await sg.execute('1', {
+    context: ctx, onStdout: (t: string) => t.length, onResult: (r) => r.png, timeout: 5, envVars: { A: 'b' },
+  })
+  const main: string | undefined = ex.text
+  const err: string | undefined = ex.error?.traceback
+  const cmd = await sg.runCommand('ls', { context: ctx.id })
+  const bytes: Uint8Array = await sg.downloadFile(ctx, 'a')
+  const entries = await sg.listFiles(ctx)
+  try { await sg.getContext(ctx) } catch (e) {
+    if (e instanceof NotFoundError) { const s: number = e.status; void s }
+    if (e instanceof SandgateError) { const k: string = e.kind; void k }
+  }
+  const python = executePythonTool({ client: sg, timeout: 10 })
+  const [py, sh] = sandgateTools({ client: sg })
+  const agent = createAgent({ model: fakeModel(), tools: [python, runCommandTool({ client: sg }), py, sh] })
+  void agent
+  await python.registry.close()
+  const backend = await SandgateSandbox.create({ client: sg })
+  const deep = createDeepAgent({ model: fakeModel(), backend })
+  void deep
+  const r = await backend.execute('true')
+  return (main?.length ?? 0) + (err?.length ?? 0) + cmd.exitCode + bytes.length + entries.length + (r.exitCode ?? 0)
+}

@@ -1,0 +1,21 @@
+"""sandgate's LangChain tools (sandgate/langchain) and Deep Agents backend
+(sandgate/deepagents) in real agent loops — LangChain's createAgent and
+deepagents' createDeepAgent driven by @langchain/core's fake tool-calling
+model, no LLM — against a real daemon (js_langchain.mjs)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsenv import run_suite  # noqa: E402
+from sgd import Daemon, TOKEN  # noqa: E402
+from tap import ok, done  # noqa: E402
+
+d = Daemon("--pool-size", "2")
+try:
+    run_suite(d, "js_langchain.mjs", TOKEN, 30)
+    status, contexts = d.json("GET", "/contexts")
+    ok(status == 200 and len(contexts) == 0, "the tools' and the backend's close() removed their contexts",
+       contexts)
+finally:
+    d.stop()
+done()
