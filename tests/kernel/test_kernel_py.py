@@ -57,7 +57,10 @@ class Kernel:
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.client = BlockingKernelClient()
         self.client.load_connection_file(cf)
-        self.client.start_channels()
+        # No heartbeat: on a loaded machine its 1 s deadline calls a slow
+        # kernel dead ("Kernel died before replying to kernel_info"); a dead
+        # one still fails wait_for_ready, by its timeout.
+        self.client.start_channels(hb=False)
         self.client.wait_for_ready(timeout=60)
 
     def run(self, code, timeout=60):
