@@ -76,8 +76,10 @@ class Kernel:
             msgs.append(m)
             if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
                 break
-        reply = c.get_shell_msg(timeout=max(1, end - time.monotonic()))
-        return reply["content"], msgs
+        while True:  # this cell's reply (wait_for_ready may leave kernel_info replies)
+            reply = c.get_shell_msg(timeout=max(1, end - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"], msgs
 
     def stop(self):
         self.client.stop_channels()
