@@ -12,12 +12,21 @@ Debian ipykernel (the python3 kernelspec):
             (/api/kernels/{id}/channels, the default JSON frames);
   Notebook  Debian's Jupyter Notebook server: a kernel from POST /api/kernels,
             executed over its WebSocket /api/kernels/{id}/channels;
+  Kernel Gateway  Jupyter Kernel Gateway (PyPI jupyter-kernel-gateway, pinned
+            in tests/requirements-kg.txt, so tests/.venv-kg; made by
+            scripts/venv.sh when missing), the server sandgate is the drop-in
+            for, in its two modes: jupyter-websocket (a kernel from POST
+            /api/kernels, executed over its WebSocket like Notebook's) and
+            notebook-http (a notebook's cell `# POST /run` as an HTTP
+            endpoint: each request runs `REQUEST = ...` and then the cell's
+            `print(1+1)`, and answers with the cell's stdout); both start
+            the same Debian kernelspec, put first in the run's data dir;
   FastAPI   bench/peers/fastapi_exec.py, the common tutorial design of a code
             execution service: a new kernel per request (so its round trip
             includes a kernel start and kill, by design).
 
 usage: bench/peers.py [--runs N] [--fastapi-runs M] [--quick]
-       (needs a build in build/ and the Debian packages below)
+       (needs a build in build/, the Debian packages below and tests/.venv-kg)
 Prints a Markdown table of medians (min, max) in ms and the ratios.
 
 The warm measures run interleaved (one of each per round) so that all see the
@@ -52,6 +61,8 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+KG_VENV = os.path.join(HERE, "..", "tests", ".venv-kg")
+KG = os.path.join(KG_VENV, "bin", "jupyter-kernelgateway")
 PY = "/usr/bin/python3"  # Debian's, whose packages the servers need
 CODE, EXPECTED = "1+1", "2"
 NB_TOKEN = uuid.uuid4().hex
@@ -203,6 +214,18 @@ def sandgate_ndjson(cl, ctx):
     return "".join(line.get("text", "") for line in lines if line["type"] == "result")
 
 
+def kg_http_execute(cl):
+    """One request to the Kernel Gateway's notebook-http endpoint, on a
+    kept-alive connection like Client's (KG wants `Authorization: token`)."""
+    cl.c.request("POST", "/run", "{}", {"Authorization": "token " + NB_TOKEN,
+                                          "Content-Type": "application/json"})
+    r = cl.c.getresponse()
+    data = r.read()
+    if r.status != 200:
+        raise RuntimeError(f"Kernel Gateway notebook-http: {r.status} {data!r}")
+    return data.decode().strip()
+
+
 def fastapi_execute(cl):
     st, data = cl.post("/execute", {"code": CODE})
     if st != 200:
@@ -234,6 +257,8 @@ def measure(fns, runs, warmup=3):
 def versions():
     v = {p: importlib.metadata.version(p) for p in
          ("ipykernel", "jupyter_client", "pyzmq", "notebook", "tornado", "fastapi", "uvicorn")}
+    kg = subprocess.run([KG, "--version"], capture_output=True, text=True)
+    v["jupyter-kernel-gateway"] = (kg.stdout or kg.stderr).strip().split()[-1]
     sg = subprocess.run([SANDGATE, "--version"], capture_output=True, text=True)
     v["sandgate"] = (sg.stdout or sg.stderr).strip().split()[-1]
     return v
@@ -265,6 +290,48 @@ def start_sandgate(stack):
     return cl, ctx, kc, ws
 
 
+def start_kernel_gateways(stack, tmp):
+    """The Kernel Gateway in its two modes, each a server of its own; returns
+    a WebSocket client to a kernel of the first and an HTTP client of the
+    second."""
+    if not os.access(KG, os.X_OK):
+        subprocess.run([os.path.join(HERE, "..", "scripts", "venv.sh")], check=True,
+                       stdout=sys.stderr)
+    auth = {"Authorization": "token " + NB_TOKEN}
+    common = ["--KernelGatewayApp.ip=127.0.0.1", "--KernelGatewayApp.port_retries=0",
+              f"--KernelGatewayApp.auth_token={NB_TOKEN}"]
+    port = free_port()
+    ws = Server("kg-websocket",
+                [KG, "--KernelGatewayApp.api=kernel_gateway.jupyter_websocket",
+                 f"--KernelGatewayApp.port={port}", *common],
+                f"http://127.0.0.1:{port}/api/kernelspecs", tmp, auth)
+    stack.callback(ws.stop)
+    # The same plain kernel as every other peer: the venv's own ipykernel
+    # would otherwise be its python3.
+    spec = http_json("GET", f"http://127.0.0.1:{port}/api/kernelspecs/python3",
+                     headers=auth)["spec"]
+    if spec["argv"][0] != PY:
+        raise RuntimeError(f"Kernel Gateway's python3 kernel is not Debian's: {spec}")
+    kg_ws = NotebookKernel(f"http://127.0.0.1:{port}")
+    stack.callback(kg_ws.close)
+
+    seed = os.path.join(tmp, "kg-api.ipynb")
+    with open(seed, "w") as f:
+        json.dump({"nbformat": 4, "nbformat_minor": 5, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": f"# POST /run\nprint({CODE})"}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}}}, f)
+    port = free_port()
+    http = Server("kg-notebook-http",
+                  [KG, "--KernelGatewayApp.api=kernel_gateway.notebook_http",
+                   f"--KernelGatewayApp.seed_uri={seed}", "--KernelGatewayApp.prespawn_count=1",
+                   f"--KernelGatewayApp.port={port}", *common],
+                  f"http://127.0.0.1:{port}/_api/spec/swagger.json", tmp, auth)
+    stack.callback(http.stop)
+    return kg_ws, Client(f"http://127.0.0.1:{port}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200, help="warm runs of each measure")
@@ -282,13 +349,16 @@ def main():
         # Every Jupyter file of this run (connection files, the servers'
         # runtime and data files, IPython profiles) goes under one temp dir,
         # which also keeps user kernelspecs and config out: all peers start
-        # Debian's python3 kernelspec.
+        # Debian's python3 kernelspec (copied into the data dir, which comes
+        # first, so that the Kernel Gateway's venv does not bring its own).
         tmp = tempfile.mkdtemp(prefix="sg-peers-", dir="/tmp")
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
                          ("JUPYTER_DATA_DIR", "data"), ("IPYTHONDIR", "ipython")):
             os.environ[var] = os.path.join(tmp, sub)
             os.mkdir(os.environ[var])
+        shutil.copytree("/usr/share/jupyter/kernels/python3",
+                        os.path.join(tmp, "data", "kernels", "python3"))
 
         # 1. The floor: jupyter_client's own kernel, over TCP as it defaults to.
         km = KernelManager(kernel_name="python3")
@@ -317,7 +387,10 @@ def main():
         nbk = NotebookKernel(f"http://127.0.0.1:{port}")
         stack.callback(nbk.close)
 
-        # 4. The per-request-kernel FastAPI service.
+        # 4. Jupyter Kernel Gateway, both modes.
+        kg_ws, kg_http = start_kernel_gateways(stack, tmp)
+
+        # 5. The per-request-kernel FastAPI service.
         port = free_port()
         fa = Server("fastapi",
                     [PY, "-m", "uvicorn", "fastapi_exec:app", "--app-dir",
@@ -350,6 +423,10 @@ def main():
             "sg_zmq": ("direct ZeroMQ to sandgate's kernel (ipc)", "sandgate's kernel direct"),
             "notebook": (f"Notebook {v['notebook']}: WebSocket /api/kernels/{{id}}/channels",
                          "Notebook"),
+            "kg_ws": (f"Kernel Gateway {v['jupyter-kernel-gateway']}: jupyter-websocket, "
+                      "WebSocket", "Kernel Gateway WebSocket"),
+            "kg_http": (f"Kernel Gateway {v['jupyter-kernel-gateway']}: notebook-http, "
+                        "POST /run", "Kernel Gateway notebook-http"),
             "fastapi": ("FastAPI, a new kernel per request (incl. its start)",
                         "FastAPI per-request kernel"),
         }
@@ -360,6 +437,8 @@ def main():
             "sg_ws": sg_ws.execute,
             "sg_zmq": lambda: zmq_execute(sg_kc),
             "notebook": nbk.execute,
+            "kg_ws": kg_ws.execute,
+            "kg_http": lambda: kg_http_execute(kg_http),
         }, a.runs)
         times.update(measure({"fastapi": lambda: fastapi_execute(fa_cl)}, a.fastapi_runs,
                              warmup=1))
@@ -375,6 +454,9 @@ def main():
             f"{short} {med[k] / med['floor']:.2f}x" for k, (_, short) in names.items()
             if k != "floor"))
         print(f"Notebook's WebSocket over sandgate's: {med['notebook'] / med['sg_ws']:.2f}x")
+        print(f"Kernel Gateway over sandgate: jupyter-websocket over sandgate's WebSocket "
+              f"{med['kg_ws'] / med['sg_ws']:.2f}x, notebook-http over sandgate's POST /execute "
+              f"(JSON) {med['kg_http'] / med['sg_json']:.2f}x")
         print(f"over sandgate's (JSON): Notebook {med['notebook'] / med['sg_json']:.2f}x, "
               f"FastAPI per-request kernel {med['fastapi'] / med['sg_json']:.1f}x")
 

@@ -1,0 +1,127 @@
+"""The official Python E2B code-interpreter SDK (PyPI e2b-code-interpreter)
+against sandgate: the checks tests/gateway/e2b_sdk.mjs makes with the JS SDK,
+plus the async client.  Run by tests/.venv-e2b's python.
+usage: e2b_sdk.py URL TOKEN   — prints one JSON line per check: {ok, name, detail}"""
+import asyncio
+import base64
+import json
+import sys
+import traceback
+
+from e2b_code_interpreter import AsyncSandbox, Sandbox
+from e2b.exceptions import NotFoundException, SandboxException
+
+url, token = sys.argv[1:3]
+
+
+def check(ok, name, detail=None):
+    print(json.dumps({"ok": bool(ok), "name": name, "detail": None if ok else repr(detail)}),
+          flush=True)
+
+
+def connect(cls, token):
+    """Debug mode talks to a local server instead of E2B's cloud (by default
+    http://localhost:49999); sandbox_url says where.  The SDK takes its access
+    tokens from E2B's API, which debug mode skips: set them as the JS SDK's
+    users do (the Python SDK keeps them in private attributes)."""
+    sbx = cls.create(debug=True, sandbox_url=url)
+    sbx._SandboxBase__envd_access_token = token
+    sbx._SandboxBase__traffic_access_token = token
+    return sbx
+
+
+def sync_checks():
+    sbx = connect(Sandbox, token)
+    out, err, results = [], [], []
+    ex = sbx.run_code("x = 41\nprint('hello')\nimport sys\nprint('oops', file=sys.stderr)\nx + 1",
+                      on_stdout=lambda m: out.append(m.line),
+                      on_stderr=lambda m: err.append(m.line),
+                      on_result=results.append)
+    check(len(ex.results) == 1 and ex.results[0].text == "42", "run_code returns the result 42",
+          ex.results)
+    check("".join(out) == "hello\n", "on_stdout receives stdout", out)
+    check("".join(err) == "oops\n", "on_stderr receives stderr", err)
+    check(ex.logs.stdout == ["hello\n"] and ex.logs.stderr == ["oops\n"],
+          "the execution's logs hold stdout and stderr", ex.logs)
+    check(len(results) == 1 and results[0].is_main_result, "on_result receives the main result",
+          results)
+    check((ex.execution_count or 0) > 0, "execution_count is set", ex.execution_count)
+
+    ex = sbx.run_code("x")
+    check(ex.results and ex.results[0].text == "41", "variables persist across run_code calls",
+          ex.results)
+
+    ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\n"
+                      "plt.title('sandgate')\nplt.show()")
+    png = next((r for r in ex.results if r.png), None)
+    check(png and base64.b64decode(png.png)[1:4] == b"PNG",
+          "a matplotlib plot comes back as a PNG result", [r.formats() for r in ex.results])
+
+    ex = sbx.run_code("1/0")
+    e = ex.error
+    check(e and e.name == "ZeroDivisionError" and e.value == "division by zero"
+          and "ZeroDivisionError" in e.traceback,
+          "an error comes with name, value and traceback", e)
+
+    ex = sbx.run_code("import os\nos.environ['SG_ENV']", envs={"SG_ENV": "from-sdk"})
+    check(ex.results and ex.results[0].text == "'from-sdk'", "envs are visible to the code",
+          ex.results)
+
+    ctx = sbx.create_code_context(cwd="/home/user")
+    check(ctx and isinstance(ctx.id, str) and ctx.language == "python", "create_code_context",
+          ctx)
+    sbx.run_code("in_ctx = 1", context=ctx)
+    ex = sbx.run_code("'in_ctx' in dir()", context=ctx)
+    check(ex.results and ex.results[0].text == "True", "code runs in the created context",
+          ex.results)
+    ex = sbx.run_code("'in_ctx' in dir()")
+    check(ex.results and ex.results[0].text == "False", "the default context is separate",
+          ex.results)
+    listed = sbx.list_code_contexts()
+    check(any(c.id == ctx.id for c in listed), "list_code_contexts includes it", listed)
+    sbx.restart_code_context(ctx)
+    ex = sbx.run_code("'in_ctx' in dir()", context=ctx)
+    check(ex.results and ex.results[0].text == "False",
+          "restart_code_context gives a fresh kernel", ex.results)
+    sbx.remove_code_context(ctx)
+    after = sbx.list_code_contexts()
+    check(not any(c.id == ctx.id for c in after), "remove_code_context removes it", after)
+    threw = None
+    try:
+        sbx.run_code("1", context=ctx)
+    except Exception as e:  # noqa: BLE001 — which one is the check
+        threw = e
+    check(isinstance(threw, NotFoundException),
+          "running in a removed context raises NotFoundException", repr(threw))
+
+    ex = sbx.run_code("cat(6 * 7)", language="r")
+    check(ex.logs.stdout == ["42"] and ex.error is None, "language='r' runs R code", ex)
+
+    bad = connect(Sandbox, "wrong-token-0123456789")
+    threw = None
+    try:
+        bad.run_code("1")
+    except Exception as e:  # noqa: BLE001
+        threw = e
+    check(isinstance(threw, SandboxException) and "401" in str(threw),
+          "a wrong token is refused with 401", repr(threw))
+
+
+async def async_checks():
+    sbx = await AsyncSandbox.create(debug=True, sandbox_url=url)
+    sbx._SandboxBase__envd_access_token = token
+    sbx._SandboxBase__traffic_access_token = token
+    ctx = await sbx.create_code_context()
+    await sbx.run_code("y = 6 * 7", context=ctx)
+    out = []
+    ex = await sbx.run_code("print(y)", context=ctx, on_stdout=lambda m: out.append(m.line))
+    check(out == ["42\n"] and ex.error is None,
+          "AsyncSandbox: a context keeps its state, on_stdout streams", (out, ex))
+    await sbx.remove_code_context(ctx)
+
+
+try:
+    sync_checks()
+    asyncio.run(async_checks())
+except Exception:  # noqa: BLE001 — reported as a failed check
+    check(False, "the SDK run completes", traceback.format_exc())
