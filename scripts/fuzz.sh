@@ -9,7 +9,7 @@ seconds=${1:-60}
 out=build-fuzz
 mkdir -p "$out"
 deps=$(pkg-config --cflags --libs libczmq libzmq libsodium jansson)
-common="common/error.c common/xalloc.c common/log.c"
+common="common/error.c common/xalloc.c common/log.c common/replica.c"
 passed=0 failed=0
 extra_args="" # more libFuzzer options for the next harness
 
