@@ -9,6 +9,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/audit.h"
 #include "gateway/exec.h"
 #include "gateway/files.h"
 #include "gateway/http.h"
@@ -148,8 +149,14 @@ static json_t *context_json(api_t *self, kernel_t *k)
     return j;
 }
 
+/* A context event for the audit log: name ("context.delete", ...) on id. */
+static void audit_context(const audit_who_t *who, const char *name, const char *id)
+{
+    audit_event(who, name, json_pack("{s:s}", "context", id));
+}
+
 static kernel_t *create_context(api_t *self, const char *language, const char *cwd, bool internet,
-                                sg_error_t **err)
+                                bool implicit, const audit_who_t *who, sg_error_t **err)
 {
     const kspec_t *spec = spec_for(self, language);
     if (spec == NULL) {
@@ -169,6 +176,10 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
         self->contexts, kernel_id(k),
         json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
     record_write(self, kernel_id(k));
+    audit_event(who, "context.create",
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "context", kernel_id(k), "language",
+                          language, "kernelspec", spec->name, "cwd", cwd, "internet", internet,
+                          "implicit", implicit));
     if (strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
         json_t *path = json_string(cwd);
@@ -185,13 +196,14 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
     return k;
 }
 
-static kernel_t *default_context(api_t *self, const char *language, sg_error_t **err)
+static kernel_t *default_context(api_t *self, const char *language, const audit_who_t *who,
+                                 sg_error_t **err)
 {
     const char *id = json_string_value(json_object_get(self->defaults, language));
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k)
         return k;
-    k = create_context(self, language, "/home/user", false, err);
+    k = create_context(self, language, "/home/user", false, true, who, err);
     if (k) {
         json_object_set_new(self->defaults, language, json_string(kernel_id(k)));
         record_write(self, kernel_id(k));
@@ -501,6 +513,8 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     }
     sg_error_t *err = NULL;
     kernel_t *k;
+    audit_who_t who;
+    audit_who_conn(&who, "rest", conn);
     if (ctx) {
         k = kmgr_get(self->kmgr, json_string_value(ctx));
         if (!k) {
@@ -508,7 +522,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
             goto out;
         }
     } else {
-        k = default_context(self, lang ? json_string_value(lang) : "python", &err);
+        k = default_context(self, lang ? json_string_value(lang) : "python", &who, &err);
         if (!k) {
             ret = http_reply_error(conn, err);
             sg_error_free(&err);
@@ -533,7 +547,8 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
                      .env = env,
                      .command = s->command,
                      .max_output = self->cfg.max_output,
-                     .max_queue = self->cfg.max_queue};
+                     .max_queue = self->cfg.max_queue,
+                     .who = who};
     s->exec =
         exec_start(k, json_string_value(s->command ? command : code), &o, &exec_events, s, &err);
     if (s->exec == NULL) {
@@ -585,14 +600,38 @@ static enum MHD_Result reply_failed(struct MHD_Connection *conn, sg_error_t **er
     return ret;
 }
 
+/* A file.delete's fields: the path and what it was, read before it goes
+ * (the size of a file; a directory's is not summed). */
+static json_t *file_audit(kernel_t *k, const char *path)
+{
+    json_t *f = json_pack("{s:s, s:s}", "context", kernel_id(k), "path", *path ? path + 1 : "");
+    struct stat st;
+    int fd = files_open(kernel_workspace(k), path, &st, NULL);
+    if (fd >= 0) {
+        close(fd);
+        json_object_set_new(f, "type", json_string(S_ISDIR(st.st_mode) ? "dir" : "file"));
+        if (!S_ISDIR(st.st_mode))
+            json_object_set_new(f, "size", json_integer((json_int_t)st.st_size));
+    }
+    return f;
+}
+
 /* GET and DELETE on a context's files (PUT arrives as a sink). */
 static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, const char *method,
                                    kernel_t *k, const char *path)
 {
     sg_error_t *err = NULL;
-    if (strcmp(method, "DELETE") == 0)
-        return files_remove(kernel_workspace(k), path, &err) < 0 ? reply_failed(conn, &err)
-                                                                 : reply_status(conn, 204);
+    if (strcmp(method, "DELETE") == 0) {
+        json_t *f = audit_enabled() ? file_audit(k, path) : NULL;
+        if (files_remove(kernel_workspace(k), path, &err) < 0) {
+            json_decref(f);
+            return reply_failed(conn, &err);
+        }
+        audit_who_t who;
+        audit_who_conn(&who, "rest", conn);
+        audit_event(&who, "file.delete", f);
+        return reply_status(conn, 204);
+    }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return http_reply_json(conn, 405,
                                json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
@@ -620,6 +659,7 @@ static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, con
 typedef struct {
     files_upload_t *up;
     sg_error_t *err; /* the first failure; the rest of the body is discarded */
+    char id[128];    /* the context's, for the audit log */
 } sink_t;
 
 static void sink_free(sink_t *sink)
@@ -639,6 +679,7 @@ static void *sink_open(void *ctx, const char *method, const char *url)
         (action[6] != 0 && action[6] != '/'))
         return NULL;
     sink_t *sink = xzalloc(sizeof *sink);
+    snprintf(sink->id, sizeof sink->id, "%s", id);
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
@@ -666,6 +707,12 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
     if (info) {
         metrics.uploads++;
         metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));
+        audit_who_t who;
+        audit_who_conn(&who, "rest", conn);
+        audit_event(&who, "file.write",
+                    json_pack("{s:s, s:O, s:O}", "context", sink->id, "path",
+                              json_object_get(info, "path"), "size",
+                              json_object_get(info, "size")));
         ret = http_reply_json(conn, 201, info);
     } else {
         ret = reply_failed(conn, &sink->err);
@@ -810,6 +857,8 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
 {
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
+    audit_who_t who;
+    audit_who_conn(&who, "rest", conn);
     if (*rest == 0 && strcmp(method, "GET") == 0) {
         json_t *list = json_array();
         for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
@@ -826,7 +875,7 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
             field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
             kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
                                          cwd ? json_string_value(cwd) : "/home/user",
-                                         json_is_true(internet), &err);
+                                         json_is_true(internet), false, &who, &err);
             ret = k ? context_created(self, conn, k, req_state) : http_reply_error(conn, err);
         }
         sg_error_free(&err);
@@ -853,14 +902,18 @@ static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const 
     if (*action == 0 && strcmp(method, "DELETE") == 0) {
         kmgr_shutdown(self->kmgr, id, NULL);
         forget_context(self, id);
+        audit_context(&who, "context.delete", id);
         return reply_status(conn, 204);
     }
     if ((strcmp(action, "/pause") == 0 || strcmp(action, "/resume") == 0) &&
-        strcmp(method, "POST") == 0)
+        strcmp(method, "POST") == 0) {
+        audit_context(&who, action[2] == 'a' ? "context.pause" : "context.resume", id);
         return pause_resume(self, conn, k, action[2] == 'a', req_state);
+    }
     if (strcmp(action, "/restart") == 0 && strcmp(method, "POST") == 0) {
         if (kernel_restart(k, &err) < 0)
             return reply_failed(conn, &err);
+        audit_context(&who, "context.restart", id);
         return reply_status(conn, 204);
     }
     return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);

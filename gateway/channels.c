@@ -34,7 +34,20 @@ typedef struct conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     unsigned close_code; /* set by the parser callback; acted on after the feed */
+    audit_who_t who;     /* the client, for the audit log */
 } conn_t;
+
+/* A frontend's execution, from its execute_request to its execute_reply,
+ * for the audit log. */
+typedef struct {
+    uint64_t audit_id;
+    int64_t started;
+    size_t out_bytes;
+    char *ename;
+    bool timed_out;
+    char context[64];
+    audit_who_t who;
+} jexec_t;
 
 /* A message kept for replay, or held until the kernel is ready. */
 typedef struct stored {
@@ -65,6 +78,7 @@ struct hub {
     /* the frontend execution running now (the kernel runs one at a time) */
     char running[257];
     int run_timer;
+    zhashx_t *execs; /* execute_request msg_id -> jexec_t, while the audit log is on */
 };
 
 struct channels {
@@ -262,6 +276,92 @@ static void replay_clear(hub_t *h)
     h->replay_session[0] = 0;
 }
 
+/* --- the audit log --------------------------------------------------------------- */
+
+static void jexec_free(void **item)
+{
+    jexec_t *x = *item;
+    if (x) {
+        free(x->ename);
+        free(x);
+    }
+    *item = NULL;
+}
+
+static void audit_end(jexec_t *x, const char *outcome)
+{
+    audit_exec_t ax = {.id = x->audit_id, .context = x->context};
+    audit_execution_end(&x->who, &ax, outcome, zclock_mono() - x->started, x->out_bytes, x->ename,
+                        NULL);
+}
+
+/* Executions that will get no reply (the kernel died, restarted or went, or
+ * sandgate stops) end with outcome. */
+static void audit_end_all(hub_t *h, const char *outcome)
+{
+    if (!h->execs)
+        return;
+    for (jexec_t *x = zhashx_first(h->execs); x; x = zhashx_next(h->execs))
+        audit_end(x, outcome);
+    zhashx_purge(h->execs);
+}
+
+/* A frontend's execute_request: the same "execute" event exec.c writes. */
+static void audit_request(hub_t *h, conn_t *c, const jmsg_t *m)
+{
+    if (!h->execs) {
+        h->execs = zhashx_new();
+        zhashx_set_destructor(h->execs, jexec_free);
+    }
+    if (zhashx_size(h->execs) >= ROUTES_MAX)
+        audit_end_all(h, "untracked"); /* requests that never got a reply */
+    jexec_t *x = xzalloc(sizeof *x);
+    x->audit_id = audit_next_execution();
+    x->started = zclock_mono();
+    x->who = c->who;
+    snprintf(x->context, sizeof x->context, "%s", kernel_id(h->k));
+    json_t *code = json_object_get(jmsg_content(m), "code");
+    bool silent = json_is_true(json_object_get(jmsg_content(m), "silent"));
+    audit_exec_t ax = {.id = x->audit_id, .context = x->context};
+    audit_execute(&x->who, &ax, kernel_spec(h->k)->language,
+                  json_string_value(code) ? json_string_value(code) : "", json_string_length(code),
+                  silent ? json_pack("{s:b}", "silent", true) : NULL);
+    zhashx_update(h->execs, jmsg_id(m), x);
+}
+
+/* What the kernel says about an audited execution: its output's size, its
+ * exception's name, and its reply, which ends it. */
+static void audit_track(hub_t *h, jchan_t chan, const jmsg_t *m)
+{
+    jexec_t *x = zhashx_lookup(h->execs, jmsg_parent_id(m));
+    if (x == NULL)
+        return;
+    const char *type = jmsg_type(m);
+    json_t *c = jmsg_content(m);
+    if (chan == JCHAN_IOPUB && strcmp(type, "stream") == 0) {
+        x->out_bytes += json_string_length(json_object_get(c, "text"));
+    } else if (chan == JCHAN_IOPUB &&
+               (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0)) {
+        char *data = json_dumps(json_object_get(c, "data"), JSON_COMPACT);
+        x->out_bytes += data ? strlen(data) : 0;
+        free(data);
+    } else if (chan == JCHAN_IOPUB && strcmp(type, "error") == 0 && !x->ename) {
+        const char *ename = jmsg_content_str(m, "ename");
+        x->ename = xstrdup(ename ? ename : "Error");
+    } else if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0) {
+        const char *status = jmsg_content_str(m, "status");
+        const char *ename = jmsg_content_str(m, "ename");
+        if (!x->ename && ename)
+            x->ename = xstrdup(ename);
+        audit_end(x, !status                          ? "error"
+                     : strcmp(status, "ok") == 0      ? "ok"
+                     : strcmp(status, "aborted") == 0 ? "aborted"
+                     : x->timed_out                   ? "timeout"
+                                                      : "error");
+        zhashx_delete(h->execs, jmsg_parent_id(m));
+    }
+}
+
 static void end_run_timer(hub_t *h)
 {
     if (h->run_timer >= 0)
@@ -277,6 +377,9 @@ static void on_run_timeout(loop_t *loop, int timer_id, void *arg)
     log_info("channels: kernel %s: a frontend's execution passed %d ms (--exec-timeout); "
              "interrupting it",
              kernel_id(h->k), h->ch->cfg.exec_timeout_ms);
+    jexec_t *x = h->execs ? zhashx_lookup(h->execs, h->running) : NULL;
+    if (x)
+        x->timed_out = true;
     h->running[0] = 0;
     sg_error_t *err = NULL;
     if (kernel_interrupt(h->k, &err) < 0) {
@@ -314,6 +417,8 @@ static void on_kernel_message(kernel_t *k, jchan_t chan, const jmsg_t *m, void *
 {
     hub_t *h = arg;
     watch_execution(h, chan, m);
+    if (h->execs && zhashx_size(h->execs))
+        audit_track(h, chan, m);
     if (chan == JCHAN_IOPUB) {
         if (h->replay_session[0])
             keep_for_replay(h, chan, m);
@@ -394,8 +499,12 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         send_early(h);
         fire_waiters(h, NULL);
         break;
-    case KERNEL_EV_RESTARTED: broadcast_status(h, "restarting"); break;
+    case KERNEL_EV_RESTARTED:
+        audit_end_all(h, "kernel_error");
+        broadcast_status(h, "restarting");
+        break;
     case KERNEL_EV_DEAD:
+        audit_end_all(h, "kernel_error");
         end_run_timer(h);
         broadcast_status(h, "dead");
         stored_free_list(h->early);
@@ -407,6 +516,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
     case KERNEL_EV_GONE: {
         sg_error_t *gone = NULL;
         sg_error_set(&gone, SG_E_NOTFOUND, "kernel %s was shut down", kernel_id(k));
+        audit_end_all(h, "kernel_error");
         fire_waiters(h, gone);
         sg_error_free(&gone);
         hub_free(h);
@@ -453,6 +563,8 @@ static void hub_free(hub_t *h)
     kernel_set_tap(h->k, NULL);
     kernel_unobserve(h->k, on_kernel_event, h);
     end_run_timer(h);
+    audit_end_all(h, "detached"); /* sandgate stops; the code runs on */
+    zhashx_destroy(&h->execs);
     zhashx_destroy(&h->routes);
     replay_clear(h);
     stored_free_list(h->early);
@@ -484,6 +596,8 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
             zhashx_purge(h->routes); /* requests that never got a reply */
         zhashx_update(h->routes, jmsg_id(m), c->session);
     }
+    if (chan == JCHAN_SHELL && audit_enabled() && strcmp(jmsg_type(m), "execute_request") == 0)
+        audit_request(h, c, m);
     kernel_state_t st = kernel_state(h->k);
     if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
         /* A paused kernel wakes up for its frontends; the message waits. */
@@ -614,11 +728,13 @@ static void conn_close(conn_t *c)
 /* --- public --------------------------------------------------------------------- */
 
 void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
-                     struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len)
+                     struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
+                     const audit_who_t *who)
 {
     hub_t *h = hub_get(self, k);
     conn_t *c = xzalloc(sizeof *c);
     c->ch = self;
+    c->who = *who;
     c->hub = h;
     c->format = v1 ? WSMSG_V1 : WSMSG_DEFAULT;
     c->fd = fd;

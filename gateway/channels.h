@@ -23,6 +23,7 @@
 
 #include <microhttpd.h>
 
+#include "gateway/audit.h"
 #include "kernelmgr/kernel.h"
 
 #define CHANNELS_V1_PROTOCOL "v1.kernel.websocket.jupyter.org"
@@ -46,9 +47,13 @@ channels_t *channels_new(loop_t *loop, const channels_config_t *cfg, void (*wake
 void channels_destroy(channels_t **self_p);
 
 /* Takes over an upgraded socket as a frontend of k.  session: the client's
- * session_id (may be empty: then the connection is its own session). */
+ * session_id (may be empty: then the connection is its own session).  who:
+ * the client, for the audit log (copied): a frontend's execute_requests go
+ * to the kernel as it sent them, not through exec.c, so the hub writes
+ * their "execute" and "execution.end" events itself. */
 void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
-                     struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len);
+                     struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
+                     const audit_who_t *who);
 
 /* Calls fn once when k is ready (err NULL), or fails to be (err set);
  * at once if it already is.  The token identifies the wait for

@@ -19,7 +19,33 @@ struct exec {
     char *report;   /* command: the runner's stdout */
     size_t report_len;
     int64_t started;
+    uint64_t audit_id; /* its number in the audit log; 0: not audited */
+    char *ename;       /* the first exception's name, for the audit log */
 };
+
+static const char *const outcome_names[OUTCOMES] = {"ok", "error", "timeout", "kernel_error",
+                                                    "cancelled"};
+
+/* The audit log's "execution.end": how it ended, never what it printed. */
+static void audit_end(const exec_t *e, const char *outcome, int64_t duration_ms,
+                      const json_t *report, const sg_error_t *err)
+{
+    if (!e->audit_id)
+        return;
+    json_t *extra = json_object();
+    json_t *code = json_object_get(report, "exit_code");
+    if (json_is_integer(code))
+        json_object_set(extra, "exit_code", code);
+    if (e->truncated)
+        json_object_set_new(extra, "truncated", json_true());
+    audit_exec_t x = {.id = e->audit_id, .context = kernel_id(e->k), .command = e->opts.command};
+    audit_execution_end(&e->opts.who, &x, outcome, duration_ms,
+                        e->opts.command ? e->report_len : e->out_bytes,
+                        e->ename ? e->ename
+                        : err    ? sg_error_kind_name(err->kind)
+                                 : NULL,
+                        extra);
+}
 
 static char *env_code(const json_t *env, bool restore)
 {
@@ -98,6 +124,7 @@ static void exec_free(exec_t *e)
 {
     free(e->env_restore);
     free(e->report);
+    free(e->ename);
     json_decref(e->before);
     free(e);
 }
@@ -176,6 +203,8 @@ static void on_output(const jmsg_t *m, void *arg)
     } else if (strcmp(type, "error") == 0) {
         const char *ename = jmsg_content_str(m, "ename");
         const char *evalue = jmsg_content_str(m, "evalue");
+        if (!e->ename)
+            e->ename = xstrdup(ename ? ename : "Error");
         if (e->sink.on_error)
             e->sink.on_error(e->arg, ename ? ename : "Error", evalue ? evalue : "",
                              json_object_get(c, "traceback"));
@@ -219,6 +248,7 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
     end.duration_ms = zclock_mono() - e->started;
     metrics_execution(e->opts.command ? EXEC_COMMAND : EXEC_CODE, end.outcome,
                       (double)end.duration_ms / 1000.0);
+    audit_end(e, outcome_names[end.outcome], end.duration_ms, report, err);
     if (e->sink.on_done)
         e->sink.on_done(e->arg, &end);
     json_decref(end.artifacts);
@@ -226,22 +256,44 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
     exec_free(e);
 }
 
+/* The audit log's "execute" or "command": what is about to run, and where. */
+static void audit_start(const exec_t *e, const char *code)
+{
+    json_t *extra = json_object();
+    if (json_object_size(e->opts.env)) { /* the names only: values may be secrets */
+        json_t *names = json_array();
+        const char *name;
+        json_t *v;
+        json_object_foreach ((json_t *)e->opts.env, name, v)
+            json_array_append_new(names, json_string(name));
+        json_object_set_new(extra, "env_vars", names);
+    }
+    audit_exec_t x = {.id = e->audit_id, .context = kernel_id(e->k), .command = e->opts.command};
+    audit_execute(&e->opts.who, &x, kernel_spec(e->k)->language, code, strlen(code), extra);
+}
+
 exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const exec_sink_t *sink,
                    void *arg, sg_error_t **err)
 {
+    exec_t *e = xzalloc(sizeof *e);
+    e->k = k;
+    e->opts = *opts;
+    e->sink = *sink;
+    e->arg = arg;
+    e->started = zclock_mono();
+    if (audit_enabled()) {
+        e->audit_id = audit_next_execution();
+        audit_start(e, code);
+    }
+    e->opts.env = NULL; /* borrowed for this call only */
     if (kernel_pending(k) >= (size_t)opts->max_queue) {
         sg_error_set(err, SG_E_CONFLICT,
                      "context %s already has %d executions waiting; try again later", kernel_id(k),
                      opts->max_queue);
+        audit_end(e, "refused", 0, NULL, err ? *err : NULL);
+        exec_free(e);
         return NULL;
     }
-    exec_t *e = xzalloc(sizeof *e);
-    e->k = k;
-    e->opts = *opts;
-    e->opts.env = NULL; /* borrowed for this call only */
-    e->sink = *sink;
-    e->arg = arg;
-    e->started = zclock_mono();
     e->before = files_snapshot(kernel_workspace(k), EXEC_ARTIFACT_DIR);
     bool python = strcmp(kernel_spec(k)->language, "python") == 0;
     if (json_object_size(opts->env) && python) {
@@ -261,6 +313,7 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
             free(e->env_restore);
             e->env_restore = NULL;
         }
+        audit_end(e, "refused", 0, NULL, err ? *err : NULL);
         exec_free(e);
         return NULL;
     }
@@ -280,8 +333,10 @@ void exec_cancel(exec_t **e_p, const char *why)
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(e->k, e->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
     }
+    int64_t ms = zclock_mono() - e->started;
     metrics_execution(e->opts.command ? EXEC_COMMAND : EXEC_CODE, OUTCOME_CANCELLED,
-                      (double)(zclock_mono() - e->started) / 1000.0);
+                      (double)ms / 1000.0);
+    audit_end(e, outcome_names[OUTCOME_CANCELLED], ms, NULL, NULL);
     exec_free(e);
 }
 
@@ -292,6 +347,7 @@ void exec_detach(exec_t **e_p)
         return;
     *e_p = NULL;
     kernel_forget(e->k, e->id);
+    audit_end(e, "detached", zclock_mono() - e->started, NULL, NULL);
     exec_free(e);
 }
 

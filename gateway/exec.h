@@ -14,13 +14,16 @@
  *  - artifacts: output/ is snapshot when the execution is accepted, and
  *    what is new or changed is listed at the end;
  *  - metrics (executions by kind and outcome, durations, truncations,
- *    artifacts) and cancel-on-disconnect (exec_cancel interrupts the code).
+ *    artifacts) and cancel-on-disconnect (exec_cancel interrupts the code);
+ *  - the audit log: an "execute" or "command" event when the code is
+ *    queued (or refused), an "execution.end" when it ends, however it ends.
  */
 #ifndef SG_EXEC_H
 #define SG_EXEC_H
 
 #include <jansson.h>
 
+#include "gateway/audit.h"
 #include "gateway/metrics.h"
 #include "kernelmgr/kernel.h"
 
@@ -35,6 +38,7 @@ typedef struct {
                           kernel, whose report {stdout, stderr, exit_code} is on_done's */
     size_t max_output; /* bytes of output delivered */
     int max_queue;     /* executions waiting in the context before this one is refused */
+    audit_who_t who;   /* who asked, for the audit log (copied) */
 } exec_opts_t;
 
 /* How an execution ended, for on_done (everything borrowed for the call). */

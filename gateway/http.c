@@ -9,6 +9,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/audit.h"
 #include "gateway/metrics.h"
 
 typedef struct {
@@ -42,6 +43,7 @@ typedef struct {
     void *state;          /* the route's handler's, between its calls */
     void *sink;           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
+    char *method, *path; /* for the audit log's refusals; NULL without one */
 } request_t;
 
 void http_config_defaults(http_config_t *cfg)
@@ -191,6 +193,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         req = xzalloc(sizeof(request_t));
         req->started = zclock_mono();
         req->route = route_find(self, url);
+        if (audit_enabled()) {
+            req->method = xstrdup(method);
+            /* libmicrohttpd gives the path without its query; cut anyway:
+             * a ?token= must never reach the audit log. */
+            req->path = xstrndup(url, strcspn(url, "?"));
+            utf8_scrub(req->method);
+            utf8_scrub(req->path);
+        }
         *req_cls = req;
         const route_t *r = req->route;
         if (r && r->h->sink_open && ((r->flags & HTTP_ROUTE_PUBLIC) || authorized(self, conn)))
@@ -252,6 +262,17 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
     if (info && info->http_status >= 100 && info->http_status < 600)
         metrics.http_status[info->http_status]++;
+    if (info && req->path) {
+        unsigned st = info->http_status;
+        if (st == 401 || st == 403 || st == 413 || st == 429) {
+            /* Refused: who and where, never a header or the query. */
+            audit_who_t who;
+            audit_who_conn(&who, NULL, conn);
+            audit_event(&who, "refused",
+                        json_pack("{s:i, s:s, s:s}", "status", (int)st, "method", req->method,
+                                  "path", req->path));
+        }
+    }
     histogram_observe(&metrics.http_seconds, (double)(zclock_mono() - req->started) / 1000.0);
     if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_debug("http: request ended early (code %d)", (int)code);
@@ -266,6 +287,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         recv(ci->connect_fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
         shutdown(ci->connect_fd, SHUT_RDWR);
     free(req->body);
+    free(req->method);
+    free(req->path);
     free(req);
     *req_cls = NULL;
 }

@@ -12,6 +12,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/audit.h"
 #include "gateway/http.h"
 #include "gateway/resp.h"
 #include "gateway/ws.h"
@@ -360,7 +361,8 @@ static int want_internet(const jupyter_t *self, json_t *req, json_t *env, bool *
     return 0;
 }
 
-static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
+static kernel_t *start_kernel(jupyter_t *self, json_t *req, const audit_who_t *who,
+                              sg_error_t **err)
 {
     json_t *name = json_object_get(req, "name");
     json_t *env = json_object_get(req, "env");
@@ -380,6 +382,10 @@ static kernel_t *start_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
     if (k == NULL)
         return NULL;
     setup_kernel(k, env, json_string_value(path));
+    audit_event(who, "kernel.create",
+                json_pack("{s:s, s:s, s:s, s:b}", "context", kernel_id(k), "language",
+                          kernel_spec(k)->language, "kernelspec", kernel_spec(k)->name, "internet",
+                          internet));
     log_info("jupyter: kernel %s started (%s%s)", kernel_id(k), kernel_spec(k)->name,
              internet ? ", with a network" : "");
     return k;
@@ -395,7 +401,9 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, co
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
         return;
     }
-    channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len);
+    audit_who_t who;
+    audit_who_fd(&who, "jupyter", sock);
+    channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len, &who);
     (void)conn, (void)req_cls;
 }
 
@@ -474,6 +482,8 @@ static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, con
 {
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", conn);
     if (*rest == 0 || strcmp(rest, "/") == 0) {
         if (strcmp(method, "GET") == 0) {
             json_t *list = json_array();
@@ -486,7 +496,7 @@ static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, con
         json_t *req = parse(conn, body, len, &ret);
         if (req == NULL)
             return ret;
-        kernel_t *k = start_kernel(self, req, &err);
+        kernel_t *k = start_kernel(self, req, &who, &err);
         json_decref(req);
         if (k == NULL) {
             return fail_err(conn, &err);
@@ -508,6 +518,7 @@ static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, con
             return http_reply_json(conn, 200, kernel_model(k));
         if (strcmp(method, "DELETE") == 0) {
             kmgr_shutdown(self->kmgr, id, NULL);
+            audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
             log_info("jupyter: kernel %s shut down", id);
             return no_content(conn);
         }
@@ -524,12 +535,14 @@ static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, con
         if (kernel_interrupt(k, &err) < 0) {
             return fail_err(conn, &err);
         }
+        audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", id));
         return no_content(conn);
     }
     if (strcmp(action, "/restart") == 0) {
         if (kernel_restart(k, &err) < 0) {
             return fail_err(conn, &err);
         }
+        audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", id));
         return when_ready(self, conn, k, 200, NULL, req_state);
     }
     return fail(conn, SG_E_NOTFOUND, "no route for %s /api/kernels%s", method, rest);
@@ -563,7 +576,8 @@ static json_t *session_request(struct MHD_Connection *conn, const char *body, si
 }
 
 /* The kernel a session request names: an existing one by id, or a new one. */
-static kernel_t *session_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
+static kernel_t *session_kernel(jupyter_t *self, json_t *req, const audit_who_t *who,
+                                sg_error_t **err)
 {
     json_t *kern = json_object_get(req, "kernel");
     const char *id = json_string_value(json_object_get(kern, "id"));
@@ -579,7 +593,7 @@ static kernel_t *session_kernel(jupyter_t *self, json_t *req, sg_error_t **err)
     const char *path = json_string_value(json_object_get(req, "path"));
     if (path && strrchr(path, '/')) /* the notebook's directory */
         json_object_set_new(start, "path", json_stringn(path, (size_t)(strrchr(path, '/') - path)));
-    kernel_t *k = start_kernel(self, start, err);
+    kernel_t *k = start_kernel(self, start, who, err);
     json_decref(start);
     return k;
 }
@@ -602,6 +616,8 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
 {
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", conn);
     prune_sessions(self);
     if (*rest == 0 || strcmp(rest, "/") == 0) {
         if (strcmp(method, "GET") == 0) {
@@ -627,7 +643,7 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
                 return http_reply_json(conn, 201, session_model(self, s));
             }
         }
-        kernel_t *k = session_kernel(self, req, &err);
+        kernel_t *k = session_kernel(self, req, &who, &err);
         if (k == NULL) {
             json_decref(req);
             return fail_err(conn, &err);
@@ -638,6 +654,9 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
         set_fields(s, req);
         json_object_set_new(self->sessions, id, s);
         json_decref(req);
+        audit_event(&who, "session.create",
+                    json_pack("{s:s, s:s, s:O}", "session", id, "context", kernel_id(k), "path",
+                              json_object_get(s, "path")));
         log_info("jupyter: session %s (%s) on kernel %s", id,
                  json_string_value(json_object_get(s, "path")), kernel_id(k));
         return when_ready(self, conn, k, 201, id, req_state);
@@ -650,6 +669,8 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
         return http_reply_json(conn, 200, session_model(self, s));
     if (strcmp(method, "DELETE") == 0) {
         const char *kid = json_string_value(json_object_get(s, "kernel_id"));
+        audit_event(&who, "session.delete",
+                    json_pack("{s:s, s:s?}", "session", id, "context", kid));
         if (kmgr_get(self->kmgr, kid))
             kmgr_shutdown(self->kmgr, kid, NULL);
         json_object_del(self->sessions, id);
@@ -665,12 +686,15 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
     if (json_is_object(kern)) {
         char old[64];
         snprintf(old, sizeof old, "%s", json_string_value(json_object_get(s, "kernel_id")));
-        kernel_t *k = session_kernel(self, req, &err);
+        kernel_t *k = session_kernel(self, req, &who, &err);
         if (k == NULL) {
             json_decref(req);
             return fail_err(conn, &err);
         }
         json_object_set_new(s, "kernel_id", json_string(kernel_id(k)));
+        audit_event(&who, "session.update",
+                    json_pack("{s:s, s:s, s:s}", "session", id, "context", kernel_id(k),
+                              "previous_context", old));
         /* A kernel started for this session replaces the old one, as in jupyter_server. */
         if (!json_object_get(kern, "id") && strcmp(old, kernel_id(k)) != 0 &&
             kmgr_get(self->kmgr, old))

@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "gateway/api.h"
+#include "gateway/audit.h"
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
 #include "gateway/mcp.h"
@@ -114,6 +115,16 @@ static const char usage[] =
     "                            may wait for its answer (10); past it the request\n"
     "                            that needed it fails with 504\n"
     "      --log-level LEVEL     debug, info, warn or error (info) [SANDGATE_LOG_LEVEL]\n"
+    "      --audit-log PATH      append one JSON line per event    [SANDGATE_AUDIT_LOG]\n"
+    "                            (executions and their outcomes, commands,\n"
+    "                            file writes and deletes, context, kernel\n"
+    "                            and session changes, refused requests) to\n"
+    "                            PATH, or '-' for stderr; never the token,\n"
+    "                            file contents or output; SIGHUP reopens it\n"
+    "                            (logrotate: docs/operations.md)\n"
+    "      --audit-code MODE     full: code and commands as sent,  [SANDGATE_AUDIT_CODE]\n"
+    "                            the first 64 KiB of each (the default);\n"
+    "                            hash: their SHA-256 only\n"
     "  -h, --help                show this help and exit\n"
     "  -V, --version             show the version and exit\n"
     "\n"
@@ -170,6 +181,8 @@ enum {
     O_MAX_WS_MESSAGE,
     O_USER,
     O_LAUNCHER_TIMEOUT,
+    O_AUDIT_LOG,
+    O_AUDIT_CODE,
 };
 
 static const char shortopts[] = "c:l:s:t:hV";
@@ -211,6 +224,8 @@ static const struct option opts[] = {
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
     {"user", required_argument, NULL, O_USER},
     {"launcher-timeout", required_argument, NULL, O_LAUNCHER_TIMEOUT},
+    {"audit-log", required_argument, NULL, O_AUDIT_LOG},
+    {"audit-code", required_argument, NULL, O_AUDIT_CODE},
     {"help", no_argument, NULL, O_HELP},
     {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
@@ -226,10 +241,12 @@ typedef struct {
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */
     int launcher_timeout_ms;
-    char *state_abs;      /* --state-dir made absolute, when it was not */
-    char *config_text;    /* the config file's text; values point into it */
-    const char *replica;  /* --replica-id; NULL: the host name */
-    int pause_on_stop_ms; /* --pause-on-stop; 0: sessions are left running */
+    char *state_abs;       /* --state-dir made absolute, when it was not */
+    char *config_text;     /* the config file's text; values point into it */
+    const char *replica;   /* --replica-id; NULL: the host name */
+    int pause_on_stop_ms;  /* --pause-on-stop; 0: sessions are left running */
+    const char *audit_log; /* --audit-log; NULL: none */
+    audit_code_t audit_code;
 } settings_t;
 
 /* Where the value being applied came from (SANDGATE_X, FILE:LINE), for bad();
@@ -438,6 +455,19 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
             return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
         s->launcher_timeout_ms = (int)(n * 1000);
         return 0;
+    case O_AUDIT_LOG:
+        if (*v == 0)
+            return bad(name, v, "a file name, or '-' for stderr");
+        s->audit_log = v;
+        return 0;
+    case O_AUDIT_CODE:
+        if (strcmp(v, "full") == 0)
+            s->audit_code = AUDIT_CODE_FULL;
+        else if (strcmp(v, "hash") == 0)
+            s->audit_code = AUDIT_CODE_HASH;
+        else
+            return bad(name, v, "full or hash");
+        return 0;
     case O_LOG_LEVEL: {
         static const char *names[] = {"debug", "info", "warn", "error"};
         for (int i = 0; i < 4; i++)
@@ -555,6 +585,8 @@ static int parse(settings_t *s, int argc, char **argv)
     s->state_abs = NULL;
     s->replica = NULL;
     s->pause_on_stop_ms = 0;
+    s->audit_log = NULL;
+    s->audit_code = AUDIT_CODE_FULL;
     s->uid = LAUNCHER_DEFAULT_UID;
     s->launcher_timeout_ms = 10000;
     /* A first pass for what decides the rest: --help, --version, --config. */
@@ -675,6 +707,18 @@ static void on_stop_signal(loop_t *loop, int signo, void *arg)
     loop_timer(loop, st->pause_ms, 1, on_drain_timeout, NULL);
 }
 
+/* SIGHUP: the audit log was rotated; write to a new file of the same name. */
+static void on_hangup(loop_t *loop, int signo, void *arg)
+{
+    sg_error_t *err = NULL;
+    if (audit_reopen(&err) < 0) {
+        log_warn("SIGHUP: %s", err->msg);
+        sg_error_free(&err);
+    } else if (audit_enabled()) {
+        log_info("SIGHUP: the audit log was reopened");
+    }
+}
+
 int main(int argc, char **argv)
 {
     settings_t s;
@@ -721,15 +765,22 @@ int main(int argc, char **argv)
                             .gid = SANDBOX_GID};
     int link = -1;
     pid_t launcher_pid = 0;
-    if (geteuid() == 0 && s.k.sandbox.mode == SANDBOX_RUNSC) {
-        link = launcher_fork(&lc, &launcher_pid, &err);
-        if (link < 0 || launcher_drop_privileges(&lc, &err) < 0) {
-            log_error("%s", err->msg);
-            sg_error_free(&err);
-            free(s.config_text);
-            free(s.state_abs);
-            return 1;
-        }
+    /* The audit log is opened before privileges go, so its directory may be
+     * root's; after the launcher's fork, so only the serving half holds it.
+     * A reopen (SIGHUP) happens as the serving uid: docs/operations.md. */
+    bool privsep = geteuid() == 0 && s.k.sandbox.mode == SANDBOX_RUNSC;
+    if ((privsep && (link = launcher_fork(&lc, &launcher_pid, &err)) < 0) ||
+        (s.audit_log && audit_open(s.audit_log, s.audit_code, &err) < 0) ||
+        (privsep && launcher_drop_privileges(&lc, &err) < 0)) {
+        log_error("%s", err->msg);
+        sg_error_free(&err);
+        if (link >= 0) /* the launcher ends when its link closes */
+            close(link);
+        free(s.config_text);
+        free(s.state_abs);
+        return 1;
+    }
+    if (privsep) {
         log_info("serving as uid %u, gid %u; the launcher (pid %d) keeps root for runsc and "
                  "workspaces",
                  lc.uid, lc.gid, (int)launcher_pid);
@@ -742,7 +793,8 @@ int main(int argc, char **argv)
     static stop_t stop;
     stop = (stop_t){.pause_ms = s.pause_on_stop_ms};
     if (loop_signal(loop, SIGINT, on_stop_signal, &stop, &err) < 0 ||
-        loop_signal(loop, SIGTERM, on_stop_signal, &stop, &err) < 0 || proc_init(loop, &err) < 0) {
+        loop_signal(loop, SIGTERM, on_stop_signal, &stop, &err) < 0 ||
+        loop_signal(loop, SIGHUP, on_hangup, NULL, &err) < 0 || proc_init(loop, &err) < 0) {
         log_error("%s", err->msg);
         sg_error_free(&err);
         loop_destroy(&loop);
@@ -752,6 +804,7 @@ int main(int argc, char **argv)
     }
     zsys_handler_set(NULL);
     zsys_init();
+    audit_attach(loop);
     if (link >= 0)
         sandbox_set_launcher(loop, link, s.launcher_timeout_ms);
     kmgr_t *kmgr = NULL;
@@ -822,6 +875,7 @@ out:
         if (i > 100)
             log_warn("the launcher (pid %d) did not exit within 10 s", (int)launcher_pid);
     }
+    audit_close();
     proc_fini();
     loop_destroy(&loop);
     free(s.config_text);

@@ -14,6 +14,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/audit.h"
 #include "gateway/exec.h"
 #include "gateway/files.h"
 #include "gateway/http.h"
@@ -91,6 +92,10 @@ struct mcp {
     int tick;
     void (*wake)(void *);
     void *wake_arg;
+    /* Who sent the request being handled (or "mcp" and no client for the
+     * idle timer), for the audit log: set before each dispatch, so the tools
+     * need no extra parameter. */
+    audit_who_t who;
 };
 
 void mcp_config_defaults(mcp_config_t *cfg)
@@ -201,6 +206,8 @@ static void session_end(mcp_t *self, session_t *s, const char *why)
     char *kid = s->kernel_id;
     s->kernel_id = NULL;
     log_info("mcp: session %s ended (%s)", s->id, why);
+    audit_event(&self->who, "session.delete",
+                json_pack("{s:s, s:s?, s:s}", "session", s->id, "context", kid, "reason", why));
     if (self->records)
         records_remove(self->records, s->id);
     /* Removed before the kernel: its shutdown ends the calls in flight,
@@ -230,6 +237,10 @@ static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */
     s->kernel_id = xstrdup(kernel_id(k));
     record_write(self, s);
+    audit_event(&self->who, "kernel.create",
+                json_pack("{s:s, s:s, s:s, s:s, s:b}", "session", s->id, "context", s->kernel_id,
+                          "language", kernel_spec(k)->language, "kernelspec", kernel_spec(k)->name,
+                          "internet", s->internet));
     log_info("mcp: session %s has kernel %s", s->id, s->kernel_id);
     if (s->kernel_lost)
         *note = "[sandgate: this session's previous kernel is gone (removed, or idle past the "
@@ -286,6 +297,7 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
     for (session_t *s = zhashx_first(self->sessions); s; s = zhashx_next(self->sessions))
         if (s->calls == 0 && now - s->last_seen >= self->cfg.idle_ms)
             zlistx_add_end(idle, s);
+    audit_who_conn(&self->who, "mcp", NULL);
     for (session_t *s = zlistx_first(idle); s; s = zlistx_next(idle))
         session_end(self, s, "idle past the timeout");
     zlistx_destroy(&idle);
@@ -726,7 +738,8 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
         add_text(c->content, note);
     exec_opts_t o = {.timeout_ms = (int)(t * 1000),
                      .max_output = self->cfg.max_output,
-                     .max_queue = self->cfg.max_queue};
+                     .max_queue = self->cfg.max_queue,
+                     .who = self->who};
     c->exec = exec_start(k, code, &o, &exec_events, c, &err);
     if (c->exec == NULL) {
         json_t *r = err->kind == SG_E_CONFLICT
@@ -876,6 +889,9 @@ static json_t *tool_write(mcp_t *self, session_t *s, json_t *args)
     free(bin);
     if (!info)
         return tool_error(&err);
+    audit_event(&self->who, "file.write",
+                json_pack("{s:s, s:s, s:O, s:O}", "session", s->id, "context", kernel_id(k), "path",
+                          json_object_get(info, "path"), "size", json_object_get(info, "size")));
     json_t *r = tool_text(false, "%s%swrote %lld bytes to %s", note ? note : "", note ? "\n" : "",
                           (long long)json_integer_value(json_object_get(info, "size")),
                           json_string_value(json_object_get(info, "path")));
@@ -896,6 +912,8 @@ static json_t *tool_restart(mcp_t *self, session_t *s)
     }
     if (kernel_restart(k, &err) < 0)
         return tool_error(&err);
+    audit_event(&self->who, "kernel.restart",
+                json_pack("{s:s, s:s}", "session", s->id, "context", kernel_id(k)));
     log_info("mcp: session %s restarted its kernel", s->id);
     return tool_text(false, "the kernel was restarted: variables and imports are gone; files in "
                             "the workspace are kept");
@@ -996,6 +1014,9 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
     s->internet = internet;
     record_write(self, s);
     snprintf(p->session, sizeof p->session, "%s", sid);
+    audit_event(
+        &self->who, "session.create",
+        json_pack("{s:s, s:s, s:b}", "session", sid, "protocol", version, "internet", internet));
     json_t *client = json_object_get(params, "clientInfo");
     const char *cname = json_string_value(json_object_get(client, "name"));
     const char *cver = json_string_value(json_object_get(client, "version"));
@@ -1162,6 +1183,7 @@ static bool origin_allowed(mcp_t *self, struct MHD_Connection *conn)
 static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, const char *body,
                                    size_t len, void **req_state)
 {
+    audit_who_conn(&self->who, "mcp", conn);
     const char *ctype = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     if (!ctype || strncasecmp(ctype, "application/json", 16) != 0 ||
         (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' '))
@@ -1297,6 +1319,7 @@ static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, co
             return refuse(conn, 400, RPC_SERVER, "Bad Request: no Mcp-Session-Id header");
         if (!s)
             return refuse(conn, 404, RPC_NO_SESSION, "Session not found");
+        audit_who_conn(&self->who, "mcp", conn);
         session_end(self, s, "deleted by the client");
         return send_body(conn, 200, NULL, xstrdup(""), NULL);
     }

@@ -148,6 +148,10 @@ char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
          metrics.ws_accepted},
         {"sandgate_websocket_protocol_errors_total",
          "Kernel channel WebSockets closed for a framing error.", metrics.ws_protocol_errors},
+        {"sandgate_audit_dropped_total",
+         "Audit log lines not written (its reader fell behind, or the file could not take "
+         "them).",
+         metrics.audit_dropped},
     };
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
         scalar(f, counters[i].name, "counter", counters[i].help,

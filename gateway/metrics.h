@@ -42,6 +42,7 @@ typedef struct {
     uint64_t uploads, upload_bytes, downloads, download_bytes;
     uint64_t ws_connections; /* kernel channel WebSockets open now */
     uint64_t ws_accepted, ws_protocol_errors;
+    uint64_t audit_dropped; /* audit log lines not written (gateway/audit.h) */
 } metrics_t;
 
 extern metrics_t metrics;

@@ -482,6 +482,7 @@ int launcher_fork(const launcher_config_t *cfg, pid_t *pid, sg_error_t **err)
         /* Ctrl-C reaches the whole process group: the daemon decides. */
         signal(SIGINT, SIG_IGN);
         signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN); /* the daemon's (the audit log's rotation) */
         prctl(PR_SET_NAME, "sandgate-priv");
         zsys_init();
         zsys_handler_set(NULL);

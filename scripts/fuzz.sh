@@ -77,6 +77,7 @@ run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexist
     kernelmgr/sandbox_link.c kernelmgr/egress.c kernelmgr/kernel.c kernelmgr/kmgr.c \
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
+    gateway/audit.c \
     $(pkg-config --cflags --libs libmicrohttpd)
 extra_args=""
 
