@@ -2,6 +2,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -657,10 +658,33 @@ static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, con
 /* An upload: PUT /contexts/{id}/files/{path}, streamed to disk (http.h's
  * sinks). */
 typedef struct {
+    api_t *api;
     files_upload_t *up;
-    sg_error_t *err; /* the first failure; the rest of the body is discarded */
-    char id[128];    /* the context's, for the audit log */
+    sg_error_t *err;  /* the first failure; the rest of the body is discarded */
+    size_t unchecked; /* bytes written since the state disk's room was checked */
+    char id[128];     /* the context's, for the audit log */
 } sink_t;
+
+/* Room kept free on the state directory's disk by uploads: a workspace is a
+ * sparse image there, so a write the image accepts can still find no block
+ * beneath it, and the loop device then loses it with an I/O error instead
+ * of ENOSPC.  Checked at the start and every UPLOAD_CHECK_BYTES. */
+#define UPLOAD_DISK_RESERVE (16u << 20)
+#define UPLOAD_CHECK_BYTES (1u << 20)
+
+static int state_disk_room(const api_t *self, sg_error_t **err)
+{
+    struct statvfs vfs;
+    if (!self->cfg.state_dir || statvfs(self->cfg.state_dir, &vfs) < 0)
+        return 0;
+    uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    if (free_bytes >= UPLOAD_DISK_RESERVE)
+        return 0;
+    return sg_error_set(err, SG_E_NOSPACE,
+                        "the state directory's disk has %llu MiB free (uploads keep %u MiB "
+                        "free); nothing was written",
+                        (unsigned long long)(free_bytes >> 20), UPLOAD_DISK_RESERVE >> 20);
+}
 
 static void sink_free(sink_t *sink)
 {
@@ -680,13 +704,14 @@ static void *sink_open(void *ctx, const char *method, const char *url)
         return NULL;
     sink_t *sink = xzalloc(sizeof *sink);
     snprintf(sink->id, sizeof sink->id, "%s", id);
+    sink->api = self;
     kernel_t *k = kmgr_get(self->kmgr, id);
     if (!k)
         sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
     else if (!kernel_prepared(k))
         sg_error_set(&sink->err, SG_E_CONFLICT, "context %s is still being prepared; retry shortly",
                      id);
-    else
+    else if (state_disk_room(self, &sink->err) == 0)
         sink->up =
             files_upload_begin(kernel_workspace(k), action + 6, self->cfg.max_upload, &sink->err);
     return sink;
@@ -695,6 +720,11 @@ static void *sink_open(void *ctx, const char *method, const char *url)
 static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
 {
     sink_t *sink = sink_;
+    if (sink->up && (sink->unchecked += len) >= UPLOAD_CHECK_BYTES) {
+        sink->unchecked = 0;
+        if (state_disk_room(sink->api, &sink->err) < 0)
+            files_upload_abort(&sink->up); /* the temporary file goes: nothing was written */
+    }
     if (sink->up && files_upload_write(sink->up, data, len, &sink->err) < 0)
         files_upload_abort(&sink->up);
 }

@@ -65,6 +65,7 @@ static const char usage[] =
     "                            (default /var/lib/sandgate)\n"
     "      --sandbox MODE        runsc (default) or none: plain    [SANDGATE_SANDBOX]\n"
     "                            processes, NO isolation, for development\n"
+    "      --runsc PATH          the runsc binary (/usr/bin/runsc) [SANDGATE_RUNSC]\n"
     "      --platform NAME       runsc platform (default ptrace)   [SANDGATE_PLATFORM]\n"
     "      --rootfs DIR          image directory to use as the     [SANDGATE_ROOTFS]\n"
     "                            sandbox's / (default: host /usr, generated /etc)\n"
@@ -92,6 +93,9 @@ static const char usage[] =
     "      --tmp-size MIB        /tmp size (256)                   [SANDGATE_TMP_SIZE]\n"
     "      --exec-timeout SEC    default execution timeout (300;   [SANDGATE_EXEC_TIMEOUT]\n"
     "                            0: none)\n"
+    "      --start-timeout SEC   how long a new kernel may take to [SANDGATE_START_TIMEOUT]\n"
+    "                            answer (120); past it the session is dead\n"
+    "                            with a timeout error\n"
     "      --idle-timeout SEC    shut down sessions idle this long [SANDGATE_IDLE_TIMEOUT]\n"
     "                            (3600; 0: never), paused or not\n"
     "      --pause-after SEC     pause sessions idle this long to  [SANDGATE_PAUSE_AFTER]\n"
@@ -148,6 +152,7 @@ enum {
     O_HELP = 'h',
     O_VERSION = 'V',
     O_SANDBOX = 256,
+    O_RUNSC,
     O_PLATFORM,
     O_ROOTFS,
     O_EGRESS_ALLOW,
@@ -162,6 +167,7 @@ enum {
     O_WORKSPACE,
     O_TMP,
     O_EXEC_TIMEOUT,
+    O_START_TIMEOUT,
     O_IDLE_TIMEOUT,
     O_PAUSE_AFTER,
     O_PAUSE_ON_STOP,
@@ -202,6 +208,7 @@ static const struct option opts[] = {
     {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
     {"connection-timeout", required_argument, NULL, O_CONN_TIMEOUT},
     {"sandbox", required_argument, NULL, O_SANDBOX},
+    {"runsc", required_argument, NULL, O_RUNSC},
     {"platform", required_argument, NULL, O_PLATFORM},
     {"rootfs", required_argument, NULL, O_ROOTFS},
     {"egress-allow", required_argument, NULL, O_EGRESS_ALLOW},
@@ -215,6 +222,7 @@ static const struct option opts[] = {
     {"workspace-size", required_argument, NULL, O_WORKSPACE},
     {"tmp-size", required_argument, NULL, O_TMP},
     {"exec-timeout", required_argument, NULL, O_EXEC_TIMEOUT},
+    {"start-timeout", required_argument, NULL, O_START_TIMEOUT},
     {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
     {"pause-after", required_argument, NULL, O_PAUSE_AFTER},
     {"pause-on-stop", required_argument, NULL, O_PAUSE_ON_STOP},
@@ -355,6 +363,7 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         else
             return bad(name, v, "runsc or none");
         return 0;
+    case O_RUNSC: s->k.sandbox.runsc = v; return 0;
     case O_PLATFORM: s->k.sandbox.platform = v; return 0;
     case O_ROOTFS: s->k.sandbox.rootfs = v; return 0;
     case O_EGRESS_ALLOW:
@@ -418,6 +427,11 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
         if (parse_uint(name, v, 86400 * 7, &n) < 0)
             return -1;
         s->k.kernel.exec_timeout_ms = (int)(n * 1000);
+        return 0;
+    case O_START_TIMEOUT:
+        if (parse_uint(name, v, 3600, &n) < 0 || n == 0)
+            return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
+        s->k.kernel.start_timeout_ms = (int)(n * 1000);
         return 0;
     case O_IDLE_TIMEOUT:
         if (parse_uint(name, v, 86400 * 7, &n) < 0)
@@ -670,6 +684,9 @@ typedef struct {
     int pause_ms;
     bool draining;
     loop_t *loop;
+    bool launcher_lost; /* stopping for the supervisor: exit status 70 */
+    int lost_grace_ms;  /* --launcher-timeout */
+    int64_t lost_deadline;
 } stop_t;
 
 static void on_drained(void *arg)
@@ -717,6 +734,35 @@ static void on_hangup(loop_t *loop, int signo, void *arg)
     } else if (audit_enabled()) {
         log_info("SIGHUP: the audit log was reopened");
     }
+}
+
+/* Stops once no execution runs, or at the deadline. */
+static void on_lost_tick(loop_t *loop, int timer_id, void *arg)
+{
+    stop_t *st = arg;
+    kmgr_stats_t ks;
+    if (st->kmgr)
+        kmgr_stats(st->kmgr, &ks);
+    if (st->kmgr && ks.busy > 0 && zclock_mono() < st->lost_deadline)
+        return;
+    loop_timer_end(loop, timer_id);
+    log_error("stopping with status 70 for the supervisor to restart sandgate (the launcher is "
+              "gone); sessions keep running and are re-adopted");
+    loop_stop(loop);
+}
+
+/* The launcher is gone and this process, without root, cannot start
+ * another: stop, for the supervisor to restart sandgate, once the
+ * executions under way have ended (at most the launcher timeout more).
+ * Meanwhile what needs the launcher fails with 503 naming it. */
+static void on_launcher_lost(void *arg)
+{
+    stop_t *st = arg;
+    if (st->launcher_lost)
+        return;
+    st->launcher_lost = true;
+    st->lost_deadline = zclock_mono() + st->lost_grace_ms;
+    loop_timer(st->loop, 100, 0, on_lost_tick, st);
 }
 
 int main(int argc, char **argv)
@@ -805,8 +851,11 @@ int main(int argc, char **argv)
     zsys_handler_set(NULL);
     zsys_init();
     audit_attach(loop);
-    if (link >= 0)
-        sandbox_set_launcher(loop, link, s.launcher_timeout_ms);
+    if (link >= 0) {
+        stop.loop = loop;
+        stop.lost_grace_ms = s.launcher_timeout_ms;
+        sandbox_set_launcher(loop, link, s.launcher_timeout_ms, on_launcher_lost, &stop);
+    }
     kmgr_t *kmgr = NULL;
     http_server_t *http = NULL;
     api_t *api = NULL;
@@ -859,7 +908,7 @@ int main(int argc, char **argv)
         sg_error_free(&err);
     }
     log_info("shutting down; sandboxes keep running and are re-adopted at the next start");
-    rc = 0;
+    rc = stop.launcher_lost ? 70 : 0;
 out:
     jupyter_close(jupyter);
     http_server_destroy(&http);

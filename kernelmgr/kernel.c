@@ -51,8 +51,9 @@ struct kernel {
     char published[16]; /* the last iopub execution_state */
 
     kernel_state_t state;
-    bool held;  /* waiting for kernel_release (its workspace is being prepared) */
-    bool freed; /* handle released; waiting for the deferred free */
+    char *death; /* why it is DEAD, for the executions that come after */
+    bool held;   /* waiting for kernel_release (its workspace is being prepared) */
+    bool freed;  /* handle released; waiting for the deferred free */
     struct observer {
         kernel_event_fn *fn;
         void *arg;
@@ -394,7 +395,8 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
                         const kernel_exec_cb_t *cb, sg_error_t **err)
 {
     if (k->state == KERNEL_DEAD) {
-        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead", k->id);
+        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead (restart it for a new one): %s",
+                     k->id, k->death ? k->death : "shut down");
         return 0;
     }
     exec_t *e = exec_new(k, code, opts, cb);
@@ -602,6 +604,8 @@ static void die(kernel_t *k, sg_error_t *err)
         return;
     log_warn("kernel %s died: %s", k->id, err->msg);
     k->state = KERNEL_DEAD;
+    free(k->death);
+    k->death = xstrdup(err->msg);
     disconnect(k);
     if (k->sb) {
         sandbox_remove(k->sb, false);
@@ -676,8 +680,8 @@ static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
     if (k->freed || k->state != KERNEL_STARTING)
         return;
     cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    die_msg(k, SG_E_TIMEOUT, "kernel did not answer within %d ms of starting%s%s",
-            k->opts.start_timeout_ms, *tail ? "; kernel log:\n" : "", tail);
+    die_msg(k, SG_E_TIMEOUT, "kernel did not answer within %d ms of starting (kernelspec '%s')%s%s",
+            k->opts.start_timeout_ms, k->spec->name, *tail ? "; kernel log:\n" : "", tail);
 }
 
 static void on_probe(loop_t *loop, int timer_id, void *arg)
@@ -814,6 +818,7 @@ static void kernel_free(void *arg)
     kernel_t *k = arg;
     free(k->id);
     free(k->workspace);
+    free(k->death);
     free((char *)k->opts.preload);
     free(k->observers);
     free(k);

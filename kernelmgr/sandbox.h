@@ -148,9 +148,13 @@ void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *ar
  * is a request to the launcher on fd (launcher.h); its answers are read on
  * loop.  A request not answered within timeout_ms (0: 10 s) fails with
  * SG_E_TIMEOUT; the steps on a request's path (workspace, bundle, start,
- * removal) never wait for it on the loop.  Call once, before
- * sandbox_env_new. */
-void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms);
+ * removal) never wait for it on the loop.  When the launcher is gone (the
+ * link reads end-of-file or fails), on_lost(arg) is called once, on the
+ * loop, and every request from then on fails with SG_E_UNAVAILABLE.  Call
+ * once, before sandbox_env_new. */
+typedef void(sandbox_lost_fn)(void *arg);
+void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost,
+                          void *arg);
 bool sandbox_env_remote(const sandbox_env_t *env);
 
 /* Gives a file or directory that this process created in a workspace (fd

@@ -25,6 +25,9 @@ static struct {
     int early_timer;
     loop_io_t *io;
     int timeout_ms; /* how long a request waits for its answer */
+    bool lost;      /* the launcher is gone: every request fails */
+    sandbox_lost_fn *on_lost;
+    void *lost_arg;
 } link_ = {.fd = -1, .early_timer = -1, .timeout_ms = 10000};
 
 /* A request whose answer goes to a callback.  The answer is a JSON object,
@@ -38,18 +41,42 @@ typedef struct {
     char op[32];
 } async_t;
 
+#define LOST_MSG                                                                                   \
+    "the privileged launcher is gone: sandboxes cannot be made or changed until sandgate "         \
+    "restarts"
+
+static void on_request_timeout(loop_t *loop, int timer_id, void *arg);
+
+/* The launcher died (killed, or crashed) or its link broke.  Nothing
+ * privileged can be done any more, and this process, without root, cannot
+ * start another launcher: every request waiting for an answer, and every
+ * later one, fails with SG_E_UNAVAILABLE, and the daemon is told so that it
+ * stops for its supervisor to restart it.  The sandboxes keep running and
+ * the next sandgate adopts them. */
 static void link_down(void)
 {
-    /* Nothing privileged can be done any more; the sandboxes keep running
-     * and the next sandgate adopts them. */
-    log_error("sandbox: the privileged launcher is gone; exiting");
-    exit(70);
+    if (link_.lost)
+        return;
+    link_.lost = true;
+    log_error("sandbox: " LOST_MSG);
+    loop_io_remove(link_.loop, &link_.io);
+    /* From the loop, as their timeouts would: not inside whoever noticed. */
+    for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting)) {
+        loop_timer_end(link_.loop, a->timer);
+        a->timer = loop_timer(link_.loop, 0, 1, on_request_timeout, a);
+    }
+    if (link_.on_lost)
+        link_.on_lost(link_.lost_arg);
 }
 
 /* Sends req (stolen), with a file descriptor when fd >= 0; returns its seq. */
 static uint64_t link_send(json_t *req, int fd)
 {
     uint64_t seq = ++link_.seq;
+    if (link_.lost) {
+        json_decref(req);
+        return seq;
+    }
     json_object_set_new(req, "seq", json_integer((json_int_t)seq));
     char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
@@ -74,9 +101,12 @@ static uint64_t link_send(json_t *req, int fd)
     return seq;
 }
 
+/* The next answer; NULL when none is there (!wait) or the link is down. */
 static json_t *link_recv(bool wait)
 {
     static char buf[256 * 1024 + 1];
+    if (link_.lost)
+        return NULL;
     ssize_t n = recv(link_.fd, buf, sizeof buf - 1, wait ? 0 : MSG_DONTWAIT);
     if (n < 0 && !wait && (errno == EAGAIN || errno == EINTR))
         return NULL;
@@ -84,8 +114,10 @@ static json_t *link_recv(bool wait)
         if (n < 0 && errno == EINTR)
             return link_recv(wait);
         link_down();
+        return NULL;
     }
-    return json_loadb(buf, (size_t)n, 0, NULL);
+    /* A packet that is not JSON is an object without a seq: no one's. */
+    return json_loadb(buf, (size_t)n, 0, NULL) ?: json_object();
 }
 
 static void dispatch(json_t *reply)
@@ -107,16 +139,22 @@ static void dispatch(json_t *reply)
 
 static json_t *timeout_reply(const char *op)
 {
+    /* alive: a pause under way did not end the sandbox; the launcher did. */
+    if (link_.lost)
+        return json_pack("{s:{s:i, s:s}, s:b}", "error", "kind", SG_E_UNAVAILABLE, "message",
+                         LOST_MSG, "alive", 1);
     return json_pack("{s:{s:i, s:s+}}", "error", "kind", SG_E_TIMEOUT, "message",
                      "the privileged launcher did not answer '", op,
                      "' in time; it may be stopped or overloaded");
 }
 
+/* A request's time is up, or (lost) the launcher will never answer it. */
 static void on_request_timeout(loop_t *loop, int timer_id, void *arg)
 {
     async_t *a = arg;
-    log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", a->op,
-              (unsigned long long)a->seq, link_.timeout_ms);
+    if (!link_.lost)
+        log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", a->op,
+                  (unsigned long long)a->seq, link_.timeout_ms);
     for (async_t *w = zlistx_first(link_.waiting); w; w = zlistx_next(link_.waiting))
         if (w == a) {
             zlistx_delete(link_.waiting, zlistx_cursor(link_.waiting));
@@ -156,6 +194,10 @@ static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
     uint64_t seq = link_send(req, fd);
     int64_t deadline = zclock_mono() + link_.timeout_ms;
     for (;;) {
+        if (link_.lost) {
+            sg_error_set(err, SG_E_UNAVAILABLE, LOST_MSG);
+            return NULL;
+        }
         struct pollfd p = {.fd = link_.fd, .events = POLLIN};
         int64_t left = deadline - zclock_mono();
         int r = left > 0 ? poll(&p, 1, (int)left) : 0;
@@ -171,6 +213,8 @@ static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
             return NULL;
         }
         json_t *reply = link_recv(true);
+        if (!reply)
+            continue; /* the link went down */
         if ((uint64_t)json_integer_value(json_object_get(reply, "seq")) != seq) {
             zlistx_add_end(link_.early, reply);
             if (link_.early_timer < 0)
@@ -205,8 +249,9 @@ static uint64_t link_async(json_t *req, bool timed, void (*cb)(json_t *reply, vo
         async_t *a = xzalloc(sizeof *a);
         *a = (async_t){.seq = seq, .cb = cb, .arg = arg, .timer = -1};
         memcpy(a->op, op, sizeof a->op);
-        if (timed)
-            a->timer = loop_timer(link_.loop, link_.timeout_ms, 1, on_request_timeout, a);
+        if (timed || link_.lost)
+            a->timer =
+                loop_timer(link_.loop, link_.lost ? 0 : link_.timeout_ms, 1, on_request_timeout, a);
         zlistx_add_end(link_.waiting, a);
     }
     return seq;
@@ -219,8 +264,10 @@ static void link_cancel(uint64_t seq)
             a->cb = NULL;
 }
 
-void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms)
+void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost, void *arg)
 {
+    link_.on_lost = on_lost;
+    link_.lost_arg = arg;
     if (timeout_ms > 0)
         link_.timeout_ms = timeout_ms;
     link_.fd = fd;

@@ -25,6 +25,10 @@
 #include "kernelmgr/proc.h"
 
 #define SANDBOX_IDS "64123:64123" /* SANDBOX_UID:SANDBOX_GID, for mkfs */
+/* What a new workspace needs free on the state directory's disk: mkfs
+ * writes a few MiB of metadata into its sparse image, the kernel's first
+ * files some more. */
+#define WORKSPACE_MIN_FREE (32u << 20)
 
 /* The kernel's socket prefix inside the sandbox: the abstract namespace,
  * which is the Sentry's own (per sandbox) and which runsc can checkpoint,
@@ -436,6 +440,17 @@ static int local_workspace_open(const sandbox_env_t *env, const char *path, sg_e
         /* A sparse ext4 image per workspace: the size limit is the filesystem's. */
         cleanup_free char *img = xasprintf("%s.img", path);
         if (access(img, F_OK) != 0) {
+            /* A new one: refuse it while there is room for it to start,
+             * not when the sparse image fills in under a running session. */
+            struct statvfs vfs;
+            if (statvfs(env->state_dir, &vfs) == 0 &&
+                (uint64_t)vfs.f_bavail * vfs.f_frsize < WORKSPACE_MIN_FREE)
+                return sg_error_set(
+                    err, SG_E_NOSPACE,
+                    "the state directory's disk has %llu MiB free: no room for "
+                    "a new workspace (sessions need at least %u MiB free)",
+                    (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20),
+                    WORKSPACE_MIN_FREE >> 20);
             int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
             if (fd < 0)
                 return sg_error_errno(err, errno, "cannot create %s", img);
@@ -449,7 +464,9 @@ static int local_workspace_open(const sandbox_env_t *env, const char *path, sg_e
             cleanup_free char *out = NULL;
             if (proc_run_sync(mkfs, &out, err) != 0) {
                 unlink(img);
-                return sg_error_set(err, SG_E_IO, "mkfs.ext4 %s failed: %s", img, out ? out : "");
+                return sg_error_set(err,
+                                    out && strstr(out, "No space left") ? SG_E_NOSPACE : SG_E_IO,
+                                    "mkfs.ext4 %s failed: %s", img, out ? out : "");
             }
         }
         const char *mnt[] = {"/bin/mount", "-o", "loop,nosuid,nodev", img, path, NULL};
@@ -818,8 +835,9 @@ static sg_error_t *start_error(sandbox_t *sb, const char *what, const char *outp
 {
     sg_error_t *err = NULL;
     cleanup_free char *tail = local_log_tail(sb, 2000);
-    sg_error_set(&err, SG_E_UNAVAILABLE, "sandbox %s: %s: %s%s%s", sb->id, what, output,
-                 *tail ? "\nkernel log:\n" : "", tail);
+    /* runsc run prints nothing of its own; what it says is in the log. */
+    sg_error_set(&err, SG_E_UNAVAILABLE, "sandbox %s: %s%s%s%s%s", sb->id, what,
+                 *output ? ": " : "", output, *tail ? "; kernel log:\n" : "", tail);
     return err;
 }
 
