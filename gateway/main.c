@@ -813,7 +813,8 @@ int main(int argc, char **argv)
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", replica_id(), replica_tag());
     if (show_token) {
         /* The token goes to stdout for the operator, never to the log. */
-        printf("sandgate is ready. Token (generated; set --token to choose one):\n  %s\n"
+        printf("sandgate is ready. Token (generated; SANDGATE_TOKEN or a config file's token "
+               "chooses one):\n  %s\n"
                "Try:\n  curl -sN http://%s:%d/execute -H 'Authorization: Bearer %s' "
                "-H 'Content-Type: application/json' -d '{\"code\": \"print(6*7)\"}'\n",
                generated, s.host, http_server_port(http), generated);
