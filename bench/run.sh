@@ -17,7 +17,7 @@ for p in wrk linux-perf python3-notebook python3-fastapi python3-uvicorn python3
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
-    scripts/deps.sh
+    scripts/deps.sh --test
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 fi
 scripts/build.sh build >/dev/null

@@ -14,7 +14,7 @@
 #                         where a registry is reachable); used as it is
 #
 # Needs root (rootless podman cannot run nested runsc anyway), buildah,
-# podman, mmdebstrap and runc: scripts/deps.sh installs them.
+# podman, mmdebstrap and runc: scripts/deps.sh --test installs them.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 cache=${SANDGATE_IMAGE_CACHE:-/var/tmp/sandgate-image-cache}

@@ -40,7 +40,9 @@ static const char usage[] =
     "  -l, --listen HOST:PORT    address to serve HTTP on          [SANDGATE_LISTEN]\n"
     "                            (default 127.0.0.1:49999)\n"
     "  -t, --token TOKEN         API token (default: generated and [SANDGATE_TOKEN]\n"
-    "                            printed at start)\n"
+    "                            printed at start); prefer the environment\n"
+    "                            or a mode 0600 config file: other users see\n"
+    "                            a command line until sandgate blanks it\n"
     "      --no-auth             no token (only with a loopback    [SANDGATE_NO_AUTH=1]\n"
     "                            --listen address)\n"
     "      --replica-id ID       this sandgate's name among        [SANDGATE_REPLICA_ID]\n"
@@ -251,6 +253,7 @@ typedef struct {
     int launcher_timeout_ms;
     char *state_abs;       /* --state-dir made absolute, when it was not */
     char *config_text;     /* the config file's text; values point into it */
+    char *token_arg;       /* --token's value, copied before argv is blanked */
     const char *replica;   /* --replica-id; NULL: the host name */
     int pause_on_stop_ms;  /* --pause-on-stop; 0: sessions are left running */
     const char *audit_log; /* --audit-log; NULL: none */
@@ -585,6 +588,14 @@ static int read_config(settings_t *s, const char *path, bool named)
     return 0;
 }
 
+/* What parse() allocated. */
+static void settings_free(settings_t *s)
+{
+    free(s->config_text);
+    free(s->token_arg);
+    free(s->state_abs);
+}
+
 static int parse(settings_t *s, int argc, char **argv)
 {
     strcpy(s->host, "127.0.0.1");
@@ -596,6 +607,7 @@ static int parse(settings_t *s, int argc, char **argv)
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->config_text = NULL;
+    s->token_arg = NULL;
     s->state_abs = NULL;
     s->replica = NULL;
     s->pause_on_stop_ms = 0;
@@ -646,6 +658,16 @@ static int parse(settings_t *s, int argc, char **argv)
         for (const struct option *o = opts; o->name; o++)
             if (o->val == c)
                 name = o->name;
+        if (c == O_TOKEN) {
+            /* /proc/PID/cmdline is every local user's to read, and shows this
+             * memory: keep a copy and blank the original (optarg points into
+             * it whichever way the option was spelt).  The launcher is forked
+             * later, from this memory, so it never shows the token either. */
+            free(s->token_arg);
+            s->token_arg = xstrdup(optarg);
+            memset(optarg, 'x', strlen(optarg));
+            optarg = s->token_arg;
+        }
         if (apply(s, c, name, optarg ? optarg : "1") < 0)
             return 2;
     }
@@ -770,8 +792,7 @@ int main(int argc, char **argv)
     settings_t s;
     int rc = parse(&s, argc, argv);
     if (rc >= 0) {
-        free(s.config_text);
-        free(s.state_abs);
+        settings_free(&s);
         return rc;
     }
     sg_log_set_level(s.level);
@@ -800,8 +821,7 @@ int main(int argc, char **argv)
     if (replica_init(s.replica, &err) < 0) {
         log_error("%s", err->msg);
         sg_error_free(&err);
-        free(s.config_text);
-        free(s.state_abs);
+        settings_free(&s);
         return 1;
     }
     launcher_config_t lc = {.sandbox = s.k.sandbox,
@@ -822,8 +842,7 @@ int main(int argc, char **argv)
         sg_error_free(&err);
         if (link >= 0) /* the launcher ends when its link closes */
             close(link);
-        free(s.config_text);
-        free(s.state_abs);
+        settings_free(&s);
         return 1;
     }
     if (privsep) {
@@ -844,8 +863,7 @@ int main(int argc, char **argv)
         log_error("%s", err->msg);
         sg_error_free(&err);
         loop_destroy(&loop);
-        free(s.config_text);
-        free(s.state_abs);
+        settings_free(&s);
         return 1;
     }
     zsys_handler_set(NULL);
@@ -897,7 +915,8 @@ int main(int argc, char **argv)
              s.k.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", replica_id(), replica_tag());
     if (show_token) {
         /* The token goes to stdout for the operator, never to the log. */
-        printf("sandgate is ready. Token (generated; set --token to choose one):\n  %s\n"
+        printf("sandgate is ready. Token (generated; SANDGATE_TOKEN or a config file's token "
+               "chooses one):\n  %s\n"
                "Try:\n  curl -sN http://%s:%d/execute -H 'Authorization: Bearer %s' "
                "-H 'Content-Type: application/json' -d '{\"code\": \"print(6*7)\"}'\n",
                generated, s.host, http_server_port(http), generated);
@@ -927,7 +946,6 @@ out:
     audit_close();
     proc_fini();
     loop_destroy(&loop);
-    free(s.config_text);
-    free(s.state_abs);
+    settings_free(&s);
     return rc;
 }

@@ -60,8 +60,15 @@ static void send_reply(launcher_t *L, json_t *reply)
 {
     char *text = json_dumps(reply, JSON_COMPACT);
     json_decref(reply);
-    if (!text || send(L->fd, text, strlen(text), MSG_NOSIGNAL) < 0)
-        log_warn("launcher: cannot answer: %s", text ? strerror(errno) : "unencodable");
+    if (!text)
+        log_warn("launcher: cannot answer: unencodable");
+    else if (send(L->fd, text, strlen(text), MSG_NOSIGNAL) < 0 && errno != EPIPE &&
+             errno != ECONNRESET)
+        log_warn("launcher: cannot answer: %s", strerror(errno));
+    /* EPIPE, ECONNRESET: the daemon closed the link.  A stopping daemon sends its last
+     * requests (forget a sandbox, remove the pool's) without waiting for the
+     * answers, and closes the link; they are carried out all the same, and
+     * the hang-up, read after them, ends this loop. */
     free(text);
 }
 

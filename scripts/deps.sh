@@ -1,23 +1,39 @@
 #!/bin/bash
-# Installs everything sandgate needs to build, run and test, from Debian 12's
-# packages.  Idempotent: when every package is present it does nothing.
+# Installs what sandgate needs from Debian 12's packages:
+#   scripts/deps.sh          to build and run it (scripts/quickstart.sh)
+#   scripts/deps.sh --test   that, and what the tests and benchmarks drive
+#                            (scripts/test.sh)
+# Idempotent: when every package is present it does nothing.
 set -euo pipefail
+case "${1:-}" in
+  "") test=0 ;;
+  --test) test=1 ;;
+  *) echo "usage: scripts/deps.sh [--test]" >&2; exit 2 ;;
+esac
 packages=(
   # build
   build-essential autoconf automake libtool pkg-config
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
-  # run: the sandbox and the kernels it runs
-  runsc python3 python3-ipykernel python3-jupyter-client python3-matplotlib e2fsprogs
+  # run: the sandbox, its workspaces' file systems, and the Python kernel.
+  # The sandboxes' root is this machine's /usr: what is installed here is
+  # what sandboxed code can import.
+  runsc e2fsprogs python3 python3-ipykernel python3-jupyter-client
+  # ... the data stack analytics code expects (Debian 12 has no pyarrow)
+  python3-numpy python3-pandas python3-scipy python3-matplotlib python3-sklearn
+  fonts-dejavu-core
   # ... the R kernel (kernelspec ir)
   r-cran-irkernel
   # ... network egress for contexts that ask (--egress-allow), and pip for them
   nftables iproute2 python3-pip
-  # the tests' own PyPI packages live in a virtual environment (scripts/venv.sh)
+  # ... the docs' shell examples (docs/api.md): HTTP and JSON from a shell
+  curl jq
+)
+test_packages=(
+  # the tests' own PyPI packages live in virtual environments (scripts/venv.sh)
   python3-venv
-  # test: the fuzzer (clang + libFuzzer runtime), HTTP clients, the
-  # Notebook server + browser the Jupyter front-end tests drive, and strace
-  # (system calls the kernel makes)
-  clang libclang-rt-14-dev curl python3-notebook chromium fonts-dejavu-core strace
+  # the fuzzer (clang + libFuzzer runtime), the Notebook server + browser the
+  # Jupyter front-end tests drive, and strace (system calls the kernel makes)
+  clang libclang-rt-14-dev python3-notebook chromium strace
   # ... systemd-analyze, which checks the installed systemd unit
   systemd
   # ... the proxy in front of several replicas (docker/local-cluster.sh)
@@ -26,8 +42,11 @@ packages=(
   # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
   buildah podman mmdebstrap runc
 )
-# Node.js runs the real client SDKs the tests drive (npm packages).
-command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+if [ $test = 1 ]; then
+  packages+=("${test_packages[@]}")
+  # Node.js runs the real client SDKs the tests drive (npm packages).
+  command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

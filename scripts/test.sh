@@ -1,10 +1,11 @@
 #!/bin/bash
-# Installs dependencies, builds, and runs every test: the whole suite in the
-# normal build and again under ASan + UBSan (LeakSanitizer on), then the
-# fuzzers for FUZZ_SECONDS each (default 60).  Ends with "N passed, N failed".
+# Installs dependencies (the tests' too: scripts/deps.sh --test), builds, and
+# runs every test: the whole suite in the normal build and again under ASan +
+# UBSan (LeakSanitizer on), then the fuzzers for FUZZ_SECONDS each (default
+# 60).  Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+scripts/deps.sh --test || { echo "0 passed, 1 failed"; exit 1; }
 
 # The client SDKs the tests drive, pinned by tests/package-lock.json.
 (cd tests && npm ci --no-audit --no-fund --loglevel=error) || { echo "0 passed, 1 failed"; exit 1; }

@@ -25,3 +25,10 @@ def diag(msg):
 def done():
     print(f"1..{_n}", flush=True)
     sys.exit(1 if _failed else 0)
+
+
+def skip(name, reason):
+    """A check not made, and why (TAP's SKIP directive)."""
+    global _n
+    _n += 1
+    print("ok", _n, "-", name, "# SKIP", reason, flush=True)

@@ -146,7 +146,7 @@ if os.geteuid() != 0:
 
 missing = [t for t in ("buildah", "podman", "mmdebstrap", "node") if not shutil.which(t)]
 ok(not missing and os.path.exists(RUNC), "buildah, podman, mmdebstrap, runc and node are "
-   "installed (scripts/deps.sh)", f"missing: {missing or RUNC}")
+   "installed (scripts/deps.sh --test)", f"missing: {missing or RUNC}")
 if missing:
     done()
 

@@ -5,7 +5,8 @@
   installed sandgate), and the example config beside where the unit reads the
   real one; systemd-analyze verify accepts the unit.
 - Fresh configures in temporary directories (data files only, nothing to
-  compile): the default unit dir is systemd's own (pkg-config) or
+  compile; from a shadow of the source tree when that was configured in
+  place: tests/srctree.py): the default unit dir is systemd's own (pkg-config) or
   /lib/systemd/system, =DIR is honoured, --without-systemdsystemunitdir
   installs no unit but still the example config."""
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 
+from srctree import unconfigured
 from tap import ok, diag, done
 
 SRC = os.path.abspath(os.environ.get("SG_SRCDIR", "."))
@@ -93,11 +95,12 @@ with tempfile.TemporaryDirectory(prefix="sg-install-") as tmp:
              (["--with-systemdsystemunitdir=/srv/sg-units"], "/srv/sg-units"),
              (["--without-systemdsystemunitdir"], None),
              (["--with-systemdsystemunitdir=no"], None)]
+    src = unconfigured(SRC, tmp)
     for i, (flags, want) in enumerate(cases):
         b = os.path.join(tmp, f"b{i}")
         d = os.path.join(tmp, f"d{i}")
         os.mkdir(b)
-        args = [os.path.join(SRC, "configure"), "-q", "--prefix=/opt/sg",
+        args = [os.path.join(src, "configure"), "-q", "--prefix=/opt/sg",
                 "--sysconfdir=/etc/sg-test"] + flags
         r = subprocess.run(args, cwd=b, capture_output=True, text=True)
         if not ok(r.returncode == 0, f"configure {' '.join(flags) or '(default)'}",

@@ -16,12 +16,12 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 class Daemon:
-    def __init__(self, *args, port=0, env=None, parent="/tmp"):
+    def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None):
         self.env = dict(os.environ, **(env or {}))
         self.dir = tempfile.mkdtemp(prefix="sg-api-", dir=parent)
         os.chmod(self.dir, 0o711)
         self.cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
-                    "--token", TOKEN, *args]
+                    *(token_args or ["--token", TOKEN]), *args]
         self._start()
 
     def _start(self):

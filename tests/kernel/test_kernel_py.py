@@ -242,7 +242,7 @@ def main():
                           "print(os.getpid() == ctypes.CDLL(None).syscall(39))")
             ok(streams(m).strip() == "True", "os.getpid() is still the real pid")
         else:
-            ok(False, "strace is installed (scripts/deps.sh installs it)")
+            ok(False, "strace is installed (scripts/deps.sh --test installs it)")
     except Exception as e:
         logs = "".join(open(os.path.join(tmp, n + ".log")).read()[-2000:]
                        for n in ("stock", "sandgate") if os.path.exists(os.path.join(tmp, n + ".log")))
