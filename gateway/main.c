@@ -596,6 +596,14 @@ static void settings_free(settings_t *s)
     free(s->state_abs);
 }
 
+/* What the kernel manager did on its own (an idle pause, a cull, a
+ * re-adoption...): an audit event of no front end and no client. */
+static void on_kmgr_notice(const char *event, json_t *fields, void *arg)
+{
+    (void)arg;
+    audit_event(NULL, event, fields);
+}
+
 static int parse(settings_t *s, int argc, char **argv)
 {
     strcpy(s->host, "127.0.0.1");
@@ -606,6 +614,7 @@ static int parse(settings_t *s, int argc, char **argv)
     channels_config_defaults(&s->channels);
     kmgr_config_defaults(&s->k);
     s->k.kernel.exec_timeout_ms = 300 * 1000;
+    s->k.notice = on_kmgr_notice;
     s->config_text = NULL;
     s->token_arg = NULL;
     s->state_abs = NULL;

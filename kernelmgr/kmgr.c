@@ -24,6 +24,7 @@ typedef struct entry {
     int64_t pause_retry_at; /* after a failed automatic pause, not before this */
     uint64_t resumes;       /* the kernel's resumes counted in the stats */
     bool draining;          /* kmgr_pause_all waits for its pause */
+    const char *auto_pause; /* why the manager is pausing it (a literal), or NULL */
 } entry_t;
 
 struct kmgr {
@@ -136,6 +137,17 @@ static entry_t *find(const kmgr_t *m, const char *id)
 
 static void fill_pool(kmgr_t *m);
 
+/* kmgr_notice_fn: fields ("context" is added) are stolen. */
+static void notice(kmgr_t *m, const char *event, const char *id, json_t *fields)
+{
+    if (!m->cfg.notice) {
+        json_decref(fields);
+        return;
+    }
+    json_object_set_new(fields, "context", json_string(id));
+    m->cfg.notice(event, fields, m->cfg.notice_arg);
+}
+
 static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
 {
     entry_t *e = arg;
@@ -151,6 +163,14 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         write_record(m, e);
     }
     if (ev == KERNEL_EV_PAUSED) {
+        if (e->auto_pause) {
+            json_t *f =
+                json_pack("{s:s, s:s}", "reason", e->auto_pause, "outcome", err ? "error" : "ok");
+            if (err)
+                json_object_set_new(f, "error", json_string(sg_error_kind_name(err->kind)));
+            notice(m, "context.pause", kernel_id(k), f);
+            e->auto_pause = NULL;
+        }
         if (err) {
             m->stats.pause_failures++;
         } else {
@@ -177,6 +197,9 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
             fill_pool(m);
         return;
     }
+    if (ev == KERNEL_EV_DEAD)
+        notice(m, "context.dead", kernel_id(k),
+               json_pack("{s:s}", "error", sg_error_kind_name(err ? err->kind : SG_E_INTERNAL)));
     if (e->ev)
         e->ev(k, ev, err, e->ev_arg);
 }
@@ -425,7 +448,9 @@ size_t kmgr_pause_all(kmgr_t *m, void (*drained)(void *arg), void *arg)
             kernel_pending(e->k) > 0)
             continue;
         sg_error_t *err = NULL;
+        e->auto_pause = "sandgate is stopping (--pause-on-stop)";
         if (kernel_pause(e->k, &err) < 0) {
+            e->auto_pause = NULL;
             log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
             sg_error_free(&err);
             continue;
@@ -458,7 +483,9 @@ static void pause_idle(kmgr_t *m, int64_t now)
                  (long long)(now - kernel_last_activity(e->k)));
         e->pause_retry_at = now + m->cfg.pause_after_ms;
         sg_error_t *err = NULL;
+        e->auto_pause = "idle (--pause-after)"; /* set first: the end may be reported at once */
         if (kernel_pause(e->k, &err) < 0) {
+            e->auto_pause = NULL;
             log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
             sg_error_free(&err);
             continue;
@@ -484,6 +511,9 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
         log_info("kmgr: culling session %s, idle for %lld ms", id,
                  (long long)(now - kernel_last_activity(e->k)));
         m->stats.culled++;
+        notice(m, "context.delete", id,
+               json_pack("{s:s, s:I}", "reason", "idle (--idle-timeout)", "idle_ms",
+                         (json_int_t)(now - kernel_last_activity(e->k))));
         kmgr_shutdown(m, id, NULL);
         i--; /* the array was compacted */
     }
@@ -540,6 +570,8 @@ static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, co
     add_entry(m, e);
     m->stats.adopted++;
     log_info("kmgr: re-adopting paused session %s (sandbox %s)", id, sbid);
+    notice(m, "context.adopt", id,
+           json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 1));
     return e->k;
 }
 
@@ -594,6 +626,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             json_array_append_new(live_ids, json_string(sbid));
             m->stats.adopted++;
             log_info("kmgr: re-adopting session %s (sandbox %s, pid %d)", id, sbid, (int)pid);
+            notice(
+                m, "context.adopt", id,
+                json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 0));
         }
     } else if (sandbox_env_can_pause(m->env) &&
                (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet))) {
@@ -610,6 +645,9 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             unlink(file);
         } else {
             m->stats.restarted_after_restart++;
+            notice(m, "context.restart", id,
+                   json_pack("{s:s}", "reason",
+                             "its sandbox was gone at start; a new kernel, its variables lost"));
         }
     }
     json_decref(rec);

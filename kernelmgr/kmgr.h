@@ -15,6 +15,18 @@
 
 #include "kernelmgr/kernel.h"
 
+/* What the manager did on its own, for the audit log (fields: stolen, with
+ * "context" and "reason"):
+ *   context.pause   an idle session paused (pause_after_ms) or a stop's
+ *                   kmgr_pause_all, once the pause ended: "outcome" ok or
+ *                   error (then "error", the kind)
+ *   context.delete  an idle session culled (cull_idle_ms)
+ *   context.adopt   a previous sandgate's session taken over ("paused")
+ *   context.restart a recorded session whose sandbox was gone: a new kernel
+ *   context.dead    a session's kernel died ("error": the kind only; the
+ *                   message can hold the kernel's stderr, which is output) */
+typedef void(kmgr_notice_fn)(const char *event, json_t *fields, void *arg);
+
 typedef struct {
     const char *state_dir;
     sandbox_config_t sandbox;
@@ -26,6 +38,8 @@ typedef struct {
     int cull_idle_ms;            /* shut down sessions idle this long (paused or not); 0: never */
     int pause_after_ms;          /* pause sessions idle this long; 0: never */
     int max_kernels;             /* running session kernels at once (not the pool, not paused) */
+    kmgr_notice_fn *notice;      /* NULL: none */
+    void *notice_arg;
 } kmgr_config_t;
 
 typedef struct kmgr kmgr_t;

@@ -1,4 +1,5 @@
 """Starts a sandgate daemon for a test and talks to it."""
+import glob
 import json
 import os
 import re
@@ -13,6 +14,19 @@ import urllib.request
 
 SANDGATE = os.path.join(os.environ.get("SG_BUILDDIR", "."), "sandgate")
 TOKEN = "test-token-0123456789abcdef"
+
+
+def sandbox_pids(ctx):
+    """The runsc-sandbox processes of a context, by its id in their command line."""
+    pids = []
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            argv = open(p, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"runsc-sandbox") and any(ctx.encode() in a for a in argv):
+            pids.append(int(p.split("/")[2]))
+    return pids
 
 
 class Daemon:

@@ -5,7 +5,8 @@ Authorization, not from a ?token= URL, not from a refused request with a
 wrong one), nor file contents or output; --audit-code hash writes the
 SHA-256 and no code; SIGHUP after logrotate's rename opens the new file
 (and keeps the old one when the serving uid cannot create it); '-' writes to
-stderr."""
+stderr; what sandgate does on its own (an idle pause, a cull, a re-adoption
+at start, a kernel's death) is logged with no front end and no client."""
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ import time
 import urllib.request
 
 import mcpraw
-from sgd import Daemon, TOKEN
+from sgd import Daemon, TOKEN, sandbox_pids
 from tap import ok, diag, done
 from wsclient import WS
 
@@ -284,6 +285,39 @@ try:
     ok(kept and not os.path.exists(LOG) and any("stays in use" in l for l in d.log),
        "SIGHUP without a file it may create: the old one stays in use, with a warning",
        [l for l in d.log if "SIGHUP" in l])
+finally:
+    d.stop()
+
+# --- what sandgate does on its own -----------------------------------------------------
+def own(e):
+    return e["frontend"] is None and e["client"] is None
+
+
+LOG3 = os.path.join(logdir, "auto.log")
+d = Daemon("--audit-log", LOG3, "--pool-size", "0", "--pause-after", "3", "--idle-timeout", "12")
+try:
+    status, ctx = d.json("POST", "/contexts", {"language": "python"})
+    a = ctx["id"]
+    d.execute("x = 1", context_id=a)
+    paused = wait(LOG3, ev("context.pause", context=a), timeout=30)
+    ok(paused and own(paused[0]) and paused[0]["reason"] == "idle (--pause-after)" and
+       paused[0]["outcome"] == "ok", "an idle pause: context.pause, its reason and outcome, "
+       "no front end or client", paused)
+    d.restart()
+    adopted = wait(LOG3, ev("context.adopt", context=a), timeout=20)
+    ok(adopted and own(adopted[0]) and adopted[0]["paused"] is True,
+       "a restart's re-adoption: context.adopt, paused", adopted)
+    culled = wait(LOG3, ev("context.delete", context=a), timeout=40)
+    ok(culled and own(culled[0]) and culled[0]["reason"] == "idle (--idle-timeout)" and
+       culled[0]["idle_ms"] >= 12000, "a cull: context.delete, its reason and idle time", culled)
+    status, ctx = d.json("POST", "/contexts", {"language": "python"})
+    b = ctx["id"]
+    d.execute("y = 2", context_id=b)
+    for pid in sandbox_pids(b):
+        os.kill(pid, signal.SIGKILL)
+    dead = wait(LOG3, ev("context.dead", context=b), timeout=20)
+    ok(dead and own(dead[0]) and dead[0]["error"] and "\n" not in dead[0]["error"],
+       "a killed sandbox: context.dead with the error's kind, not its text", dead)
 finally:
     d.stop()
 

@@ -13,7 +13,6 @@ keeps its variables:
 
 docs/operations.md, "Faults", says what each looks like and what the
 operator does.  Needs root and runsc.  FAULTS=1,3 runs only those parts."""
-import glob
 import json
 import os
 import resource
@@ -24,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from sgd import Daemon, SANDGATE, TOKEN
+from sgd import Daemon, SANDGATE, TOKEN, sandbox_pids
 from tap import ok, diag, done
 
 PARTS = {int(p) for p in os.environ.get("FAULTS", "1,2,3,4,5,6").split(",") if p}
@@ -78,19 +77,6 @@ def fails_dead(d, ctx, kinds, texts, what, seconds):
 def keeps(d, ctx, expr, want, what):
     st, r, _ = run(d, ctx, f"print({expr})")
     ok(st == 200 and r.get("stdout") == want + "\n", what, (st, r))
-
-
-def sandbox_pids(ctx):
-    """The runsc-sandbox processes of a context, by its id in their command line."""
-    pids = []
-    for p in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            argv = open(p, "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"runsc-sandbox") and any(ctx.encode() in a for a in argv):
-            pids.append(int(p.split("/")[2]))
-    return pids
 
 
 def logged(d, text, seconds=5):
