@@ -30,9 +30,9 @@ def sandbox_pids(ctx):
 
 
 class Daemon:
-    def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None):
+    def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None, state_dir=None):
         self.env = dict(os.environ, **(env or {}))
-        self.dir = tempfile.mkdtemp(prefix="sg-api-", dir=parent)
+        self.dir = state_dir or tempfile.mkdtemp(prefix="sg-api-", dir=parent)
         os.chmod(self.dir, 0o711)
         self.cmd = [SANDGATE, "--listen", f"127.0.0.1:{port}", "--state-dir", self.dir,
                     *(token_args or ["--token", TOKEN]), *args]
