@@ -298,7 +298,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\n")] = 0;
-    log_warn("http: %s", line);
+    /* A client that leaves mid-response (a stream it stopped reading) is
+     * the normal course, and the execution's end says what became of it. */
+    if (strstr(line, "no longer available") || strstr(line, "reset by peer") ||
+        strstr(line, "Broken pipe"))
+        log_info("http: %s", line);
+    else
+        log_warn("http: %s", line);
 }
 
 /* libmicrohttpd runs from the loop's hook, before each wait, when there is
