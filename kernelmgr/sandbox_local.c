@@ -294,6 +294,16 @@ static int cgroup_set_cpu(const char *id, long long quota, long long period, sg_
 }
 
 /* sandgate-kernel.py, beside sandgate-init; NULL (and a warning) if missing. */
+/* The init program's path, made absolute: it is a bind mount's source,
+ * which runsc would resolve against the bundle, and a plain kernel's
+ * program, which runs in its workspace. */
+static char *init_path(const sandbox_config_t *cfg)
+{
+    const char *init = cfg->init ? cfg->init : default_init();
+    char *path = realpath(init, NULL);
+    return path ? path : xstrdup(init);
+}
+
 static char *launcher_py(const char *init)
 {
     cleanup_free char *dir = xstrdup(init);
@@ -379,7 +389,8 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
     if (make_dir(state_dir, 0711, err) < 0 || make_dir(kernels, 0711, err) < 0 ||
         make_dir(env->runsc_root, 0700, err) < 0)
         goto fail;
-    env->launcher_py = launcher_py(cfg->init ? cfg->init : default_init());
+    env->init = init_path(cfg);
+    env->launcher_py = launcher_py(env->init);
     if (cfg->mode == SANDBOX_RUNSC) {
         if (access(cfg->runsc, X_OK) != 0) {
             sg_error_set(err, SG_E_UNAVAILABLE,
@@ -395,7 +406,6 @@ static int local_env_init(sandbox_env_t *env, sg_error_t **err)
             (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0))
             goto fail;
         env->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
-        env->init = xstrdup(cfg->init ? cfg->init : default_init());
         if (access(env->init, X_OK) != 0) {
             sg_error_set(err, SG_E_UNAVAILABLE,
                          "sandbox init %s is missing (run make install, "
