@@ -6,49 +6,102 @@
 
 #include "common/xalloc.h"
 
-/* Signatures seen recently: a FIFO ring (eviction order) plus a hash
- * (lookup).  The ring grows on demand up to max entries, so an idle session
- * costs little; once full, the oldest signature is forgotten. */
+/* Signatures seen recently, to refuse a replayed message.  Each is kept as
+ * its first 64 bits (an HMAC's bits are uniform: that two messages in one
+ * window share them is a 2^-48 chance at the default size) in a FIFO ring,
+ * the order of forgetting, and found through an open-addressing table of
+ * ring positions (linear probing, deletion by backward shift).  Both grow on
+ * demand up to max entries: 16 to 24 bytes an entry, so a kernel that has
+ * sent 2^16 messages costs 1 MiB here (a hash of hex strings took 13). */
 typedef struct {
-    char (*ring)[65];
-    size_t max, alloc, len, next;
-    zhashx_t *seen;
+    uint64_t *ring;  /* fingerprints; once full, ring[next] is the oldest */
+    uint32_t *slots; /* a ring index + 1, or 0 for an empty slot */
+    size_t max, alloc, len, next, nslots;
 } replay_cache_t;
+
+#define REPLAY_MAX (1u << 30)
 
 static void replay_init(replay_cache_t *rc, size_t max)
 {
-    rc->max = max ? max : 1;
-    rc->alloc = rc->len = rc->next = 0;
-    rc->ring = NULL;
-    rc->seen = zhashx_new();
-    assert(rc->seen);
+    *rc = (replay_cache_t){.max = max == 0 ? 1 : max > REPLAY_MAX ? REPLAY_MAX : max};
 }
 
 static void replay_fini(replay_cache_t *rc)
 {
     free(rc->ring);
-    rc->ring = NULL;
-    zhashx_destroy(&rc->seen);
+    free(rc->slots);
+    *rc = (replay_cache_t){0};
+}
+
+/* The slot holding ring index idx + 1, or the empty slot that ends fp's
+ * probe sequence when idx is SIZE_MAX (a lookup). */
+static size_t replay_find(const replay_cache_t *rc, uint64_t fp, size_t idx)
+{
+    size_t mask = rc->nslots - 1;
+    size_t i = fp & mask;
+    for (; rc->slots[i]; i = (i + 1) & mask) {
+        uint32_t v = rc->slots[i];
+        if (idx == SIZE_MAX ? rc->ring[v - 1] == fp : v - 1 == idx)
+            break;
+    }
+    return i;
+}
+
+static void replay_index(replay_cache_t *rc, size_t idx)
+{
+    rc->slots[replay_find(rc, rc->ring[idx], SIZE_MAX)] = (uint32_t)idx + 1;
+}
+
+/* Forgets the fingerprint at ring index idx: entries after its slot move
+ * back into the hole unless that would put them before their home slot. */
+static void replay_forget(replay_cache_t *rc, size_t idx)
+{
+    size_t mask = rc->nslots - 1;
+    size_t hole = replay_find(rc, rc->ring[idx], idx);
+    for (size_t j = (hole + 1) & mask; rc->slots[j]; j = (j + 1) & mask) {
+        size_t home = rc->ring[rc->slots[j] - 1] & mask;
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            rc->slots[hole] = rc->slots[j];
+            hole = j;
+        }
+    }
+    rc->slots[hole] = 0;
+}
+
+/* Room for twice as many entries (at most max); the table, at most half
+ * full, is rebuilt.  Only called before the ring wraps: ring[0..len). */
+static void replay_grow(replay_cache_t *rc)
+{
+    rc->alloc = rc->alloc ? rc->alloc * 2 : 64;
+    if (rc->alloc > rc->max)
+        rc->alloc = rc->max;
+    rc->ring = xrealloc(rc->ring, rc->alloc * sizeof *rc->ring);
+    for (rc->nslots = 2; rc->nslots < 2 * rc->alloc;)
+        rc->nslots *= 2;
+    free(rc->slots);
+    rc->slots = xzalloc(rc->nslots * sizeof *rc->slots);
+    for (size_t i = 0; i < rc->len; i++)
+        replay_index(rc, i);
 }
 
 /* Returns true if hex was seen before; otherwise remembers it. */
-static bool replay_check_and_add(replay_cache_t *rc, const char *hex)
+static bool replay_check_and_add(replay_cache_t *rc, const char hex[65])
 {
-    if (zhashx_lookup(rc->seen, hex))
+    unsigned char bin[8];
+    uint64_t fp;
+    sodium_hex2bin(bin, sizeof bin, hex, 16, NULL, NULL, NULL);
+    memcpy(&fp, bin, sizeof fp);
+    if (rc->len > 0 && rc->slots[replay_find(rc, fp, SIZE_MAX)])
         return true;
     if (rc->len == rc->max) {
-        zhashx_delete(rc->seen, rc->ring[rc->next]);
+        replay_forget(rc, rc->next);
     } else {
-        if (rc->len == rc->alloc) {
-            rc->alloc = rc->alloc ? rc->alloc * 2 : 64;
-            if (rc->alloc > rc->max)
-                rc->alloc = rc->max;
-            rc->ring = xrealloc(rc->ring, rc->alloc * sizeof *rc->ring);
-        }
+        if (rc->len == rc->alloc)
+            replay_grow(rc);
         rc->len++;
     }
-    memcpy(rc->ring[rc->next], hex, 65);
-    zhashx_insert(rc->seen, hex, (void *)1);
+    rc->ring[rc->next] = fp;
+    replay_index(rc, rc->next);
     rc->next = (rc->next + 1) % rc->max;
     return false;
 }
@@ -118,6 +171,8 @@ void jsession_set_replay_window(jsession_t *self, size_t entries)
 void jsession_stats(const jsession_t *self, jsession_stats_t *out)
 {
     *out = self->stats;
+    out->replay_bytes = self->replay.alloc * sizeof *self->replay.ring +
+                        self->replay.nslots * sizeof *self->replay.slots;
 }
 
 jmsg_t *jsession_msg(const jsession_t *self, const char *msg_type, json_t *content)

@@ -34,6 +34,7 @@ typedef struct {
     uint64_t bad_signature;
     uint64_t replayed;
     uint64_t oversized;
+    uint64_t replay_bytes; /* memory of the replay window's signatures */
 } jsession_stats_t;
 
 /* A session signing with key (copied).  An empty key is refused: unsigned

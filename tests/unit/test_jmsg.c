@@ -163,6 +163,83 @@ static void test_replay_window(void)
     jsession_destroy(&s);
 }
 
+/* Message number i: distinct content, so a distinct signature. */
+static zmsg_t *numbered(jsession_t *s, int i)
+{
+    char c[32];
+    snprintf(c, sizeof c, "{\"n\":%d}", i);
+    return wire(s, NULL, NULL, HDR("a"), "{}", "{}", c);
+}
+
+/* Decodes a copy of z: true if accepted. */
+static bool accepted(jsession_t *s, zmsg_t *z)
+{
+    sg_error_t *err = NULL;
+    zmsg_t *copy = zmsg_dup(z);
+    jmsg_t *m = jsession_decode(s, &copy, &err);
+    bool yes = m != NULL;
+    jmsg_destroy(&m);
+    sg_error_free(&err);
+    return yes;
+}
+
+/* The window holds exactly the newest signatures through growth, wrap and
+ * many forgettings (a forgetting that broke a probe chain would let an
+ * in-window replay through), at a bounded cost per entry. */
+static void test_replay_cache(void)
+{
+    enum { W = 1000, N = 5000 };
+    sg_error_t *err = NULL;
+    jsession_t *s = jsession_new(KEY, strlen(KEY), &err);
+    jsession_set_replay_window(s, W);
+    static zmsg_t *msgs[N];
+    int first = 0, refused = 0, old = 0;
+    for (int i = 0; i < N; i++) {
+        msgs[i] = numbered(s, i);
+        first += accepted(s, msgs[i]);
+    }
+    is_int(first, N, "%d distinct messages through a window of %d are all accepted", N, W);
+    for (int i = N - W; i < N; i++)
+        refused += !accepted(s, msgs[i]);
+    is_int(refused, W, "a replay of each of the newest %d is refused", W);
+    /* Each old one accepted again is remembered and pushes out the oldest. */
+    for (int i = 0; i < 10; i++)
+        old += accepted(s, msgs[i]);
+    is_int(old, 10, "replays older than the window are accepted (and remembered)");
+    ok(!accepted(s, msgs[N - W + 10]) && !accepted(s, msgs[0]) && accepted(s, msgs[N - W]),
+       "...which forgets the oldest ones, and no others");
+    for (int i = 0; i < N; i++)
+        zmsg_destroy(&msgs[i]);
+
+    /* The default window, filled and past it: 16 to 24 bytes an entry. */
+    jsession_set_replay_window(s, JSESSION_DEFAULT_REPLAY_WINDOW);
+    jsession_stats_t st;
+    jsession_stats(s, &st);
+    is_int((long)st.replay_bytes, 0, "an empty window costs nothing");
+    int n = (int)JSESSION_DEFAULT_REPLAY_WINDOW + 100, fresh = 0;
+    zmsg_t *oldest_kept = NULL, *forgotten = NULL;
+    for (int i = 0; i < n; i++) {
+        zmsg_t *z = numbered(s, i);
+        fresh += accepted(s, z);
+        if (i == 99)
+            forgotten = z;
+        else if (i == 100)
+            oldest_kept = z;
+        else
+            zmsg_destroy(&z);
+    }
+    jsession_stats(s, &st);
+    is_int(fresh, n, "%d messages accepted", n);
+    ok(st.replay_bytes <= 24 * JSESSION_DEFAULT_REPLAY_WINDOW,
+       "the default window full costs %.2f MiB (<= 24 bytes an entry)",
+       st.replay_bytes / 1048576.0);
+    ok(!accepted(s, oldest_kept) && accepted(s, forgotten),
+       "the %u newest are remembered, the one before them is not", JSESSION_DEFAULT_REPLAY_WINDOW);
+    zmsg_destroy(&oldest_kept);
+    zmsg_destroy(&forgotten);
+    jsession_destroy(&s);
+}
+
 static void test_hostile(void)
 {
     sg_error_t *err = NULL;
@@ -262,6 +339,7 @@ int main(void)
     test_roundtrip();
     test_keys();
     test_replay_window();
+    test_replay_cache();
     test_hostile();
     test_errors();
     return tap_done();
