@@ -63,6 +63,7 @@ struct kernel {
     sandbox_t *sb;
     jclient_t *client;
     loop_io_t *io[JCHAN_COUNT];
+    loop_io_t *io_monitor; /* until stdin connects (jclient_monitor) */
     pid_t watched;
 
     /* start-up */
@@ -226,6 +227,7 @@ static void disconnect(kernel_t *k)
     if (k->client) {
         for (int c = 0; c < JCHAN_COUNT; c++)
             loop_io_remove(k->loop, &k->io[c]);
+        loop_io_remove(k->loop, &k->io_monitor);
         loop_defer(k->loop, client_free, k->client);
         k->client = NULL;
     }
@@ -462,6 +464,15 @@ static void become_ready(kernel_t *k)
     emit(k, KERNEL_EV_READY, NULL);
 }
 
+/* A starting kernel is ready once it answered kernel_info, its iopub
+ * reaches us, and our stdin socket is connected (jclient.h: an input_request
+ * sent before would be dropped by the kernel and its execution would hang). */
+static void maybe_ready(kernel_t *k)
+{
+    if (k->info_replied && k->iopub_seen && jclient_stdin_connected(k->client))
+        become_ready(k);
+}
+
 /* Whether m answers a request sandgate itself sent (its executions, and the
  * kernel_info / interrupt / shutdown requests of its own session). */
 static bool own_request(const kernel_t *k, const jmsg_t *m)
@@ -487,8 +498,7 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
 {
     if (k->state == KERNEL_STARTING) {
         k->iopub_seen = true;
-        if (k->info_replied)
-            become_ready(k);
+        maybe_ready(k);
         return;
     }
     const char *type = jmsg_type(m);
@@ -519,8 +529,7 @@ static void on_shell(kernel_t *k, jmsg_t *m)
     const char *type = jmsg_type(m);
     if (strcmp(type, "kernel_info_reply") == 0 && k->state == KERNEL_STARTING) {
         k->info_replied = true;
-        if (k->iopub_seen)
-            become_ready(k);
+        maybe_ready(k);
         return;
     }
     exec_t *e = k->queue;
@@ -680,7 +689,11 @@ static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
     if (k->freed || k->state != KERNEL_STARTING)
         return;
     cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    die_msg(k, SG_E_TIMEOUT, "kernel did not answer within %d ms of starting (kernelspec '%s')%s%s",
+    const char *what = k->info_replied && k->iopub_seen && k->client &&
+                               !jclient_stdin_connected(k->client)
+                           ? "kernel answered, but its stdin channel did not accept a connection"
+                           : "kernel did not answer";
+    die_msg(k, SG_E_TIMEOUT, "%s within %d ms of starting (kernelspec '%s')%s%s", what,
             k->opts.start_timeout_ms, k->spec->name, *tail ? "; kernel log:\n" : "", tail);
 }
 
@@ -713,6 +726,20 @@ static void on_heartbeat(loop_t *loop, int timer_id, void *arg)
     }
 }
 
+/* stdin's monitor: its connection may be the last thing a start waits for. */
+static bool on_monitor(loop_t *loop, zsock_t *sock, void *arg)
+{
+    kernel_t *k = arg;
+    if (k->freed || k->client == NULL || !jclient_stdin_connected(k->client))
+        return false;
+    log_debug("kernel %s: stdin connected", k->id);
+    loop_io_remove(k->loop, &k->io_monitor);
+    jclient_monitor_end(k->client);
+    if (k->state == KERNEL_STARTING)
+        maybe_ready(k);
+    return false;
+}
+
 /* The sandbox runs: watch its process, connect, and probe until the kernel answers. */
 static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
 {
@@ -727,6 +754,9 @@ static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
         if (k->io[c] == NULL)
             return -1;
     }
+    k->io_monitor = loop_zsock_add(k->loop, jclient_monitor(k->client), on_monitor, k, err);
+    if (k->io_monitor == NULL)
+        return -1;
     k->probe_timer = loop_timer(k->loop, k->resuming ? RESUME_PROBE_INTERVAL_MS : PROBE_INTERVAL_MS,
                                 0, on_probe, k);
     k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);

@@ -1,6 +1,8 @@
 #include "proto/jclient.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -8,6 +10,8 @@
 struct jclient {
     jsession_t *session;
     zsock_t *socks[JCHAN_COUNT];
+    zsock_t *monitor; /* stdin's handshake events, until the first one */
+    bool stdin_up;
 };
 
 void jclient_destroy(jclient_t **self_p)
@@ -15,11 +19,30 @@ void jclient_destroy(jclient_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     jclient_t *self = *self_p;
+    jclient_monitor_end(self);
     for (int c = 0; c < JCHAN_COUNT; c++)
         zsock_destroy(&self->socks[c]);
     jsession_destroy(&self->session);
     free(self);
     *self_p = NULL;
+}
+
+/* Watches the stdin socket for its first completed handshake, before it
+ * connects: an event that comes before the monitor's reader connects is lost. */
+static int watch_stdin(jclient_t *self, sg_error_t **err)
+{
+    static unsigned serial;
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "inproc://sg-jclient-stdin-%u", serial++);
+    if (zmq_socket_monitor(zsock_resolve(self->socks[JCHAN_STDIN]), endpoint,
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED) < 0)
+        return sg_error_set(err, SG_E_INTERNAL, "cannot monitor stdin: %s",
+                            zmq_strerror(zmq_errno()));
+    self->monitor = zsock_new(ZMQ_PAIR);
+    if (self->monitor == NULL || zsock_connect(self->monitor, "%s", endpoint) < 0)
+        return sg_error_set(err, SG_E_INTERNAL, "cannot read stdin's monitor: %s",
+                            zmq_strerror(zmq_errno()));
+    return 0;
 }
 
 jclient_t *jclient_new(const jconn_t *conn, sg_error_t **err)
@@ -48,6 +71,8 @@ jclient_t *jclient_new(const jconn_t *conn, sg_error_t **err)
             zsock_set_identity(s, jsession_id(session));
         if (c == JCHAN_IOPUB)
             zsock_set_subscribe(s, "");
+        if (c == JCHAN_STDIN && watch_stdin(self, err) < 0)
+            goto fail;
         if (zsock_connect(s, "%s", endpoint) < 0) {
             sg_error_set(err, SG_E_UNAVAILABLE, "cannot connect %s to %s: %s", jchan_name(c),
                          endpoint, zmq_strerror(zmq_errno()));
@@ -63,6 +88,45 @@ fail:
 zsock_t *jclient_socket(const jclient_t *self, jchan_t chan)
 {
     return self->socks[chan];
+}
+
+zsock_t *jclient_monitor(const jclient_t *self)
+{
+    return self->monitor;
+}
+
+bool jclient_stdin_connected(jclient_t *self)
+{
+    void *handle = self->monitor ? zsock_resolve(self->monitor) : NULL;
+    while (!self->stdin_up && handle) {
+        /* An event is two frames: 16-bit event and 32-bit value, then the endpoint. */
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, handle, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&part);
+            break;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&part) >= sizeof event)
+            memcpy(&event, zmq_msg_data(&part), sizeof event);
+        bool more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+        while (more) {
+            zmq_msg_init(&part);
+            more = zmq_msg_recv(&part, handle, 0) >= 0 && zmq_msg_more(&part);
+            zmq_msg_close(&part);
+        }
+        self->stdin_up = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    }
+    return self->stdin_up;
+}
+
+void jclient_monitor_end(jclient_t *self)
+{
+    if (self->monitor == NULL)
+        return;
+    zmq_socket_monitor(zsock_resolve(self->socks[JCHAN_STDIN]), NULL, 0);
+    zsock_destroy(&self->monitor);
 }
 
 jsession_t *jclient_session(const jclient_t *self)

@@ -22,6 +22,18 @@ void jclient_destroy(jclient_t **self_p);
 zsock_t *jclient_socket(const jclient_t *self, jchan_t chan);
 jsession_t *jclient_session(const jclient_t *self);
 
+/* Whether the stdin socket has connected to the kernel (a completed
+ * handshake).  The kernel sends input_request on its own, on a ROUTER
+ * socket that drops a message for a peer not yet connected; shell and
+ * iopub prove themselves by answering, stdin cannot.  So a kernel is ready
+ * only once this is true.  jclient_monitor() is the socket that says so,
+ * readable when an event waits (borrowed; NULL after jclient_monitor_end());
+ * jclient_stdin_connected() reads what waits and never blocks.
+ * jclient_monitor_end() stops watching (jclient_destroy does too). */
+zsock_t *jclient_monitor(const jclient_t *self);
+bool jclient_stdin_connected(jclient_t *self);
+void jclient_monitor_end(jclient_t *self);
+
 /* Signs and sends msg on chan (not hb); msg is not consumed. */
 int jclient_send(jclient_t *self, jchan_t chan, const jmsg_t *msg, sg_error_t **err);
 /* Receives one message from chan, verified and decoded; blocks if nothing is
