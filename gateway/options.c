@@ -1,0 +1,620 @@
+#include "gateway/options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/replica.h"
+#include "common/xalloc.h"
+#include "config.h"
+#include "kernelmgr/egress.h"
+#include "kernelmgr/launcher.h"
+
+typedef struct opt opt_t;
+
+/* Stores one option's value in s; -1 (after saying why, through bad())
+ * when the value is not acceptable. */
+typedef int(opt_set_fn)(settings_t *s, const opt_t *o, const char *v);
+
+enum {
+    OPT_CLI = 1,    /* the command line only: not in the environment or a config file */
+    OPT_NO_ENV = 2, /* not from the environment (--config has its own variable) */
+    OPT_VALUED = 4, /* a flag on the command line, a value elsewhere (no-auth = true) */
+    OPT_SECRET = 8, /* never echoed in an error (--token) */
+};
+
+struct opt {
+    const char *name;
+    int key;         /* a short option's letter, or 0 */
+    const char *arg; /* the argument's name in --help; NULL: a flag */
+    opt_set_fn *set;
+    size_t off;                         /* where in settings_t the value goes (set_uint, set_str) */
+    size_t width;                       /* that field's size */
+    unsigned long long min, max, scale; /* set_uint: accepted range, then value * scale */
+    const char *want;                   /* set_uint: what a value below min should be */
+    unsigned flags;                     /* OPT_* */
+    const char *help;                   /* one paragraph; --help wraps it */
+};
+
+/* Where the value being applied came from (SANDGATE_X, FILE:LINE), for bad();
+ * "" for the command line. */
+static const char *origin = "";
+
+static int bad(const opt_t *o, const char *value, const char *want)
+{
+    fprintf(stderr, "sandgate: %s%s--%s wants %s, got '%s'\nTry 'sandgate --help'.\n", origin,
+            *origin ? ": " : "", o->name, want, o->flags & OPT_SECRET ? "(hidden)" : value);
+    return -1;
+}
+
+static void *field(settings_t *s, const opt_t *o)
+{
+    return (char *)s + o->off;
+}
+
+static int set_str(settings_t *s, const opt_t *o, const char *v)
+{
+    *(const char **)field(s, o) = v;
+    return 0;
+}
+
+/* An integer in [min, max], stored times scale in a field of o->width bytes
+ * (int, unsigned, size_t, uint64_t: the range is chosen so it fits). */
+static int set_uint(settings_t *s, const opt_t *o, const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*v == 0 || *end != 0 || *v == '-' || errno || n > o->max)
+        return bad(o, v, "a non-negative integer");
+    if (n < o->min)
+        return bad(o, v, o->want ? o->want : "a positive integer");
+    n *= o->scale ? o->scale : 1;
+    if (o->width == sizeof(uint32_t))
+        *(uint32_t *)field(s, o) = (uint32_t)n;
+    else
+        *(uint64_t *)field(s, o) = (uint64_t)n;
+    return 0;
+}
+
+static int set_bool(settings_t *s, const opt_t *o, const char *v)
+{
+    static const char *const yes[] = {"1", "true", "yes"}, *const no[] = {"0", "false", "no"};
+    for (int i = 0; i < 3; i++)
+        if (strcasecmp(v, yes[i]) == 0 || strcasecmp(v, no[i]) == 0) {
+            *(bool *)field(s, o) = strcasecmp(v, yes[i]) == 0;
+            return 0;
+        }
+    return bad(o, v, "true, false, yes, no, 1 or 0");
+}
+
+static int set_listen(settings_t *s, const opt_t *o, const char *v)
+{
+    const char *colon = strrchr(v, ':');
+    char *end;
+    long p = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == v || (size_t)(colon - v) >= sizeof s->host || colon[1] == 0 ||
+        *end != 0 || p < 0 || p > 65535)
+        return bad(o, v, "HOST:PORT");
+    memcpy(s->host, v, colon - v);
+    s->host[colon - v] = 0;
+    s->http.port = (int)p;
+    return 0;
+}
+
+static int set_replica(settings_t *s, const opt_t *o, const char *v)
+{
+    if (!replica_valid_id(v))
+        return bad(o, v, "1-63 characters of A-Z, a-z, 0-9, '.', '_', '-'");
+    s->replica = v;
+    return 0;
+}
+
+static int set_token(settings_t *s, const opt_t *o, const char *v)
+{
+    if (strlen(v) < 16)
+        return bad(o, v, "at least 16 characters");
+    s->http.token = v;
+    return 0;
+}
+
+static int set_sandbox(settings_t *s, const opt_t *o, const char *v)
+{
+    if (strcmp(v, "runsc") == 0)
+        s->k.sandbox.mode = SANDBOX_RUNSC;
+    else if (strcmp(v, "none") == 0)
+        s->k.sandbox.mode = SANDBOX_NONE;
+    else
+        return bad(o, v, "runsc or none");
+    return 0;
+}
+
+/* --egress-allow and --egress-dns: checked now, parsed again where used. */
+static int set_egress(settings_t *s, const opt_t *o, const char *v)
+{
+    egress_policy_t p;
+    sg_error_t *err = NULL;
+    bool allow = o->off == offsetof(settings_t, k.sandbox.egress_allow);
+    if ((allow ? egress_parse_allow(&p, v, &err) : egress_parse_dns(&p, v, &err)) < 0) {
+        fprintf(stderr, "sandgate: %s%s%s\nTry 'sandgate --help'.\n", origin, *origin ? ": " : "",
+                err->msg);
+        sg_error_free(&err);
+        return -1;
+    }
+    return set_str(s, o, v);
+}
+
+static int set_cpus(settings_t *s, const opt_t *o, const char *v)
+{
+    char *end;
+    double c = strtod(v, &end);
+    if (*v == 0 || *end != 0 || !(c >= 0.01 && c <= 1024))
+        return bad(o, v, "a number of CPUs such as 0.5 or 2");
+    s->k.sandbox.cpu_quota_us = (uint64_t)(c * 100000);
+    return 0;
+}
+
+static int set_nonempty(settings_t *s, const opt_t *o, const char *v)
+{
+    if (*v == 0)
+        return bad(o, v, "a file name, or '-' for stderr");
+    return set_str(s, o, v);
+}
+
+static int set_audit_code(settings_t *s, const opt_t *o, const char *v)
+{
+    if (strcmp(v, "full") == 0)
+        s->audit_code = AUDIT_CODE_FULL;
+    else if (strcmp(v, "hash") == 0)
+        s->audit_code = AUDIT_CODE_HASH;
+    else
+        return bad(o, v, "full or hash");
+    return 0;
+}
+
+static int set_log_level(settings_t *s, const opt_t *o, const char *v)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(v, names[i]) == 0) {
+            s->level = (sg_loglevel_t)i;
+            return 0;
+        }
+    return bad(o, v, "debug, info, warn or error");
+}
+
+/* The field a row sets, for set_str, set_uint and set_bool. */
+#define AT(f) .off = offsetof(settings_t, f), .width = sizeof(((settings_t *)0)->f)
+#define UINT(f, lo, hi, mul) .set = set_uint, AT(f), .min = (lo), .max = (hi), .scale = (mul)
+#define SECONDS_MS(f, lo, hi) UINT(f, lo, hi, 1000)
+#define DAY 86400ull
+
+/* In --help's order.  help, version and config are handled before the rest. */
+static const opt_t table[] = {
+    {"config", 'c', "FILE", NULL, .flags = OPT_CLI,
+     .help = "read options from FILE (default /etc/sandgate/sandgate.conf, if it exists) "
+             "[SANDGATE_CONFIG]"},
+    {"listen", 'l', "HOST:PORT", set_listen,
+     .help = "address to serve HTTP on "
+             "(default 127.0.0.1:49999)"},
+    {"token", 't', "TOKEN", set_token, .flags = OPT_SECRET,
+     .help = "API token (default: generated and printed at start); prefer the environment or a "
+             "mode 0600 config file: other users see a command line until sandgate blanks it"},
+    {"no-auth", 0, NULL, set_bool, AT(no_auth), .flags = OPT_VALUED,
+     .help = "no token (only with a loopback --listen address)"},
+    {"replica-id", 0, "ID", set_replica,
+     .help = "this sandgate's name among replicas behind one proxy (default: the host name); the "
+             "ids it hands out carry it (docs/deploy-cluster.md)"},
+    {"max-body", 0, "BYTES", UINT(http.max_body, 0, 1ull << 32, 1),
+     .help = "request body limit (1048576)"},
+    {"max-output", 0, "BYTES", UINT(api.max_output, 0, 1ull << 34, 1),
+     .help = "output kept per execution (16777216; the rest is dropped with a marker)"},
+    {"max-upload", 0, "BYTES", UINT(api.max_upload, 0, 1ull << 40, 1),
+     .help = "size of one uploaded file (268435456)"},
+    {"max-ws-message", 0, "BYTES", UINT(channels.max_message, 1024, 1ull << 32, 1),
+     .want = "at least 1024 bytes", .help = "one WebSocket message from a frontend (16777216)"},
+    {"max-timeout", 0, "SEC", UINT(api.max_timeout_s, 1, 7 * DAY, 1),
+     .want = "a positive number of seconds",
+     .help = "the longest timeout a request may ask for (3600)"},
+    {"max-connections", 0, "N", UINT(http.max_conns, 1, 1 << 20, 1),
+     .help = "HTTP connections (1024)"},
+    {"max-connections-per-ip", 0, "N", UINT(http.max_conns_ip, 1, 1 << 20, 1),
+     .help = "from one client address (--max-connections / 4)"},
+    {"connection-timeout", 0, "SEC", UINT(http.conn_timeout_s, 1, DAY, 1),
+     .want = "a positive number of seconds", .help = "close connections idle this long (300)"},
+    {"state-dir", 's', "DIR", set_str, AT(k.state_dir),
+     .help = "sessions, workspaces, sandboxes (default /var/lib/sandgate)"},
+    {"sandbox", 0, "MODE", set_sandbox,
+     .help = "runsc (default) or none: plain processes, NO isolation, for development"},
+    {"runsc", 0, "PATH", set_str, AT(k.sandbox.runsc), .help = "the runsc binary (/usr/bin/runsc)"},
+    {"platform", 0, "NAME", set_str, AT(k.sandbox.platform),
+     .help = "runsc platform (default ptrace)"},
+    {"rootfs", 0, "DIR", set_str, AT(k.sandbox.rootfs),
+     .help = "image directory to use as the sandbox's / (default: host /usr, generated /etc)"},
+    {"egress-allow", 0, "LIST", set_egress, AT(k.sandbox.egress_allow),
+     .help = "what sandboxes that ask for the network ({\"internet\": true}) may reach: "
+             "CIDR[:PORT[-PORT]],... (default empty: no network for anyone); private, loopback, "
+             "link-local (metadata) and multicast ranges, the host and other sandboxes stay "
+             "blocked unless an entry lies inside one (docs/security.md)"},
+    {"egress-dns", 0, "IP[,IP]", set_egress, AT(k.sandbox.egress_dns),
+     .help = "resolvers those sandboxes use (port 53; their /etc/resolv.conf)"},
+    {"egress-max-conns", 0, "N", UINT(k.sandbox.egress_max_conns, 0, 1 << 20, 1),
+     .help = "open connections per sandbox with a network (256; 0: no limit)"},
+    {"egress-rate", 0, "KIB", UINT(k.sandbox.egress_rate, 0, 1ull << 30, 1024),
+     .help = "bandwidth per sandbox with a network, KiB/s each way (0: no limit, the default)"},
+    {"memory", 0, "MIB", UINT(k.sandbox.memory_bytes, 64, 1 << 24, 1 << 20),
+     .want = "at least 64 (MiB)", .help = "memory per sandbox (1024)"},
+    {"cpus", 0, "N", set_cpus, .help = "CPUs per sandbox (1.0)"},
+    {"processes", 0, "N", UINT(k.sandbox.nproc, 0, 1 << 20, 1),
+     .help = "processes per sandbox (64)"},
+    {"open-files", 0, "N", UINT(k.sandbox.nofile, 0, 1 << 20, 1),
+     .help = "open files per process (1024)"},
+    {"workspace-size", 0, "MIB", UINT(k.sandbox.workspace_bytes, 0, 1 << 24, 1 << 20),
+     .help = "workspace filesystem size (1024; 0: a plain directory, no limit)"},
+    {"tmp-size", 0, "MIB", UINT(k.sandbox.tmp_bytes, 0, 1 << 24, 1 << 20),
+     .help = "/tmp size (256)"},
+    {"exec-timeout", 0, "SEC", SECONDS_MS(k.kernel.exec_timeout_ms, 0, 7 * DAY),
+     .help = "default execution timeout (300; 0: none)"},
+    {"start-timeout", 0, "SEC", SECONDS_MS(k.kernel.start_timeout_ms, 1, 3600),
+     .want = "a positive number of seconds",
+     .help = "how long a new kernel may take to answer (120); past it the session is dead with "
+             "a timeout error"},
+    {"idle-timeout", 0, "SEC", SECONDS_MS(k.cull_idle_ms, 0, 7 * DAY),
+     .help = "shut down sessions idle this long (3600; 0: never), paused or not"},
+    {"pause-after", 0, "SEC", SECONDS_MS(k.pause_after_ms, 0, 7 * DAY),
+     .help = "pause sessions idle this long to disk (600; 0: never); using one resumes it"},
+    {"pause-on-stop", 0, "SEC", SECONDS_MS(pause_on_stop_ms, 0, 3600),
+     .help = "at SIGTERM, pause every idle session first, waiting up to SEC (0, the default: "
+             "sessions keep running for the next start); for containers, whose processes end "
+             "with them"},
+    {"max-kernels", 0, "N", UINT(k.max_kernels, 0, 100000, 1),
+     .help = "running session kernels at once (64; paused ones not counted)"},
+    {"pool-size", 0, "N", UINT(k.pool_size, 0, 1000, 1),
+     .help = "warm python3 kernels kept ready (1)"},
+    {"preload", 0, "CODE", set_str, AT(k.pool_preload),
+     .help = "code pool kernels run before use (e.g. 'import pandas, matplotlib')"},
+    {"user", 0, "UID", UINT(uid, 1, 0xfffffffe, 1), .want = "a uid other than 0",
+     .help = "the unprivileged uid HTTP is served as when started as root (64122); a small "
+             "launcher keeps root for runsc and workspaces only"},
+    {"launcher-timeout", 0, "SEC", SECONDS_MS(launcher_timeout_ms, 1, 3600),
+     .want = "a positive number of seconds",
+     .help = "how long a request to the launcher may wait for its answer (10); past it the "
+             "request that needed it fails with 504"},
+    {"log-level", 0, "LEVEL", set_log_level, .help = "debug, info, warn or error (info)"},
+    {"audit-log", 0, "PATH", set_nonempty, AT(audit_log),
+     .help = "append one JSON line per event (executions and their outcomes, commands, file "
+             "writes and deletes, context, kernel and session changes, refused requests) to "
+             "PATH, or '-' for stderr; never the token, file contents or output; SIGHUP reopens "
+             "it (logrotate: docs/operations.md)"},
+    {"audit-code", 0, "MODE", set_audit_code,
+     .help = "full: code and commands as sent, the first 64 KiB of each (the default); hash: "
+             "their SHA-256 only"},
+    {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
+    {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
+};
+#define NOPTS (sizeof table / sizeof table[0])
+
+/* getopt_long's value for row i: its letter, or 256 + i. */
+static int opt_key(size_t i)
+{
+    return table[i].key ? table[i].key : 256 + (int)i;
+}
+
+static const opt_t *opt_by_key(int key)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (opt_key(i) == key)
+            return &table[i];
+    return NULL;
+}
+
+static const opt_t *opt_by_name(const char *name)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strcmp(table[i].name, name) == 0)
+            return &table[i];
+    return NULL;
+}
+
+/* SANDGATE_ and the name upper-cased, '-' as '_'. */
+static void env_name(const opt_t *o, char *out, size_t size)
+{
+    int n = snprintf(out, size, "SANDGATE_%s", o->name);
+    for (int i = 9; i < n && (size_t)i < size; i++)
+        out[i] = out[i] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
+}
+
+static const char help_tail[] =
+    "\n"
+    "The config file has one 'name = value' a line, name being a long option\n"
+    "without its dashes ('listen = 127.0.0.1:8080', 'no-auth = true'); lines that\n"
+    "start with '#' are comments. The command line wins over the environment, and\n"
+    "the environment over the config file.\n"
+    "\n"
+    "Endpoints (docs/api.md): POST /execute; POST, GET /contexts;\n"
+    "  GET, DELETE /contexts/ID; POST /contexts/ID/restart;\n"
+    "  GET, PUT, DELETE /contexts/ID/files/PATH; GET /health; GET /metrics\n"
+    "Jupyter Server API (docs/jupyter.md): /api/kernelspecs, /api/kernels,\n"
+    "  /api/sessions, WebSocket /api/kernels/ID/channels\n"
+    "MCP (docs/mcp.md): POST, DELETE /mcp (Streamable HTTP; tools execute_python,\n"
+    "  list_files, read_file, write_file, restart_kernel)\n";
+
+/* --help, from the table: each option's spelling and variable on one line,
+ * its help below, wrapped at 78 columns. */
+static void print_help(FILE *f)
+{
+    fputs("usage: sandgate [OPTIONS]\n\n"
+          "Runs untrusted code statefully in per-session Jupyter kernels inside gVisor\n"
+          "sandboxes, and serves it over HTTP.\n\n"
+          "Options (each also read from the environment variable shown):\n",
+          f);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt_t *o = &table[i];
+        char env[80] = "";
+        if (!(o->flags & (OPT_CLI | OPT_NO_ENV)) && (o->arg || o->flags & OPT_VALUED)) {
+            env_name(o, env + 2, sizeof env - 4);
+            env[0] = ' ', env[1] = '[';
+            strcat(env, o->flags & OPT_VALUED ? "=1]" : "]");
+        }
+        if (o->key)
+            fprintf(f, "  -%c, --%s%s%s%s\n", o->key, o->name, o->arg ? " " : "",
+                    o->arg ? o->arg : "", env);
+        else
+            fprintf(f, "      --%s%s%s%s\n", o->name, o->arg ? " " : "", o->arg ? o->arg : "", env);
+        const char *p = o->help;
+        while (*p) { /* words onto lines of at most 78 - 10 characters */
+            size_t n = strlen(p);
+            if (n > 68) {
+                n = 68;
+                while (n > 0 && p[n] != ' ')
+                    n--;
+                if (n == 0)
+                    n = strcspn(p, " ");
+            }
+            fprintf(f, "          %.*s\n", (int)n, p);
+            p += n;
+            while (*p == ' ')
+                p++;
+        }
+    }
+    fputs(help_tail, f);
+}
+
+/* o's value v, from where (NULL: the command line). */
+static int apply(settings_t *s, const opt_t *o, const char *v, const char *where)
+{
+    origin = where ? where : "";
+    int rc = o->set(s, o, v);
+    origin = "";
+    return rc;
+}
+
+static char *trim(char *p)
+{
+    while (isspace((unsigned char)*p))
+        p++;
+    char *end = p + strlen(p);
+    while (end > p && isspace((unsigned char)end[-1]))
+        *--end = 0;
+    return p;
+}
+
+/* Applies one line of the config file at path. */
+static int config_line(settings_t *s, const char *path, int lineno, char *line)
+{
+    char *name = trim(line), *eq = strchr(name, '=');
+    if (*name == 0 || *name == '#')
+        return 0;
+    if (eq)
+        *eq = 0;
+    if (!eq || *trim(name) == 0) {
+        fprintf(stderr, "sandgate: %s:%d: expected 'name = value'\n", path, lineno);
+        return -1;
+    }
+    const opt_t *o = opt_by_name(name);
+    if (!o) {
+        fprintf(stderr, "sandgate: %s:%d: unknown option '%s'\n", path, lineno, name);
+        return -1;
+    }
+    if (o->flags & OPT_CLI) {
+        fprintf(stderr, "sandgate: %s:%d: '%s' is not allowed in a config file\n", path, lineno,
+                name);
+        return -1;
+    }
+    char *value = trim(eq + 1), where[PATH_MAX + 16];
+    size_t n = strlen(value);
+    if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
+        value[n - 1] = 0;
+        value++;
+    }
+    snprintf(where, sizeof where, "%s:%d", path, lineno);
+    return apply(s, o, value, where);
+}
+
+/* Reads the config file at path into s; a missing file is an error only when
+ * it was named. */
+static int read_config(settings_t *s, const char *path, bool named)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !named)
+            return 0;
+        fprintf(stderr, "sandgate: cannot open config file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t len = 0, cap = 4096, got;
+    char *text = xmalloc(cap);
+    while ((got = fread(text + len, 1, cap - 1 - len, f)) > 0)
+        if ((len += got) == cap - 1)
+            text = xrealloc(text, cap *= 2);
+    text[len] = 0;
+    s->config_text = text; /* the values set point into it */
+    int err = ferror(f) ? errno : 0;
+    struct stat st;
+    bool shared = fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH);
+    fclose(f);
+    if (err || memchr(text, 0, len)) {
+        fprintf(stderr, "sandgate: cannot read config file %s: %s\n", path,
+                err ? strerror(err) : "not a text file");
+        return -1;
+    }
+    int lineno = 0;
+    for (char *next = text, *line; (line = strsep(&next, "\n"));)
+        if (config_line(s, path, ++lineno, line) < 0)
+            return -1;
+    if (s->http.token && shared) /* the environment and command line come later */
+        log_warn("%s holds the API token and every user can read it; make it mode 0600", path);
+    return 0;
+}
+
+static int read_env(settings_t *s)
+{
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt_t *o = &table[i];
+        if (o->flags & (OPT_CLI | OPT_NO_ENV) || !(o->arg || o->flags & OPT_VALUED))
+            continue;
+        char env[80];
+        env_name(o, env, sizeof env);
+        const char *v = getenv(env);
+        if (v && apply(s, o, v, env) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* getopt_long's tables, from the table. */
+static void getopt_tables(struct option *longopts, char *shortopts)
+{
+    char *p = shortopts;
+    for (size_t i = 0; i < NOPTS; i++) {
+        longopts[i] = (struct option){table[i].name, table[i].arg ? required_argument : no_argument,
+                                      NULL, opt_key(i)};
+        if (table[i].key) {
+            *p++ = (char)table[i].key;
+            if (table[i].arg)
+                *p++ = ':';
+        }
+    }
+    longopts[NOPTS] = (struct option){0};
+    *p = 0;
+}
+
+/* The command line's options, after the config file and the environment. */
+static int read_argv(settings_t *s, int argc, char **argv, const struct option *longopts,
+                     const char *shortopts)
+{
+    int c, idx;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
+        const opt_t *o = c == '?' ? NULL : opt_by_key(c);
+        if (!o) {
+            fputs("Try 'sandgate --help'.\n", stderr);
+            return -1;
+        }
+        if (o->flags & OPT_CLI)
+            continue;
+        if (o->flags & OPT_SECRET) {
+            /* /proc/PID/cmdline is every local user's to read, and shows this
+             * memory: keep a copy and blank the original (optarg points into
+             * it whichever way the option was spelt).  The launcher is forked
+             * later, from this memory, so it never shows the token either. */
+            free(s->token_arg);
+            s->token_arg = xstrdup(optarg);
+            memset(optarg, 'x', strlen(optarg));
+            optarg = s->token_arg;
+        }
+        if (apply(s, o, optarg ? optarg : "1", NULL) < 0)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sandgate: unexpected argument '%s'\nTry 'sandgate --help'.\n",
+                argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static void defaults(settings_t *s)
+{
+    *s = (settings_t){.level = SG_LOG_INFO,
+                      .uid = LAUNCHER_DEFAULT_UID,
+                      .launcher_timeout_ms = 10000,
+                      .audit_code = AUDIT_CODE_FULL};
+    strcpy(s->host, "127.0.0.1");
+    http_config_defaults(&s->http);
+    api_config_defaults(&s->api);
+    channels_config_defaults(&s->channels);
+    kmgr_config_defaults(&s->k);
+    s->k.kernel.exec_timeout_ms = 300 * 1000;
+}
+
+/* What follows from the options once all are read. */
+static int derive(settings_t *s)
+{
+    s->http.host = s->host;
+    if (s->k.state_dir[0] != '/') { /* both halves, and the paths they compare, agree */
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd)) {
+            fprintf(stderr, "sandgate: cannot resolve --state-dir %s: %s\n", s->k.state_dir,
+                    strerror(errno));
+            return -1;
+        }
+        s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
+        s->k.state_dir = s->state_abs;
+    }
+    s->api.default_timeout_s =
+        s->k.kernel.exec_timeout_ms > 0 ? s->k.kernel.exec_timeout_ms / 1000 : s->api.max_timeout_s;
+    if (s->api.default_timeout_s > s->api.max_timeout_s)
+        s->api.default_timeout_s = s->api.max_timeout_s;
+    if (s->no_auth && strncmp(s->host, "127.", 4) != 0) {
+        fprintf(stderr, "sandgate: --no-auth is refused on a non-loopback address (%s)\n", s->host);
+        return -1;
+    }
+    return 0;
+}
+
+int options_parse(settings_t *s, int argc, char **argv)
+{
+    defaults(s);
+    struct option longopts[NOPTS + 1];
+    char shortopts[2 * NOPTS + 1];
+    getopt_tables(longopts, shortopts);
+    /* A first pass for what decides the rest: --help, --version, --config. */
+    const char *config = getenv("SANDGATE_CONFIG");
+    int c, idx;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
+        if (c == 'h') {
+            print_help(stdout);
+            return 0;
+        }
+        if (c == 'V') {
+            printf("sandgate %s\n", PACKAGE_VERSION);
+            return 0;
+        }
+        if (c == 'c')
+            config = optarg;
+    }
+    opterr = 1;
+    optind = 0;
+    /* The config file, then the environment, then the command line: each
+     * overrides what came before. */
+    if (read_config(s, config ? config : "/etc/sandgate/sandgate.conf", config != NULL) < 0 ||
+        read_env(s) < 0 || read_argv(s, argc, argv, longopts, shortopts) < 0 || derive(s) < 0)
+        return 2;
+    return -1; /* go on */
+}
+
+void settings_free(settings_t *s)
+{
+    free(s->config_text);
+    free(s->token_arg);
+    free(s->state_abs);
+}

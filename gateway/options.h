@@ -1,0 +1,52 @@
+/* options: sandgate's settings, from one table of options.
+ *
+ * Every option is one row of a table (options.c): its long name, an
+ * optional short one, its argument's name, where its value goes and how it
+ * is checked, and its help text.  That row alone makes the option work on
+ * the command line (getopt_long), in the environment (SANDGATE_ and the
+ * name upper-cased, '-' as '_'), in the config file ('name = value') and in
+ * --help.  Adding an option is adding a row (and, when its value lands in a
+ * new field, that field).
+ */
+#ifndef SG_OPTIONS_H
+#define SG_OPTIONS_H
+
+#include <stdbool.h>
+
+#include "common/log.h"
+#include "gateway/api.h"
+#include "gateway/audit.h"
+#include "gateway/channels.h"
+#include "gateway/http.h"
+#include "kernelmgr/kmgr.h"
+
+typedef struct {
+    char host[256];
+    sg_loglevel_t level;
+    bool no_auth;
+    http_config_t http;
+    api_config_t api;
+    channels_config_t channels;
+    kmgr_config_t k;
+    unsigned uid; /* of the unprivileged half, when started as root */
+    int launcher_timeout_ms;
+    char *state_abs;       /* --state-dir made absolute, when it was not */
+    char *config_text;     /* the config file's text; values point into it */
+    char *token_arg;       /* --token's value, copied before argv is blanked */
+    const char *replica;   /* --replica-id; NULL: the host name */
+    int pause_on_stop_ms;  /* --pause-on-stop; 0: sessions are left running */
+    const char *audit_log; /* --audit-log; NULL: none */
+    audit_code_t audit_code;
+} settings_t;
+
+/* Fills s from the config file, the environment and argv, in that order,
+ * each overriding what came before.  Returns -1 when the daemon should go
+ * on, or the exit status when it should not: 0 after --help or --version
+ * (printed on stdout), 2 after a usage error (printed on stderr, naming
+ * where the bad value came from).  --token's value is blanked in argv.
+ * Whatever the result, settings_free releases what s holds. */
+int options_parse(settings_t *s, int argc, char **argv);
+
+void settings_free(settings_t *s);
+
+#endif
