@@ -15,7 +15,11 @@ so that a drifting machine biases neither.  Both request formats are measured: t
 the E2B protocol) and one JSON document (Accept: application/json).
 
 usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N] [--no-perf]
+                        [--baseline BUILDDIR]
   SG_BUILDDIR selects the build (default ./build); run as root for perf.
+  --baseline measures a second build in the same run, round by round (e.g.
+  the commit before a change: git worktree add /tmp/base REV &&
+  /tmp/base/scripts/build.sh), and compares CPU and round trip with it.
   perf's tracepoint costs sandgate CPU on every system call: --no-perf
   measures the CPU without it (bench/zmqfloor -p and without -p match).
 Prints a Markdown table.
@@ -34,7 +38,8 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
-from sgd import Daemon, TOKEN  # noqa: E402
+import sgd  # noqa: E402
+from sgd import TOKEN  # noqa: E402
 
 SYSCALLS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_poll",
             "syscalls:sys_enter_getpid"]
@@ -106,71 +111,84 @@ def measure(d, ctx, runs, as_json, use_perf):
     return statistics.median(times), cpu / runs / 1e6, counts, wakeups / runs
 
 
+def run_build(a, build, rows):
+    """One round on one build: a window alone, then with a.idle idle sessions."""
+    sgd.SANDGATE = os.path.join(build, "sandgate")
+    d = sgd.Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
+                   "--max-kernels", str(a.idle + 8),
+                   env={"SANDGATE_INIT": os.path.join(build, "sandgate-init")})
+    try:
+        st, ctx = d.json("POST", "/contexts", {})
+        active = ctx["id"]
+
+        def window(label):
+            for fmt, as_json in (("NDJSON", False), ("JSON", True)):
+                rows.setdefault((build, label, fmt), []).append(
+                    measure(d, active, a.runs, as_json, not a.no_perf))
+
+        window("1 session")
+        idle = []
+        for _ in range(a.idle):
+            st, c = d.json("POST", "/contexts", {})
+            if st != 201 and st != 200:
+                raise RuntimeError(f"context: {st} {c}")
+            idle.append(c["id"])
+            d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
+                   headers={"Accept": "application/json"})
+        time.sleep(2)
+        window(f"{a.idle} idle + 1")
+        for c in idle:
+            d.json("DELETE", "/contexts/" + c)
+    finally:
+        d.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=400)
     ap.add_argument("--idle", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3,
-                    help="alternations of the two windows (medians are shown)")
+                    help="alternations of the windows (medians are shown)")
     ap.add_argument("--no-perf", action="store_true",
                     help="no perf stat: its tracepoint adds to the CPU measured")
+    ap.add_argument("--baseline", metavar="BUILDDIR",
+                    help="another build (e.g. of the previous commit) measured in the same run, "
+                         "round by round with SG_BUILDDIR's: the last column compares them")
     a = ap.parse_args()
-    d = Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
-               "--max-kernels", str(a.idle + 8))
+    builds = [os.environ["SG_BUILDDIR"]] + ([a.baseline] if a.baseline else [])
     rows = {}
-    try:
-        st, ctx = d.json("POST", "/contexts", {})
-        active = ctx["id"]
-        idle = []
-
-        def window(label):
-            for fmt, as_json in (("NDJSON", False), ("JSON", True)):
-                rows.setdefault((label, fmt), []).append(measure(d, active, a.runs, as_json,
-                                                                not a.no_perf))
-
-        label = f"{a.idle} idle + 1"
-        # Alternate the two, so that a machine whose speed drifts (a shared
-        # VM does) biases neither row: alone, then with the idle sessions,
-        # which are removed again before the next round.
-        for _ in range(a.rounds):
-            window("1 session")
-            for _ in range(a.idle):
-                st, c = d.json("POST", "/contexts", {})
-                if st != 201 and st != 200:
-                    raise RuntimeError(f"context: {st} {c}")
-                idle.append(c["id"])
-                d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
-                       headers={"Accept": "application/json"})
-            time.sleep(2)
-            window(label)
-            for c in idle:
-                d.json("DELETE", "/contexts/" + c)
-            idle.clear()
-            time.sleep(2)
-    finally:
-        d.stop()
+    # Alternate the windows and the builds, so that a machine whose speed
+    # drifts (a shared VM does) biases none of them.
+    for _ in range(a.rounds):
+        for build in builds:
+            run_build(a, build, rows)
 
     perf = not a.no_perf and os.geteuid() == 0
     print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
           f"`1+1` sequentially over one keep-alive connection, {a.runs} executes per window, "
-          f"build {os.environ['SG_BUILDDIR']}"
-          f"{'' if perf else ', perf stat not attached'}\n")
-    print("| sessions | format | round trip p50 ms | sandgate CPU ms / execute (range) | "
+          f"{a.rounds} rounds{'' if perf else ', perf stat not attached'}\n")
+    print("| build | sessions | format | round trip p50 ms | sandgate CPU ms / execute (range) | "
           "syscalls / execute | epoll_wait | poll | getpid | wake-ups / execute | "
-          "CPU vs 1 session |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    base = {}
-    for (label, fmt), ms in rows.items():
-        p50 = statistics.median(m[0] for m in ms)
-        cpu = statistics.median(m[1] for m in ms)
+          "CPU vs 1 session | CPU vs baseline | p50 vs baseline |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    base, med = {}, {}
+    for (build, label, fmt), ms in rows.items():
+        med[(build, label, fmt)] = (statistics.median(m[1] for m in ms),
+                                    statistics.median(m[0] for m in ms))
+    for (build, label, fmt), ms in rows.items():
+        cpu, p50 = med[(build, label, fmt)]
         cnt = {k: statistics.median(m[2].get(k, 0) for m in ms) for k in
                ("all", "epoll_wait", "poll", "getpid")}
-        base.setdefault(fmt, cpu)
+        base.setdefault((build, fmt), cpu)
         wk = statistics.median(m[3] for m in ms)
         lo, hi = min(m[1] for m in ms), max(m[1] for m in ms)
         sc = [f"{cnt[k]:.1f}" if perf else "-" for k in ("all", "epoll_wait", "poll", "getpid")]
-        print(f"| {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | {' | '.join(sc)} | "
-              f"{wk:.1f} | {cpu / base[fmt]:.2f}x |")
+        vs = med.get((a.baseline, label, fmt)) if a.baseline else None
+        vs_cpu = f"{cpu / vs[0]:.2f}x" if vs else "-"
+        vs_p50 = f"{p50 / vs[1]:.2f}x" if vs else "-"
+        print(f"| {build} | {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | "
+              f"{' | '.join(sc)} | {wk:.1f} | {cpu / base[(build, fmt)]:.2f}x | {vs_cpu} | "
+              f"{vs_p50} |")
 
 
 if __name__ == "__main__":
