@@ -17,6 +17,7 @@
 #include "gateway/audit.h"
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
+#include "gateway/keys.h"
 #include "gateway/mcp.h"
 #include "gateway/options.h"
 #include "kernelmgr/kmgr.h"
@@ -265,6 +266,8 @@ static void announce(const settings_t *s, const daemon_t *d, const char *token, 
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "keys") == 0)
+        return keys_main(argc - 1, argv + 1);
     settings_t s;
     int rc = options_parse(&s, argc, argv);
     if (rc >= 0) {
