@@ -306,7 +306,8 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
     kernel_exec_opts_t o = {
         .timeout_ms = opts->timeout_ms, .store_history = !opts->command, .silent = opts->command};
     char *run = opts->command ? command_code(code, opts->max_output) : xstrdup(code);
-    e->id = kernel_execute(k, run, &o, &(kernel_exec_cb_t){on_output, on_done, e}, err);
+    e->id = kernel_execute(
+        k, run, &o, &(kernel_exec_cb_t){.on_output = on_output, .on_done = on_done, .arg = e}, err);
     free(run);
     if (e->id == 0) {
         if (e->env_restore) { /* the kernel is dead: nothing will run it */
