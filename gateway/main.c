@@ -23,6 +23,7 @@
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
 #include "gateway/mcp.h"
+#include "gateway/pyscript.h"
 #include "kernelmgr/egress.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/launcher.h"
@@ -247,6 +248,7 @@ typedef struct {
     bool no_auth;
     http_config_t http;
     api_config_t api;
+    exec_policy_t exec; /* every front end's executions' limits */
     channels_config_t channels;
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */
@@ -325,7 +327,7 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
     case O_MAX_OUTPUT:
         if (parse_uint(name, v, 1ull << 34, &n) < 0)
             return -1;
-        s->api.max_output = n;
+        s->exec.max_output = n;
         return 0;
     case O_MAX_UPLOAD:
         if (parse_uint(name, v, 1ull << 40, &n) < 0)
@@ -340,7 +342,7 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
     case O_MAX_TIMEOUT:
         if (parse_uint(name, v, 86400 * 7, &n) < 0 || n == 0)
             return n == 0 ? bad(name, v, "a positive number of seconds") : -1;
-        s->api.max_timeout_s = (int)n;
+        s->exec.max_timeout_ms = (int)(n * 1000);
         return 0;
     case O_MAX_CONNS:
         if (parse_uint(name, v, 1 << 20, &n) < 0 || n == 0)
@@ -429,7 +431,7 @@ static int apply(settings_t *s, int opt, const char *name, const char *v)
     case O_EXEC_TIMEOUT:
         if (parse_uint(name, v, 86400 * 7, &n) < 0)
             return -1;
-        s->k.kernel.exec_timeout_ms = (int)(n * 1000);
+        s->exec.timeout_ms = (int)(n * 1000);
         return 0;
     case O_START_TIMEOUT:
         if (parse_uint(name, v, 3600, &n) < 0 || n == 0)
@@ -611,9 +613,9 @@ static int parse(settings_t *s, int argc, char **argv)
     s->no_auth = false;
     http_config_defaults(&s->http);
     api_config_defaults(&s->api);
+    exec_policy_defaults(&s->exec);
     channels_config_defaults(&s->channels);
     kmgr_config_defaults(&s->k);
-    s->k.kernel.exec_timeout_ms = 300 * 1000;
     s->k.notice = on_kmgr_notice;
     s->config_text = NULL;
     s->token_arg = NULL;
@@ -696,10 +698,6 @@ static int parse(settings_t *s, int argc, char **argv)
         s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
         s->k.state_dir = s->state_abs;
     }
-    s->api.default_timeout_s =
-        s->k.kernel.exec_timeout_ms > 0 ? s->k.kernel.exec_timeout_ms / 1000 : s->api.max_timeout_s;
-    if (s->api.default_timeout_s > s->api.max_timeout_s)
-        s->api.default_timeout_s = s->api.max_timeout_s;
     bool loopback = strncmp(s->host, "127.", 4) == 0;
     if (s->no_auth && !loopback) {
         fprintf(stderr, "sandgate: --no-auth is refused on a non-loopback address (%s)\n", s->host);
@@ -889,26 +887,28 @@ int main(int argc, char **argv)
     jupyter_t *jupyter = NULL;
     mcp_t *mcp = NULL;
     rc = 1;
-    if (!(kmgr = kmgr_new(loop, &s.k, &err)) || !(http = http_server_new(loop, &s.http, &err))) {
+    /* The kernels' own defaults, for what sandgate runs in them itself. */
+    s.k.kernel.exec_timeout_ms = s.exec.timeout_ms;
+    s.k.kernel.interrupt_grace_ms = s.exec.interrupt_grace_ms;
+    if (pyscript_load(&err) < 0 || !(kmgr = kmgr_new(loop, &s.k, &err)) ||
+        !(http = http_server_new(loop, &s.http, &err))) {
         log_error("%s", err->msg);
         sg_error_free(&err);
         goto out;
     }
     stop.kmgr = kmgr;
     s.api.state_dir = s.k.state_dir;
+    s.api.exec = &s.exec;
     api = api_new(loop, kmgr, &s.api, http_server_wake, http);
-    s.channels.exec_timeout_ms = s.k.kernel.exec_timeout_ms;
+    s.channels.exec = &s.exec;
     jupyter = jupyter_new(loop, kmgr, &s.channels, http_server_wake, http);
     mcp_config_t mc;
     mcp_config_defaults(&mc);
     mc.state_dir = s.k.state_dir;
     mc.kernelspec = s.k.pool_kernelspec;
     mc.idle_ms = s.k.cull_idle_ms;
-    mc.default_timeout_s = s.api.default_timeout_s;
-    mc.max_timeout_s = s.api.max_timeout_s;
-    mc.max_output = s.api.max_output;
+    mc.exec = &s.exec;
     mc.max_upload = s.api.max_upload;
-    mc.max_queue = s.api.max_queue;
     mc.loopback_origins = s.http.token == NULL;
     mcp = mcp_new(loop, kmgr, &mc, http_server_wake, http);
     /* The three front ends' URLs are disjoint, so the order is free. */
