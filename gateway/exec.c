@@ -1,5 +1,6 @@
 #include "gateway/exec.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -9,6 +10,11 @@
 #include "gateway/files.h"
 #include "gateway/pyscript.h"
 
+typedef struct {
+    exec_sink_t sink;
+    void *arg;
+} observer_t;
+
 struct exec {
     kernel_t *k;
     uint64_t kernel_exec; /* kernel_execute's or kernel_track's id */
@@ -16,10 +22,7 @@ struct exec {
     audit_who_t who;
     exec_opts_t opts;
     size_t max_output; /* SIZE_MAX: counted, never cut (a relayed execution) */
-    struct {
-        exec_sink_t sink;
-        void *arg;
-    } obs[EXEC_OBSERVERS_MAX];
+    observer_t obs[EXEC_OBSERVERS_MAX];
     int nobs;
     size_t out_bytes;
     bool truncated;
@@ -58,8 +61,8 @@ int exec_policy_timeout(const exec_policy_t *policy)
 
 static void observe(exec_t *e, const exec_sink_t *sink, void *arg)
 {
-    if (e->nobs < EXEC_OBSERVERS_MAX)
-        e->obs[e->nobs++] = (typeof(e->obs[0])){*sink, arg};
+    assert(e->nobs < EXEC_OBSERVERS_MAX);
+    e->obs[e->nobs++] = (observer_t){*sink, arg};
 }
 
 static exec_t *exec_new(kernel_t *k, const exec_opts_t *opts, exec_kind_t kind)

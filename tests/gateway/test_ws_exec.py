@@ -11,38 +11,20 @@ own when the restarted kernel cannot answer).  sandgate_executions_total
 counts the WebSocket's executions by outcome, and the audit log's execute /
 execution.end events have the same keys and outcome names for REST, MCP and
 the WebSocket."""
-import json
 import os
 import re
 import tempfile
 import time
 
 import mcpraw
-from sgd import Daemon, TOKEN, of_type
-from tap import ok, diag, done
+from sgd import Daemon, TOKEN, of_type, audit_read as read, audit_wait as wait
+from tap import ok, done
 from wsclient import WS
 
 TIMEOUT_S = 2
 SPIN = "while True: pass"
 SLEEP = "import time\ntime.sleep(1000)"
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)"
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-    except FileNotFoundError:
-        return []
-
-
-def wait(path, pred, timeout=20):
-    deadline = time.time() + timeout
-    while True:
-        found = [e for e in read(path) if pred(e)]
-        if found or time.time() > deadline:
-            return found
-        time.sleep(0.1)
 
 
 def metrics(d):
