@@ -15,6 +15,7 @@
 #include "gateway/files.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
+#include "gateway/pyscript.h"
 #include "gateway/resp.h"
 
 struct api {
@@ -30,11 +31,7 @@ struct api {
 
 void api_config_defaults(api_config_t *cfg)
 {
-    *cfg = (api_config_t){.default_timeout_s = 300,
-                          .max_timeout_s = 3600,
-                          .max_output = 16 << 20,
-                          .max_queue = 8,
-                          .max_upload = (size_t)256 << 20};
+    *cfg = (api_config_t){.exec = NULL, .max_upload = (size_t)256 << 20};
 }
 
 /* A context's record: what the API adds to the kmgr session (language,
@@ -183,16 +180,10 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
                           "implicit", implicit));
     if (strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
-        json_t *path = json_string(cwd);
-        char *lit = json_dumps(path, JSON_ENCODE_ANY);
-        char *code = xasprintf("import os as _os; _os.makedirs(%s, exist_ok=True); "
-                               "_os.chdir(%s); del _os",
-                               lit, lit);
+        char *code = pyscript(PY_CONTEXT_CWD, json_pack("{s:s}", "cwd", cwd));
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
         free(code);
-        free(lit);
-        json_decref(path);
     }
     return k;
 }
@@ -398,7 +389,7 @@ static void on_done(void *arg, const exec_end_t *end)
     if (s->command)
         command_done(s, end);
     else if (end->err) {
-        const char *name = end->err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
+        const char *name = end->error_name;
         json_object_set_new(
             s->agg, "error",
             json_pack("{s:s, s:s, s:s}", "name", name, "value", end->err->msg, "traceback", ""));
@@ -506,10 +497,11 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
             ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k_);
             goto out;
         }
-    double t = timeout ? json_number_value(timeout) : self->cfg.default_timeout_s;
-    if (t <= 0 || t > self->cfg.max_timeout_s) {
+    const exec_policy_t *policy = self->cfg.exec;
+    double t = timeout ? json_number_value(timeout) : exec_policy_timeout(policy) / 1000.0;
+    if (t <= 0 || t > policy->max_timeout_ms / 1000) {
         ret = http_reply_errorf(conn, SG_E_INVALID, "'timeout' must be in (0, %d] seconds",
-                                self->cfg.max_timeout_s);
+                                policy->max_timeout_ms / 1000);
         goto out;
     }
     sg_error_t *err = NULL;
@@ -544,11 +536,10 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     if (s->json_mode) /* a stream's client gets each line as it comes: nothing to gather */
         s->agg = json_pack("{s:s, s:s, s:[], s:n, s:n, s:[]}", "stdout", "", "stderr", "",
                            "results", "error", "execution_count", "artifacts");
-    exec_opts_t o = {.timeout_ms = (int)(t * 1000),
+    exec_opts_t o = {.policy = policy,
+                     .timeout_ms = (int)(t * 1000),
                      .env = env,
                      .command = s->command,
-                     .max_output = self->cfg.max_output,
-                     .max_queue = self->cfg.max_queue,
                      .who = who};
     s->exec =
         exec_start(k, json_string_value(s->command ? command : code), &o, &exec_events, s, &err);

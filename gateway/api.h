@@ -18,18 +18,16 @@
 
 #include <microhttpd.h>
 
+#include "gateway/exec.h"
 #include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct api api_t;
 
 typedef struct {
-    int default_timeout_s; /* per execution when the request gives none */
-    int max_timeout_s;     /* the most a request may ask for */
-    size_t max_output;     /* output bytes kept per execution */
-    int max_queue;         /* executions waiting per context */
-    size_t max_upload;     /* bytes per uploaded file */
-    const char *state_dir; /* contexts are recorded in STATE/contexts; NULL: not kept */
+    const exec_policy_t *exec; /* executions' limits (borrowed; set it) */
+    size_t max_upload;         /* bytes per uploaded file */
+    const char *state_dir;     /* contexts are recorded in STATE/contexts; NULL: not kept */
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);

@@ -26,7 +26,6 @@ static struct {
     loop_io_t *io; /* watching fd for room, while the queue is not empty */
     char *q;       /* bytes not written yet: q[off..len) */
     size_t off, len, cap;
-    uint64_t executions;
     bool warned; /* a failed write was logged (once per descriptor) */
 } A = {.fd = -1};
 
@@ -290,11 +289,6 @@ static void set_code(json_t *fields, const char *key, const char *code, size_t n
     }
     json_object_set_new(fields, nkey, json_integer((json_int_t)n));
     json_object_set_new(fields, hkey, json_string(hex));
-}
-
-uint64_t audit_next_execution(void)
-{
-    return ++A.executions;
 }
 
 void audit_execute(const audit_who_t *who, const audit_exec_t *x, const char *language,

@@ -76,14 +76,10 @@ void audit_who_fd(audit_who_t *who, const char *frontend, int fd);
  * none). */
 void audit_event(const audit_who_t *who, const char *event, json_t *fields);
 
-/* A number for the next execution, unique in this process: its "execute"
- * and its "execution.end" carry it. */
-uint64_t audit_next_execution(void);
-
-/* The two events of an execution, as exec.c and channels.c (a Jupyter
- * frontend's own execute_request) write them. */
+/* The two events of an execution, as every front end's executions write
+ * them (exec_observers.h). */
 typedef struct {
-    uint64_t id; /* audit_next_execution() */
+    uint64_t id; /* unique in this process: its "execute" and "execution.end" carry it */
     const char *context;
     bool command; /* a shell command ("command"), else code ("execute") */
 } audit_exec_t;

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/loop.h"
 #include "common/xalloc.h"
+#include "gateway/exec.h"
 #include "gateway/metrics.h"
 #include "gateway/ws.h"
 #include "gateway/wsmsg.h"
@@ -37,25 +38,24 @@ typedef struct conn {
     audit_who_t who;     /* the client, for the audit log */
 } conn_t;
 
-/* A frontend's execution, from its execute_request to its execute_reply,
- * for the audit log. */
-typedef struct {
-    uint64_t audit_id;
-    int64_t started;
-    size_t out_bytes;
-    char *ename;
-    bool timed_out;
-    char context[64];
-    audit_who_t who;
-} jexec_t;
-
-/* A message kept for replay, or held until the kernel is ready. */
+/* A message kept for replay, or held until the kernel is ready (then who
+ * sent it: its execute_request is followed once it is sent). */
 typedef struct stored {
     jchan_t chan;
     jmsg_t *msg;
     size_t bytes;
+    audit_who_t who;
     struct stored *next;
 } stored_t;
+
+/* A frontend's execute_request, sent to the kernel as the frontend made it
+ * and followed by exec.c (exec_track) to its end. */
+typedef struct relayed {
+    hub_t *hub;      /* NULL once the hub is gone: the execution ends unheard */
+    exec_t *exec;    /* NULL once it ended */
+    jmsg_t *request; /* its header only: the parent of what sandgate tells the frontend */
+    struct relayed *next;
+} relayed_t;
 
 typedef struct waiter {
     channels_ready_fn *fn;
@@ -75,10 +75,8 @@ struct hub {
     stored_t *early, **early_tail;
     size_t early_n;
     waiter_t *waiters;
-    /* the frontend execution running now (the kernel runs one at a time) */
-    char running[257];
-    int run_timer;
-    zhashx_t *execs; /* execute_request msg_id -> jexec_t, while the audit log is on */
+    relayed_t *relayed; /* frontends' executions not ended yet */
+    size_t nrelayed;
 };
 
 struct channels {
@@ -93,7 +91,7 @@ struct channels {
 void channels_config_defaults(channels_config_t *cfg)
 {
     *cfg = (channels_config_t){
-        .max_message = 16 << 20, .max_pending = 64 << 20, .replay_max = 16 << 20};
+        .max_message = 16 << 20, .max_pending = 64 << 20, .replay_max = 16 << 20, .exec = NULL};
 }
 
 channels_t *channels_new(loop_t *loop, const channels_config_t *cfg, void (*wake)(void *),
@@ -276,149 +274,9 @@ static void replay_clear(hub_t *h)
     h->replay_session[0] = 0;
 }
 
-/* --- the audit log --------------------------------------------------------------- */
-
-static void jexec_free(void **item)
-{
-    jexec_t *x = *item;
-    if (x) {
-        free(x->ename);
-        free(x);
-    }
-    *item = NULL;
-}
-
-static void audit_end(jexec_t *x, const char *outcome)
-{
-    audit_exec_t ax = {.id = x->audit_id, .context = x->context};
-    audit_execution_end(&x->who, &ax, outcome, zclock_mono() - x->started, x->out_bytes, x->ename,
-                        NULL);
-}
-
-/* Executions that will get no reply (the kernel died, restarted or went, or
- * sandgate stops) end with outcome. */
-static void audit_end_all(hub_t *h, const char *outcome)
-{
-    if (!h->execs)
-        return;
-    for (jexec_t *x = zhashx_first(h->execs); x; x = zhashx_next(h->execs))
-        audit_end(x, outcome);
-    zhashx_purge(h->execs);
-}
-
-/* A frontend's execute_request: the same "execute" event exec.c writes. */
-static void audit_request(hub_t *h, conn_t *c, const jmsg_t *m)
-{
-    if (!h->execs) {
-        h->execs = zhashx_new();
-        zhashx_set_destructor(h->execs, jexec_free);
-    }
-    if (zhashx_size(h->execs) >= ROUTES_MAX)
-        audit_end_all(h, "untracked"); /* requests that never got a reply */
-    jexec_t *x = xzalloc(sizeof *x);
-    x->audit_id = audit_next_execution();
-    x->started = zclock_mono();
-    x->who = c->who;
-    snprintf(x->context, sizeof x->context, "%s", kernel_id(h->k));
-    json_t *code = json_object_get(jmsg_content(m), "code");
-    bool silent = json_is_true(json_object_get(jmsg_content(m), "silent"));
-    audit_exec_t ax = {.id = x->audit_id, .context = x->context};
-    audit_execute(&x->who, &ax, kernel_spec(h->k)->language,
-                  json_string_value(code) ? json_string_value(code) : "", json_string_length(code),
-                  silent ? json_pack("{s:b}", "silent", true) : NULL);
-    zhashx_update(h->execs, jmsg_id(m), x);
-}
-
-/* What the kernel says about an audited execution: its output's size, its
- * exception's name, and its reply, which ends it. */
-static void audit_track(hub_t *h, jchan_t chan, const jmsg_t *m)
-{
-    jexec_t *x = zhashx_lookup(h->execs, jmsg_parent_id(m));
-    if (x == NULL)
-        return;
-    const char *type = jmsg_type(m);
-    json_t *c = jmsg_content(m);
-    if (chan == JCHAN_IOPUB && strcmp(type, "stream") == 0) {
-        x->out_bytes += json_string_length(json_object_get(c, "text"));
-    } else if (chan == JCHAN_IOPUB &&
-               (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0)) {
-        char *data = json_dumps(json_object_get(c, "data"), JSON_COMPACT);
-        x->out_bytes += data ? strlen(data) : 0;
-        free(data);
-    } else if (chan == JCHAN_IOPUB && strcmp(type, "error") == 0 && !x->ename) {
-        const char *ename = jmsg_content_str(m, "ename");
-        x->ename = xstrdup(ename ? ename : "Error");
-    } else if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0) {
-        const char *status = jmsg_content_str(m, "status");
-        const char *ename = jmsg_content_str(m, "ename");
-        if (!x->ename && ename)
-            x->ename = xstrdup(ename);
-        audit_end(x, !status                          ? "error"
-                     : strcmp(status, "ok") == 0      ? "ok"
-                     : strcmp(status, "aborted") == 0 ? "aborted"
-                     : x->timed_out                   ? "timeout"
-                                                      : "error");
-        zhashx_delete(h->execs, jmsg_parent_id(m));
-    }
-}
-
-static void end_run_timer(hub_t *h)
-{
-    if (h->run_timer >= 0)
-        loop_timer_end(h->ch->loop, h->run_timer);
-    h->run_timer = -1;
-    h->running[0] = 0;
-}
-
-static void on_run_timeout(loop_t *loop, int timer_id, void *arg)
-{
-    hub_t *h = arg;
-    h->run_timer = -1;
-    log_info("channels: kernel %s: a frontend's execution passed %d ms (--exec-timeout); "
-             "interrupting it",
-             kernel_id(h->k), h->ch->cfg.exec_timeout_ms);
-    jexec_t *x = h->execs ? zhashx_lookup(h->execs, h->running) : NULL;
-    if (x)
-        x->timed_out = true;
-    h->running[0] = 0;
-    sg_error_t *err = NULL;
-    if (kernel_interrupt(h->k, &err) < 0) {
-        log_warn("channels: kernel %s: interrupt failed: %s", kernel_id(h->k), err->msg);
-        sg_error_free(&err);
-    }
-}
-
-/* Frontend executions get the same timeout as sandgate's own: the clock
- * starts when the kernel says it is busy with the request and stops at its
- * execute_reply. */
-static void watch_execution(hub_t *h, jchan_t chan, const jmsg_t *m)
-{
-    const char *parent = jmsg_parent_id(m);
-    const char *type = jmsg_type(m);
-    if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0 &&
-        strcmp(parent, h->running) == 0) {
-        end_run_timer(h);
-        return;
-    }
-    if (chan != JCHAN_IOPUB || h->ch->cfg.exec_timeout_ms <= 0 || strcmp(type, "status") != 0)
-        return;
-    const char *st = jmsg_content_str(m, "execution_state");
-    const char *ptype = json_string_value(json_object_get(jmsg_parent(m), "msg_type"));
-    if (st && strcmp(st, "busy") == 0 && ptype && strcmp(ptype, "execute_request") == 0 &&
-        zhashx_lookup(h->routes, parent) && strlen(parent) < sizeof h->running) {
-        end_run_timer(h);
-        strcpy(h->running, parent);
-        h->run_timer =
-            loop_timer(h->ch->loop, (size_t)h->ch->cfg.exec_timeout_ms, 1, on_run_timeout, h);
-    }
-}
-
 static void on_kernel_message(kernel_t *k, jchan_t chan, const jmsg_t *m, void *arg)
 {
     hub_t *h = arg;
-    watch_execution(h, chan, m);
-    if (h->execs && zhashx_size(h->execs))
-        audit_track(h, chan, m);
     if (chan == JCHAN_IOPUB) {
         if (h->replay_session[0])
             keep_for_replay(h, chan, m);
@@ -459,19 +317,107 @@ static void broadcast_status(hub_t *h, const char *state)
     jmsg_destroy(&m);
 }
 
+/* --- a frontend's executions ------------------------------------------------------ */
+
+static void relayed_free(relayed_t *r)
+{
+    jmsg_destroy(&r->request);
+    free(r);
+}
+
+/* What sandgate says about a frontend's execution, as the kernel would: on
+ * iopub, or as the request's reply on shell (to the frontend that sent it). */
+static void tell(relayed_t *r, jchan_t chan, const char *type, json_t *content)
+{
+    jmsg_t *m = jmsg_new(type, "sandgate", "sandgate");
+    jmsg_set_parent(m, r->request);
+    jmsg_set_content(m, content);
+    on_kernel_message(r->hub->k, chan, m, r->hub);
+    jmsg_destroy(&m);
+}
+
+static void tell_error(relayed_t *r, const char *name, const sg_error_t *err)
+{
+    char *text = xasprintf("%s: %s\n", name, err->msg);
+    tell(r, JCHAN_IOPUB, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text));
+    free(text);
+}
+
+/* Its timeout passed: the frontend sees it on stderr, as the interrupt's
+ * KeyboardInterrupt follows. */
+static void relayed_timeout(void *arg, const sg_error_t *err)
+{
+    relayed_t *r = arg;
+    if (r->hub)
+        tell_error(r, "TimeoutError", err);
+}
+
+/* Its end.  When the kernel gave no reply (restarted after a timeout's
+ * interrupt failed, died), sandgate answers for it, so that the frontend
+ * has the execute_reply and the idle status every request gets. */
+static void relayed_done(void *arg, const exec_end_t *end)
+{
+    relayed_t *r = arg;
+    hub_t *h = r->hub;
+    r->exec = NULL;
+    if (h) {
+        for (relayed_t **p = &h->relayed; *p; p = &(*p)->next)
+            if (*p == r) {
+                *p = r->next;
+                h->nrelayed--;
+                break;
+            }
+    }
+    if (h && end->reply == NULL && end->err) {
+        tell_error(r, end->error_name, end->err);
+        tell(r, JCHAN_SHELL, "execute_reply",
+             json_pack("{s:s, s:s, s:s, s:[], s:i}", "status", "error", "ename", end->error_name,
+                       "evalue", end->err->msg, "traceback", "execution_count",
+                       kernel_execution_count(h->k)));
+        tell(r, JCHAN_IOPUB, "status", json_pack("{s:s}", "execution_state", "idle"));
+    }
+    relayed_free(r);
+}
+
+static const exec_sink_t relayed_sink = {.on_timeout = relayed_timeout, .on_done = relayed_done};
+
+/* Sends a frontend's message to the kernel; an execute_request is followed
+ * to its end (exec.c: the timeout, the audit log, the metrics). */
+static void relay(hub_t *h, jchan_t chan, const jmsg_t *m, const audit_who_t *who)
+{
+    sg_error_t *err = NULL;
+    if (kernel_send(h->k, chan, m, &err) < 0) {
+        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+        sg_error_free(&err);
+        return;
+    }
+    if (chan != JCHAN_SHELL || strcmp(jmsg_type(m), "execute_request") != 0)
+        return;
+    relayed_t *r = xzalloc(sizeof *r);
+    r->hub = h;
+    r->request = jmsg_from_parts(json_deep_copy(jmsg_header(m)), json_object(), json_object(),
+                                 json_object());
+    exec_opts_t o = {.policy = h->ch->cfg.exec, .who = *who};
+    r->exec = exec_track(h->k, m, &o, &relayed_sink, r, &err);
+    if (r->exec == NULL) {
+        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+        sg_error_free(&err);
+        relayed_free(r);
+        return;
+    }
+    r->next = h->relayed;
+    h->relayed = r;
+    h->nrelayed++;
+}
+
 static void send_early(hub_t *h)
 {
     stored_t *list = h->early;
     h->early = NULL;
     h->early_tail = &h->early;
     h->early_n = 0;
-    for (stored_t *s = list; s; s = s->next) {
-        sg_error_t *err = NULL;
-        if (kernel_send(h->k, s->chan, s->msg, &err) < 0) {
-            log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
-            sg_error_free(&err);
-        }
-    }
+    for (stored_t *s = list; s; s = s->next)
+        relay(h, s->chan, s->msg, &s->who);
     stored_free_list(list);
 }
 
@@ -487,7 +433,7 @@ static void fire_waiters(hub_t *h, const sg_error_t *err)
     }
 }
 
-static void hub_free(hub_t *h);
+static void hub_free(hub_t *h, bool stopping);
 
 static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
 {
@@ -499,13 +445,8 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         send_early(h);
         fire_waiters(h, NULL);
         break;
-    case KERNEL_EV_RESTARTED:
-        audit_end_all(h, "kernel_error");
-        broadcast_status(h, "restarting");
-        break;
+    case KERNEL_EV_RESTARTED: broadcast_status(h, "restarting"); break;
     case KERNEL_EV_DEAD:
-        audit_end_all(h, "kernel_error");
-        end_run_timer(h);
         broadcast_status(h, "dead");
         stored_free_list(h->early);
         h->early = NULL;
@@ -516,10 +457,9 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
     case KERNEL_EV_GONE: {
         sg_error_t *gone = NULL;
         sg_error_set(&gone, SG_E_NOTFOUND, "kernel %s was shut down", kernel_id(k));
-        audit_end_all(h, "kernel_error");
         fire_waiters(h, gone);
         sg_error_free(&gone);
-        hub_free(h);
+        hub_free(h, false); /* its executions end as the kernel goes */
         break;
     }
     }
@@ -538,7 +478,6 @@ static hub_t *hub_get(channels_t *ch, kernel_t *k)
     zhashx_set_duplicator(h->routes, (zhashx_duplicator_fn *)strdup);
     h->replay_tail = &h->replay;
     h->early_tail = &h->early;
-    h->run_timer = -1;
     h->next = ch->hubs;
     ch->hubs = h;
     kernel_set_tap(k, &(kernel_tap_t){.on_message = on_kernel_message, .arg = h});
@@ -546,7 +485,9 @@ static hub_t *hub_get(channels_t *ch, kernel_t *k)
     return h;
 }
 
-static void hub_free(hub_t *h)
+/* stopping: sandgate stops, and the executions under way are detached
+ * (the code runs on); else the kernel goes, and ends them itself. */
+static void hub_free(hub_t *h, bool stopping)
 {
     channels_t *ch = h->ch;
     while (h->conns) {
@@ -562,9 +503,15 @@ static void hub_free(hub_t *h)
         }
     kernel_set_tap(h->k, NULL);
     kernel_unobserve(h->k, on_kernel_event, h);
-    end_run_timer(h);
-    audit_end_all(h, "detached"); /* sandgate stops; the code runs on */
-    zhashx_destroy(&h->execs);
+    while (h->relayed) {
+        relayed_t *r = h->relayed;
+        h->relayed = r->next;
+        r->hub = NULL;
+        if (stopping) {
+            exec_detach(&r->exec);
+            relayed_free(r);
+        }
+    }
     zhashx_destroy(&h->routes);
     replay_clear(h);
     stored_free_list(h->early);
@@ -596,8 +543,12 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
             zhashx_purge(h->routes); /* requests that never got a reply */
         zhashx_update(h->routes, jmsg_id(m), c->session);
     }
-    if (chan == JCHAN_SHELL && audit_enabled() && strcmp(jmsg_type(m), "execute_request") == 0)
-        audit_request(h, c, m);
+    if (h->nrelayed >= ROUTES_MAX) {
+        log_warn("channels: kernel %s: %zu executions from frontends under way; a message dropped",
+                 kernel_id(h->k), h->nrelayed);
+        jmsg_destroy(&m);
+        return;
+    }
     kernel_state_t st = kernel_state(h->k);
     if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
         /* A paused kernel wakes up for its frontends; the message waits. */
@@ -615,16 +566,13 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
             return;
         }
         stored_t *s = xzalloc(sizeof *s);
-        *s = (stored_t){.chan = chan, .msg = m};
+        *s = (stored_t){.chan = chan, .msg = m, .who = c->who};
         *h->early_tail = s;
         h->early_tail = &s->next;
         h->early_n++;
         return;
     }
-    if (kernel_send(h->k, chan, m, &err) < 0) {
-        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
-        sg_error_free(&err);
-    }
+    relay(h, chan, m, &c->who);
     jmsg_destroy(&m);
 }
 
@@ -840,7 +788,7 @@ void channels_destroy(channels_t **self_p)
         return;
     channels_t *self = *self_p;
     while (self->hubs)
-        hub_free(self->hubs);
+        hub_free(self->hubs, true);
     free(self);
     *self_p = NULL;
 }

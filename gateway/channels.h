@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 
 #include "gateway/audit.h"
+#include "gateway/exec.h"
 #include "kernelmgr/kernel.h"
 
 #define CHANNELS_V1_PROTOCOL "v1.kernel.websocket.jupyter.org"
@@ -31,10 +32,10 @@
 typedef struct channels channels_t;
 
 typedef struct {
-    size_t max_message;  /* bytes of one WebSocket message from a frontend */
-    size_t max_pending;  /* bytes queued for a slow frontend before it is dropped */
-    size_t replay_max;   /* bytes kept for a disconnected session */
-    int exec_timeout_ms; /* a frontend's execution running longer is interrupted; 0: never */
+    size_t max_message;        /* bytes of one WebSocket message from a frontend */
+    size_t max_pending;        /* bytes queued for a slow frontend before it is dropped */
+    size_t replay_max;         /* bytes kept for a disconnected session */
+    const exec_policy_t *exec; /* the limits of frontends' executions (borrowed; set it) */
 } channels_config_t;
 
 void channels_config_defaults(channels_config_t *cfg);
@@ -48,9 +49,12 @@ void channels_destroy(channels_t **self_p);
 
 /* Takes over an upgraded socket as a frontend of k.  session: the client's
  * session_id (may be empty: then the connection is its own session).  who:
- * the client, for the audit log (copied): a frontend's execute_requests go
- * to the kernel as it sent them, not through exec.c, so the hub writes
- * their "execute" and "execution.end" events itself. */
+ * the client, for the audit log (copied).  A frontend's execute_requests go
+ * to the kernel as it sent them, and exec.c follows each to its end
+ * (exec_track): the policy's timeout (interrupt, then restart; the frontend
+ * reads on stderr which happened, and gets an execute_reply and an idle
+ * status from sandgate when the kernel gave none), the audit log and the
+ * metrics, as for every front end. */
 void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
                      struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
                      const audit_who_t *who);

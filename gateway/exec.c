@@ -1,17 +1,29 @@
 #include "gateway/exec.h"
 
+#include <assert.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "gateway/exec_observers.h"
 #include "gateway/files.h"
+#include "gateway/pyscript.h"
+
+typedef struct {
+    exec_sink_t sink;
+    void *arg;
+} observer_t;
 
 struct exec {
     kernel_t *k;
-    uint64_t id;
+    uint64_t kernel_exec; /* kernel_execute's or kernel_track's id */
+    exec_info_t info;
+    audit_who_t who;
     exec_opts_t opts;
-    exec_sink_t sink;
-    void *arg;
+    size_t max_output; /* SIZE_MAX: counted, never cut (a relayed execution) */
+    observer_t obs[EXEC_OBSERVERS_MAX];
+    int nobs;
     size_t out_bytes;
     bool truncated;
     char *env_restore;
@@ -19,105 +31,58 @@ struct exec {
     char *report;   /* command: the runner's stdout */
     size_t report_len;
     int64_t started;
-    uint64_t audit_id; /* its number in the audit log; 0: not audited */
-    char *ename;       /* the first exception's name, for the audit log */
+    char *ename; /* the first exception's name */
 };
 
-static const char *const outcome_names[OUTCOMES] = {"ok", "error", "timeout", "kernel_error",
-                                                    "cancelled"};
+/* Each observer's callback cb, if it has one, with the arguments after arg. */
+#define NOTIFY(e, cb, ...)                                                                         \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < (e)->nobs; i_++)                                                     \
+            if ((e)->obs[i_].sink.cb)                                                              \
+                (e)->obs[i_].sink.cb((e)->obs[i_].arg, __VA_ARGS__);                               \
+    } while (0)
 
-/* The audit log's "execution.end": how it ended, never what it printed. */
-static void audit_end(const exec_t *e, const char *outcome, int64_t duration_ms,
-                      const json_t *report, const sg_error_t *err)
+void exec_policy_defaults(exec_policy_t *policy)
 {
-    if (!e->audit_id)
-        return;
-    json_t *extra = json_object();
-    json_t *code = json_object_get(report, "exit_code");
-    if (json_is_integer(code))
-        json_object_set(extra, "exit_code", code);
-    if (e->truncated)
-        json_object_set_new(extra, "truncated", json_true());
-    audit_exec_t x = {.id = e->audit_id, .context = kernel_id(e->k), .command = e->opts.command};
-    audit_execution_end(&e->opts.who, &x, outcome, duration_ms,
-                        e->opts.command ? e->report_len : e->out_bytes,
-                        e->ename ? e->ename
-                        : err    ? sg_error_kind_name(err->kind)
-                                 : NULL,
-                        extra);
+    kernel_opts_t k;
+    kernel_opts_defaults(&k);
+    *policy = (exec_policy_t){.timeout_ms = 300 * 1000,
+                              .max_timeout_ms = 3600 * 1000,
+                              .interrupt_grace_ms = k.interrupt_grace_ms,
+                              .max_output = 16 << 20,
+                              .max_queue = 8};
 }
 
-static char *env_code(const json_t *env, bool restore)
+int exec_policy_timeout(const exec_policy_t *policy)
 {
-    /* env_vars apply to this execution only: set them, and restore after. */
-    char *lit = json_dumps(env, JSON_COMPACT);
-    char *code = restore ? xasprintf("import os as _os\n"
-                                     "for _k, _v in _sandgate_env_saved.items():\n"
-                                     "    if _v is None: _os.environ.pop(_k, None)\n"
-                                     "    else: _os.environ[_k] = _v\n"
-                                     "del _os, _k, _v, _sandgate_env_saved")
-                         : xasprintf("import os as _os\n_sandgate_env_new = %s\n"
-                                     "_sandgate_env_saved = {k: _os.environ.get(k) for k in "
-                                     "_sandgate_env_new}\n"
-                                     "_os.environ.update(_sandgate_env_new)\n"
-                                     "del _os, _sandgate_env_new",
-                                     lit);
-    free(lit);
-    return code;
+    int t = policy->timeout_ms > 0 ? policy->timeout_ms : policy->max_timeout_ms;
+    return t < policy->max_timeout_ms ? t : policy->max_timeout_ms;
 }
 
-/* A shell command runs in the context's sandbox through its kernel: a
- * runner started in a new session (so a timeout's interrupt kills the
- * whole process group), reading at most limit bytes of each stream and
- * draining the rest, reports {stdout, stderr, exit_code} on its stdout. */
-static char *command_code(const char *command, size_t limit)
+static void observe(exec_t *e, const exec_sink_t *sink, void *arg)
 {
-    json_t *cmd = json_string(command);
-    char *lit = json_dumps(cmd, JSON_ENCODE_ANY);
-    json_decref(cmd);
-    char *code = xasprintf(
-        "def _sandgate_command(cmd, limit):\n"
-        "    import json, os, selectors, signal, subprocess, sys\n"
-        "    p = subprocess.Popen(['/bin/sh', '-c', cmd], stdin=subprocess.DEVNULL,\n"
-        "                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,\n"
-        "                         start_new_session=True)\n"
-        "    got = {p.stdout: bytearray(), p.stderr: bytearray()}\n"
-        "    over = set()\n"
-        "    try:\n"
-        "        sel = selectors.DefaultSelector()\n"
-        "        for f in got: sel.register(f, selectors.EVENT_READ)\n"
-        "        while sel.get_map():\n"
-        "            for key, _ in sel.select():\n"
-        "                chunk = os.read(key.fd, 65536)\n"
-        "                if not chunk:\n"
-        "                    sel.unregister(key.fileobj)\n"
-        "                    continue\n"
-        "                buf = got[key.fileobj]\n"
-        "                room = max(limit - len(buf), 0)\n"
-        "                buf += chunk[:room]\n"
-        "                if len(chunk) > room: over.add(key.fileobj)\n"
-        "        p.wait()\n"
-        "    except BaseException:\n"
-        "        try: os.killpg(p.pid, signal.SIGKILL)\n"
-        "        except OSError: pass\n"
-        "        p.wait()\n"
-        "        raise\n"
-        "    def text(f):\n"
-        "        t = got[f].decode('utf-8', 'replace')\n"
-        "        if f in over: t += '\\n[sandgate: output limit of %%d bytes reached; the rest "
-        "is dropped]\\n' %% limit\n"
-        "        return t\n"
-        "    rc = p.returncode if p.returncode >= 0 else 128 - p.returncode\n"
-        "    sys.stdout.write(json.dumps({'stdout': text(p.stdout), 'stderr': text(p.stderr),\n"
-        "                                 'exit_code': rc}))\n"
-        "    sys.stdout.flush()\n"
-        "try:\n"
-        "    _sandgate_command(%s, %zu)\n"
-        "finally:\n"
-        "    del _sandgate_command\n",
-        lit, limit);
-    free(lit);
-    return code;
+    assert(e->nobs < EXEC_OBSERVERS_MAX);
+    e->obs[e->nobs++] = (observer_t){*sink, arg};
+}
+
+static exec_t *exec_new(kernel_t *k, const exec_opts_t *opts, exec_kind_t kind)
+{
+    static uint64_t executions;
+    exec_t *e = xzalloc(sizeof *e);
+    e->k = k;
+    e->opts = *opts;
+    e->opts.env = NULL; /* borrowed for the call only */
+    e->who = opts->who;
+    e->max_output = opts->policy->max_output;
+    e->started = zclock_mono();
+    e->info = (exec_info_t){.id = ++executions,
+                            .kind = kind,
+                            .context = kernel_id(k),
+                            .language = kernel_spec(k)->language,
+                            .who = &e->who};
+    observe(e, &exec_audit_observer, NULL);
+    observe(e, &exec_metrics_observer, NULL);
+    return e;
 }
 
 static void exec_free(exec_t *e)
@@ -129,23 +94,36 @@ static void exec_free(exec_t *e)
     free(e);
 }
 
+/* The end, for every observer still attached; frees e. */
+static void finish(exec_t *e, exec_end_t *end)
+{
+    end->info = &e->info;
+    end->workspace = kernel_workspace(e->k);
+    end->ename = e->ename;
+    end->output_bytes = e->opts.command ? e->report_len : e->out_bytes;
+    end->truncated = e->truncated;
+    end->duration_ms = zclock_mono() - e->started;
+    if (end->err)
+        end->error_name = end->err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError";
+    NOTIFY(e, on_done, end);
+    exec_free(e);
+}
+
 /* Counts n bytes against the limit; false, and the marker once, past it. */
 static bool fits(exec_t *e, size_t n)
 {
     if (e->truncated)
         return false;
     e->out_bytes += n;
-    if (e->out_bytes <= e->opts.max_output)
+    if (e->out_bytes <= e->max_output)
         return true;
     e->truncated = true;
-    metrics.output_truncated++;
     char note[160];
     snprintf(note, sizeof note,
              "[sandgate: output limit of %zu bytes reached; further output of this execution "
              "is dropped]\n",
-             e->opts.max_output);
-    if (e->sink.on_limit)
-        e->sink.on_limit(e->arg, note);
+             e->max_output);
+    NOTIFY(e, on_limit, note);
     return false;
 }
 
@@ -157,11 +135,30 @@ static void command_output(exec_t *e, const jmsg_t *m)
     if (strcmp(jmsg_type(m), "stream") != 0 || !text || !name || strcmp(name, "stdout") != 0)
         return;
     size_t n = strlen(text);
-    if (e->report_len + n > 8 * e->opts.max_output + 65536)
+    if (e->report_len + n > 8 * e->max_output + 65536)
         return; /* cannot happen with the runner's own limit; bounded anyway */
     e->report = xrealloc(e->report, e->report_len + n + 1);
     memcpy(e->report + e->report_len, text, n + 1);
     e->report_len += n;
+}
+
+static void stream_output(exec_t *e, const jmsg_t *m)
+{
+    const char *name = jmsg_content_str(m, "name");
+    json_t *tj = json_object_get(jmsg_content(m), "text");
+    const char *text = json_string_value(tj);
+    size_t n = json_string_length(tj); /* kernels print NULs too */
+    if (!text)
+        return;
+    /* What fits under the limit goes out, then the limit's marker. */
+    size_t fit = e->truncated ? 0 : utf8_cut(text, n, e->max_output - e->out_bytes);
+    const char *date = json_string_value(json_object_get(jmsg_header(m), "date"));
+    if (fit > 0) {
+        e->out_bytes += fit;
+        NOTIFY(e, on_stream, name && strcmp(name, "stderr") == 0, text, fit, date ? date : "");
+    }
+    if (fit < n)
+        fits(e, n - fit);
 }
 
 static void on_output(const jmsg_t *m, void *arg)
@@ -171,26 +168,8 @@ static void on_output(const jmsg_t *m, void *arg)
     json_t *c = jmsg_content(m);
     if (e->opts.command) {
         command_output(e, m);
-        return;
-    }
-    if (strcmp(type, "stream") == 0) {
-        const char *name = jmsg_content_str(m, "name");
-        json_t *tj = json_object_get(c, "text");
-        const char *text = json_string_value(tj);
-        size_t n = json_string_length(tj); /* kernels print NULs too */
-        if (!text)
-            return;
-        /* What fits under the limit goes out, then the limit's marker. */
-        size_t fit = e->truncated ? 0 : utf8_cut(text, n, e->opts.max_output - e->out_bytes);
-        const char *date = json_string_value(json_object_get(jmsg_header(m), "date"));
-        if (fit > 0) {
-            e->out_bytes += fit;
-            if (e->sink.on_stream)
-                e->sink.on_stream(e->arg, name && strcmp(name, "stderr") == 0, text, fit,
-                                  date ? date : "");
-        }
-        if (fit < n)
-            fits(e, n - fit);
+    } else if (strcmp(type, "stream") == 0) {
+        stream_output(e, m);
     } else if (strcmp(type, "execute_result") == 0 || strcmp(type, "display_data") == 0) {
         json_t *data = json_object_get(c, "data");
         if (!json_is_object(data))
@@ -198,19 +177,17 @@ static void on_output(const jmsg_t *m, void *arg)
         char *dumped = json_dumps(data, JSON_COMPACT);
         size_t n = dumped ? strlen(dumped) : 0;
         free(dumped);
-        if (fits(e, n) && e->sink.on_result)
-            e->sink.on_result(e->arg, data, strcmp(type, "execute_result") == 0);
+        if (fits(e, n))
+            NOTIFY(e, on_result, data, strcmp(type, "execute_result") == 0);
     } else if (strcmp(type, "error") == 0) {
         const char *ename = jmsg_content_str(m, "ename");
         const char *evalue = jmsg_content_str(m, "evalue");
         if (!e->ename)
             e->ename = xstrdup(ename ? ename : "Error");
-        if (e->sink.on_error)
-            e->sink.on_error(e->arg, ename ? ename : "Error", evalue ? evalue : "",
-                             json_object_get(c, "traceback"));
+        NOTIFY(e, on_error, ename ? ename : "Error", evalue ? evalue : "",
+               json_object_get(c, "traceback"));
     } else if (strcmp(type, "execute_input") == 0) {
-        if (e->sink.on_count)
-            e->sink.on_count(e->arg, json_integer_value(json_object_get(c, "execution_count")));
+        NOTIFY(e, on_count, json_integer_value(json_object_get(c, "execution_count")));
     }
 }
 
@@ -226,13 +203,18 @@ static exec_outcome_t outcome_of(const json_t *reply, const sg_error_t *err, con
     return status && strcmp(status, "ok") == 0 ? OUTCOME_OK : OUTCOME_ERROR;
 }
 
-static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
+static void restore_env(exec_t *e)
 {
-    exec_t *e = arg;
     if (e->env_restore) {
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(e->k, e->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
     }
+}
+
+static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
+{
+    exec_t *e = arg;
+    restore_env(e);
     /* JSON_ALLOW_NUL: a command's output may hold NUL bytes (grep -Z, find
      * -print0), which the runner's JSON escapes as \u0000. */
     json_t *report = e->report ? json_loadb(e->report, e->report_len, JSON_ALLOW_NUL, NULL) : NULL;
@@ -240,84 +222,107 @@ static void on_done(const json_t *reply, const sg_error_t *err, void *arg)
         json_decref(report);
         report = NULL;
     }
-    exec_end_t end = {
-        .reply = reply, .err = err, .report = report, .workspace = kernel_workspace(e->k)};
-    end.artifacts = files_changed(kernel_workspace(e->k), EXEC_ARTIFACT_DIR, e->before);
-    metrics.artifacts += json_array_size(end.artifacts);
+    exec_end_t end = {.reply = reply, .err = err, .report = report};
+    if (e->before)
+        end.artifacts = files_changed(kernel_workspace(e->k), EXEC_ARTIFACT_DIR, e->before);
     end.outcome = outcome_of(reply, err, e->opts.command ? report : NULL);
-    end.duration_ms = zclock_mono() - e->started;
-    metrics_execution(e->opts.command ? EXEC_COMMAND : EXEC_CODE, end.outcome,
-                      (double)end.duration_ms / 1000.0);
-    audit_end(e, outcome_names[end.outcome], end.duration_ms, report, err);
-    if (e->sink.on_done)
-        e->sink.on_done(e->arg, &end);
+    finish(e, &end);
     json_decref(end.artifacts);
     json_decref(report);
-    exec_free(e);
 }
 
-/* The audit log's "execute" or "command": what is about to run, and where. */
-static void audit_start(const exec_t *e, const char *code)
+static void on_timeout(const sg_error_t *err, void *arg)
 {
-    json_t *extra = json_object();
-    if (json_object_size(e->opts.env)) { /* the names only: values may be secrets */
-        json_t *names = json_array();
-        const char *name;
-        json_t *v;
-        json_object_foreach ((json_t *)e->opts.env, name, v)
-            json_array_append_new(names, json_string(name));
-        json_object_set_new(extra, "env_vars", names);
-    }
-    audit_exec_t x = {.id = e->audit_id, .context = kernel_id(e->k), .command = e->opts.command};
-    audit_execute(&e->opts.who, &x, kernel_spec(e->k)->language, code, strlen(code), extra);
+    exec_t *e = arg;
+    NOTIFY(e, on_timeout, err);
+}
+
+/* Ends an execution that never ran. */
+static void refuse(exec_t *e, sg_error_t **err)
+{
+    sg_error_t *why = NULL;
+    if (err == NULL || *err == NULL)
+        sg_error_set(&why, SG_E_INTERNAL, "refused");
+    finish(e, &(exec_end_t){.err = why ? why : *err, .outcome = OUTCOME_REFUSED});
+    sg_error_free(&why);
 }
 
 exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const exec_sink_t *sink,
                    void *arg, sg_error_t **err)
 {
-    exec_t *e = xzalloc(sizeof *e);
-    e->k = k;
-    e->opts = *opts;
-    e->sink = *sink;
-    e->arg = arg;
-    e->started = zclock_mono();
-    if (audit_enabled()) {
-        e->audit_id = audit_next_execution();
-        audit_start(e, code);
-    }
-    e->opts.env = NULL; /* borrowed for this call only */
-    if (kernel_pending(k) >= (size_t)opts->max_queue) {
+    exec_t *e = exec_new(k, opts, opts->command ? EXEC_COMMAND : EXEC_CODE);
+    e->info.code = code;
+    e->info.code_len = strlen(code);
+    e->info.env = opts->env;
+    NOTIFY(e, on_start, &e->info);
+    e->info.code = NULL;
+    e->info.env = NULL;
+    int max_queue = opts->policy->max_queue;
+    if (kernel_pending(k) >= (size_t)max_queue) {
         sg_error_set(err, SG_E_CONFLICT,
                      "context %s already has %d executions waiting; try again later", kernel_id(k),
-                     opts->max_queue);
-        audit_end(e, "refused", 0, NULL, err ? *err : NULL);
-        exec_free(e);
+                     max_queue);
+        refuse(e, err);
         return NULL;
     }
     e->before = files_snapshot(kernel_workspace(k), EXEC_ARTIFACT_DIR);
     bool python = strcmp(kernel_spec(k)->language, "python") == 0;
     if (json_object_size(opts->env) && python) {
-        char *set = env_code(opts->env, false);
+        char *set = pyscript(PY_ENV_SET, json_pack("{s:O}", "env_new", opts->env));
         kernel_exec_opts_t o = {.silent = true};
         kernel_execute(k, set, &o, &(kernel_exec_cb_t){0}, NULL);
         free(set);
-        e->env_restore = env_code(opts->env, true);
+        e->env_restore = pyscript(PY_ENV_RESTORE, NULL);
     }
-    kernel_exec_opts_t o = {
-        .timeout_ms = opts->timeout_ms, .store_history = !opts->command, .silent = opts->command};
-    char *run = opts->command ? command_code(code, opts->max_output) : xstrdup(code);
-    e->id = kernel_execute(k, run, &o, &(kernel_exec_cb_t){on_output, on_done, e}, err);
+    kernel_exec_opts_t o = {.timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms
+                                                               : exec_policy_timeout(opts->policy),
+                            .store_history = !opts->command,
+                            .silent = opts->command};
+    char *run = opts->command ? pyscript(PY_COMMAND, json_pack("{s:s, s:I}", "cmd", code, "limit",
+                                                               (json_int_t)e->max_output))
+                              : xstrdup(code);
+    kernel_exec_cb_t cb = {
+        .on_output = on_output, .on_done = on_done, .on_timeout = on_timeout, .arg = e};
+    e->kernel_exec = kernel_execute(k, run, &o, &cb, err);
     free(run);
-    if (e->id == 0) {
-        if (e->env_restore) { /* the kernel is dead: nothing will run it */
-            free(e->env_restore);
-            e->env_restore = NULL;
-        }
-        audit_end(e, "refused", 0, NULL, err ? *err : NULL);
-        exec_free(e);
+    if (e->kernel_exec == 0) {
+        free(e->env_restore); /* the kernel is dead: nothing will run it */
+        e->env_restore = NULL;
+        refuse(e, err);
         return NULL;
     }
+    observe(e, sink, arg);
     return e;
+}
+
+exec_t *exec_track(kernel_t *k, const jmsg_t *request, const exec_opts_t *opts,
+                   const exec_sink_t *sink, void *arg, sg_error_t **err)
+{
+    exec_t *e = exec_new(k, opts, EXEC_CODE);
+    e->max_output = SIZE_MAX; /* its frontend gets the kernel's messages as they are */
+    json_t *code = json_object_get(jmsg_content(request), "code");
+    e->info.code = json_string_value(code) ? json_string_value(code) : "";
+    e->info.code_len = json_string_length(code);
+    e->info.silent = json_is_true(json_object_get(jmsg_content(request), "silent"));
+    NOTIFY(e, on_start, &e->info);
+    e->info.code = NULL;
+    kernel_exec_opts_t o = {.timeout_ms = exec_policy_timeout(opts->policy)};
+    kernel_exec_cb_t cb = {
+        .on_output = on_output, .on_done = on_done, .on_timeout = on_timeout, .arg = e};
+    e->kernel_exec = kernel_track(k, jmsg_id(request), &o, &cb, err);
+    if (e->kernel_exec == 0) {
+        refuse(e, err);
+        return NULL;
+    }
+    observe(e, sink, arg);
+    return e;
+}
+
+/* The front end is gone: its sink leaves (it is the last observer). */
+static void drop_sink(exec_t *e)
+{
+    if (e->nobs > 0)
+        e->nobs--;
 }
 
 void exec_cancel(exec_t **e_p, const char *why)
@@ -326,18 +331,12 @@ void exec_cancel(exec_t **e_p, const char *why)
     if (e == NULL)
         return;
     *e_p = NULL;
+    drop_sink(e);
     log_info("%s; interrupting its execution on %s", why, kernel_id(e->k));
-    kernel_forget(e->k, e->id);
+    kernel_forget(e->k, e->kernel_exec);
     kernel_interrupt(e->k, NULL);
-    if (e->env_restore) {
-        kernel_exec_opts_t o = {.silent = true};
-        kernel_execute(e->k, e->env_restore, &o, &(kernel_exec_cb_t){0}, NULL);
-    }
-    int64_t ms = zclock_mono() - e->started;
-    metrics_execution(e->opts.command ? EXEC_COMMAND : EXEC_CODE, OUTCOME_CANCELLED,
-                      (double)ms / 1000.0);
-    audit_end(e, outcome_names[OUTCOME_CANCELLED], ms, NULL, NULL);
-    exec_free(e);
+    restore_env(e);
+    finish(e, &(exec_end_t){.outcome = OUTCOME_CANCELLED});
 }
 
 void exec_detach(exec_t **e_p)
@@ -346,9 +345,9 @@ void exec_detach(exec_t **e_p)
     if (e == NULL)
         return;
     *e_p = NULL;
-    kernel_forget(e->k, e->id);
-    audit_end(e, "detached", zclock_mono() - e->started, NULL, NULL);
-    exec_free(e);
+    drop_sink(e);
+    kernel_forget(e->k, e->kernel_exec);
+    finish(e, &(exec_end_t){.outcome = OUTCOME_DETACHED});
 }
 
 kernel_t *exec_kernel(const exec_t *e)

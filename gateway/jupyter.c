@@ -14,6 +14,7 @@
 #include "config.h"
 #include "gateway/audit.h"
 #include "gateway/http.h"
+#include "gateway/pyscript.h"
 #include "gateway/resp.h"
 #include "gateway/ws.h"
 
@@ -262,21 +263,11 @@ static void setup_kernel(kernel_t *k, json_t *env, const char *path)
         json_decref(vars);
         return;
     }
-    char *vars_lit = json_dumps(vars, JSON_COMPACT);
-    json_t *p = json_string(use_path ? path : "");
-    char *path_lit = json_dumps(p, JSON_ENCODE_ANY);
-    char *code = xasprintf("import os as _os\n_os.environ.update(%s)\n"
-                           "_p = _os.path.join('/home/user', %s)\n"
-                           "if %s and _os.path.isdir(_p): _os.chdir(_p)\n"
-                           "del _os, _p",
-                           vars_lit, path_lit, use_path ? "True" : "False");
+    char *code = pyscript(PY_KERNEL_SETUP, json_pack("{s:o, s:s, s:b}", "env", vars, "path",
+                                                     use_path ? path : "", "use_path", use_path));
     kernel_exec_opts_t o = {.silent = true};
     kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
     free(code);
-    free(path_lit);
-    free(vars_lit);
-    json_decref(p);
-    json_decref(vars);
 }
 
 static void on_ready(const sg_error_t *err, void *arg)

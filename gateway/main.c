@@ -20,6 +20,7 @@
 #include "gateway/keys.h"
 #include "gateway/mcp.h"
 #include "gateway/options.h"
+#include "gateway/pyscript.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/launcher.h"
 #include "kernelmgr/proc.h"
@@ -192,23 +193,24 @@ typedef struct {
 
 static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **err)
 {
-    if (!(d->kmgr = kmgr_new(loop, &s->k, err)) ||
+    /* The kernels' own defaults, for what sandgate runs in them itself. */
+    s->k.kernel.exec_timeout_ms = s->exec.timeout_ms;
+    s->k.kernel.interrupt_grace_ms = s->exec.interrupt_grace_ms;
+    if (pyscript_load(err) < 0 || !(d->kmgr = kmgr_new(loop, &s->k, err)) ||
         !(d->http = http_server_new(loop, &s->http, err)))
         return -1;
     s->api.state_dir = s->k.state_dir;
+    s->api.exec = &s->exec;
     d->api = api_new(loop, d->kmgr, &s->api, http_server_wake, d->http);
-    s->channels.exec_timeout_ms = s->k.kernel.exec_timeout_ms;
+    s->channels.exec = &s->exec;
     d->jupyter = jupyter_new(loop, d->kmgr, &s->channels, http_server_wake, d->http);
     mcp_config_t mc;
     mcp_config_defaults(&mc);
     mc.state_dir = s->k.state_dir;
     mc.kernelspec = s->k.pool_kernelspec;
     mc.idle_ms = s->k.cull_idle_ms;
-    mc.default_timeout_s = s->api.default_timeout_s;
-    mc.max_timeout_s = s->api.max_timeout_s;
-    mc.max_output = s->api.max_output;
+    mc.exec = &s->exec;
     mc.max_upload = s->api.max_upload;
-    mc.max_queue = s->api.max_queue;
     mc.loopback_origins = s->http.token == NULL;
     d->mcp = mcp_new(loop, d->kmgr, &mc, http_server_wake, d->http);
     /* The three front ends' URLs are disjoint, so the order is free. */

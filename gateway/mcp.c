@@ -103,12 +103,9 @@ void mcp_config_defaults(mcp_config_t *cfg)
     *cfg = (mcp_config_t){.state_dir = NULL,
                           .kernelspec = "python3",
                           .idle_ms = 3600 * 1000,
-                          .default_timeout_s = 300,
-                          .max_timeout_s = 3600,
-                          .max_output = 16 << 20,
+                          .exec = NULL,
                           .max_file = 8 << 20,
                           .max_upload = (size_t)256 << 20,
-                          .max_queue = 8,
                           .max_sessions = 1024,
                           .loopback_origins = false};
 }
@@ -646,9 +643,7 @@ static void on_done(void *arg, const exec_end_t *end)
     c->exec = NULL;
     flush_run(c);
     if (end->err) {
-        char *t =
-            xasprintf("%s: %s", end->err->kind == SG_E_TIMEOUT ? "TimeoutError" : "KernelError",
-                      end->err->msg);
+        char *t = xasprintf("%s: %s", end->error_name, end->err->msg);
         add_text(c->content, t);
         free(t);
     }
@@ -693,13 +688,13 @@ static json_t *tool_text(bool error, const char *fmt, ...)
 static bool timeout_arg(mcp_t *self, json_t *args, double *t, json_t **bad)
 {
     json_t *v = json_object_get(args, "timeout");
-    *t = self->cfg.default_timeout_s;
+    *t = exec_policy_timeout(self->cfg.exec) / 1000.0;
     if (!v || json_is_null(v))
         return true;
     if (!json_is_number(v) || json_number_value(v) <= 0 ||
-        json_number_value(v) > self->cfg.max_timeout_s) {
+        json_number_value(v) > self->cfg.exec->max_timeout_ms / 1000) {
         *bad = tool_text(true, "'timeout' must be a number of seconds in (0, %d]",
-                         self->cfg.max_timeout_s);
+                         self->cfg.exec->max_timeout_ms / 1000);
         return false;
     }
     *t = json_number_value(v);
@@ -736,10 +731,7 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     c->content = json_array();
     if (note)
         add_text(c->content, note);
-    exec_opts_t o = {.timeout_ms = (int)(t * 1000),
-                     .max_output = self->cfg.max_output,
-                     .max_queue = self->cfg.max_queue,
-                     .who = self->who};
+    exec_opts_t o = {.policy = self->cfg.exec, .timeout_ms = (int)(t * 1000), .who = self->who};
     c->exec = exec_start(k, code, &o, &exec_events, c, &err);
     if (c->exec == NULL) {
         json_t *r = err->kind == SG_E_CONFLICT
@@ -971,7 +963,7 @@ static json_t *tools_json(const mcp_config_t *cfg, bool internet)
         internet ? "whose network reaches what the server allows (the internet; never private "
                    "networks, cloud metadata or the host)"
                  : "with no network access",
-        cfg->max_timeout_s, cfg->default_timeout_s, cfg->max_file);
+        cfg->exec->max_timeout_ms / 1000, exec_policy_timeout(cfg->exec) / 1000, cfg->max_file);
     json_error_t jerr;
     json_t *tools = json_loads(text, 0, &jerr);
     if (!tools) { /* a programmer's error in the literal above */

@@ -26,24 +26,22 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 
+#include "gateway/exec.h"
 #include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct mcp mcp_t;
 
 typedef struct {
-    const char *state_dir;  /* sessions are recorded in STATE/mcp */
-    const char *kernelspec; /* the kernel every MCP session gets ("python3") */
-    int idle_ms;            /* end sessions idle this long; 0: never */
-    int default_timeout_s;  /* per execution when the call gives none */
-    int max_timeout_s;      /* the most a call may ask for */
-    size_t max_output;      /* output bytes kept per execution */
-    size_t max_file;        /* the largest file returned inline (read_file, output/) */
-    size_t max_upload;      /* the largest file write_file writes */
-    int max_queue;          /* executions waiting per session */
-    int max_sessions;       /* MCP sessions at once */
-    bool loopback_origins;  /* refuse browser Origins other than loopback ones
-                               (no token: DNS-rebinding protection) */
+    const char *state_dir;     /* sessions are recorded in STATE/mcp */
+    const char *kernelspec;    /* the kernel every MCP session gets ("python3") */
+    int idle_ms;               /* end sessions idle this long; 0: never */
+    const exec_policy_t *exec; /* executions' limits (borrowed; set it) */
+    size_t max_file;           /* the largest file returned inline (read_file, output/) */
+    size_t max_upload;         /* the largest file write_file writes */
+    int max_sessions;          /* MCP sessions at once */
+    bool loopback_origins;     /* refuse browser Origins other than loopback ones
+                                  (no token: DNS-rebinding protection) */
 } mcp_config_t;
 
 void mcp_config_defaults(mcp_config_t *cfg);

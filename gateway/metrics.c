@@ -21,10 +21,23 @@ void histogram_observe(histogram_t *h, double seconds)
         }
 }
 
+const char *exec_outcome_name(exec_outcome_t outcome)
+{
+    static const char *const names[OUTCOMES] = {"ok",        "error",   "timeout", "kernel_error",
+                                                "cancelled", "refused", "detached"};
+    return (unsigned)outcome < OUTCOMES ? names[outcome] : "?";
+}
+
+const char *exec_kind_name(exec_kind_t kind)
+{
+    return kind == EXEC_COMMAND ? "command" : "code";
+}
+
 void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds)
 {
     metrics.executions[kind][outcome]++;
-    histogram_observe(&metrics.exec_seconds[kind], seconds);
+    if (outcome != OUTCOME_REFUSED) /* it never ran: counted, not timed */
+        histogram_observe(&metrics.exec_seconds[kind], seconds);
 }
 
 static void header(FILE *f, const char *name, const char *type, const char *help)
@@ -79,8 +92,6 @@ static void egress(FILE *f, const json_t *counts)
 
 char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
 {
-    static const char *kinds[EXEC_KINDS] = {"code", "command"};
-    static const char *outcomes[OUTCOMES] = {"ok", "error", "timeout", "kernel_error", "cancelled"};
     kmgr_stats_t st;
     kmgr_stats(kmgr, &st);
     char *page = NULL;
@@ -110,13 +121,14 @@ char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
            "Executions by kind (code, command) and outcome.");
     for (int k = 0; k < EXEC_KINDS; k++)
         for (int o = 0; o < OUTCOMES; o++)
-            fprintf(f, "sandgate_executions_total{kind=\"%s\",outcome=\"%s\"} %llu\n", kinds[k],
-                    outcomes[o], (unsigned long long)metrics.executions[k][o]);
+            fprintf(f, "sandgate_executions_total{kind=\"%s\",outcome=\"%s\"} %llu\n",
+                    exec_kind_name(k), exec_outcome_name(o),
+                    (unsigned long long)metrics.executions[k][o]);
     header(f, "sandgate_execution_duration_seconds", "histogram",
            "From the request to the end of the execution (queueing included).");
     for (int k = 0; k < EXEC_KINDS; k++) {
         char labels[32];
-        snprintf(labels, sizeof labels, "kind=\"%s\",", kinds[k]);
+        snprintf(labels, sizeof labels, "kind=\"%s\",", exec_kind_name(k));
         histogram(f, "sandgate_execution_duration_seconds", labels, &metrics.exec_seconds[k]);
     }
     const struct {

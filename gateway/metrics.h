@@ -22,14 +22,24 @@ typedef struct {
 } histogram_t;
 
 typedef enum { EXEC_CODE, EXEC_COMMAND, EXEC_KINDS } exec_kind_t;
+/* How an execution ended: one set for every front end, the metrics
+ * (sandgate_executions_total's outcome) and the audit log (execution.end's
+ * outcome), named by exec_outcome_name(). */
 typedef enum {
     OUTCOME_OK,        /* ran to the end without an exception */
-    OUTCOME_ERROR,     /* the code raised, or the command exited non-zero */
+    OUTCOME_ERROR,     /* the code raised (or the kernel skipped it after an earlier error),
+                          or the command exited non-zero */
     OUTCOME_TIMEOUT,   /* stopped by its timeout */
     OUTCOME_KERNEL,    /* the kernel died or was restarted under it */
     OUTCOME_CANCELLED, /* the client went away */
+    OUTCOME_REFUSED,   /* never started: the context's queue was full or its kernel dead */
+    OUTCOME_DETACHED,  /* sandgate stopped while it ran; the code runs on */
     OUTCOMES
 } exec_outcome_t;
+
+/* "ok", "error", "timeout", "kernel_error", "cancelled", "refused", "detached". */
+const char *exec_outcome_name(exec_outcome_t outcome);
+const char *exec_kind_name(exec_kind_t kind); /* "code", "command" */
 
 typedef struct {
     uint64_t http_status[600]; /* responses by status code */

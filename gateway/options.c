@@ -215,13 +215,13 @@ static const opt_t table[] = {
              "ids it hands out carry it (docs/deploy-cluster.md)"},
     {"max-body", 0, "BYTES", UINT(http.max_body, 0, 1ull << 32, 1),
      .help = "request body limit (1048576)"},
-    {"max-output", 0, "BYTES", UINT(api.max_output, 0, 1ull << 34, 1),
+    {"max-output", 0, "BYTES", UINT(exec.max_output, 0, 1ull << 34, 1),
      .help = "output kept per execution (16777216; the rest is dropped with a marker)"},
     {"max-upload", 0, "BYTES", UINT(api.max_upload, 0, 1ull << 40, 1),
      .help = "size of one uploaded file (268435456)"},
     {"max-ws-message", 0, "BYTES", UINT(channels.max_message, 1024, 1ull << 32, 1),
      .want = "at least 1024 bytes", .help = "one WebSocket message from a frontend (16777216)"},
-    {"max-timeout", 0, "SEC", UINT(api.max_timeout_s, 1, 7 * DAY, 1),
+    {"max-timeout", 0, "SEC", SECONDS_MS(exec.max_timeout_ms, 1, 7 * DAY),
      .want = "a positive number of seconds",
      .help = "the longest timeout a request may ask for (3600)"},
     {"max-connections", 0, "N", UINT(http.max_conns, 1, 1 << 20, 1),
@@ -261,8 +261,8 @@ static const opt_t table[] = {
      .help = "workspace filesystem size (1024; 0: a plain directory, no limit)"},
     {"tmp-size", 0, "MIB", UINT(k.sandbox.tmp_bytes, 0, 1 << 24, 1 << 20),
      .help = "/tmp size (256)"},
-    {"exec-timeout", 0, "SEC", SECONDS_MS(k.kernel.exec_timeout_ms, 0, 7 * DAY),
-     .help = "default execution timeout (300; 0: none)"},
+    {"exec-timeout", 0, "SEC", SECONDS_MS(exec.timeout_ms, 0, 7 * DAY),
+     .help = "default execution timeout (300; 0: --max-timeout)"},
     {"start-timeout", 0, "SEC", SECONDS_MS(k.kernel.start_timeout_ms, 1, 3600),
      .want = "a positive number of seconds",
      .help = "how long a new kernel may take to answer (120); past it the session is dead with "
@@ -550,9 +550,9 @@ static void defaults(settings_t *s)
     strcpy(s->host, "127.0.0.1");
     http_config_defaults(&s->http);
     api_config_defaults(&s->api);
+    exec_policy_defaults(&s->exec);
     channels_config_defaults(&s->channels);
     kmgr_config_defaults(&s->k);
-    s->k.kernel.exec_timeout_ms = 300 * 1000;
 }
 
 /* What follows from the options once all are read. */
@@ -569,10 +569,6 @@ static int derive(settings_t *s)
         s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
         s->k.state_dir = s->state_abs;
     }
-    s->api.default_timeout_s =
-        s->k.kernel.exec_timeout_ms > 0 ? s->k.kernel.exec_timeout_ms / 1000 : s->api.max_timeout_s;
-    if (s->api.default_timeout_s > s->api.max_timeout_s)
-        s->api.default_timeout_s = s->api.max_timeout_s;
     if (s->no_auth && strncmp(s->host, "127.", 4) != 0) {
         fprintf(stderr, "sandgate: --no-auth is refused on a non-loopback address (%s)\n", s->host);
         return -1;

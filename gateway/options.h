@@ -17,6 +17,7 @@
 #include "gateway/api.h"
 #include "gateway/audit.h"
 #include "gateway/channels.h"
+#include "gateway/exec.h"
 #include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
 
@@ -26,6 +27,7 @@ typedef struct {
     bool no_auth;
     http_config_t http;
     api_config_t api;
+    exec_policy_t exec; /* every front end's executions' limits */
     channels_config_t channels;
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */

@@ -34,7 +34,9 @@ typedef struct exec {
     json_t *reply;
     bool got_reply, got_idle, timed_out;
     bool is_preload; /* the kernel's preload snippet: READY follows it */
+    bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
     int timer;
+    struct kernel *k;
     struct exec *next;
 } exec_t;
 
@@ -74,6 +76,8 @@ struct kernel {
 
     /* executions: queue head is the running one when state is BUSY */
     exec_t *queue;
+    exec_t *tracked; /* frontends' own executions, followed by msg_id */
+    exec_t *overdue; /* the timed-out execution grace_timer is for */
     uint64_t next_exec;
     int grace_timer;
     int execution_count;
@@ -247,8 +251,11 @@ static void exec_free(exec_t *e)
 /* Ends every execution with err (kernel died or restarted). Callbacks last. */
 static void fail_all(kernel_t *k, const sg_error_t *err)
 {
-    exec_t *list = k->queue;
-    k->queue = NULL;
+    exec_t *list = k->queue, **tail = &list;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = k->tracked;
+    k->queue = k->tracked = k->overdue = NULL;
     end_timer(k, &k->grace_timer);
     for (exec_t *e = list; e; e = e->next)
         if (e->timer >= 0) {
@@ -291,28 +298,48 @@ static void pump(kernel_t *k)
     k->last_activity = zclock_mono();
     int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
     if (timeout > 0)
-        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, k);
+        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, e);
+}
+
+/* Why a timed-out execution ended: interrupted, or (restarted) not even that. */
+static sg_error_t *timeout_error(const kernel_t *k, const exec_t *e, bool restarted)
+{
+    int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
+    sg_error_t *err = NULL;
+    if (restarted)
+        sg_error_set(&err, SG_E_TIMEOUT,
+                     "execution exceeded its %d ms timeout and did not stop when interrupted; the "
+                     "kernel was restarted and its variables are lost",
+                     t);
+    else
+        sg_error_set(&err, SG_E_TIMEOUT, "execution exceeded its %d ms timeout and was interrupted",
+                     t);
+    return err;
+}
+
+/* e ends: its timer, and the grace period if it is the one overdue, stop. */
+static void settle(kernel_t *k, exec_t *e)
+{
+    end_timer(k, &e->timer);
+    if (k->overdue == e) {
+        end_timer(k, &k->grace_timer);
+        k->overdue = NULL;
+    }
+    k->last_activity = zclock_mono();
+    json_int_t n = json_integer_value(json_object_get(e->reply, "execution_count"));
+    if (n > 0)
+        k->execution_count = (int)n;
 }
 
 static void finish_head(kernel_t *k, const sg_error_t *err)
 {
     exec_t *e = k->queue;
     k->queue = e->next;
-    end_timer(k, &e->timer);
-    end_timer(k, &k->grace_timer);
+    settle(k, e);
     k->state = KERNEL_IDLE;
-    k->last_activity = zclock_mono();
-    json_int_t n = json_integer_value(json_object_get(e->reply, "execution_count"));
-    if (n > 0)
-        k->execution_count = (int)n;
-
-    sg_error_t *timeout_err = NULL;
-    if (err == NULL && e->timed_out) {
-        int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
-        sg_error_set(&timeout_err, SG_E_TIMEOUT,
-                     "execution exceeded its %d ms timeout and was interrupted", t);
+    sg_error_t *timeout_err = err == NULL && e->timed_out ? timeout_error(k, e, false) : NULL;
+    if (timeout_err)
         err = timeout_err;
-    }
     bool was_preload = e->is_preload;
     pump(k);
     /* Callbacks last: they may queue, restart or shut the kernel down. */
@@ -335,19 +362,19 @@ static void on_grace_expired(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     k->grace_timer = -1;
-    if (k->freed || k->queue == NULL)
+    exec_t *e = k->overdue;
+    k->overdue = NULL;
+    if (k->freed || e == NULL)
         return;
     log_warn("kernel %s: no answer %d ms after the interrupt; restarting it", k->id,
              k->opts.interrupt_grace_ms);
-    exec_t *e = k->queue;
-    int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
-    sg_error_t *err = NULL;
-    sg_error_set(&err, SG_E_TIMEOUT,
-                 "execution exceeded its %d ms timeout and did not stop when interrupted; the "
-                 "kernel was restarted and its variables are lost",
-                 t);
+    sg_error_t *err = timeout_error(k, e, true);
     /* The running execution gets the timeout; the queued ones are kept for the new kernel. */
-    k->queue = e->next;
+    for (exec_t **p = e->tracked ? &k->tracked : &k->queue; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
     e->next = NULL;
     end_timer(k, &e->timer);
     sg_error_t *rerr = NULL;
@@ -361,13 +388,15 @@ static void on_grace_expired(loop_t *loop, int timer_id, void *arg)
     sg_error_free(&err);
 }
 
+/* arg: the execution (its timer ends whenever it does).  The kernel is
+ * interrupted; if it has not answered within the grace period, restarted. */
 static void on_exec_timeout(loop_t *loop, int timer_id, void *arg)
 {
-    kernel_t *k = arg;
-    if (k->freed || k->queue == NULL)
-        return;
-    exec_t *e = k->queue;
+    exec_t *e = arg;
+    kernel_t *k = e->k;
     e->timer = -1;
+    if (k->freed)
+        return;
     e->timed_out = true;
     log_info("kernel %s: execution timed out; interrupting", k->id);
     sg_error_t *err = NULL;
@@ -375,7 +404,14 @@ static void on_exec_timeout(loop_t *loop, int timer_id, void *arg)
         log_warn("kernel %s: interrupt failed: %s", k->id, err->msg);
         sg_error_free(&err);
     }
+    end_timer(k, &k->grace_timer);
+    k->overdue = e;
     k->grace_timer = loop_timer(k->loop, k->opts.interrupt_grace_ms, 1, on_grace_expired, k);
+    if (e->cb.on_timeout) {
+        err = timeout_error(k, e, false);
+        e->cb.on_timeout(err, e->cb.arg);
+        sg_error_free(&err);
+    }
 }
 
 static exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
@@ -390,6 +426,7 @@ static exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t 
         e->opts.store_history = true;
     e->cb = *cb;
     e->timer = -1;
+    e->k = k;
     return e;
 }
 
@@ -423,6 +460,66 @@ void kernel_forget(kernel_t *k, uint64_t exec_id)
     for (exec_t *e = k->queue; e; e = e->next)
         if (e->id == exec_id)
             e->cb = (kernel_exec_cb_t){0};
+    for (exec_t *e = k->tracked; e; e = e->next)
+        if (e->id == exec_id)
+            e->cb = (kernel_exec_cb_t){0};
+}
+
+uint64_t kernel_track(kernel_t *k, const char *msg_id, const kernel_exec_opts_t *opts,
+                      const kernel_exec_cb_t *cb, sg_error_t **err)
+{
+    if (k->state == KERNEL_DEAD || strlen(msg_id) >= sizeof k->tracked->msg_id) {
+        sg_error_set(err, k->state == KERNEL_DEAD ? SG_E_UNAVAILABLE : SG_E_INVALID,
+                     "kernel %s: execution %.64s cannot be followed", k->id, msg_id);
+        return 0;
+    }
+    exec_t *e = exec_new(k, "", opts, cb);
+    e->tracked = true;
+    strcpy(e->msg_id, msg_id);
+    e->next = k->tracked;
+    k->tracked = e;
+    return e->id;
+}
+
+/* What the kernel says about a frontend's execution: the clock starts when
+ * it is busy with it; its output is passed on; its reply and idle end it. */
+static void on_tracked(kernel_t *k, jchan_t chan, const jmsg_t *m)
+{
+    exec_t *e = k->tracked;
+    while (e && strcmp(e->msg_id, jmsg_parent_id(m)) != 0)
+        e = e->next;
+    if (e == NULL)
+        return;
+    const char *type = jmsg_type(m);
+    const char *st = jmsg_content_str(m, "execution_state");
+    int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
+    if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0) {
+        e->got_reply = true;
+        json_decref(e->reply);
+        e->reply = json_incref(jmsg_content(m));
+    } else if (chan != JCHAN_IOPUB) {
+        return;
+    } else if (strcmp(type, "status") != 0) {
+        if (e->cb.on_output)
+            e->cb.on_output(m, e->cb.arg);
+    } else if (st && strcmp(st, "busy") == 0 && timeout > 0 && e->timer < 0 && !e->timed_out) {
+        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, e);
+    } else if (st && strcmp(st, "idle") == 0) {
+        e->got_idle = true;
+    }
+    if (!e->got_reply || !e->got_idle)
+        return;
+    for (exec_t **p = &k->tracked; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    settle(k, e);
+    sg_error_t *err = e->timed_out ? timeout_error(k, e, false) : NULL;
+    if (e->cb.on_done)
+        e->cb.on_done(e->reply, err, e->cb.arg);
+    sg_error_free(&err);
+    exec_free(e);
 }
 
 /* --- messages from the kernel ------------------------------------------------- */
@@ -509,6 +606,8 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
     }
     if (k->tap.on_message)
         k->tap.on_message(k, JCHAN_IOPUB, m, k->tap.arg);
+    if (k->tracked)
+        on_tracked(k, JCHAN_IOPUB, m);
     exec_t *e = k->queue;
     if (e == NULL || !e->msg_id[0] || strcmp(jmsg_parent_id(m), e->msg_id) != 0)
         return;
@@ -543,6 +642,8 @@ static void on_shell(kernel_t *k, jmsg_t *m)
     }
     if (k->tap.on_message && !own_request(k, m))
         k->tap.on_message(k, JCHAN_SHELL, m, k->tap.arg);
+    if (k->tracked) /* after the tap: its frontend has the reply first */
+        on_tracked(k, JCHAN_SHELL, m);
 }
 
 static void on_stdin(kernel_t *k, jmsg_t *m)
@@ -689,10 +790,10 @@ static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
     if (k->freed || k->state != KERNEL_STARTING)
         return;
     cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    const char *what = k->info_replied && k->iopub_seen && k->client &&
-                               !jclient_stdin_connected(k->client)
-                           ? "kernel answered, but its stdin channel did not accept a connection"
-                           : "kernel did not answer";
+    const char *what =
+        k->info_replied && k->iopub_seen && k->client && !jclient_stdin_connected(k->client)
+            ? "kernel answered, but its stdin channel did not accept a connection"
+            : "kernel did not answer";
     die_msg(k, SG_E_TIMEOUT, "%s within %d ms of starting (kernelspec '%s')%s%s", what,
             k->opts.start_timeout_ms, k->spec->name, *tail ? "; kernel log:\n" : "", tail);
 }
@@ -1026,7 +1127,7 @@ int kernel_pause(kernel_t *k, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions with a network (\"internet\": true) cannot be paused: "
                             "runsc cannot save their TCP connections");
-    if (k->state != KERNEL_IDLE || k->queue || k->held || k->sb == NULL)
+    if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
                             k->id, kernel_status(k));
     k->pause_began = zclock_mono();

@@ -73,6 +73,9 @@ typedef struct {
      * user code is a normal completion with reply.status "error" — or why
      * the execution ended abnormally (timeout, kernel died or restarted). */
     void (*on_done)(const json_t *reply, const sg_error_t *err, void *arg);
+    /* Optional: the execution passed its timeout and the kernel is being
+     * interrupted (err says so, as on_done will if that stops it). */
+    void (*on_timeout)(const sg_error_t *err, void *arg);
     void *arg;
 } kernel_exec_cb_t;
 
@@ -113,6 +116,18 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
                         const kernel_exec_cb_t *cb, sg_error_t **err);
 /* The caller of execution id is gone: no more callbacks (the code runs on). */
 void kernel_forget(kernel_t *k, uint64_t exec_id);
+
+/* Follows an execute_request that a frontend sent itself (kernel_send),
+ * by its msg_id, as kernel_execute's executions are followed: cb gets its
+ * iopub output and its end (execute_reply plus status idle; or an error
+ * when the kernel dies or restarts), and its timeout (opts->timeout_ms, 0:
+ * the kernel's default) interrupts, then restarts, the kernel the same way.
+ * Its clock starts when the kernel says it is busy with it (the kernel may
+ * hold it behind others).  Nothing is queued or sent, and the tap still
+ * sees every message.  Returns an id for kernel_forget, or 0 with *err
+ * when the kernel is dead. */
+uint64_t kernel_track(kernel_t *k, const char *msg_id, const kernel_exec_opts_t *opts,
+                      const kernel_exec_cb_t *cb, sg_error_t **err);
 
 int kernel_interrupt(kernel_t *k, sg_error_t **err);
 

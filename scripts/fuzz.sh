@@ -68,6 +68,8 @@ run_harness fuzz_wsmsg tests/fuzz/fuzz_wsmsg.c gateway/wsmsg.c proto/jmsg.c prot
 
 # The HTTP stack in-process: request bytes, headers, paths, routing, and the
 # JSON bodies of the REST, Jupyter and MCP routes (tests/fuzz/fuzz_http.c).
+# Its Python scripts beside it, where the daemon finds them in a build.
+mkdir -p "$out/py" && cp gateway/py/*.py "$out/py/"
 printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
 rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
@@ -77,7 +79,7 @@ run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexist
     kernelmgr/sandbox_link.c kernelmgr/egress.c kernelmgr/kernel.c kernelmgr/kmgr.c \
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
-    gateway/audit.c \
+    gateway/audit.c gateway/exec_observers.c gateway/pyscript.c \
     $(pkg-config --cflags --libs libmicrohttpd)
 extra_args=""
 

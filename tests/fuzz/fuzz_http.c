@@ -38,6 +38,7 @@
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
 #include "gateway/mcp.h"
+#include "gateway/pyscript.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/proc.h"
 
@@ -164,18 +165,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
      * client; docs/security.md): reap those quickly, or the harness runs out
      * of connections after ~10 000 inputs. */
     hc.conn_timeout_s = 2;
-    if (proc_init(loop, &err) < 0 || !(kmgr = kmgr_new(loop, &kc, &err)) ||
-        !(http = http_server_new(loop, &hc, &err))) {
+    if (proc_init(loop, &err) < 0 || pyscript_load(&err) < 0 ||
+        !(kmgr = kmgr_new(loop, &kc, &err)) || !(http = http_server_new(loop, &hc, &err))) {
         fprintf(stderr, "fuzz_http: %s\n", err->msg);
         abort();
     }
     port = http_server_port(http);
+    static exec_policy_t policy;
+    exec_policy_defaults(&policy);
     api_config_t ac;
     api_config_defaults(&ac);
+    ac.exec = &policy;
     channels_config_t cc;
     channels_config_defaults(&cc);
+    cc.exec = &policy;
     mcp_config_t mc;
     mcp_config_defaults(&mc);
+    mc.exec = &policy;
     mc.state_dir = kc.state_dir;
     mc.max_sessions = 64;
     if (api_register(api_new(loop, kmgr, &ac, http_server_wake, http), http, &err) < 0 ||

@@ -129,6 +129,25 @@ class Daemon:
             raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
 
 
+def audit_read(path):
+    """The events of an audit log (--audit-log), as dicts."""
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def audit_wait(path, pred, timeout=20):
+    """The events of an audit log that satisfy pred, once there is one."""
+    deadline = time.time() + timeout
+    while True:
+        found = [e for e in audit_read(path) if pred(e)]
+        if found or time.time() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def of_type(lines, t):
     return [l for l in lines if l.get("type") == t]
 

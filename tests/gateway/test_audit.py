@@ -17,31 +17,13 @@ import time
 import urllib.request
 
 import mcpraw
-from sgd import Daemon, TOKEN, sandbox_pids
+from sgd import Daemon, TOKEN, sandbox_pids, audit_read as read, audit_wait as wait
 from tap import ok, diag, done
 from wsclient import WS
 
 SERVE_UID, SANDBOX_GID = 64122, 64123  # --user's default, the sandbox group
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 WRONG = "wrong-token-0123456789-zz"
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-    except FileNotFoundError:
-        return []
-
-
-def wait(path, pred, timeout=20):
-    """The events of path that satisfy pred, once there is one."""
-    deadline = time.time() + timeout
-    while True:
-        found = [e for e in read(path) if pred(e)]
-        if found or time.time() > deadline:
-            return found
-        time.sleep(0.1)
 
 
 def ev(name, **fields):

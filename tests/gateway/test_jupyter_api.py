@@ -393,7 +393,11 @@ try:
     ok(reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
        and took < 30, f"a WebSocket execution past --exec-timeout is interrupted ({took:.1f} s)",
        reply["content"])
-    ok(any("--exec-timeout" in l for l in d.log), "the log says why it was interrupted")
+    ok(any("execution timed out; interrupting" in l for l in d.log),
+       "the log says why it was interrupted")
+    ok(any(m["header"]["msg_type"] == "stream" and m["content"]["name"] == "stderr" and
+           m["content"]["text"].startswith("TimeoutError: execution exceeded its 3000 ms")
+           for m in io), "the frontend reads why on stderr", io)
     reply, io = ws.execute("'still alive'")
     ok(result_text(io) == "'still alive'", "the kernel keeps working after the timeout")
     time.sleep(10)

@@ -94,7 +94,7 @@ static __attribute__((unused)) bool run_code(kernel_t *k, const char *code, int 
     memset(r, 0, sizeof *r);
     r->outputs = json_array();
     kernel_exec_opts_t o = {.timeout_ms = timeout_ms, .store_history = true};
-    kernel_exec_cb_t cb = {r_output, r_done, r};
+    kernel_exec_cb_t cb = {.on_output = r_output, .on_done = r_done, .arg = r};
     sg_error_t *err = NULL;
     if (kernel_execute(k, code, &o, &cb, &err) == 0) {
         r->done = true;

@@ -284,7 +284,7 @@ int main(void)
     memset(&r, 0, sizeof r);
     r.outputs = json_array();
     kernel_execute(a, "import time\nfor i in range(60): time.sleep(0.5)", &eo,
-                   &(kernel_exec_cb_t){r_output, r_done, &r}, NULL);
+                   &(kernel_exec_cb_t){.on_output = r_output, .on_done = r_done, .arg = &r}, NULL);
     spin(1500);
     ok(kernel_state(a) == KERNEL_BUSY, "busy while running");
     kernel_interrupt(a, NULL);
@@ -326,7 +326,8 @@ int main(void)
     r.outputs = json_array();
     if (km)
         kernel_execute(km, "import time\nfor i in range(60): time.sleep(0.5)", &eo,
-                       &(kernel_exec_cb_t){r_output, r_done, &r}, NULL);
+                       &(kernel_exec_cb_t){.on_output = r_output, .on_done = r_done, .arg = &r},
+                       NULL);
     spin(1500);
     if (km)
         kernel_interrupt(km, NULL);
@@ -365,8 +366,8 @@ int main(void)
     r.outputs = json_array();
     wa.dead = 0;
     int64_t sent = zclock_mono();
-    kernel_execute(a, "import os; os._exit(3)", &eo, &(kernel_exec_cb_t){r_output, r_done, &r},
-                   NULL);
+    kernel_execute(a, "import os; os._exit(3)", &eo,
+                   &(kernel_exec_cb_t){.on_output = r_output, .on_done = r_done, .arg = &r}, NULL);
     run_until(is_dead, &wa, 10000);
     int64_t took = wa.dead_at - sent;
     ok(wa.dead == 1 && kernel_state(a) == KERNEL_DEAD, "os._exit is detected as death (%s)",
