@@ -1,3 +1,5 @@
+/* api_files: the REST API's files routes (api_internal.h): downloads and
+ * listings, deletes, and uploads streamed to disk. */
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -27,25 +29,26 @@ static json_t *file_audit(kernel_t *k, const char *path)
     return f;
 }
 
-/* A context's files are served once its workspace exists (a default
- * context made by POST /execute can be seen before). */
-static bool workspace_ready(kernel_t *k, struct MHD_Connection *conn, enum MHD_Result *ret)
+/* The request's context, once its workspace exists (a default context
+ * made by POST /execute can be seen before); NULL after answering 409. */
+static kernel_t *workspace_of(const http_req_t *call, enum MHD_Result *ret)
 {
+    kernel_t *k = http_arg(call, "context");
     if (kernel_prepared(k))
-        return true;
-    *ret = http_reply_errorf(conn, SG_E_CONFLICT,
+        return k;
+    *ret = http_reply_errorf(call->conn, SG_E_CONFLICT,
                              "context %s is still being prepared; retry shortly", kernel_id(k));
-    return false;
+    return NULL;
 }
 
 /* DELETE /contexts/{context}/files/{path}: a file or a whole directory. */
 static enum MHD_Result files_delete(void *arg, http_req_t *call)
 {
     struct MHD_Connection *conn = call->conn;
-    kernel_t *k = http_arg(call, "context");
     const char *path = call->rest;
     enum MHD_Result ret;
-    if (!workspace_ready(k, conn, &ret))
+    kernel_t *k = workspace_of(call, &ret);
+    if (!k)
         return ret;
     sg_error_t *err = NULL;
     json_t *f = audit_enabled() ? file_audit(k, path) : NULL;
@@ -63,10 +66,10 @@ static enum MHD_Result files_delete(void *arg, http_req_t *call)
 static enum MHD_Result files_get(void *arg, http_req_t *call)
 {
     struct MHD_Connection *conn = call->conn;
-    kernel_t *k = http_arg(call, "context");
     const char *path = call->rest;
     enum MHD_Result ret;
-    if (!workspace_ready(k, conn, &ret))
+    kernel_t *k = workspace_of(call, &ret);
+    if (!k)
         return ret;
     sg_error_t *err = NULL;
     struct stat st;

@@ -1,3 +1,5 @@
+/* api_metrics: the REST API's GET /health and GET /metrics
+ * (api_internal.h). */
 #include <string.h>
 
 #include "common/log.h"

@@ -1,26 +1,14 @@
 #include "gateway/mcp.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sodium.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/log.h"
 #include "common/records.h"
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/audit.h"
-#include "gateway/exec.h"
-#include "gateway/files.h"
 #include "gateway/mcp_internal.h"
-#include "gateway/metrics.h"
-#include "gateway/resp.h"
-#include "proto/jmsg.h"
 
 #define MAX_BATCH 64 /* messages in one JSON-RPC batch */
 #define TICK_MS 1000 /* idle culling */

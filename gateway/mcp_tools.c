@@ -1,3 +1,5 @@
+/* mcp_tools: the MCP endpoint's tools (mcp_internal.h): what each does
+ * with its session's kernel and workspace, and how it answers. */
 #include <errno.h>
 #include <sodium.h>
 #include <string.h>
