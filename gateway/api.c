@@ -1,3 +1,5 @@
+#include "gateway/api.h"
+
 #include <string.h>
 
 #include "common/log.h"
