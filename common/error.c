@@ -84,6 +84,7 @@ static const struct {
     [SG_E_IO] = {500, "io"},
     [SG_E_FORBIDDEN] = {403, "forbidden"},
     [SG_E_NOSPACE] = {507, "insufficient_storage"},
+    [SG_E_METHOD] = {405, "method_not_allowed"},
 };
 
 int sg_error_http_status(sg_errkind_t kind)

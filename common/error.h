@@ -26,6 +26,7 @@ typedef enum {
     SG_E_IO,           /* a system call on a file or socket failed */
     SG_E_FORBIDDEN,    /* understood, and refused (a path leaving its workspace) */
     SG_E_NOSPACE,      /* not enough disk for the operation (nothing was changed) */
+    SG_E_METHOD,       /* a method the resource does not take (HTTP 405) */
 } sg_errkind_t;
 
 typedef struct sg_error {

@@ -1,33 +1,12 @@
 #include "gateway/api.h"
 
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 #include "common/log.h"
-#include "common/records.h"
-#include "common/replica.h"
 #include "common/xalloc.h"
-#include "config.h"
+#include "gateway/api_internal.h"
 #include "gateway/audit.h"
-#include "gateway/exec.h"
-#include "gateway/files.h"
-#include "gateway/http.h"
-#include "gateway/metrics.h"
 #include "gateway/pyscript.h"
-#include "gateway/resp.h"
-
-struct api {
-    loop_t *loop;
-    kmgr_t *kmgr;
-    api_config_t cfg;
-    json_t *contexts;   /* id -> {language, cwd}: what the API adds to a session */
-    json_t *defaults;   /* language -> id of its default context */
-    records_t *records; /* STATE/contexts: both of the above, over a restart */
-    void (*wake)(void *);
-    void *wake_arg;
-};
 
 void api_config_defaults(api_config_t *cfg)
 {
@@ -205,25 +184,7 @@ static kernel_t *default_context(api_t *self, const char *language, const audit_
 
 /* --- one request that answers later: an execution's stream, or a wait ---------------- */
 
-/* Lives while the HTTP request does, or while its execution or wait runs:
- * freed when both are over. */
-typedef struct {
-    api_t *api;
-    int refs; /* the execution (or the kernel observer), and the HTTP request */
-    resp_t *out;
-    kernel_t *k;
-    exec_t *exec; /* NULL once it ended */
-    bool json_mode, done;
-    json_t *agg;     /* JSON mode: the whole answer */
-    unsigned status; /* JSON mode: the reply's status */
-    bool command;
-    bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
-    kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
-    bool metrics;            /* not an execution: GET /metrics waits for the refusal counts */
-    int metrics_timer;       /* metrics: answers without them after METRICS_WAIT_MS; -1: none */
-} stream_t;
-
-static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)
+stream_t *api_stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)
 {
     stream_t *s = xzalloc(sizeof *s);
     s->api = self;
@@ -233,7 +194,7 @@ static stream_t *stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *
     return s;
 }
 
-static void stream_unref(stream_t *s)
+void api_stream_unref(stream_t *s)
 {
     if (--s->refs > 0)
         return;
@@ -417,7 +378,7 @@ static void on_done(void *arg, const exec_end_t *end)
         resp_ready(s->out);
     else
         resp_end(s->out);
-    stream_unref(s); /* the execution's reference */
+    api_stream_unref(s); /* the execution's reference */
 }
 
 static const exec_sink_t exec_events = {.on_stream = on_stream,
@@ -467,9 +428,10 @@ static bool field(json_t *obj, const char *key, json_type type, json_t **out,
     return true;
 }
 
-static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const char *body,
-                               size_t len, void **req_state)
+static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, size_t len,
+                               void **req_state)
 {
+    struct MHD_Connection *conn = call->conn;
     enum MHD_Result ret = MHD_NO;
     json_t *req = parse_body(conn, body, len, &ret);
     if (!req)
@@ -509,9 +471,9 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
     audit_who_t who;
     audit_who_conn(&who, "rest", conn);
     if (ctx) {
-        k = kmgr_get(self->kmgr, json_string_value(ctx));
+        k = http_resolve(call, "context", json_string_value(ctx));
         if (!k) {
-            ret = http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'", json_string_value(ctx));
+            ret = http_reply_unknown(call, "context", json_string_value(ctx));
             goto out;
         }
     } else {
@@ -528,7 +490,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
                                 kernel_spec(k)->language);
         goto out;
     }
-    stream_t *s = stream_new(self, conn, k);
+    stream_t *s = api_stream_new(self, conn, k);
     s->command = command != NULL;
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     s->json_mode =
@@ -547,7 +509,7 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
         ret = http_reply_error(conn, err);
         sg_error_free(&err);
         s->refs = 1;
-        stream_unref(s);
+        api_stream_unref(s);
         goto out;
     }
     *req_state = s;
@@ -562,189 +524,6 @@ static enum MHD_Result execute(api_t *self, struct MHD_Connection *conn, const c
 out:
     json_decref(req);
     return ret;
-}
-
-/* "/{id}/rest..." of a /contexts URL: the id, and *action at the rest. */
-static bool split_context_url(const char *rest, char id[128], const char **action)
-{
-    const char *slash = strchr(rest + 1, '/');
-    size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
-    if (n == 0 || n >= 128)
-        return false;
-    memcpy(id, rest + 1, n);
-    id[n] = 0;
-    *action = slash ? slash : "";
-    return true;
-}
-
-static enum MHD_Result reply_status(struct MHD_Connection *conn, unsigned status)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = http_queue(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-static enum MHD_Result reply_failed(struct MHD_Connection *conn, sg_error_t **err)
-{
-    enum MHD_Result ret = http_reply_error(conn, *err);
-    sg_error_free(err);
-    return ret;
-}
-
-/* A file.delete's fields: the path and what it was, read before it goes
- * (the size of a file; a directory's is not summed). */
-static json_t *file_audit(kernel_t *k, const char *path)
-{
-    json_t *f = json_pack("{s:s, s:s}", "context", kernel_id(k), "path", *path ? path + 1 : "");
-    struct stat st;
-    int fd = files_open(kernel_workspace(k), path, &st, NULL);
-    if (fd >= 0) {
-        close(fd);
-        json_object_set_new(f, "type", json_string(S_ISDIR(st.st_mode) ? "dir" : "file"));
-        if (!S_ISDIR(st.st_mode))
-            json_object_set_new(f, "size", json_integer((json_int_t)st.st_size));
-    }
-    return f;
-}
-
-/* GET and DELETE on a context's files (PUT arrives as a sink). */
-static enum MHD_Result files_route(api_t *self, struct MHD_Connection *conn, const char *method,
-                                   kernel_t *k, const char *path)
-{
-    sg_error_t *err = NULL;
-    if (strcmp(method, "DELETE") == 0) {
-        json_t *f = audit_enabled() ? file_audit(k, path) : NULL;
-        if (files_remove(kernel_workspace(k), path, &err) < 0) {
-            json_decref(f);
-            return reply_failed(conn, &err);
-        }
-        audit_who_t who;
-        audit_who_conn(&who, "rest", conn);
-        audit_event(&who, "file.delete", f);
-        return reply_status(conn, 204);
-    }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return http_reply_json(conn, 405,
-                               json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
-                                         "use GET, PUT or DELETE on /contexts/ID/files/PATH"));
-    struct stat st;
-    int fd = files_open(kernel_workspace(k), path, &st, &err);
-    if (fd < 0)
-        return reply_failed(conn, &err);
-    if (S_ISDIR(st.st_mode)) {
-        json_t *list = files_list(fd, path, &err);
-        close(fd);
-        return list ? http_reply_json(conn, 200, list) : reply_failed(conn, &err);
-    }
-    metrics.downloads++;
-    metrics.download_bytes += (uint64_t)st.st_size;
-    struct MHD_Response *r = MHD_create_response_from_fd64((uint64_t)st.st_size, fd);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, files_mime(path));
-    enum MHD_Result ret = http_queue(conn, 200, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-/* An upload: PUT /contexts/{id}/files/{path}, streamed to disk (http.h's
- * sinks). */
-typedef struct {
-    api_t *api;
-    files_upload_t *up;
-    sg_error_t *err;  /* the first failure; the rest of the body is discarded */
-    size_t unchecked; /* bytes written since the state disk's room was checked */
-    char id[128];     /* the context's, for the audit log */
-} sink_t;
-
-/* Room kept free on the state directory's disk by uploads: a workspace is a
- * sparse image there, so a write the image accepts can still find no block
- * beneath it, and the loop device then loses it with an I/O error instead
- * of ENOSPC.  Checked at the start and every UPLOAD_CHECK_BYTES. */
-#define UPLOAD_DISK_RESERVE (16u << 20)
-#define UPLOAD_CHECK_BYTES (1u << 20)
-
-static int state_disk_room(const api_t *self, sg_error_t **err)
-{
-    struct statvfs vfs;
-    if (!self->cfg.state_dir || statvfs(self->cfg.state_dir, &vfs) < 0)
-        return 0;
-    uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-    if (free_bytes >= UPLOAD_DISK_RESERVE)
-        return 0;
-    return sg_error_set(err, SG_E_NOSPACE,
-                        "the state directory's disk has %llu MiB free (uploads keep %u MiB "
-                        "free); nothing was written",
-                        (unsigned long long)(free_bytes >> 20), UPLOAD_DISK_RESERVE >> 20);
-}
-
-static void sink_free(sink_t *sink)
-{
-    files_upload_abort(&sink->up);
-    sg_error_free(&sink->err);
-    free(sink);
-}
-
-static void *sink_open(void *ctx, const char *method, const char *url)
-{
-    api_t *self = ctx;
-    char id[128];
-    const char *action;
-    if (strcmp(method, "PUT") != 0 || strncmp(url, "/contexts/", 10) != 0 ||
-        !split_context_url(url + 9, id, &action) || strncmp(action, "/files", 6) != 0 ||
-        (action[6] != 0 && action[6] != '/'))
-        return NULL;
-    sink_t *sink = xzalloc(sizeof *sink);
-    snprintf(sink->id, sizeof sink->id, "%s", id);
-    sink->api = self;
-    kernel_t *k = kmgr_get(self->kmgr, id);
-    if (!k)
-        sg_error_set(&sink->err, SG_E_NOTFOUND, "no context '%s'", id);
-    else if (!kernel_prepared(k))
-        sg_error_set(&sink->err, SG_E_CONFLICT, "context %s is still being prepared; retry shortly",
-                     id);
-    else if (state_disk_room(self, &sink->err) == 0)
-        sink->up =
-            files_upload_begin(kernel_workspace(k), action + 6, self->cfg.max_upload, &sink->err);
-    return sink;
-}
-
-static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
-{
-    sink_t *sink = sink_;
-    if (sink->up && (sink->unchecked += len) >= UPLOAD_CHECK_BYTES) {
-        sink->unchecked = 0;
-        if (state_disk_room(sink->api, &sink->err) < 0)
-            files_upload_abort(&sink->up); /* the temporary file goes: nothing was written */
-    }
-    if (sink->up && files_upload_write(sink->up, data, len, &sink->err) < 0)
-        files_upload_abort(&sink->up);
-}
-
-static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void *sink_)
-{
-    sink_t *sink = sink_;
-    json_t *info = sink->up ? files_upload_commit(&sink->up, &sink->err) : NULL;
-    enum MHD_Result ret;
-    if (info) {
-        metrics.uploads++;
-        metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));
-        audit_who_t who;
-        audit_who_conn(&who, "rest", conn);
-        audit_event(&who, "file.write",
-                    json_pack("{s:s, s:O, s:O}", "context", sink->id, "path",
-                              json_object_get(info, "path"), "size",
-                              json_object_get(info, "size")));
-        ret = http_reply_json(conn, 201, info);
-    } else {
-        ret = reply_failed(conn, &sink->err);
-    }
-    sink_free(sink);
-    return ret;
-}
-
-static void sink_abort(void *ctx, void *sink)
-{
-    sink_free(sink);
 }
 
 static void forget_context(api_t *self, const char *id)
@@ -829,14 +608,14 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     }
     s->done = true;
     resp_ready(s->out);
-    stream_unref(s); /* the observer's reference */
+    api_stream_unref(s); /* the observer's reference */
 }
 
 /* Suspends the request until k reports ev (on_context_event answers it). */
 static enum MHD_Result wait_event(api_t *self, struct MHD_Connection *conn, kernel_t *k,
                                   kernel_event_t ev, unsigned status, void **req_state)
 {
-    stream_t *s = stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
+    stream_t *s = api_stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
     s->context_wait = s->json_mode = true;
     s->wait_for = ev;
     s->agg = context_json(self, k);
@@ -873,188 +652,109 @@ static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, ke
     return wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200, req_state);
 }
 
-static enum MHD_Result contexts(api_t *self, struct MHD_Connection *conn, const char *method,
-                                const char *rest, const char *body, size_t len, void **req_state)
+/* --- the routes ------------------------------------------------------------------ */
+
+/* A request that suspended (a JSON-mode execution, a wait) resumed: its
+ * answer once there is one. */
+static enum MHD_Result answer_later(http_req_t *call)
 {
+    stream_t *s = call->state;
+    if (!s->done)
+        return resp_wait(s->out);
+    return http_reply_json(call->conn, s->status ? s->status : 200, json_incref(s->agg));
+}
+
+static enum MHD_Result execute_post(void *arg, http_req_t *call)
+{
+    if (call->resumed)
+        return answer_later(call);
+    return execute(arg, call, call->body, call->len, &call->state);
+}
+
+static enum MHD_Result contexts_list(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    json_t *list = json_array();
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
+        json_array_append_new(list, context_json(self, kmgr_at(self->kmgr, i)));
+    return http_reply_json(call->conn, 200, list);
+}
+
+static enum MHD_Result context_create(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    struct MHD_Connection *conn = call->conn;
+    if (call->resumed)
+        return answer_later(call);
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "rest", conn);
-    if (*rest == 0 && strcmp(method, "GET") == 0) {
-        json_t *list = json_array();
-        for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-            json_array_append_new(list, context_json(self, kmgr_at(self->kmgr, i)));
-        return http_reply_json(conn, 200, list);
-    }
-    if (*rest == 0 && strcmp(method, "POST") == 0) {
-        json_t *req = parse_body(conn, body, len, &ret);
-        json_t *lang, *cwd, *internet;
-        if (!req)
-            return ret;
-        if (field(req, "language", JSON_STRING, &lang, conn, &ret) &&
-            field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
-            field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
-            kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
-                                         cwd ? json_string_value(cwd) : "/home/user",
-                                         json_is_true(internet), false, &who, &err);
-            ret = k ? context_created(self, conn, k, req_state) : http_reply_error(conn, err);
-        }
-        sg_error_free(&err);
-        json_decref(req);
+    json_t *req = parse_body(conn, call->body, call->len, &ret);
+    json_t *lang, *cwd, *internet;
+    if (!req)
         return ret;
+    if (field(req, "language", JSON_STRING, &lang, conn, &ret) &&
+        field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
+        field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
+        kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
+                                     cwd ? json_string_value(cwd) : "/home/user",
+                                     json_is_true(internet), false, &who, &err);
+        ret = k ? context_created(self, conn, k, &call->state) : http_reply_error(conn, err);
     }
-    if (*rest != '/')
-        return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);
-    char id[128];
-    const char *action;
-    if (!split_context_url(rest, id, &action))
-        return http_reply_errorf(conn, SG_E_NOTFOUND, "no such context");
-    kernel_t *k = kmgr_get(self->kmgr, id);
-    if (!k)
-        return http_reply_errorf(conn, SG_E_NOTFOUND, "no context '%s'", id);
-    if (strncmp(action, "/files", 6) == 0 && (action[6] == 0 || action[6] == '/')) {
-        if (!kernel_prepared(k))
-            return http_reply_errorf(conn, SG_E_CONFLICT,
-                                     "context %s is still being prepared; retry shortly", id);
-        return files_route(self, conn, method, k, action + 6);
-    }
-    if (*action == 0 && strcmp(method, "GET") == 0)
-        return http_reply_json(conn, 200, context_json(self, k));
-    if (*action == 0 && strcmp(method, "DELETE") == 0) {
-        kmgr_shutdown(self->kmgr, id, NULL);
-        forget_context(self, id);
-        audit_context(&who, "context.delete", id);
-        return reply_status(conn, 204);
-    }
-    if ((strcmp(action, "/pause") == 0 || strcmp(action, "/resume") == 0) &&
-        strcmp(method, "POST") == 0) {
-        audit_context(&who, action[2] == 'a' ? "context.pause" : "context.resume", id);
-        return pause_resume(self, conn, k, action[2] == 'a', req_state);
-    }
-    if (strcmp(action, "/restart") == 0 && strcmp(method, "POST") == 0) {
-        if (kernel_restart(k, &err) < 0)
-            return reply_failed(conn, &err);
-        audit_context(&who, "context.restart", id);
-        return reply_status(conn, 204);
-    }
-    return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s /contexts%s", method, rest);
-}
-
-/* --- GET /metrics ---------------------------------------------------------------- */
-
-/* How long a scrape waits for the launcher's refusal counts (Prometheus'
- * default scrape timeout is 10 s, as is the launcher link's). */
-#define METRICS_WAIT_MS 2000
-
-/* The page; egress_counts as metrics_render takes them. */
-static enum MHD_Result metrics_reply(api_t *self, struct MHD_Connection *conn,
-                                     const json_t *egress_counts)
-{
-    char *page = metrics_render(self->kmgr, egress_counts);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8");
-    enum MHD_Result ret = http_queue(conn, 200, r);
-    MHD_destroy_response(r);
+    sg_error_free(&err);
+    json_decref(req);
     return ret;
 }
 
-/* The answer is ready, with or without counts: the handler gives the page. */
-static void metrics_ready(stream_t *s)
+static enum MHD_Result context_get(void *arg, http_req_t *call)
 {
-    s->done = true;
-    loop_timer_end(s->api->loop, s->metrics_timer);
-    s->metrics_timer = -1;
-    resp_ready(s->out);
+    return http_reply_json(call->conn, 200, context_json(arg, http_arg(call, "context")));
 }
 
-static void on_metrics_timeout(loop_t *loop, int timer_id, void *arg)
+static enum MHD_Result context_delete(void *arg, http_req_t *call)
 {
-    stream_t *s = arg;
-    s->metrics_timer = -1; /* a one-shot timer ends by itself */
-    log_warn("api: GET /metrics without the egress refusals: the launcher did not answer within "
-             "%d ms",
-             METRICS_WAIT_MS);
-    metrics_ready(s);
+    api_t *self = arg;
+    const char *id = http_arg_id(call, "context"); /* the path's: it outlives the kernel */
+    audit_who_t who;
+    audit_who_conn(&who, "rest", call->conn);
+    kmgr_shutdown(self->kmgr, id, NULL);
+    forget_context(self, id);
+    audit_context(&who, "context.delete", id);
+    return reply_status(call->conn, 204);
 }
 
-static void on_refused(const json_t *counts, const sg_error_t *err, void *arg)
+static enum MHD_Result context_pause_or_resume(api_t *self, http_req_t *call, bool pause)
 {
-    stream_t *s = arg;
-    if (!s->done) { /* not answered by the timeout, the client still there */
-        if (err)
-            log_warn("api: GET /metrics without the egress refusals: %s", err->msg);
-        s->agg = json_deep_copy(counts);
-        metrics_ready(s);
-    }
-    stream_unref(s); /* the request's reference */
+    if (call->resumed)
+        return answer_later(call);
+    kernel_t *k = http_arg(call, "context");
+    audit_who_t who;
+    audit_who_conn(&who, "rest", call->conn);
+    audit_context(&who, pause ? "context.pause" : "context.resume", kernel_id(k));
+    return pause_resume(self, call->conn, k, pause, &call->state);
 }
 
-/* With egress, each scrape asks for fresh refusal counts (the launcher runs
- * nft) and the request waits for them, at most METRICS_WAIT_MS. */
-static enum MHD_Result metrics_wait(api_t *self, struct MHD_Connection *conn, void **req_state)
+static enum MHD_Result context_pause(void *arg, http_req_t *call)
 {
-    stream_t *s = stream_new(self, conn, NULL); /* refs: the counts' request, the HTTP request */
-    s->metrics = true;
-    s->metrics_timer = loop_timer(self->loop, METRICS_WAIT_MS, 1, on_metrics_timeout, s);
-    *req_state = s;
-    kmgr_egress_refused(self->kmgr, on_refused, s);
-    if (s->done) /* answered before returning (no launcher) */
-        return metrics_reply(self, conn, s->agg);
-    return resp_wait(s->out);
+    return context_pause_or_resume(arg, call, true);
 }
 
-static enum MHD_Result health(api_t *self, struct MHD_Connection *conn, const char *method)
+static enum MHD_Result context_resume(void *arg, http_req_t *call)
 {
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return http_reply_json(
-            conn, 405,
-            json_pack("{s:s, s:s}", "error", "method_not_allowed", "message", "use GET /health"));
-    kmgr_stats_t st;
-    kmgr_stats(self->kmgr, &st);
-    return http_reply_json(conn, 200,
-                           json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
-                                     "status", "ok", "version", PACKAGE_VERSION, "replica",
-                                     replica_id(), "replica_tag", replica_tag(), "kernels",
-                                     "sessions", (json_int_t)st.sessions, "starting",
-                                     (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
-                                     (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready,
-                                     "pool_starting", (json_int_t)st.pool_starting));
+    return context_pause_or_resume(arg, call, false);
 }
 
-static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
-                                      const char *url, const char *body, size_t len,
-                                      void **req_state)
+static enum MHD_Result context_restart(void *arg, http_req_t *call)
 {
-    api_t *self = ctx;
-    stream_t *s = *req_state;
-    if (s) { /* a JSON-mode execution (or a wait) resumed: answer with the aggregate */
-        if (!s->done)
-            return resp_wait(s->out);
-        if (s->metrics)
-            return metrics_reply(self, conn, s->agg);
-        return http_reply_json(conn, s->status ? s->status : 200, json_incref(s->agg));
-    }
-    if (strcmp(url, "/health") == 0)
-        return health(self, conn, method);
-    if (strcmp(url, "/metrics") == 0) {
-        if (strcmp(method, "GET") != 0)
-            return http_reply_errorf(conn, SG_E_INVALID, "use GET /metrics");
-        if (!kmgr_has_egress(self->kmgr))
-            return metrics_reply(self, conn, NULL);
-        return metrics_wait(self, conn, req_state);
-    }
-    if (strcmp(url, "/execute") == 0) {
-        if (strcmp(method, "POST") != 0)
-            return http_reply_json(conn, 405,
-                                   json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
-                                             "use POST /execute"));
-        return execute(self, conn, body, len, req_state);
-    }
-    if (strncmp(url, "/contexts", 9) == 0)
-        return contexts(self, conn, method, url + 9, body, len, req_state);
-    return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
+    kernel_t *k = http_arg(call, "context");
+    sg_error_t *err = NULL;
+    if (kernel_restart(k, &err) < 0)
+        return reply_failed(call->conn, &err);
+    audit_who_t who;
+    audit_who_conn(&who, "rest", call->conn);
+    audit_context(&who, "context.restart", kernel_id(k));
+    return reply_status(call->conn, 204);
 }
 
 static void request_done(void *ctx, void *req_state, bool completed)
@@ -1078,25 +778,33 @@ static void request_done(void *ctx, void *req_state, bool completed)
         s->done = true;
         s->refs--;
     }
-    stream_unref(s);
+    api_stream_unref(s);
 }
 
-static const http_handler_t handler = {.handle = handle_request,
-                                       .done = request_done,
-                                       .sink_open = sink_open,
-                                       .sink_write = sink_write,
-                                       .sink_finish = sink_finish,
-                                       .sink_abort = sink_abort};
+/* {context}: a context's id, and the kmgr session it names. */
+static void *resolve_context(void *arg, const char *id, const http_req_t *call)
+{
+    api_t *self = arg;
+    return kmgr_get(self->kmgr, id);
+}
 
 int api_register(api_t *self, http_server_t *http, sg_error_t **err)
 {
-    /* /health answers without the token: load balancers' and orchestrators'
-     * probes carry none.  What no route takes, http.c answers 404. */
-    if (http_route_add(http, "/health", HTTP_ROUTE_PUBLIC, &handler, self, err) < 0 ||
-        http_route_add(http, "/metrics", 0, &handler, self, err) < 0 ||
-        http_route_add(http, "/execute", 0, &handler, self, err) < 0 ||
-        http_route_add(http, "/contexts", 0, &handler, self, err) < 0 ||
-        http_route_add(http, "/contexts/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0)
+    static const http_route_t routes[] = {
+        {"POST", "/execute", execute_post, 0, NULL},
+        {"GET", "/contexts", contexts_list, 0, NULL},
+        {"POST", "/contexts", context_create, 0, NULL},
+        {"GET", "/contexts/{context}", context_get, 0, NULL},
+        {"DELETE", "/contexts/{context}", context_delete, 0, NULL},
+        {"POST", "/contexts/{context}/pause", context_pause, 0, NULL},
+        {"POST", "/contexts/{context}/resume", context_resume, 0, NULL},
+        {"POST", "/contexts/{context}/restart", context_restart, 0, NULL},
+    };
+    const http_front_t front = {.ctx = self, .done = request_done};
+    if (http_param(http, "context", resolve_context, self, "no context '%s'", err) < 0 ||
+        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
+        api_files_register(self, http, &front, err) < 0 ||
+        api_metrics_register(self, http, &front, err) < 0)
         return -1;
     return 0;
 }

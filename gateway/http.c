@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sodium.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -12,13 +13,36 @@
 #include "gateway/audit.h"
 #include "gateway/metrics.h"
 
+/* A parameter kind: {name} in patterns, and the ids of that kind clients
+ * give elsewhere (http_resolve). */
 typedef struct {
-    char *pattern;
-    size_t len;
-    unsigned flags; /* HTTP_ROUTE_* */
-    const http_handler_t *h;
+    char *name;
+    http_resolve_fn resolve;
     void *ctx;
+    char *unknown; /* the 404's message; "%s" in it becomes the id */
+} param_t;
+
+/* One segment of a pattern: exact text, a {name}, or the final '*'. */
+typedef struct {
+    char *text;           /* exact: the segment; NULL for {name} and '*' */
+    const param_t *param; /* {name}: its kind */
+} seg_t;
+
+typedef struct {
+    char *method, *pattern;
+    seg_t *segs;
+    size_t nsegs, nparams;
+    bool star; /* the last segment is '*' */
+    http_route_t def;
+    http_front_t front;
 } route_t;
+
+/* Where a path matched a route: its {name}s and the '*' rest. */
+typedef struct {
+    const char *at[HTTP_MAX_ARGS];
+    size_t len[HTTP_MAX_ARGS];
+    const char *rest;
+} match_t;
 
 struct http_server {
     struct MHD_Daemon *mhd;
@@ -29,19 +53,28 @@ struct http_server {
     bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
-    route_t **routes; /* in registration order; each its own allocation, so
-                         a request's pointer survives the array growing */
+    route_t **routes; /* each its own allocation, so a request's pointer
+                         survives the array growing */
     size_t nroutes;
+    param_t **params;
+    size_t nparams;
 };
 
 /* Per-request state between libmicrohttpd's calls. */
 typedef struct {
+    http_server_t *server;
     char *body;
     size_t len;
     bool too_big;
-    const route_t *route; /* NULL: no route takes the URL */
-    void *state;          /* the route's handler's, between its calls */
-    void *sink;           /* a body the handler takes as it arrives (uploads) */
+    bool authorized;      /* the token checked, or a public route */
+    const route_t *route; /* NULL: no route takes the method and path */
+    char *allow;          /* no route: the methods the path takes (405), or NULL (404) */
+    int unknown;          /* the arg found unknown before the body came (sinks); -1: none */
+    http_req_t call;      /* what the handler gets; its ids and path are ours */
+    const param_t *params[HTTP_MAX_ARGS]; /* the kinds of call.args */
+    char *ids[HTTP_MAX_ARGS];             /* call.args' ids */
+    char *verb, *url;                     /* call.method and call.path */
+    void *sink;                           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
     char *method, *path; /* for the audit log's refusals; NULL without one */
 } request_t;
@@ -64,35 +97,60 @@ enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct 
     return MHD_queue_response(conn, status, r);
 }
 
-enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
+/* NULL when body cannot be encoded: a programmer's error (a string that
+ * is not UTF-8). */
+static struct MHD_Response *json_response(json_t *body)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (text == NULL) { /* a programmer's error: a string that is not UTF-8 */
-        log_error("http: a %u response could not be encoded as JSON", status);
-        status = 500;
-        text =
-            xstrdup("{\"error\":\"internal\",\"message\":\"the response could not be encoded\"}");
-    }
+    if (text == NULL)
+        return NULL;
     size_t len = strlen(text);
     text = xrealloc(text, len + 2);
     text[len] = '\n';
     struct MHD_Response *r = MHD_create_response_from_buffer(len + 1, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return r;
+}
+
+static struct MHD_Response *unencodable(void)
+{
+    log_error("http: a response could not be encoded as JSON");
+    return json_response(json_pack("{s:s, s:s}", "error", "internal", "message",
+                                   "the response could not be encoded"));
+}
+
+struct MHD_Response *http_json_response(json_t *body)
+{
+    struct MHD_Response *r = json_response(body);
+    return r ? r : unencodable();
+}
+
+enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body)
+{
+    struct MHD_Response *r = json_response(body);
+    if (r == NULL) {
+        r = unencodable();
+        status = 500;
+    }
     enum MHD_Result ret = http_queue(conn, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
+/* {"error": kind, "message": msg}. */
+static json_t *error_body(const sg_error_t *err)
 {
     char *msg = xstrdup(err->msg); /* it may quote a URL or header: bytes, not text */
     utf8_scrub(msg);
-    enum MHD_Result r = http_reply_json(
-        conn, sg_error_http_status(err->kind),
-        json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", msg));
+    json_t *body = json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", msg);
     free(msg);
-    return r;
+    return body;
+}
+
+enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
+{
+    return http_reply_json(conn, sg_error_http_status(err->kind), error_body(err));
 }
 
 enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
@@ -136,51 +194,459 @@ static bool authorized(http_server_t *self, struct MHD_Connection *conn)
     return sodium_memcmp(h, self->token_hash, sizeof h) == 0;
 }
 
-static bool route_matches(const route_t *r, const char *path)
-{
-    return r->flags & HTTP_ROUTE_PREFIX ? strncmp(path, r->pattern, r->len) == 0
-                                        : strcmp(path, r->pattern) == 0;
-}
+/* --- parameter kinds --------------------------------------------------------------- */
 
-static const route_t *route_find(const http_server_t *self, const char *path)
+static const param_t *param_find(const http_server_t *self, const char *name, size_t len)
 {
-    for (size_t i = 0; i < self->nroutes; i++)
-        if (route_matches(self->routes[i], path))
-            return self->routes[i];
+    for (size_t i = 0; i < self->nparams; i++)
+        if (strlen(self->params[i]->name) == len && memcmp(self->params[i]->name, name, len) == 0)
+            return self->params[i];
     return NULL;
 }
 
-int http_route_add(http_server_t *self, const char *pattern, unsigned flags,
-                   const http_handler_t *h, void *ctx, sg_error_t **err)
+int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, void *ctx,
+               const char *unknown, sg_error_t **err)
 {
-    size_t len = strlen(pattern);
-    bool prefix = flags & HTTP_ROUTE_PREFIX;
-    if (pattern[0] != '/' || (prefix && pattern[len - 1] != '/')) {
-        sg_error_set(err, SG_E_INVALID, "route '%s': a path starts with '/'; a prefix ends with it",
-                     pattern);
-        return -1;
+    size_t len = strlen(name);
+    const char *pct = strchr(unknown, '%');
+    if (len == 0 || strspn(name, "abcdefghijklmnopqrstuvwxyz_") != len || resolve == NULL ||
+        (pct && (pct[1] != 's' || strchr(pct + 2, '%'))))
+        return sg_error_set(err, SG_E_INVALID,
+                            "parameter '%s': a name of [a-z_], a resolver, and at most one %%s "
+                            "in its message",
+                            name);
+    if (param_find(self, name, len))
+        return sg_error_set(err, SG_E_INVALID, "parameter '%s' is registered already", name);
+    param_t *p = xmalloc(sizeof *p);
+    *p = (param_t){
+        .name = xstrdup(name), .resolve = resolve, .ctx = ctx, .unknown = xstrdup(unknown)};
+    self->params = xrealloc(self->params, (self->nparams + 1) * sizeof *self->params);
+    self->params[self->nparams++] = p;
+    return 0;
+}
+
+/* --- routes ------------------------------------------------------------------------ */
+
+static void route_free(route_t *r)
+{
+    for (size_t i = 0; i < r->nsegs; i++)
+        free(r->segs[i].text);
+    free(r->segs);
+    free(r->method);
+    free(r->pattern);
+    free(r);
+}
+
+/* Cuts r->pattern into segments; the kinds of its {name}s must be known. */
+static int route_parse(const http_server_t *self, route_t *r, sg_error_t **err)
+{
+    const char *pat = r->pattern;
+    if (pat[0] != '/')
+        return sg_error_set(err, SG_E_INVALID, "route %s '%s': a pattern starts with '/'",
+                            r->method, pat);
+    for (const char *p = pat + 1;; p++) {
+        size_t n = strcspn(p, "/");
+        seg_t seg = {0};
+        if (r->star)
+            return sg_error_set(err, SG_E_INVALID, "route %s %s: '*' can only be the last segment",
+                                r->method, pat);
+        if (n == 1 && p[0] == '*') {
+            r->star = true;
+        } else if (n >= 2 && p[0] == '{' && p[n - 1] == '}') {
+            seg.param = param_find(self, p + 1, n - 2);
+            if (seg.param == NULL)
+                return sg_error_set(err, SG_E_INVALID,
+                                    "route %s %s: no parameter kind '%.*s' (http_param)", r->method,
+                                    pat, (int)n, p);
+            if (r->nparams == HTTP_MAX_ARGS)
+                return sg_error_set(err, SG_E_INVALID, "route %s %s: more than %d parameters",
+                                    r->method, pat, HTTP_MAX_ARGS);
+            r->nparams++;
+        } else if (memchr(p, '{', n) || memchr(p, '}', n) || memchr(p, '*', n)) {
+            return sg_error_set(err, SG_E_INVALID,
+                                "route %s %s: '{name}' and '*' are whole segments", r->method, pat);
+        } else {
+            seg.text = xstrndup(p, n);
+        }
+        r->segs = xrealloc(r->segs, (r->nsegs + 1) * sizeof *r->segs);
+        r->segs[r->nsegs++] = seg;
+        p += n;
+        if (*p == 0)
+            return 0;
     }
-    if (h->handle == NULL ||
-        (h->sink_open && !(h->sink_write && h->sink_finish && h->sink_abort))) {
-        sg_error_set(err, SG_E_INVALID, "route '%s': incomplete handler", pattern);
+}
+
+/* Whether path matches r; m gets where its {name}s and '*' rest are. */
+static bool route_match(const route_t *r, const char *path, match_t *m)
+{
+    const char *p = path;
+    size_t k = 0;
+    for (size_t i = 0; i < r->nsegs; i++) {
+        const seg_t *seg = &r->segs[i];
+        if (r->star && i + 1 == r->nsegs) {
+            m->rest = p; /* "" or from a '/' */
+            return true;
+        }
+        if (*p != '/')
+            return false;
+        p++;
+        size_t n = strcspn(p, "/");
+        if (seg->param) {
+            if (n == 0)
+                return false;
+            m->at[k] = p;
+            m->len[k++] = n;
+        } else if (strlen(seg->text) != n || memcmp(seg->text, p, n) != 0) {
+            return false;
+        }
+        p += n;
+    }
+    m->rest = NULL;
+    return *p == 0;
+}
+
+/* Whether some path matches both a and b. */
+static bool routes_overlap(const route_t *a, const route_t *b)
+{
+    for (size_t i = 0;; i++) {
+        if ((a->star && i + 1 == a->nsegs) || (b->star && i + 1 == b->nsegs))
+            return true; /* '*' takes whatever the other still needs */
+        if (i == a->nsegs || i == b->nsegs)
+            return a->nsegs == b->nsegs;
+        const seg_t *x = &a->segs[i], *y = &b->segs[i];
+        if (x->param && y->param)
+            continue;
+        if (x->param || y->param) { /* {name} takes any segment but "" */
+            if (*(x->param ? y : x)->text == 0)
+                return false;
+            continue;
+        }
+        if (strcmp(x->text, y->text) != 0)
+            return false;
+    }
+}
+
+static int route_add(http_server_t *self, const http_front_t *front, const http_route_t *def,
+                     sg_error_t **err)
+{
+    const http_sink_t *k = def->sink;
+    if (!def->method || !*def->method || !def->pattern || !(def->handle || k) ||
+        (k && !(k->open && k->write && k->finish && k->abort)))
+        return sg_error_set(err, SG_E_INVALID,
+                            "route %s %s: a method, a pattern, a handler or a sink, and a sink's "
+                            "four functions",
+                            def->method ? def->method : "?", def->pattern ? def->pattern : "?");
+    route_t *r = xzalloc(sizeof *r);
+    r->method = xstrdup(def->method);
+    r->pattern = xstrdup(def->pattern);
+    r->def = *def;
+    r->front = *front;
+    if (route_parse(self, r, err) < 0) {
+        route_free(r);
         return -1;
     }
     for (size_t i = 0; i < self->nroutes; i++) {
-        const route_t *r = self->routes[i];
-        /* Every path the new route matches starts with pattern, which is one
-         * of them: an earlier prefix that takes pattern takes them all; an
-         * earlier exact route that takes it takes all an exact one would. */
-        if (((r->flags & HTTP_ROUTE_PREFIX) || !prefix) && route_matches(r, pattern)) {
-            sg_error_set(err, SG_E_INVALID, "route '%s%s' is covered by route '%s%s'", pattern,
-                         prefix ? "*" : "", r->pattern, r->flags & HTTP_ROUTE_PREFIX ? "*" : "");
+        const route_t *o = self->routes[i];
+        if (strcmp(o->method, r->method) == 0 && routes_overlap(o, r)) {
+            sg_error_set(err, SG_E_INVALID,
+                         "route %s %s overlaps route %s %s: a path could match both", r->method,
+                         r->pattern, o->method, o->pattern);
+            route_free(r);
             return -1;
         }
     }
-    route_t *r = xmalloc(sizeof *r);
-    *r = (route_t){.pattern = xstrdup(pattern), .len = len, .flags = flags, .h = h, .ctx = ctx};
     self->routes = xrealloc(self->routes, (self->nroutes + 1) * sizeof *self->routes);
     self->routes[self->nroutes++] = r;
     return 0;
+}
+
+int http_routes(http_server_t *self, const http_front_t *front, const http_route_t *routes,
+                size_t n, sg_error_t **err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (route_add(self, front, &routes[i], err) < 0)
+            return -1;
+    return 0;
+}
+
+/* The route for method and path (m: its matches), or NULL.  A GET route
+ * takes HEAD when no HEAD route does.  At most one route of a method
+ * matches a path (route_add sees to it), so the order does not matter. */
+static const route_t *route_find(const http_server_t *self, const char *method, const char *path,
+                                 match_t *m)
+{
+    const route_t *get = NULL;
+    match_t get_m = {0};
+    for (size_t i = 0; i < self->nroutes; i++) {
+        const route_t *r = self->routes[i];
+        match_t rm;
+        if (!route_match(r, path, &rm))
+            continue;
+        if (strcmp(r->method, method) == 0) {
+            *m = rm;
+            return r;
+        }
+        if (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0) {
+            get = r;
+            get_m = rm;
+        }
+    }
+    *m = get_m;
+    return get;
+}
+
+/* The methods whose routes match path, joined ("GET, HEAD, PUT" for Allow
+ * with head; "GET or PUT" for a message without), or NULL when none does.
+ * *first: one of those routes, a public one if there is one. */
+static char *path_methods(const http_server_t *self, const char *path, bool head,
+                          const char *last_sep, const route_t **first)
+{
+    const char **names = xmalloc((2 * self->nroutes + 1) * sizeof *names);
+    size_t n = 0;
+    bool has_head = false;
+    *first = NULL;
+    for (size_t i = 0; i < self->nroutes; i++) {
+        const route_t *r = self->routes[i];
+        match_t m;
+        if (route_match(r, path, &m)) {
+            names[n++] = r->method;
+            has_head |= strcmp(r->method, "HEAD") == 0;
+            if (!*first || (r->def.flags & HTTP_ROUTE_PUBLIC))
+                *first = r;
+        }
+    }
+    char *list = NULL;
+    for (size_t i = 0, count = 0; i < n; i++) {
+        for (int twice = 0; twice < 2; twice++) {
+            const char *name = twice ? "HEAD" : names[i];
+            if (twice && !(head && !has_head && strcmp(names[i], "GET") == 0))
+                break;
+            bool last = i + 1 == n && (twice || !(head && !has_head && strcmp(name, "GET") == 0));
+            char *joined = xasprintf("%s%s%s", list ? list : "",
+                                     count == 0 ? "" : (last ? last_sep : ", "), name);
+            free(list);
+            list = joined;
+            count++;
+        }
+    }
+    free(names);
+    return list;
+}
+
+/* --- answers the route layer makes for the front ends ------------------------------- */
+
+/* A refusal on a front end's route (r, may be NULL): in that front end's
+ * error shape, with an Allow header for 405. */
+static enum MHD_Result reply_refusal(struct MHD_Connection *conn, const route_t *r,
+                                     const sg_error_t *err, const char *allow)
+{
+    struct MHD_Response *resp = r && r->front.error_response
+                                    ? r->front.error_response(r->front.ctx, err)
+                                    : http_json_response(error_body(err));
+    if (allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = http_queue(conn, sg_error_http_status(err->kind), resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* 405: the path is a resource, the method is not one of those it takes. */
+static enum MHD_Result reply_method(const http_server_t *self, request_t *req)
+{
+    const route_t *r;
+    char *methods = path_methods(self, req->call.path, false, " or ", &r);
+    sg_error_t e = {.kind = SG_E_METHOD};
+    e.msg = xasprintf("use %s %s", methods, req->call.path);
+    enum MHD_Result ret = reply_refusal(req->call.conn, r, &e, req->allow);
+    free(e.msg);
+    free(methods);
+    return ret;
+}
+
+/* Every id a client gives, in a path ({name}) or elsewhere (http_resolve),
+ * is resolved here and nowhere else, before any handler sees it; NULL: no
+ * such id for this caller.  This is where tenancy checks hang: an object
+ * that exists but belongs to another tenant must come back NULL as well,
+ * so that reply_unknown answers it exactly as an id that does not exist. */
+static void *lookup(const param_t *p, const char *id, const http_req_t *req)
+{
+    return p->resolve(p->ctx, id, req);
+}
+
+/* The one answer for an id that lookup did not resolve: 404 with the kind's
+ * message, nothing else about the id. */
+static enum MHD_Result reply_unknown(const request_t *req, const param_t *p, const char *id)
+{
+    const char *pct = strstr(p->unknown, "%s");
+    sg_error_t e = {.kind = SG_E_NOTFOUND};
+    e.msg = pct ? xasprintf("%.*s%s%s", (int)(pct - p->unknown), p->unknown, id, pct + 2)
+                : xstrdup(p->unknown);
+    enum MHD_Result ret = reply_refusal(req->call.conn, req->route, &e, NULL);
+    free(e.msg);
+    return ret;
+}
+
+/* Resolves the {name}s of the request's route into req->call.args.
+ * Returns the index of the first that is unknown, or -1 when all are. */
+static int resolve_args(request_t *req)
+{
+    for (size_t k = 0; k < req->call.nargs; k++) {
+        req->call.args[k].obj = lookup(req->params[k], req->call.args[k].id, &req->call);
+        if (req->call.args[k].obj == NULL)
+            return (int)k;
+    }
+    return -1;
+}
+
+static request_t *request_of(const http_req_t *call)
+{
+    return (request_t *)((char *)call - offsetof(request_t, call));
+}
+
+void *http_resolve(const http_req_t *req, const char *name, const char *id)
+{
+    const request_t *r = request_of(req);
+    const param_t *p = param_find(r->server, name, strlen(name));
+    if (p == NULL) {
+        log_error("http: http_resolve of an unregistered kind '%s'", name);
+        return NULL;
+    }
+    return lookup(p, id, req);
+}
+
+enum MHD_Result http_reply_unknown(const http_req_t *req, const char *name, const char *id)
+{
+    const request_t *r = request_of(req);
+    const param_t *p = param_find(r->server, name, strlen(name));
+    if (p == NULL)
+        return http_reply_errorf(req->conn, SG_E_INTERNAL, "no parameter kind '%s'", name);
+    return reply_unknown(r, p, id);
+}
+
+void *http_arg(const http_req_t *req, const char *name)
+{
+    for (size_t k = 0; k < req->nargs; k++)
+        if (strcmp(req->args[k].name, name) == 0)
+            return req->args[k].obj;
+    return NULL;
+}
+
+const char *http_arg_id(const http_req_t *req, const char *name)
+{
+    for (size_t k = 0; k < req->nargs; k++)
+        if (strcmp(req->args[k].name, name) == 0)
+            return req->args[k].id;
+    return NULL;
+}
+
+/* --- one request --------------------------------------------------------------------- */
+
+/* The headers have come: the route is chosen (or why there is none), the
+ * token checked, and a route that takes bodies as they arrive gets its
+ * sink. */
+static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection *conn,
+                                     const char *url, const char *method, void **req_cls)
+{
+    request_t *req = xzalloc(sizeof(request_t));
+    *req_cls = req;
+    req->server = self;
+    req->started = zclock_mono();
+    req->unknown = -1;
+    req->call.conn = conn;
+    req->call.method = req->verb = xstrdup(method);
+    req->call.path = req->url = xstrdup(url);
+    req->call.body = "";
+    match_t m;
+    const route_t *r = req->route = route_find(self, method, req->url, &m);
+    if (r) {
+        req->call.rest = m.rest;
+        for (size_t i = 0, k = 0; i < r->nsegs; i++) {
+            if (!r->segs[i].param)
+                continue;
+            req->params[k] = r->segs[i].param;
+            req->call.args[k].name = r->segs[i].param->name;
+            req->call.args[k].id = req->ids[k] = xstrndup(m.at[k], m.len[k]);
+            req->call.nargs = ++k;
+        }
+    } else {
+        req->allow = path_methods(self, req->url, true, ", ", &r);
+    }
+    req->authorized = (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) || authorized(self, conn);
+    if (audit_enabled()) {
+        req->method = xstrdup(method);
+        /* libmicrohttpd gives the path without its query; cut anyway:
+         * a ?token= must never reach the audit log. */
+        req->path = xstrndup(url, strcspn(url, "?"));
+        utf8_scrub(req->method);
+        utf8_scrub(req->path);
+    }
+    r = req->route;
+    if (r && r->def.sink && req->authorized) {
+        req->unknown = resolve_args(req);
+        if (req->unknown < 0)
+            req->sink = r->def.sink->open(r->front.ctx, &req->call);
+    }
+    return MHD_YES;
+}
+
+/* A chunk of the body: to the sink, kept (up to max_body), or dropped. */
+static void request_body(http_server_t *self, request_t *req, const char *data, size_t len)
+{
+    const route_t *r = req->route;
+    if (req->sink) {
+        r->def.sink->write(r->front.ctx, req->sink, data, len);
+    } else if (req->unknown >= 0) {
+        /* answered 404 once the body is read, which is not kept */
+    } else if (!req->too_big && req->len + len <= self->cfg.max_body) {
+        req->body = xrealloc(req->body, req->len + len + 1);
+        memcpy(req->body + req->len, data, len);
+        req->len += len;
+        req->body[req->len] = 0;
+    } else {
+        req->too_big = true; /* keep reading, discard, answer 413 at the end */
+    }
+}
+
+/* The whole request has come (or a suspended one was resumed): its answer. */
+static enum MHD_Result request_end(http_server_t *self, request_t *req)
+{
+    const route_t *r = req->route;
+    struct MHD_Connection *conn = req->call.conn;
+    if (req->sink) {
+        void *sink = req->sink;
+        req->sink = NULL;
+        return r->def.sink->finish(r->front.ctx, conn, sink);
+    }
+    if (req->call.state) { /* a suspended request resumed */
+        req->call.resumed = true;
+        for (size_t k = 0; k < req->call.nargs; k++)
+            req->call.args[k].obj = NULL;
+        return r->def.handle(r->front.ctx, &req->call);
+    }
+    if (!req->authorized) {
+        metrics.auth_failures++;
+        return http_reply_errorf(conn, SG_E_AUTH,
+                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+    }
+    if (req->unknown >= 0)
+        return reply_unknown(req, req->params[req->unknown], req->ids[req->unknown]);
+    if (req->too_big)
+        return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
+                                 self->cfg.max_body);
+    if (r == NULL && req->allow)
+        return reply_method(self, req);
+    if (r == NULL)
+        return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", req->call.method,
+                                 req->call.path);
+    int bad = resolve_args(req);
+    if (bad >= 0)
+        return reply_unknown(req, req->params[bad], req->ids[bad]);
+    req->call.body = req->body ? req->body : "";
+    req->call.len = req->len;
+    if (r->def.handle == NULL) /* a sink that declined, with no handler to fall back on */
+        return http_reply_errorf(conn, SG_E_INTERNAL, "%s %s took no body", req->call.method,
+                                 req->call.path);
+    return r->def.handle(r->front.ctx, &req->call);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
@@ -189,62 +655,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 {
     http_server_t *self = cls;
     request_t *req = *req_cls;
-    if (req == NULL) { /* headers only so far */
-        req = xzalloc(sizeof(request_t));
-        req->started = zclock_mono();
-        req->route = route_find(self, url);
-        if (audit_enabled()) {
-            req->method = xstrdup(method);
-            /* libmicrohttpd gives the path without its query; cut anyway:
-             * a ?token= must never reach the audit log. */
-            req->path = xstrndup(url, strcspn(url, "?"));
-            utf8_scrub(req->method);
-            utf8_scrub(req->path);
-        }
-        *req_cls = req;
-        const route_t *r = req->route;
-        if (r && r->h->sink_open && ((r->flags & HTTP_ROUTE_PUBLIC) || authorized(self, conn)))
-            req->sink = r->h->sink_open(r->ctx, method, url);
-        return MHD_YES;
-    }
-    const route_t *r = req->route;
-    if (*upload_size && req->sink) {
-        r->h->sink_write(r->ctx, req->sink, upload_data, *upload_size);
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    if (req->sink) {
-        void *sink = req->sink;
-        req->sink = NULL;
-        return r->h->sink_finish(r->ctx, conn, sink);
-    }
+    if (req == NULL) /* headers only so far */
+        return request_begin(self, conn, url, method, req_cls);
     if (*upload_size) {
-        if (!req->too_big && req->len + *upload_size <= self->cfg.max_body) {
-            req->body = xrealloc(req->body, req->len + *upload_size + 1);
-            memcpy(req->body + req->len, upload_data, *upload_size);
-            req->len += *upload_size;
-            req->body[req->len] = 0;
-        } else {
-            req->too_big = true; /* keep reading, discard, answer 413 at the end */
-        }
+        request_body(self, req, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
-    if (req->state) /* a suspended request resumed */
-        return r->h->handle(r->ctx, conn, method, url, "", 0, &req->state);
-    bool public_route = r && (r->flags & HTTP_ROUTE_PUBLIC);
-    if (!public_route && !authorized(self, conn)) {
-        metrics.auth_failures++;
-        return http_reply_errorf(conn, SG_E_AUTH,
-                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
-    }
-    if (req->too_big)
-        return http_reply_errorf(conn, SG_E_LIMIT, "request body larger than %zu bytes",
-                                 self->cfg.max_body);
-    if (r == NULL)
-        return http_reply_errorf(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
-    return r->h->handle(r->ctx, conn, method, url, req->body ? req->body : "", req->len,
-                        &req->state);
+    return request_end(self, req);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -254,10 +672,10 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (req == NULL)
         return;
     const route_t *r = req->route;
-    if (req->state && r->h->done)
-        r->h->done(r->ctx, req->state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (req->call.state && r->front.done)
+        r->front.done(r->front.ctx, req->call.state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (req->sink)
-        r->h->sink_abort(r->ctx, req->sink);
+        r->def.sink->abort(r->front.ctx, req->sink);
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
     if (info && info->http_status >= 100 && info->http_status < 600)
@@ -289,6 +707,11 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     free(req->body);
     free(req->method);
     free(req->path);
+    free(req->verb);
+    free(req->url);
+    free(req->allow);
+    for (size_t k = 0; k < req->call.nargs; k++)
+        free(req->ids[k]);
     free(req);
     *req_cls = NULL;
 }
@@ -408,11 +831,15 @@ void http_server_destroy(http_server_t **self_p)
     loop_hook_remove(self->loop, run_mhd, self);
     loop_timer_end(self->loop, self->timer_id);
     MHD_stop_daemon(self->mhd); /* its last completion callbacks use the routes */
-    for (size_t i = 0; i < self->nroutes; i++) {
-        free(self->routes[i]->pattern);
-        free(self->routes[i]);
-    }
+    for (size_t i = 0; i < self->nroutes; i++)
+        route_free(self->routes[i]);
     free(self->routes);
+    for (size_t i = 0; i < self->nparams; i++) {
+        free(self->params[i]->name);
+        free(self->params[i]->unknown);
+        free(self->params[i]);
+    }
+    free(self->params);
     free(self);
     *self_p = NULL;
 }

@@ -6,20 +6,22 @@
  * came.  No thread of its own: every handler runs on the loop thread and
  * must not block; long responses suspend their connection.
  *
- * This layer reads the request body (bounded), checks the token, and hands
- * each request to the route its URL matches.  It knows no front end by
- * name: each one registers its paths with a table of functions,
- * http_handler_t, and main.c has them do so.
+ * This layer reads the request body (bounded), checks the token, picks the
+ * route for the request's method and path, resolves the ids the path names
+ * ({context}, {kernel}...) to their objects, and only then calls the
+ * route's handler.  It knows no front end and no kernel manager by name:
+ * each front end registers its parameter kinds (http_param) and its routes
+ * (http_routes), and main.c has them do so.
  */
 #ifndef SG_HTTP_H
 #define SG_HTTP_H
 
-#include "common/loop.h"
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdbool.h>
 
 #include "common/error.h"
-#include "kernelmgr/kmgr.h"
+#include "common/loop.h"
 
 typedef struct {
     const char *host;
@@ -40,54 +42,131 @@ void http_config_defaults(http_config_t *cfg);
 http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
 
-/* What a front end does with the requests of its routes.  ctx is the
- * pointer given to http_route_add (the front end's object, borrowed).
- * Every function runs on the loop thread and must not block. */
+/* The most {name} parameters one pattern may have. */
+#define HTTP_MAX_ARGS 4
+
+/* One request as a handler sees it.  Owned by the server; valid for the
+ * duration of the call it is passed to. */
 typedef struct {
-    /* One complete request: its token checked (unless the route is public)
-     * and its body, NUL-terminated, no larger than max_body.  *state starts
-     * NULL; a handler that suspends the connection keeps what it needs there
-     * and is called again, with body "" and len 0 and the same *state, each
-     * time the connection is resumed. */
-    enum MHD_Result (*handle)(void *ctx, struct MHD_Connection *conn, const char *method,
-                              const char *url, const char *body, size_t len, void **state);
-    /* The request has ended, answered or broken off (completed: the whole
-     * response went out); called once, and only when *state is not NULL.
-     * May be NULL for a handler that never keeps state. */
-    void (*done)(void *ctx, void *state, bool completed);
-    /* Optional (all NULL, or none): request bodies taken as they arrive
-     * instead of in memory, so max_body does not apply (uploads).  sink_open
-     * runs when the headers of an authorised request have come, and returns
-     * the handler's sink, or NULL to have the body read into memory and
-     * handed to handle as usual.  sink_write gets each chunk; sink_finish,
-     * after the last one, answers and frees the sink (so errors found on the
-     * way are answered once the body has been read); sink_abort frees one
-     * whose request broke off. */
-    void *(*sink_open)(void *ctx, const char *method, const char *url);
-    void (*sink_write)(void *ctx, void *sink, const char *data, size_t len);
-    enum MHD_Result (*sink_finish)(void *ctx, struct MHD_Connection *conn, void *sink);
-    void (*sink_abort)(void *ctx, void *sink);
-} http_handler_t;
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *path; /* the URL without its query string */
+    const char *body; /* NUL-terminated, no larger than max_body; "" when none */
+    size_t len;
+    /* The handler's own, NULL on the first call.  A handler that suspends
+     * the connection keeps what it needs here and is called again, with
+     * resumed set, body "" and the same state, each time the connection is
+     * resumed; the front end's done gets it when the request ends. */
+    void *state;
+    bool resumed;
+    /* What the pattern's trailing '*' matched: "" when the path ends where
+     * the '*' starts, else the rest from its '/' ("/", "/a/b.txt"); NULL
+     * for a pattern without '*'. */
+    const char *rest;
+    /* The pattern's {name}s, in order: the id the path gave and the object
+     * its kind's resolver returned (borrowed).  On a resumed call obj is
+     * NULL: the object may be gone since, and the state says what the
+     * handler waits for. */
+    size_t nargs;
+    struct {
+        const char *name, *id;
+        void *obj;
+    } args[HTTP_MAX_ARGS];
+} http_req_t;
+
+/* The object resolved for {name}: never NULL on a first call (an unknown
+ * id never reaches the handler); NULL on a resumed call, or when the
+ * pattern has no {name} (a programmer's error). */
+void *http_arg(const http_req_t *req, const char *name);
+/* The id the path gave for {name}. */
+const char *http_arg_id(const http_req_t *req, const char *name);
+
+/* Resolves an id of kind name, given by a client: the object (borrowed) or
+ * NULL when there is none for this request.  req is the request being
+ * handled: its caller is who asks, so an owner check belongs here too, and
+ * an object the caller may not see comes back NULL, answered exactly as an
+ * id that does not exist.  ctx is http_param's. */
+typedef void *(*http_resolve_fn)(void *ctx, const char *id, const http_req_t *req);
+
+/* Registers the parameter kind name: {name} in a pattern matches one
+ * non-empty path segment, which resolve turns into the object the handler
+ * gets.  unknown is the 404's message for an id it does not know, "%s" in
+ * it (at most one) replaced by the id.  A name registered twice, or a name
+ * that is not [a-z_]+, is refused.  Register before the routes using it. */
+int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, void *ctx,
+               const char *unknown, sg_error_t **err);
+
+/* Resolves an id a client gave elsewhere than in the path (a body field, a
+ * header) exactly as {name} is resolved: the object, or NULL, in which case
+ * answer with http_reply_unknown, as for an unknown {name}. */
+void *http_resolve(const http_req_t *req, const char *name, const char *id);
+/* Answers an unknown id of kind name: 404 with the kind's message, in the
+ * front end's error shape.  The one answer for every unknown id. */
+enum MHD_Result http_reply_unknown(const http_req_t *req, const char *name, const char *id);
+
+/* A handler: answers the request (queues a response, or suspends the
+ * connection and keeps req->state).  Runs on the loop; must not block. */
+typedef enum MHD_Result (*http_handle_fn)(void *ctx, http_req_t *req);
+
+/* A route that takes its request body as it arrives instead of in memory,
+ * so max_body does not apply (uploads).  open runs when the headers of an
+ * authorised request have come and its {name}s are resolved, and returns
+ * the sink, or NULL to have the body read into memory and handed to the
+ * handler as usual.  write gets each chunk; finish, after the last one,
+ * answers and frees the sink (so errors found on the way are answered once
+ * the body has been read); abort frees one whose request broke off. */
+typedef struct {
+    void *(*open)(void *ctx, const http_req_t *req);
+    void (*write)(void *ctx, void *sink, const char *data, size_t len);
+    enum MHD_Result (*finish)(void *ctx, struct MHD_Connection *conn, void *sink);
+    void (*abort)(void *ctx, void *sink);
+} http_sink_t;
 
 /* Route flags. */
 enum {
-    HTTP_ROUTE_PREFIX = 1, /* every path under the pattern, which ends in '/' */
-    HTTP_ROUTE_PUBLIC = 2, /* no token needed (a health check for probes) */
+    HTTP_ROUTE_PUBLIC = 1, /* no token needed (a health check for probes) */
 };
 
-/* Routes requests whose path is pattern (or, with HTTP_ROUTE_PREFIX, starts
- * with pattern) to h (borrowed: a static table) with ctx.  The path is the
- * URL without its query string.  Routes are tried in the order they were
- * registered, and the first that matches owns the request for its whole
- * life: its handle is called again when the connection resumes, its done
- * when the request ends.  A route that an earlier one covers (the same
- * exact path, or anything under an earlier prefix) could never match and is
- * refused, as is a pattern that does not start with '/': register specific
- * routes first.  So a fallback is the prefix "/", registered last, and
- * there can be one at most.  A request that no route takes is answered 404
- * once its token is checked.  Register before the loop runs. */
-int http_route_add(http_server_t *self, const char *pattern, unsigned flags,
-                   const http_handler_t *h, void *ctx, sg_error_t **err);
+/* One endpoint: a method and a path pattern.  A pattern starts with '/'
+ * and is made of segments: an exact one matches itself ("" too: "/api/"
+ * ends with one), {name} one non-empty segment (name registered with
+ * http_param), and '*', only as the last, whatever rest the path has,
+ * nothing included: "/a/" then '*' matches "/a", "/a/" and "/a/b/c".  A
+ * GET route also answers HEAD when no HEAD route matches. */
+typedef struct {
+    const char *method;
+    const char *pattern;
+    http_handle_fn handle;   /* NULL only with a sink whose open never declines */
+    unsigned flags;          /* HTTP_ROUTE_* */
+    const http_sink_t *sink; /* NULL: bodies in memory; else borrowed (static) */
+} http_route_t;
+
+/* What the routes of one front end share. */
+typedef struct {
+    void *ctx; /* the front end's object, passed to every function (borrowed) */
+    /* The request has ended, answered or broken off (completed: the whole
+     * response went out); called once, and only when req->state is not
+     * NULL.  May be NULL for a front end that never keeps state. */
+    void (*done)(void *ctx, void *state, bool completed);
+    /* Optional: the response for a refusal the route layer makes on this
+     * front end's routes (an unknown id: 404; a method the path does not
+     * take: 405), in the front end's error shape.  The server adds the
+     * status and, for 405, the Allow header.  NULL: {"error", "message"}. */
+    struct MHD_Response *(*error_response)(void *ctx, const sg_error_t *err);
+} http_front_t;
+
+/* Registers routes (n of them; the table and its strings borrowed: static)
+ * for front (copied).  The route for a request is the one whose method and
+ * pattern match; since two routes of one method that could match the same
+ * path are refused (an identical pattern, "/a/{x}" next to "/a/b", "/a/"
+ * then '*' next to "/a"), the order does not matter.  Refused too: a
+ * pattern not starting with '/', a '*' that is not the last segment, an
+ * unregistered {name}, an incomplete sink.  A request whose path no pattern matches is
+ * answered 404 "no route for METHOD PATH", one whose path only routes of
+ * other methods match 405 with Allow, after the token check (unless one of
+ * those routes is public).  Register before the loop runs. */
+int http_routes(http_server_t *self, const http_front_t *front, const http_route_t *routes,
+                size_t n, sg_error_t **err);
 
 /* Runs libmicrohttpd before the loop next waits: front ends call it after
  * they resume a suspended connection or hand back an upgraded one.  arg is
@@ -97,10 +176,12 @@ void http_server_wake(void *arg);
 /* The port actually bound (useful when port 0 was asked for). */
 int http_server_port(const http_server_t *self);
 
-/* Queues a JSON response (body is stolen) on a connection. */
 /* MHD_queue_response, with the headers every response carries
  * (X-Sandgate-Replica). */
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *r);
+/* A JSON response (body is stolen; a newline ends it). */
+struct MHD_Response *http_json_response(json_t *body);
+/* Queues a JSON response (body is stolen) on a connection. */
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body);
 /* Queues {"error": kind, "message": msg} with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);

@@ -97,6 +97,14 @@ void jupyter_destroy(jupyter_t **self_p)
 /* jupyter_server's error body: {"message", "reason"}; sandgate adds its kind. */
 static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static json_t *fail_body(sg_errkind_t kind, char msg[512])
+{
+    utf8_scrub(msg); /* it may quote a URL, or be cut inside a character */
+    const char *reason = MHD_get_reason_phrase_for(sg_error_http_status(kind));
+    return json_pack("{s:s, s:s, s:s}", "message", msg, "reason", reason, "error",
+                     sg_error_kind_name(kind));
+}
+
 static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
 {
     char msg[512];
@@ -104,12 +112,15 @@ static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    utf8_scrub(msg); /* it may quote a URL, or be cut inside a character */
-    unsigned status = sg_error_http_status(kind);
-    const char *reason = MHD_get_reason_phrase_for(status);
-    return http_reply_json(conn, status,
-                           json_pack("{s:s, s:s, s:s}", "message", msg, "reason", reason, "error",
-                                     sg_error_kind_name(kind)));
+    return http_reply_json(conn, sg_error_http_status(kind), fail_body(kind, msg));
+}
+
+/* The route layer's refusals (an unknown id, a wrong method) in the same shape. */
+static struct MHD_Response *error_response(void *ctx, const sg_error_t *err)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return http_json_response(fail_body(err->kind, msg));
 }
 
 /* Answers with *err and frees it. */
@@ -126,15 +137,6 @@ static enum MHD_Result no_content(struct MHD_Connection *conn)
     enum MHD_Result ret = http_queue(conn, 204, r);
     MHD_destroy_response(r);
     return ret;
-}
-
-static enum MHD_Result method_not_allowed(struct MHD_Connection *conn, const char *method,
-                                          const char *url)
-{
-    (void)method, (void)url;
-    return http_reply_json(conn, 405,
-                           json_pack("{s:s, s:s, s:s}", "message", "method not allowed", "reason",
-                                     "Method Not Allowed", "error", "method_not_allowed"));
 }
 
 static json_t *parse(struct MHD_Connection *conn, const char *body, size_t len,
@@ -468,75 +470,95 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     return ret;
 }
 
-static enum MHD_Result kernels(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                               const char *rest, const char *body, size_t len, void **req_state)
+/* A request that waited for a kernel resumed: the kernel it waited for is
+ * ready (or not). */
+static enum MHD_Result resumed(jupyter_t *self, http_req_t *call)
 {
+    jreq_t *r = call->state;
+    if (!r->ready)
+        return resp_wait(r->out);
+    return answer(self, r);
+}
+
+static enum MHD_Result list_kernels(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    json_t *list = json_array();
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
+        json_array_append_new(list, kernel_model(kmgr_at(self->kmgr, i)));
+    return http_reply_json(call->conn, 200, list);
+}
+
+static enum MHD_Result post_kernel(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    struct MHD_Connection *conn = call->conn;
+    if (call->resumed)
+        return resumed(self, call);
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "jupyter", conn);
-    if (*rest == 0 || strcmp(rest, "/") == 0) {
-        if (strcmp(method, "GET") == 0) {
-            json_t *list = json_array();
-            for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-                json_array_append_new(list, kernel_model(kmgr_at(self->kmgr, i)));
-            return http_reply_json(conn, 200, list);
-        }
-        if (strcmp(method, "POST") != 0)
-            return method_not_allowed(conn, method, rest);
-        json_t *req = parse(conn, body, len, &ret);
-        if (req == NULL)
-            return ret;
-        kernel_t *k = start_kernel(self, req, &who, &err);
-        json_decref(req);
-        if (k == NULL) {
-            return fail_err(conn, &err);
-        }
-        return when_ready(self, conn, k, 201, NULL, req_state);
+    json_t *req = parse(conn, call->body, call->len, &ret);
+    if (req == NULL)
+        return ret;
+    kernel_t *k = start_kernel(self, req, &who, &err);
+    json_decref(req);
+    if (k == NULL) {
+        return fail_err(conn, &err);
     }
-    char id[64];
-    size_t n = strcspn(rest + 1, "/");
-    if (rest[0] != '/' || n == 0 || n >= sizeof id)
-        return fail(conn, SG_E_NOTFOUND, "no such kernel");
-    memcpy(id, rest + 1, n);
-    id[n] = 0;
-    const char *action = rest + 1 + n;
-    kernel_t *k = kmgr_get(self->kmgr, id);
-    if (k == NULL)
-        return fail(conn, SG_E_NOTFOUND, "Kernel does not exist: %s", id);
-    if (*action == 0) {
-        if (strcmp(method, "GET") == 0)
-            return http_reply_json(conn, 200, kernel_model(k));
-        if (strcmp(method, "DELETE") == 0) {
-            kmgr_shutdown(self->kmgr, id, NULL);
-            audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
-            log_info("jupyter: kernel %s shut down", id);
-            return no_content(conn);
-        }
-        return method_not_allowed(conn, method, rest);
+    return when_ready(self, conn, k, 201, NULL, &call->state);
+}
+
+static enum MHD_Result get_kernel(void *arg, http_req_t *call)
+{
+    return http_reply_json(call->conn, 200, kernel_model(http_arg(call, "kernel")));
+}
+
+static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    const char *id = http_arg_id(call, "kernel"); /* the path's: it outlives the kernel */
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", call->conn);
+    kmgr_shutdown(self->kmgr, id, NULL);
+    audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
+    log_info("jupyter: kernel %s shut down", id);
+    return no_content(call->conn);
+}
+
+static enum MHD_Result get_channels(void *arg, http_req_t *call)
+{
+    return channels_route(arg, call->conn, http_arg(call, "kernel"), &call->state);
+}
+
+static enum MHD_Result post_interrupt(void *arg, http_req_t *call)
+{
+    kernel_t *k = http_arg(call, "kernel");
+    sg_error_t *err = NULL;
+    if (kernel_interrupt(k, &err) < 0) {
+        return fail_err(call->conn, &err);
     }
-    if (strcmp(action, "/channels") == 0) {
-        if (strcmp(method, "GET") != 0)
-            return method_not_allowed(conn, method, rest);
-        return channels_route(self, conn, k, req_state);
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", call->conn);
+    audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", kernel_id(k)));
+    return no_content(call->conn);
+}
+
+static enum MHD_Result post_restart(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    if (call->resumed)
+        return resumed(self, call);
+    kernel_t *k = http_arg(call, "kernel");
+    sg_error_t *err = NULL;
+    if (kernel_restart(k, &err) < 0) {
+        return fail_err(call->conn, &err);
     }
-    if (strcmp(method, "POST") != 0)
-        return method_not_allowed(conn, method, rest);
-    if (strcmp(action, "/interrupt") == 0) {
-        if (kernel_interrupt(k, &err) < 0) {
-            return fail_err(conn, &err);
-        }
-        audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", id));
-        return no_content(conn);
-    }
-    if (strcmp(action, "/restart") == 0) {
-        if (kernel_restart(k, &err) < 0) {
-            return fail_err(conn, &err);
-        }
-        audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", id));
-        return when_ready(self, conn, k, 200, NULL, req_state);
-    }
-    return fail(conn, SG_E_NOTFOUND, "no route for %s /api/kernels%s", method, rest);
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", call->conn);
+    audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", kernel_id(k)));
+    return when_ready(self, call->conn, k, 200, NULL, &call->state);
 }
 
 /* --- sessions ---------------------------------------------------------------------- */
@@ -566,18 +588,16 @@ static json_t *session_request(struct MHD_Connection *conn, const char *body, si
     return req;
 }
 
-/* The kernel a session request names: an existing one by id, or a new one. */
-static kernel_t *session_kernel(jupyter_t *self, json_t *req, const audit_who_t *who,
-                                sg_error_t **err)
+/* The kernel a session request names: an existing one by id, or a new one.
+ * NULL with *err when none could be started, without when the id is
+ * unknown (no_kernel answers both). */
+static kernel_t *session_kernel(jupyter_t *self, const http_req_t *call, json_t *req,
+                                const audit_who_t *who, sg_error_t **err)
 {
     json_t *kern = json_object_get(req, "kernel");
     const char *id = json_string_value(json_object_get(kern, "id"));
-    if (id) {
-        kernel_t *k = kmgr_get(self->kmgr, id);
-        if (k == NULL)
-            sg_error_set(err, SG_E_NOTFOUND, "Kernel does not exist: %s", id);
-        return k;
-    }
+    if (id)
+        return http_resolve(call, "kernel", id); /* NULL: no_kernel answers */
     json_t *start =
         json_pack("{s:O?, s:O?, s:O?}", "name", json_object_get(kern, "name"), "env",
                   json_object_get(kern, "env"), "internet", json_object_get(kern, "internet"));
@@ -587,6 +607,15 @@ static kernel_t *session_kernel(jupyter_t *self, json_t *req, const audit_who_t 
     kernel_t *k = start_kernel(self, start, who, err);
     json_decref(start);
     return k;
+}
+
+/* Answers a session request whose kernel session_kernel did not give. */
+static enum MHD_Result no_kernel(const http_req_t *call, json_t *req, sg_error_t **err)
+{
+    if (*err)
+        return fail_err(call->conn, err);
+    return http_reply_unknown(
+        call, "kernel", json_string_value(json_object_get(json_object_get(req, "kernel"), "id")));
 }
 
 /* path, name and type from a request, defaults for those a new session lacks. */
@@ -602,74 +631,95 @@ static void set_fields(json_t *s, json_t *req)
     }
 }
 
-static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                                const char *rest, const char *body, size_t len, void **req_state)
+static enum MHD_Result list_sessions(void *arg, http_req_t *call)
 {
+    jupyter_t *self = arg;
+    prune_sessions(self);
+    json_t *list = json_array();
+    const char *id;
+    json_t *s;
+    json_object_foreach (self->sessions, id, s)
+        json_array_append_new(list, session_model(self, s));
+    return http_reply_json(call->conn, 200, list);
+}
+
+static enum MHD_Result post_session(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    struct MHD_Connection *conn = call->conn;
+    if (call->resumed)
+        return resumed(self, call);
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "jupyter", conn);
     prune_sessions(self);
-    if (*rest == 0 || strcmp(rest, "/") == 0) {
-        if (strcmp(method, "GET") == 0) {
-            json_t *list = json_array();
-            const char *id;
-            json_t *s;
-            json_object_foreach (self->sessions, id, s)
-                json_array_append_new(list, session_model(self, s));
-            return http_reply_json(conn, 200, list);
-        }
-        if (strcmp(method, "POST") != 0)
-            return method_not_allowed(conn, method, rest);
-        json_t *req = session_request(conn, body, len, &ret);
-        if (req == NULL)
-            return ret;
-        /* A session for a path that has one already is that session. */
-        const char *path = json_string_value(json_object_get(req, "path"));
-        const char *sid;
-        json_t *s;
-        json_object_foreach (self->sessions, sid, s) {
-            if (path && strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
-                json_decref(req);
-                return http_reply_json(conn, 201, session_model(self, s));
-            }
-        }
-        kernel_t *k = session_kernel(self, req, &who, &err);
-        if (k == NULL) {
+    json_t *req = session_request(conn, call->body, call->len, &ret);
+    if (req == NULL)
+        return ret;
+    /* A session for a path that has one already is that session. */
+    const char *path = json_string_value(json_object_get(req, "path"));
+    const char *sid;
+    json_t *s;
+    json_object_foreach (self->sessions, sid, s) {
+        if (path && strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
             json_decref(req);
-            return fail_err(conn, &err);
+            return http_reply_json(conn, 201, session_model(self, s));
         }
-        char id[37];
-        replica_uuid(id);
-        s = json_pack("{s:s, s:s}", "id", id, "kernel_id", kernel_id(k));
-        set_fields(s, req);
-        json_object_set_new(self->sessions, id, s);
+    }
+    kernel_t *k = session_kernel(self, call, req, &who, &err);
+    if (k == NULL) {
+        ret = no_kernel(call, req, &err);
         json_decref(req);
-        audit_event(&who, "session.create",
-                    json_pack("{s:s, s:s, s:O}", "session", id, "context", kernel_id(k), "path",
-                              json_object_get(s, "path")));
-        log_info("jupyter: session %s (%s) on kernel %s", id,
-                 json_string_value(json_object_get(s, "path")), kernel_id(k));
-        return when_ready(self, conn, k, 201, id, req_state);
+        return ret;
     }
-    const char *id = rest + 1;
-    json_t *s = json_object_get(self->sessions, id);
-    if (rest[0] != '/' || s == NULL)
-        return fail(conn, SG_E_NOTFOUND, "Session not found: %s", rest[0] ? rest + 1 : "");
-    if (strcmp(method, "GET") == 0)
-        return http_reply_json(conn, 200, session_model(self, s));
-    if (strcmp(method, "DELETE") == 0) {
-        const char *kid = json_string_value(json_object_get(s, "kernel_id"));
-        audit_event(&who, "session.delete",
-                    json_pack("{s:s, s:s?}", "session", id, "context", kid));
-        if (kmgr_get(self->kmgr, kid))
-            kmgr_shutdown(self->kmgr, kid, NULL);
-        json_object_del(self->sessions, id);
-        return no_content(conn);
-    }
-    if (strcmp(method, "PATCH") != 0)
-        return method_not_allowed(conn, method, rest);
-    json_t *req = session_request(conn, body, len, &ret);
+    char id[37];
+    replica_uuid(id);
+    s = json_pack("{s:s, s:s}", "id", id, "kernel_id", kernel_id(k));
+    set_fields(s, req);
+    json_object_set_new(self->sessions, id, s);
+    json_decref(req);
+    audit_event(&who, "session.create",
+                json_pack("{s:s, s:s, s:O}", "session", id, "context", kernel_id(k), "path",
+                          json_object_get(s, "path")));
+    log_info("jupyter: session %s (%s) on kernel %s", id,
+             json_string_value(json_object_get(s, "path")), kernel_id(k));
+    return when_ready(self, conn, k, 201, id, &call->state);
+}
+
+static enum MHD_Result get_session(void *arg, http_req_t *call)
+{
+    return http_reply_json(call->conn, 200, session_model(arg, http_arg(call, "session")));
+}
+
+static enum MHD_Result delete_session(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    const char *id = http_arg_id(call, "session");
+    json_t *s = http_arg(call, "session");
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", call->conn);
+    const char *kid = json_string_value(json_object_get(s, "kernel_id"));
+    audit_event(&who, "session.delete", json_pack("{s:s, s:s?}", "session", id, "context", kid));
+    if (kmgr_get(self->kmgr, kid))
+        kmgr_shutdown(self->kmgr, kid, NULL);
+    json_object_del(self->sessions, id);
+    return no_content(call->conn);
+}
+
+static enum MHD_Result patch_session(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    struct MHD_Connection *conn = call->conn;
+    if (call->resumed)
+        return resumed(self, call);
+    const char *id = http_arg_id(call, "session");
+    json_t *s = http_arg(call, "session");
+    enum MHD_Result ret = MHD_NO;
+    sg_error_t *err = NULL;
+    audit_who_t who;
+    audit_who_conn(&who, "jupyter", conn);
+    json_t *req = session_request(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
     set_fields(s, req);
@@ -677,10 +727,11 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
     if (json_is_object(kern)) {
         char old[64];
         snprintf(old, sizeof old, "%s", json_string_value(json_object_get(s, "kernel_id")));
-        kernel_t *k = session_kernel(self, req, &who, &err);
+        kernel_t *k = session_kernel(self, call, req, &who, &err);
         if (k == NULL) {
+            ret = no_kernel(call, req, &err);
             json_decref(req);
-            return fail_err(conn, &err);
+            return ret;
         }
         json_object_set_new(s, "kernel_id", json_string(kernel_id(k)));
         audit_event(&who, "session.update",
@@ -691,7 +742,7 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
             kmgr_get(self->kmgr, old))
             kmgr_shutdown(self->kmgr, old, NULL);
         json_decref(req);
-        return when_ready(self, conn, k, 200, id, req_state);
+        return when_ready(self, conn, k, 200, id, &call->state);
     }
     json_decref(req);
     return http_reply_json(conn, 200, session_model(self, s));
@@ -699,41 +750,32 @@ static enum MHD_Result sessions(jupyter_t *self, struct MHD_Connection *conn, co
 
 /* --- kernelspecs ------------------------------------------------------------------- */
 
-static enum MHD_Result kernelspecs(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                                   const char *rest)
+static enum MHD_Result list_kernelspecs(void *arg, http_req_t *call)
 {
-    if (strcmp(method, "GET") != 0)
-        return method_not_allowed(conn, method, rest);
+    jupyter_t *self = arg;
     const kspecs_t *ks = kmgr_kspecs(self->kmgr);
-    if (*rest == 0 || strcmp(rest, "/") == 0) {
-        json_t *all = json_object();
-        for (size_t i = 0; i < kspecs_count(ks); i++)
-            json_object_set_new(all, kspecs_at(ks, i)->name, kernelspec_model(kspecs_at(ks, i)));
-        return http_reply_json(
-            conn, 200,
-            json_pack("{s:s, s:o}", "default", default_kernelspec(self), "kernelspecs", all));
-    }
-    const kspec_t *s = kspecs_get(ks, rest + 1);
-    if (s == NULL)
-        return fail(conn, SG_E_NOTFOUND, "Kernel spec %s not found", rest + 1);
-    return http_reply_json(conn, 200, kernelspec_model(s));
+    json_t *all = json_object();
+    for (size_t i = 0; i < kspecs_count(ks); i++)
+        json_object_set_new(all, kspecs_at(ks, i)->name, kernelspec_model(kspecs_at(ks, i)));
+    return http_reply_json(
+        call->conn, 200,
+        json_pack("{s:s, s:o}", "default", default_kernelspec(self), "kernelspecs", all));
 }
 
-/* GET /kernelspecs/{name}/{file}: a logo or other resource of a kernelspec. */
-static enum MHD_Result resource(jupyter_t *self, struct MHD_Connection *conn, const char *method,
-                                const char *rest)
+static enum MHD_Result get_kernelspec(void *arg, http_req_t *call)
 {
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return method_not_allowed(conn, method, rest);
-    char name[128];
-    size_t n = strcspn(rest, "/");
-    if (n == 0 || n >= sizeof name || rest[n] != '/')
-        return fail(conn, SG_E_NOTFOUND, "no such kernelspec resource");
-    memcpy(name, rest, n);
-    name[n] = 0;
-    const char *file = rest + n + 1;
-    const kspec_t *s = kspecs_get(kmgr_kspecs(self->kmgr), name);
-    if (s == NULL || !resource_name(file))
+    return http_reply_json(call->conn, 200, kernelspec_model(http_arg(call, "kernelspec")));
+}
+
+/* GET /kernelspecs/{kernelspec}/{file}: a logo or other resource of a
+ * kernelspec. */
+static enum MHD_Result get_resource(void *arg, http_req_t *call)
+{
+    struct MHD_Connection *conn = call->conn;
+    const kspec_t *s = http_arg(call, "kernelspec");
+    const char *name = s->name;
+    const char *file = call->rest[0] == '/' ? call->rest + 1 : call->rest;
+    if (!resource_name(file))
         return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
     char *path = xasprintf("%s/%s", s->dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -757,47 +799,30 @@ static enum MHD_Result resource(jupyter_t *self, struct MHD_Connection *conn, co
     return ret;
 }
 
-/* --- dispatch ---------------------------------------------------------------------- */
+/* --- the server ------------------------------------------------------------------ */
 
-static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
-                                      const char *url, const char *body, size_t len,
-                                      void **req_state)
+static enum MHD_Result get_api(void *arg, http_req_t *call)
 {
-    jupyter_t *self = ctx;
-    jreq_t *r = *req_state;
-    if (r) { /* resumed: the kernel it waited for is ready (or not) */
-        if (!r->ready)
-            return resp_wait(r->out);
-        return answer(self, r);
-    }
-    if (strncmp(url, "/kernelspecs/", 13) == 0)
-        return resource(self, conn, method, url + 13);
-    if (strcmp(url, "/api") == 0 || strcmp(url, "/api/") == 0) {
-        if (strcmp(method, "GET") != 0)
-            return method_not_allowed(conn, method, url);
-        return http_reply_json(
-            conn, 200, json_pack("{s:s, s:s}", "version", PACKAGE_VERSION, "server", "sandgate"));
-    }
-    if (strcmp(url, "/api/status") == 0) {
-        char started[32], now[32];
-        iso_time(self->started, started);
-        iso_time(zclock_time(), now);
-        size_t conns = 0;
-        for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-            conns += (size_t)kernel_connections(kmgr_at(self->kmgr, i));
-        return http_reply_json(
-            conn, 200,
-            json_pack("{s:s, s:s, s:I, s:I}", "started", started, "last_activity", now, "kernels",
-                      (json_int_t)kmgr_count(self->kmgr), "connections", (json_int_t)conns));
-    }
-    if (strncmp(url, "/api/kernels", 12) == 0 && (url[12] == 0 || url[12] == '/'))
-        return kernels(self, conn, method, url + 12, body, len, req_state);
-    if (strncmp(url, "/api/sessions", 13) == 0 && (url[13] == 0 || url[13] == '/'))
-        return sessions(self, conn, method, url + 13, body, len, req_state);
-    if (strncmp(url, "/api/kernelspecs", 16) == 0 && (url[16] == 0 || url[16] == '/'))
-        return kernelspecs(self, conn, method, url + 16);
-    return fail(conn, SG_E_NOTFOUND, "no route for %s %s", method, url);
+    return http_reply_json(
+        call->conn, 200, json_pack("{s:s, s:s}", "version", PACKAGE_VERSION, "server", "sandgate"));
 }
+
+static enum MHD_Result get_status(void *arg, http_req_t *call)
+{
+    jupyter_t *self = arg;
+    char started[32], now[32];
+    iso_time(self->started, started);
+    iso_time(zclock_time(), now);
+    size_t conns = 0;
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
+        conns += (size_t)kernel_connections(kmgr_at(self->kmgr, i));
+    return http_reply_json(call->conn, 200,
+                           json_pack("{s:s, s:s, s:I, s:I}", "started", started, "last_activity",
+                                     now, "kernels", (json_int_t)kmgr_count(self->kmgr),
+                                     "connections", (json_int_t)conns));
+}
+
+/* --- registration ------------------------------------------------------------------ */
 
 static void request_done(void *ctx, void *req_state, bool completed)
 {
@@ -809,13 +834,62 @@ static void request_done(void *ctx, void *req_state, bool completed)
     jreq_free(r);
 }
 
-static const http_handler_t handler = {.handle = handle_request, .done = request_done};
+/* The parameter kinds: a kernel (a kmgr session), a Jupyter session, a
+ * kernelspec; the messages are jupyter_server's. */
+static void *resolve_kernel(void *arg, const char *id, const http_req_t *call)
+{
+    jupyter_t *self = arg;
+    return kmgr_get(self->kmgr, id);
+}
+
+static void *resolve_session(void *arg, const char *id, const http_req_t *call)
+{
+    jupyter_t *self = arg;
+    prune_sessions(self);
+    return json_object_get(self->sessions, id);
+}
+
+static void *resolve_kernelspec(void *arg, const char *id, const http_req_t *call)
+{
+    jupyter_t *self = arg;
+    return (void *)kspecs_get(kmgr_kspecs(self->kmgr), id);
+}
 
 int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
 {
-    if (http_route_add(http, "/api", 0, &handler, self, err) < 0 ||
-        http_route_add(http, "/api/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0 ||
-        http_route_add(http, "/kernelspecs/", HTTP_ROUTE_PREFIX, &handler, self, err) < 0)
+    /* jupyter_server takes each collection with and without a final '/'. */
+    static const http_route_t routes[] = {
+        {"GET", "/api", get_api, 0, NULL},
+        {"GET", "/api/", get_api, 0, NULL},
+        {"GET", "/api/status", get_status, 0, NULL},
+        {"GET", "/api/kernelspecs", list_kernelspecs, 0, NULL},
+        {"GET", "/api/kernelspecs/", list_kernelspecs, 0, NULL},
+        {"GET", "/api/kernelspecs/{kernelspec}", get_kernelspec, 0, NULL},
+        {"GET", "/kernelspecs/{kernelspec}/*", get_resource, 0, NULL},
+        {"GET", "/api/kernels", list_kernels, 0, NULL},
+        {"GET", "/api/kernels/", list_kernels, 0, NULL},
+        {"POST", "/api/kernels", post_kernel, 0, NULL},
+        {"POST", "/api/kernels/", post_kernel, 0, NULL},
+        {"GET", "/api/kernels/{kernel}", get_kernel, 0, NULL},
+        {"DELETE", "/api/kernels/{kernel}", delete_kernel, 0, NULL},
+        {"POST", "/api/kernels/{kernel}/interrupt", post_interrupt, 0, NULL},
+        {"POST", "/api/kernels/{kernel}/restart", post_restart, 0, NULL},
+        {"GET", "/api/kernels/{kernel}/channels", get_channels, 0, NULL},
+        {"GET", "/api/sessions", list_sessions, 0, NULL},
+        {"GET", "/api/sessions/", list_sessions, 0, NULL},
+        {"POST", "/api/sessions", post_session, 0, NULL},
+        {"POST", "/api/sessions/", post_session, 0, NULL},
+        {"GET", "/api/sessions/{session}", get_session, 0, NULL},
+        {"PATCH", "/api/sessions/{session}", patch_session, 0, NULL},
+        {"DELETE", "/api/sessions/{session}", delete_session, 0, NULL},
+    };
+    const http_front_t front = {
+        .ctx = self, .done = request_done, .error_response = error_response};
+    if (http_param(http, "kernel", resolve_kernel, self, "Kernel does not exist: %s", err) < 0 ||
+        http_param(http, "session", resolve_session, self, "Session not found: %s", err) < 0 ||
+        http_param(http, "kernelspec", resolve_kernelspec, self, "Kernel spec %s not found", err) <
+            0 ||
+        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
         return -1;
     return 0;
 }

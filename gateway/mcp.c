@@ -1,31 +1,17 @@
 #include "gateway/mcp.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sodium.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/log.h"
 #include "common/records.h"
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/audit.h"
-#include "gateway/exec.h"
-#include "gateway/files.h"
-#include "gateway/http.h"
-#include "gateway/metrics.h"
-#include "gateway/resp.h"
-#include "proto/jmsg.h"
+#include "gateway/mcp_internal.h"
 
-#define MAX_BATCH 64       /* messages in one JSON-RPC batch */
-#define TICK_MS 1000       /* idle culling */
-#define PROGRESS_TEXT 4096 /* output bytes carried by one progress notification */
-#define HOME "/home/user"
+#define MAX_BATCH 64 /* messages in one JSON-RPC batch */
+#define TICK_MS 1000 /* idle culling */
 
 /* JSON-RPC 2.0 error codes, and the two the MCP transport adds. */
 enum {
@@ -41,63 +27,6 @@ enum {
  * here, else with the first. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
-typedef struct {
-    char id[37];
-    char *kernel_id;  /* NULL until a tool needs the kernel */
-    bool kernel_lost; /* it had one that is gone (deleted, culled, lost in a crash) */
-    bool internet;    /* its kernels have a network (/mcp?internet=true at initialize) */
-    char version[16]; /* negotiated protocol version */
-    int64_t last_seen;
-    int calls; /* executions in flight */
-} session_t;
-
-/* One POST: its JSON-RPC answers, given at once or when the last execution
- * it started ends.  Freed when both the HTTP request and every call are
- * gone. */
-typedef struct {
-    mcp_t *mcp;
-    int refs; /* the HTTP request, and each call in flight */
-    struct MHD_Connection *conn;
-    resp_t *out; /* the event stream, or the wait for the answers */
-    char session[37];
-    bool batch, accept_json, streaming;
-    int pending;     /* calls not answered yet */
-    json_t *replies; /* answers not sent yet (JSON mode) */
-} post_t;
-
-/* One execute_python call in flight. */
-typedef struct {
-    mcp_t *mcp;
-    post_t *post;
-    json_t *id;       /* the request's id */
-    json_t *progress; /* the client's progressToken, or NULL */
-    char session[37];
-    exec_t *exec;    /* NULL once over */
-    json_t *content; /* content blocks so far */
-    char *run;       /* stream text not yet made a block */
-    size_t run_len;
-    int run_kind; /* 0 none, 1 stdout, 2 stderr */
-    bool error;
-    int progress_n;
-} call_t;
-
-struct mcp {
-    loop_t *loop;
-    kmgr_t *kmgr;
-    mcp_config_t cfg;
-    records_t *records; /* STATE/mcp; NULL: none */
-    zhashx_t *sessions; /* id -> session_t */
-    zlistx_t *calls;    /* call_t in flight */
-    json_t *tools[2];   /* tools/list's answer without and with a network */
-    int tick;
-    void (*wake)(void *);
-    void *wake_arg;
-    /* Who sent the request being handled (or "mcp" and no client for the
-     * idle timer), for the audit log: set before each dispatch, so the tools
-     * need no extra parameter. */
-    audit_who_t who;
-};
-
 void mcp_config_defaults(mcp_config_t *cfg)
 {
     *cfg = (mcp_config_t){.state_dir = NULL,
@@ -112,7 +41,7 @@ void mcp_config_defaults(mcp_config_t *cfg)
 
 /* --- JSON-RPC and HTTP answers ------------------------------------------------ */
 
-static json_t *rpc_result(const json_t *id, json_t *result)
+json_t *mcp_rpc_result(const json_t *id, json_t *result)
 {
     return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result);
 }
@@ -217,7 +146,7 @@ static void session_end(mcp_t *self, session_t *s, const char *why)
 
 /* The session's kernel, started when there is none.  *note says so when a
  * kernel it had is gone (variables lost). */
-static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
+kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
 {
     *note = NULL;
     kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
@@ -248,9 +177,9 @@ static kernel_t *session_kernel(mcp_t *self, session_t *s, const char **note, sg
 
 /* The session's kernel for a file tool: its workspace must exist (a kernel
  * started through the launcher gets it a moment after it is made). */
-static kernel_t *files_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
+kernel_t *mcp_files_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
 {
-    kernel_t *k = session_kernel(self, s, note, err);
+    kernel_t *k = mcp_session_kernel(self, s, note, err);
     if (k && !kernel_prepared(k)) {
         sg_error_set(err, SG_E_CONFLICT,
                      "this session's kernel is still starting (its workspace is being "
@@ -312,7 +241,7 @@ static void post_unref(post_t *p)
 }
 
 /* An answer (or a notification, while streaming) for the client; steals msg. */
-static void post_send(post_t *p, json_t *msg)
+void mcp_post_send(post_t *p, json_t *msg)
 {
     if (p->streaming) {
         char *ev = sse_event(msg);
@@ -325,7 +254,7 @@ static void post_send(post_t *p, json_t *msg)
 }
 
 /* A call of this POST is over (answered or cancelled). */
-static void post_call_over(post_t *p)
+void mcp_post_call_over(post_t *p)
 {
     if (--p->pending == 0) {
         if (p->streaming)
@@ -357,620 +286,6 @@ static enum MHD_Result post_answer(post_t *p)
         text = joined;
     }
     return send_body(p->conn, 200, "text/event-stream", text, p->session);
-}
-
-/* --- execute_python --------------------------------------------------------------- */
-
-/* A traceback without the terminal colours ipykernel puts in. */
-static char *strip_ansi(const char *s)
-{
-    char *out = xmalloc(strlen(s) + 1), *o = out;
-    while (*s) {
-        if (s[0] == '\x1b' && s[1] == '[') {
-            s += 2;
-            while (*s && !(*s >= 0x40 && *s <= 0x7e))
-                s++;
-            if (*s)
-                s++;
-            continue;
-        }
-        *o++ = *s++;
-    }
-    *o = 0;
-    return out;
-}
-
-static void add_text(json_t *content, const char *text)
-{
-    json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", text));
-}
-
-/* Base64 without the line breaks Jupyter kernels may put in. */
-static char *squeeze_base64(const char *b64)
-{
-    char *out = xmalloc(strlen(b64) + 1), *o = out;
-    for (; *b64; b64++)
-        if (*b64 != '\n' && *b64 != '\r' && *b64 != ' ')
-            *o++ = *b64;
-    *o = 0;
-    return out;
-}
-
-static void add_image(json_t *content, const char *b64, const char *mime)
-{
-    char *data = squeeze_base64(b64);
-    json_array_append_new(
-        content, json_pack("{s:s, s:s, s:s}", "type", "image", "data", data, "mimeType", mime));
-    free(data);
-}
-
-static void flush_run(call_t *c)
-{
-    if (c->run_len == 0)
-        return;
-    static const char mark[] = "[stderr]\n";
-    size_t skip = c->run_kind == 2 ? 0 : sizeof mark - 1;
-    char *t = xmalloc(sizeof mark + c->run_len);
-    memcpy(t, mark, sizeof mark - 1);
-    memcpy(t + sizeof mark - 1, c->run, c->run_len);
-    json_array_append_new(c->content, json_pack("{s:s, s:s%}", "type", "text", "text", t + skip,
-                                                sizeof mark - 1 + c->run_len - skip));
-    free(t);
-    free(c->run);
-    c->run = NULL;
-    c->run_len = 0;
-    c->run_kind = 0;
-}
-
-static void on_limit(void *arg, const char *note)
-{
-    call_t *c = arg;
-    flush_run(c);
-    size_t n = strlen(note);
-    json_array_append_new(c->content, json_pack("{s:s, s:s%}", "type", "text", "text", note,
-                                                n && note[n - 1] == '\n' ? n - 1 : n));
-}
-
-static void progress(call_t *c, const char *text, size_t n)
-{
-    if (!c->progress || !c->post || !c->post->streaming)
-        return;
-    json_t *m = json_stringn(text, utf8_cut(text, n, PROGRESS_TEXT));
-    if (!m)
-        m = json_string("(output)");
-    post_send(c->post, json_pack("{s:s, s:s, s:{s:O, s:i, s:o}}", "jsonrpc", "2.0", "method",
-                                 "notifications/progress", "params", "progressToken", c->progress,
-                                 "progress", ++c->progress_n, "message", m));
-}
-
-static void on_stream(void *arg, bool is_stderr, const char *text, size_t n, const char *date)
-{
-    call_t *c = arg;
-    int kind = is_stderr ? 2 : 1;
-    if (kind != c->run_kind)
-        flush_run(c);
-    c->run = xrealloc(c->run, c->run_len + n + 1);
-    memcpy(c->run + c->run_len, text, n);
-    c->run_len += n;
-    c->run[c->run_len] = 0;
-    c->run_kind = kind;
-    progress(c, text, n);
-}
-
-static void on_result(void *arg, const json_t *data, bool main)
-{
-    call_t *c = arg;
-    const char *png = json_string_value(json_object_get(data, "image/png"));
-    const char *jpeg = json_string_value(json_object_get(data, "image/jpeg"));
-    const char *plain = json_string_value(json_object_get(data, "text/plain"));
-    flush_run(c);
-    if (png)
-        add_image(c->content, png, "image/png");
-    else if (jpeg)
-        add_image(c->content, jpeg, "image/jpeg");
-    else if (plain) /* "<Figure size 640x480 with 1 Axes>" only when there is no image */
-        add_text(c->content, plain);
-}
-
-static void on_error(void *arg, const char *ename, const char *evalue, const json_t *tb)
-{
-    call_t *c = arg;
-    flush_run(c);
-    c->error = true;
-    /* The traceback ends with "ename: evalue"; without one, that line alone. */
-    char *text = NULL;
-    size_t i;
-    json_t *t;
-    json_array_foreach (tb, i, t) {
-        char *line = strip_ansi(json_string_value(t) ? json_string_value(t) : "");
-        char *joined = text ? xasprintf("%s\n%s", text, line) : xstrdup(line);
-        free(line);
-        free(text);
-        text = joined;
-    }
-    if (!text)
-        text = xasprintf("%s: %s", ename, evalue);
-    add_text(c->content, text);
-    free(text);
-}
-
-static bool is_image(const char *mime)
-{
-    return strcmp(mime, "image/png") == 0 || strcmp(mime, "image/jpeg") == 0 ||
-           strcmp(mime, "image/gif") == 0 || strcmp(mime, "image/webp") == 0;
-}
-
-static char *base64(const unsigned char *p, size_t n)
-{
-    size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
-    char *out = xmalloc(cap);
-    sodium_bin2base64(out, cap, p, n, sodium_base64_VARIANT_ORIGINAL);
-    return out;
-}
-
-/* Reads a whole regular file (at most max bytes) of the workspace. */
-static unsigned char *read_whole(const char *workspace, const char *path, size_t max, size_t *len,
-                                 sg_error_t **err)
-{
-    struct stat st;
-    int fd = files_open(workspace, path, &st, err);
-    if (fd < 0)
-        return NULL;
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        sg_error_set(err, SG_E_CONFLICT, "%s is a directory (list_files shows what is in it)",
-                     path);
-        return NULL;
-    }
-    if ((size_t)st.st_size > max) {
-        close(fd);
-        sg_error_set(err, SG_E_LIMIT,
-                     "%s has %lld bytes, more than the %zu returned inline; read a part of it "
-                     "with execute_python",
-                     path, (long long)st.st_size, max);
-        return NULL;
-    }
-    unsigned char *buf = xmalloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[got] = 0;
-    *len = got;
-    return buf;
-}
-
-/* A workspace file as a content block: an image, text, or a resource
- * carrying its bytes.  NULL with *err when it cannot be read. */
-static json_t *file_block(mcp_t *self, const char *workspace, const char *path, bool as_resource,
-                          sg_error_t **err)
-{
-    size_t n;
-    unsigned char *buf = read_whole(workspace, path, self->cfg.max_file, &n, err);
-    if (!buf)
-        return NULL;
-    const char *mime = files_mime(path);
-    char *uri = xasprintf("file://" HOME "/%s", path);
-    json_t *block;
-    json_t *text = is_image(mime) ? NULL : json_stringn((const char *)buf, n);
-    if (is_image(mime)) {
-        char *b64 = base64(buf, n);
-        block = json_pack("{s:s, s:s, s:s}", "type", "image", "data", b64, "mimeType", mime);
-        free(b64);
-    } else if (text && !as_resource) {
-        block = json_pack("{s:s, s:O}", "type", "text", "text", text);
-    } else if (text) {
-        block = json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "resource", "resource", "uri", uri,
-                          "mimeType", mime, "text", text);
-    } else {
-        char *b64 = base64(buf, n);
-        block = json_pack("{s:s, s:{s:s, s:s, s:s}}", "type", "resource", "resource", "uri", uri,
-                          "mimeType", mime, "blob", b64);
-        free(b64);
-    }
-    json_decref(text);
-    free(uri);
-    free(buf);
-    return block;
-}
-
-/* The files the execution wrote under output/: listed, and each returned
- * inline when it is small enough. */
-static void add_artifacts(call_t *c, const json_t *list, const char *workspace)
-{
-    if (json_array_size(list) == 0)
-        return;
-    char *summary = xstrdup("[files written under output/:");
-    size_t i;
-    json_t *a;
-    json_array_foreach (list, i, a) {
-        const char *path = json_string_value(json_object_get(a, "path"));
-        json_int_t size = json_integer_value(json_object_get(a, "size"));
-        char *s = xasprintf("%s %s (%lld bytes)%s", summary, path, (long long)size,
-                            i + 1 < json_array_size(list) ? "," : "]");
-        free(summary);
-        summary = s;
-    }
-    add_text(c->content, summary);
-    free(summary);
-    json_array_foreach (list, i, a) {
-        sg_error_t *err = NULL;
-        const char *path = json_string_value(json_object_get(a, "path"));
-        json_t *block = file_block(c->mcp, workspace, path, true, &err);
-        if (block) {
-            json_array_append_new(c->content, block);
-        } else {
-            char *t = xasprintf("[sandgate: %s]", err->msg);
-            add_text(c->content, t);
-            free(t);
-            sg_error_free(&err);
-        }
-    }
-}
-
-static void call_free(call_t *c)
-{
-    json_decref(c->id);
-    json_decref(c->progress);
-    json_decref(c->content);
-    free(c->run);
-    free(c);
-}
-
-/* Takes c off the list of calls in flight and out of its session's count. */
-static void call_unlist(call_t *c)
-{
-    mcp_t *self = c->mcp;
-    void *h = zlistx_find(self->calls, c);
-    if (h)
-        zlistx_delete(self->calls, h);
-    session_t *s = zhashx_lookup(self->sessions, c->session);
-    if (s) {
-        s->calls--;
-        s->last_seen = zclock_mono();
-    }
-}
-
-static void on_done(void *arg, const exec_end_t *end)
-{
-    call_t *c = arg;
-    c->exec = NULL;
-    flush_run(c);
-    if (end->err) {
-        char *t = xasprintf("%s: %s", end->error_name, end->err->msg);
-        add_text(c->content, t);
-        free(t);
-    }
-    c->error |= end->outcome != OUTCOME_OK;
-    add_artifacts(c, end->artifacts, end->workspace);
-    if (json_array_size(c->content) == 0)
-        add_text(c->content, "[no output]");
-    call_unlist(c);
-    post_t *p = c->post;
-    post_send(
-        p, rpc_result(c->id, json_pack("{s:O, s:b}", "content", c->content, "isError", c->error)));
-    call_free(c);
-    post_call_over(p);
-}
-
-static const exec_sink_t exec_events = {.on_stream = on_stream,
-                                        .on_result = on_result,
-                                        .on_error = on_error,
-                                        .on_limit = on_limit,
-                                        .on_done = on_done};
-
-/* A tool's answer: content blocks, isError. */
-static json_t *tool_result(json_t *content, bool error)
-{
-    return json_pack("{s:o, s:b}", "content", content, "isError", error);
-}
-
-static json_t *tool_text(bool error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static json_t *tool_text(bool error, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = xvasprintf(fmt, ap);
-    va_end(ap);
-    json_t *content = json_array();
-    add_text(content, msg);
-    free(msg);
-    return tool_result(content, error);
-}
-
-/* A timeout argument: absent (the default) or a number of seconds. */
-static bool timeout_arg(mcp_t *self, json_t *args, double *t, json_t **bad)
-{
-    json_t *v = json_object_get(args, "timeout");
-    *t = exec_policy_timeout(self->cfg.exec) / 1000.0;
-    if (!v || json_is_null(v))
-        return true;
-    if (!json_is_number(v) || json_number_value(v) <= 0 ||
-        json_number_value(v) > self->cfg.exec->max_timeout_ms / 1000) {
-        *bad = tool_text(true, "'timeout' must be a number of seconds in (0, %d]",
-                         self->cfg.exec->max_timeout_ms / 1000);
-        return false;
-    }
-    *t = json_number_value(v);
-    return true;
-}
-
-/* Starts an execution: NULL when it is under way (its answer comes later),
- * else the tool result (an error). */
-static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *id, json_t *args,
-                            json_t *meta)
-{
-    const char *code = json_string_value(json_object_get(args, "code"));
-    if (!code)
-        return tool_text(true, "'code' (a string of Python) is required");
-    double t;
-    json_t *bad = NULL;
-    if (!timeout_arg(self, args, &t, &bad))
-        return bad;
-    const char *note;
-    sg_error_t *err = NULL;
-    kernel_t *k = session_kernel(self, s, &note, &err);
-    if (!k) {
-        json_t *r = tool_text(true, "cannot start a kernel: %s", err->msg);
-        sg_error_free(&err);
-        return r;
-    }
-    call_t *c = xzalloc(sizeof *c);
-    c->mcp = self;
-    c->post = p;
-    c->id = json_deep_copy(id);
-    json_t *token = json_object_get(meta, "progressToken");
-    c->progress = json_is_string(token) || json_is_integer(token) ? json_incref(token) : NULL;
-    snprintf(c->session, sizeof c->session, "%s", s->id);
-    c->content = json_array();
-    if (note)
-        add_text(c->content, note);
-    exec_opts_t o = {.policy = self->cfg.exec, .timeout_ms = (int)(t * 1000), .who = self->who};
-    c->exec = exec_start(k, code, &o, &exec_events, c, &err);
-    if (c->exec == NULL) {
-        json_t *r = err->kind == SG_E_CONFLICT
-                        ? tool_text(true, "%s", err->msg)
-                        : tool_text(true,
-                                    "the kernel cannot run code: %s (restart_kernel gives a "
-                                    "fresh one)",
-                                    err->msg);
-        sg_error_free(&err);
-        call_free(c);
-        return r;
-    }
-    zlistx_add_end(self->calls, c);
-    s->calls++;
-    p->pending++;
-    p->refs++;
-    return NULL;
-}
-
-/* --- workspace tools ------------------------------------------------------------- */
-
-/* A path as the tools take it: relative to the workspace, or absolute
- * under /home/user. */
-static const char *workspace_path(const char *path)
-{
-    if (strcmp(path, HOME) == 0)
-        return "";
-    if (strncmp(path, HOME "/", strlen(HOME) + 1) == 0)
-        return path + strlen(HOME) + 1;
-    return path;
-}
-
-static json_t *tool_error(sg_error_t **err)
-{
-    json_t *r = tool_text(true, "%s", (*err)->msg);
-    sg_error_free(err);
-    return r;
-}
-
-static json_t *tool_list(mcp_t *self, session_t *s, json_t *args)
-{
-    json_t *v = json_object_get(args, "path");
-    if (v && !json_is_string(v))
-        return tool_text(true, "'path' must be a string");
-    const char *path = workspace_path(v ? json_string_value(v) : "");
-    const char *note;
-    sg_error_t *err = NULL;
-    kernel_t *k = files_kernel(self, s, &note, &err);
-    if (!k)
-        return tool_error(&err);
-    struct stat st;
-    int fd = files_open(kernel_workspace(k), path, &st, &err);
-    if (fd < 0)
-        return tool_error(&err);
-    if (!S_ISDIR(st.st_mode)) {
-        close(fd);
-        return tool_text(false, "file  %lld  %s", (long long)st.st_size, path);
-    }
-    json_t *list = files_list(fd, *path ? path : ".", &err);
-    close(fd);
-    if (!list)
-        return tool_error(&err);
-    char *text = xasprintf("%s%s%s:\n", note ? note : "", note ? "\n" : "", *path ? path : HOME);
-    size_t i;
-    json_t *e;
-    json_array_foreach (json_object_get(list, "entries"), i, e) {
-        const char *type = json_string_value(json_object_get(e, "type"));
-        const char *name = json_string_value(json_object_get(e, "name"));
-        char *line =
-            strcmp(type, "dir") == 0
-                ? xasprintf("%sdir         -  %s/\n", text, name)
-                : xasprintf("%s%-5s %10lld  %s\n", text, type,
-                            (long long)json_integer_value(json_object_get(e, "size")), name);
-        free(text);
-        text = line;
-    }
-    if (json_array_size(json_object_get(list, "entries")) == 0) {
-        char *t = xasprintf("%s(empty)\n", text);
-        free(text);
-        text = t;
-    }
-    if (json_is_true(json_object_get(list, "truncated"))) {
-        char *t = xasprintf("%s[sandgate: the listing was cut short]\n", text);
-        free(text);
-        text = t;
-    }
-    json_decref(list);
-    json_t *r = tool_text(false, "%s", text);
-    free(text);
-    return r;
-}
-
-static json_t *tool_read(mcp_t *self, session_t *s, json_t *args)
-{
-    const char *path = json_string_value(json_object_get(args, "path"));
-    if (!path)
-        return tool_text(true, "'path' (a string) is required");
-    path = workspace_path(path);
-    const char *note;
-    sg_error_t *err = NULL;
-    kernel_t *k = files_kernel(self, s, &note, &err);
-    if (!k)
-        return tool_error(&err);
-    json_t *block = file_block(self, kernel_workspace(k), path, false, &err);
-    if (!block)
-        return tool_error(&err);
-    json_t *content = json_array();
-    if (note)
-        add_text(content, note);
-    json_array_append_new(content, block);
-    return tool_result(content, false);
-}
-
-static json_t *tool_write(mcp_t *self, session_t *s, json_t *args)
-{
-    const char *path = json_string_value(json_object_get(args, "path"));
-    json_t *text = json_object_get(args, "content");
-    const char *encoding = json_string_value(json_object_get(args, "encoding"));
-    if (!path || !json_is_string(text))
-        return tool_text(true, "'path' and 'content' (strings) are required");
-    if (encoding && strcmp(encoding, "utf-8") != 0 && strcmp(encoding, "base64") != 0)
-        return tool_text(true, "'encoding' must be \"utf-8\" or \"base64\"");
-    path = workspace_path(path);
-    const char *data = json_string_value(text);
-    size_t n = json_string_length(text);
-    unsigned char *bin = NULL;
-    if (encoding && strcmp(encoding, "base64") == 0) {
-        bin = xmalloc(n + 1);
-        size_t got;
-        if (sodium_base642bin(bin, n + 1, data, n, " \r\n", &got, NULL,
-                              sodium_base64_VARIANT_ORIGINAL) < 0) {
-            free(bin);
-            return tool_text(true, "'content' is not valid base64");
-        }
-        data = (const char *)bin;
-        n = got;
-    }
-    const char *note;
-    sg_error_t *err = NULL;
-    kernel_t *k = files_kernel(self, s, &note, &err);
-    files_upload_t *up =
-        k ? files_upload_begin(kernel_workspace(k), path, self->cfg.max_upload, &err) : NULL;
-    json_t *info = NULL;
-    if (up && files_upload_write(up, data, n, &err) == 0)
-        info = files_upload_commit(&up, &err);
-    files_upload_abort(&up);
-    free(bin);
-    if (!info)
-        return tool_error(&err);
-    audit_event(&self->who, "file.write",
-                json_pack("{s:s, s:s, s:O, s:O}", "session", s->id, "context", kernel_id(k), "path",
-                          json_object_get(info, "path"), "size", json_object_get(info, "size")));
-    json_t *r = tool_text(false, "%s%swrote %lld bytes to %s", note ? note : "", note ? "\n" : "",
-                          (long long)json_integer_value(json_object_get(info, "size")),
-                          json_string_value(json_object_get(info, "path")));
-    json_decref(info);
-    metrics.uploads++;
-    return r;
-}
-
-static json_t *tool_restart(mcp_t *self, session_t *s)
-{
-    kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
-    sg_error_t *err = NULL;
-    if (!k) {
-        const char *note;
-        if (!session_kernel(self, s, &note, &err))
-            return tool_error(&err);
-        return tool_text(false, "started a fresh kernel (there was none running)");
-    }
-    if (kernel_restart(k, &err) < 0)
-        return tool_error(&err);
-    audit_event(&self->who, "kernel.restart",
-                json_pack("{s:s, s:s}", "session", s->id, "context", kernel_id(k)));
-    log_info("mcp: session %s restarted its kernel", s->id);
-    return tool_text(false, "the kernel was restarted: variables and imports are gone; files in "
-                            "the workspace are kept");
-}
-
-/* --- the tools' descriptions ---------------------------------------------------- */
-
-static json_t *tools_json(const mcp_config_t *cfg, bool internet)
-{
-    cleanup_free char *text = xasprintf(
-        "["
-        "{\"name\": \"execute_python\", \"title\": \"Run Python\","
-        " \"description\": \"Runs Python code in this session's own Jupyter kernel, inside a "
-        "gVisor sandbox %s. Variables, imports and files persist between "
-        "calls of the same session. Returns stdout, stderr (marked [stderr]), the value of the "
-        "last expression, the exception with its traceback, and images (matplotlib figures, "
-        "PNG/JPEG display output). Files the code writes under output/ are returned as well. "
-        "The working directory is " HOME ", the session's workspace.\","
-        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
-        "  \"code\": {\"type\": \"string\", \"description\": \"the Python source to run\"},"
-        "  \"timeout\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": %d,"
-        "   \"description\": \"seconds before the execution is interrupted (default %d); "
-        "variables survive an interrupt\"}},"
-        "  \"required\": [\"code\"], \"additionalProperties\": false}},"
-        "{\"name\": \"list_files\", \"title\": \"List workspace files\","
-        " \"description\": \"Lists a directory of the session's workspace (" HOME "; paths are "
-        "relative to it, or absolute under it).\","
-        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
-        "  \"path\": {\"type\": \"string\", \"description\": \"a directory; default: the "
-        "workspace itself\"}}, \"additionalProperties\": false},"
-        " \"annotations\": {\"readOnlyHint\": true}},"
-        "{\"name\": \"read_file\", \"title\": \"Read a workspace file\","
-        " \"description\": \"Returns a file of the session's workspace: text as text, images "
-        "as images, anything else as an embedded resource (base64). At most %zu bytes.\","
-        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
-        "  \"path\": {\"type\": \"string\", \"description\": \"the file, relative to " HOME
-        "\"}}, \"required\": [\"path\"], \"additionalProperties\": false},"
-        " \"annotations\": {\"readOnlyHint\": true}},"
-        "{\"name\": \"write_file\", \"title\": \"Write a workspace file\","
-        " \"description\": \"Creates or replaces a file of the session's workspace (missing "
-        "directories are created), for the code to use.\","
-        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
-        "  \"path\": {\"type\": \"string\", \"description\": \"the file, relative to " HOME "\"},"
-        "  \"content\": {\"type\": \"string\", \"description\": \"the file's content\"},"
-        "  \"encoding\": {\"type\": \"string\", \"enum\": [\"utf-8\", \"base64\"],"
-        "   \"description\": \"how content is encoded (default utf-8)\"}},"
-        "  \"required\": [\"path\", \"content\"], \"additionalProperties\": false}},"
-        "{\"name\": \"restart_kernel\", \"title\": \"Restart the kernel\","
-        " \"description\": \"Replaces the session's kernel with a fresh one: every variable and "
-        "import is lost, workspace files are kept. Use it when the kernel is stuck or dead.\","
-        " \"inputSchema\": {\"type\": \"object\", \"properties\": {},"
-        "  \"additionalProperties\": false},"
-        " \"annotations\": {\"destructiveHint\": true}}"
-        "]",
-        internet ? "whose network reaches what the server allows (the internet; never private "
-                   "networks, cloud metadata or the host)"
-                 : "with no network access",
-        cfg->exec->max_timeout_ms / 1000, exec_policy_timeout(cfg->exec) / 1000, cfg->max_file);
-    json_error_t jerr;
-    json_t *tools = json_loads(text, 0, &jerr);
-    if (!tools) { /* a programmer's error in the literal above */
-        log_error("mcp: the tool list does not parse: %s (column %d)", jerr.text, jerr.column);
-        abort();
-    }
-    return tools;
 }
 
 /* --- dispatch ------------------------------------------------------------------ */
@@ -1020,7 +335,8 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
         "under output/ come back with the result. Use list_files, read_file and write_file for "
         "the workspace, and restart_kernel for a fresh kernel.",
         internet ? "with a network: the internet, as the server allows" : "no network");
-    return rpc_result(id, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+    return mcp_rpc_result(id,
+                          json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
                                     version, "capabilities", "tools", "listChanged", 0,
                                     "serverInfo", "name", "sandgate", "title", "sandgate",
                                     "version", PACKAGE_VERSION, "instructions", instructions));
@@ -1034,9 +350,9 @@ static json_t *request(mcp_t *self, post_t *p, session_t *s, const char *method,
     if (strcmp(method, "initialize") == 0)
         return initialize(self, p, id, params);
     if (strcmp(method, "ping") == 0)
-        return rpc_result(id, json_object());
+        return mcp_rpc_result(id, json_object());
     if (strcmp(method, "tools/list") == 0)
-        return rpc_result(id, json_pack("{s:O}", "tools", self->tools[s && s->internet]));
+        return mcp_rpc_result(id, json_pack("{s:O}", "tools", self->tools[s && s->internet]));
     if (strcmp(method, "tools/call") != 0)
         return rpc_error(id, RPC_NO_METHOD, "Method not found: %s", method);
     const char *name = json_string_value(json_object_get(params, "name"));
@@ -1048,35 +364,13 @@ static json_t *request(mcp_t *self, post_t *p, session_t *s, const char *method,
     json_t *empty = json_object();
     if (!json_is_object(args))
         args = empty;
-    json_t *result;
-    if (strcmp(name, "execute_python") == 0)
-        result = tool_execute(self, p, s, id, args, json_object_get(params, "_meta"));
-    else if (strcmp(name, "list_files") == 0)
-        result = tool_list(self, s, args);
-    else if (strcmp(name, "read_file") == 0)
-        result = tool_read(self, s, args);
-    else if (strcmp(name, "write_file") == 0)
-        result = tool_write(self, s, args);
-    else if (strcmp(name, "restart_kernel") == 0)
-        result = tool_restart(self, s);
-    else {
-        json_decref(empty);
-        return rpc_error(id, RPC_INVALID_PARAMS, "Unknown tool: %s", name);
-    }
+    bool unknown;
+    json_t *result =
+        mcp_tools_call(self, p, s, id, name, args, json_object_get(params, "_meta"), &unknown);
     json_decref(empty);
-    return result ? rpc_result(id, result) : NULL;
-}
-
-/* Stops a call's code and drops its answer (the caller gave it up). */
-static void call_cancel(call_t *c, const char *why)
-{
-    char *msg = xasprintf("mcp: session %s %s", c->session, why);
-    exec_cancel(&c->exec, msg);
-    free(msg);
-    post_t *p = c->post;
-    call_unlist(c);
-    call_free(c);
-    post_call_over(p);
+    if (unknown)
+        return rpc_error(id, RPC_INVALID_PARAMS, "Unknown tool: %s", name);
+    return result ? mcp_rpc_result(id, result) : NULL;
 }
 
 /* notifications/cancelled: the client gave up a request.  The spec says a
@@ -1086,7 +380,7 @@ static void cancel(mcp_t *self, session_t *s, json_t *params)
     json_t *rid = json_object_get(params, "requestId");
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls))
         if (strcmp(c->session, s->id) == 0 && json_equal(c->id, rid)) {
-            call_cancel(c, "cancelled a call");
+            mcp_call_cancel(c, "cancelled a call");
             return;
         }
 }
@@ -1094,7 +388,8 @@ static void cancel(mcp_t *self, session_t *s, json_t *params)
 static void dispatch(mcp_t *self, post_t *p, session_t *s, json_t *msg)
 {
     if (!json_is_object(msg)) {
-        post_send(p, rpc_error(NULL, RPC_INVALID_REQUEST, "Invalid Request: not a JSON object"));
+        mcp_post_send(p,
+                      rpc_error(NULL, RPC_INVALID_REQUEST, "Invalid Request: not a JSON object"));
         return;
     }
     json_t *id = json_object_get(msg, "id");
@@ -1103,25 +398,25 @@ static void dispatch(mcp_t *self, post_t *p, session_t *s, json_t *msg)
     const char *jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
     bool id_ok = json_is_string(id) || json_is_integer(id);
     if (!jsonrpc || strcmp(jsonrpc, "2.0") != 0) {
-        post_send(p, rpc_error(id_ok ? id : NULL, RPC_INVALID_REQUEST,
-                               "Invalid Request: 'jsonrpc' must be \"2.0\""));
+        mcp_post_send(p, rpc_error(id_ok ? id : NULL, RPC_INVALID_REQUEST,
+                                   "Invalid Request: 'jsonrpc' must be \"2.0\""));
         return;
     }
     if (!method) {
         if (id_ok && (json_object_get(msg, "result") || json_object_get(msg, "error")))
             return; /* a response; sandgate sends no requests, so there is nothing to match */
-        post_send(
+        mcp_post_send(
             p, rpc_error(id_ok ? id : NULL, RPC_INVALID_REQUEST, "Invalid Request: no 'method'"));
         return;
     }
     if (!json_is_string(method)) {
-        post_send(p, rpc_error(id_ok ? id : NULL, RPC_INVALID_REQUEST,
-                               "Invalid Request: 'method' must be a string"));
+        mcp_post_send(p, rpc_error(id_ok ? id : NULL, RPC_INVALID_REQUEST,
+                                   "Invalid Request: 'method' must be a string"));
         return;
     }
     if (id && !id_ok) {
-        post_send(p, rpc_error(NULL, RPC_INVALID_REQUEST,
-                               "Invalid Request: 'id' must be a string or an integer"));
+        mcp_post_send(p, rpc_error(NULL, RPC_INVALID_REQUEST,
+                                   "Invalid Request: 'id' must be a string or an integer"));
         return;
     }
     const char *name = json_string_value(method);
@@ -1131,12 +426,12 @@ static void dispatch(mcp_t *self, post_t *p, session_t *s, json_t *msg)
         return;
     }
     if (params && !json_is_object(params)) {
-        post_send(p, rpc_error(id, RPC_INVALID_PARAMS, "'params' must be an object"));
+        mcp_post_send(p, rpc_error(id, RPC_INVALID_PARAMS, "'params' must be an object"));
         return;
     }
     json_t *answer = request(self, p, s, name, id, params);
     if (answer)
-        post_send(p, answer);
+        mcp_post_send(p, answer);
 }
 
 /* Which answers the client takes (Accept); false when neither. */
@@ -1172,9 +467,27 @@ static bool origin_allowed(mcp_t *self, struct MHD_Connection *conn)
     return false;
 }
 
-static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, const char *body,
-                                   size_t len, void **req_state)
+/* The session a request names in Mcp-Session-Id: resolved as every id a
+ * client gives is (http_resolve, where tenant checks hang), so an unknown
+ * session is answered by http_reply_unknown.  NULL when the request was
+ * answered: no header (400, saying missing), an unknown session (404). */
+static session_t *session_of(http_req_t *call, const char *missing, enum MHD_Result *ret)
 {
+    const char *sid = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+    if (!sid) {
+        *ret = refuse(call->conn, 400, RPC_SERVER, missing);
+        return NULL;
+    }
+    session_t *s = http_resolve(call, "mcp_session", sid);
+    if (!s)
+        *ret = http_reply_unknown(call, "mcp_session", sid);
+    return s;
+}
+
+static enum MHD_Result handle_post(mcp_t *self, http_req_t *call, const char *body, size_t len,
+                                   void **req_state)
+{
+    struct MHD_Connection *conn = call->conn;
     audit_who_conn(&self->who, "mcp", conn);
     const char *ctype = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     if (!ctype || strncasecmp(ctype, "application/json", 16) != 0 ||
@@ -1213,7 +526,6 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
         init |= method && strcmp(method, "initialize") == 0;
     }
     session_t *s = NULL;
-    const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
     if (init && n > 1) {
         ret = refuse(conn, 400, RPC_INVALID_REQUEST,
                      "Invalid Request: initialize must be sent alone, not in a batch");
@@ -1227,16 +539,9 @@ static enum MHD_Result handle_post(mcp_t *self, struct MHD_Connection *conn, con
         goto out;
     }
     if (!init) {
-        if (!sid) {
-            ret = refuse(conn, 400, RPC_SERVER,
-                         "Bad Request: no Mcp-Session-Id header (send initialize first)");
+        s = session_of(call, "Bad Request: no Mcp-Session-Id header (send initialize first)", &ret);
+        if (!s)
             goto out;
-        }
-        if (!(s = zhashx_lookup(self->sessions, sid))) {
-            ret = refuse(conn, 404, RPC_NO_SESSION,
-                         "Session not found: it was deleted or expired; initialize a new one");
-            goto out;
-        }
         const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
         if (v && !supported_version(v)) {
             char msg[160];
@@ -1288,45 +593,35 @@ out:
     return ret;
 }
 
-static enum MHD_Result handle_request(void *ctx, struct MHD_Connection *conn, const char *method,
-                                      const char *url, const char *body, size_t len,
-                                      void **req_state)
+static enum MHD_Result post_mcp(void *arg, http_req_t *call)
 {
-    mcp_t *self = ctx;
-    post_t *p = *req_state;
-    if (p) { /* a JSON-mode POST resumed */
+    mcp_t *self = arg;
+    post_t *p = call->state;
+    if (call->resumed) { /* a JSON-mode POST resumed */
         if (p->pending > 0)
             return resp_wait(p->out);
         return post_answer(p);
     }
+    if (!origin_allowed(self, call->conn))
+        return refuse(call->conn, 403, RPC_SERVER,
+                      "Forbidden: this Origin may not use a sandgate that has no token");
+    return handle_post(self, call, call->body, call->len, &call->state);
+}
+
+static enum MHD_Result delete_mcp(void *arg, http_req_t *call)
+{
+    mcp_t *self = arg;
+    struct MHD_Connection *conn = call->conn;
     if (!origin_allowed(self, conn))
         return refuse(conn, 403, RPC_SERVER,
                       "Forbidden: this Origin may not use a sandgate that has no token");
-    if (strcmp(method, "POST") == 0)
-        return handle_post(self, conn, body, len, req_state);
-    if (strcmp(method, "DELETE") == 0) {
-        const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
-        session_t *s = sid ? zhashx_lookup(self->sessions, sid) : NULL;
-        if (!sid)
-            return refuse(conn, 400, RPC_SERVER, "Bad Request: no Mcp-Session-Id header");
-        if (!s)
-            return refuse(conn, 404, RPC_NO_SESSION, "Session not found");
-        audit_who_conn(&self->who, "mcp", conn);
-        session_end(self, s, "deleted by the client");
-        return send_body(conn, 200, NULL, xstrdup(""), NULL);
-    }
-    json_t *e = rpc_error(NULL, RPC_SERVER,
-                          "Method Not Allowed: POST JSON-RPC to /mcp, DELETE ends a session "
-                          "(sandgate opens no server-initiated stream)");
-    char *text = json_dumps(e, JSON_COMPACT);
-    json_decref(e);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "POST, DELETE");
-    enum MHD_Result ret = http_queue(conn, 405, r);
-    MHD_destroy_response(r);
-    return ret;
+    enum MHD_Result ret;
+    session_t *s = session_of(call, "Bad Request: no Mcp-Session-Id header", &ret);
+    if (!s)
+        return ret;
+    audit_who_conn(&self->who, "mcp", conn);
+    session_end(self, s, "deleted by the client");
+    return send_body(conn, 200, NULL, xstrdup(""), NULL);
 }
 
 /* The request whose state this is has ended (answered or broken off):
@@ -1342,17 +637,50 @@ static void request_done(void *ctx, void *req_state, bool completed)
         if (c->post == p)
             zlistx_add_end(mine, c);
     for (call_t *c = zlistx_first(mine); c; c = zlistx_next(mine))
-        call_cancel(c, "lost its client during a call");
+        mcp_call_cancel(c, "lost its client during a call");
     zlistx_destroy(&mine);
     post_unref(p);
 }
 
-static const http_handler_t handler = {.handle = handle_request, .done = request_done};
+/* The route layer's refusals as JSON-RPC errors: an unknown session
+ * (-32001), a method /mcp does not take (a GET: sandgate opens no
+ * server-initiated stream). */
+static struct MHD_Response *error_response(void *arg, const sg_error_t *err)
+{
+    const char *msg = err->kind == SG_E_METHOD
+                          ? "Method Not Allowed: POST JSON-RPC to /mcp, DELETE ends a session "
+                            "(sandgate opens no server-initiated stream)"
+                          : err->msg;
+    json_t *e =
+        rpc_error(NULL, err->kind == SG_E_NOTFOUND ? RPC_NO_SESSION : RPC_SERVER, "%s", msg);
+    char *text = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return r;
+}
+
+/* mcp_session: an MCP session's id, from the Mcp-Session-Id header. */
+static void *resolve_session(void *arg, const char *id, const http_req_t *call)
+{
+    mcp_t *self = arg;
+    return zhashx_lookup(self->sessions, id);
+}
 
 int mcp_register(mcp_t *self, http_server_t *http, sg_error_t **err)
 {
-    if (http_route_add(http, "/mcp", 0, &handler, self, err) < 0 ||
-        http_route_add(http, "/mcp/", 0, &handler, self, err) < 0)
+    static const http_route_t routes[] = {
+        {"POST", "/mcp", post_mcp, 0, NULL},
+        {"DELETE", "/mcp", delete_mcp, 0, NULL},
+        {"POST", "/mcp/", post_mcp, 0, NULL},
+        {"DELETE", "/mcp/", delete_mcp, 0, NULL},
+    };
+    const http_front_t front = {
+        .ctx = self, .done = request_done, .error_response = error_response};
+    if (http_param(http, "mcp_session", resolve_session, self,
+                   "Session not found: it was deleted or expired; initialize a new one", err) < 0 ||
+        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
         return -1;
     return 0;
 }
@@ -1371,8 +699,8 @@ mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)
     self->sessions = zhashx_new();
     zhashx_set_destructor(self->sessions, session_free);
     self->calls = zlistx_new();
-    self->tools[0] = tools_json(cfg, false);
-    self->tools[1] = tools_json(cfg, true);
+    self->tools[0] = mcp_tools_json(cfg, false);
+    self->tools[1] = mcp_tools_json(cfg, true);
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/mcp", cfg->state_dir);
         sg_error_t *err = NULL;
@@ -1397,7 +725,7 @@ void mcp_destroy(mcp_t **self_p)
     /* Calls still listed belong to no request (the HTTP server is gone). */
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls)) {
         exec_detach(&c->exec);
-        call_free(c);
+        mcp_call_free(c);
     }
     zlistx_destroy(&self->calls);
     zhashx_destroy(&self->sessions);

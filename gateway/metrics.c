@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "config.h"
+#include "kernelmgr/kmgr.h"
 
 metrics_t metrics;
 

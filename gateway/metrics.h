@@ -8,10 +8,11 @@
 #ifndef SG_METRICS_H
 #define SG_METRICS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernelmgr/kmgr.h"
+typedef struct kmgr kmgr_t; /* kernelmgr/kmgr.h, which metrics.c includes */
 
 #define METRICS_BUCKETS 14
 

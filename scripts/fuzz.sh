@@ -80,6 +80,7 @@ run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexist
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
     gateway/audit.c gateway/exec_observers.c gateway/pyscript.c \
+    gateway/api_files.c gateway/api_metrics.c gateway/mcp_tools.c \
     $(pkg-config --cflags --libs libmicrohttpd)
 extra_args=""
 

@@ -119,6 +119,16 @@ try:
     err(404, "unknown route", "GET", "/nothing/here")
     err(405, "GET /execute", "GET", "/execute")
     err(404, "DELETE unknown context", "DELETE", "/contexts/nope")
+    status, body = d.json("DELETE", "/contexts/nope")
+    ok(body["message"] == "no context 'nope'", "an unknown context is named in the message", body)
+    status, hdrs, _ = d.request("GET", "/execute")
+    ok(hdrs.get("Allow") == "POST", "GET /execute's 405 says Allow: POST", dict(hdrs))
+    status, hdrs, data = d.request("PUT", f"/contexts/{cid}/restart")
+    ok(status == 405 and hdrs.get("Allow") == "POST" and b"method_not_allowed" in data,
+       "a wrong method on a context's route: 405 with Allow", (status, dict(hdrs), data))
+    status, hdrs, data = d.request("POST", "/metrics")
+    ok(status == 405 and hdrs.get("Allow") == "GET, HEAD", "POST /metrics: 405 with Allow",
+       (status, dict(hdrs), data))
     for hdr in ({"Authorization": "token " + TOKEN}, {"X-Access-Token": TOKEN},
                 {"E2B-Traffic-Access-Token": TOKEN}):
         status, _, _ = d.request("GET", "/contexts", token=None, headers=hdr)

@@ -101,8 +101,10 @@ try:
     s, _, body = raw("PUT", files + "/sneaky.txt", b"x", token="wrong")
     ok(s == 401 and not os.path.exists(os.path.join(ws, "sneaky.txt")),
        "an upload with a wrong token gets 401 and writes nothing", (s, body))
-    s, _, body = raw("PATCH", files + "/data/in.txt")
-    ok(s == 405, "other methods on files get 405", (s, body))
+    s, h, body = d.request("PATCH", files + "/data/in.txt")
+    ok(s == 405 and h.get("Allow") == "GET, HEAD, PUT, DELETE" and
+       json.loads(body)["error"] == "method_not_allowed",
+       "other methods on files get 405, with Allow", (s, dict(h), body))
 
     # --- '..' -------------------------------------------------------------------------
     for path in ["/../../../../etc/passwd", "/data/../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",

@@ -89,10 +89,17 @@ try:
     ok(st == 400 and "JSON" in body["message"], "a malformed body: 400", body)
     st, body = d.json("POST", "/api/kernels", {"name": 3})
     ok(st == 400, "a name that is not a string: 400", body)
-    st, body = d.json("PUT", "/api/kernels", {})
-    ok(st == 405, "PUT /api/kernels: 405", (st, body))
+    st, h, data = d.request("PUT", "/api/kernels", {})
+    body = json.loads(data)
+    ok(st == 405 and h.get("Allow") == "GET, HEAD, POST" and
+       body.get("reason") == "Method Not Allowed" and body.get("error") == "method_not_allowed",
+       "PUT /api/kernels: 405 with Allow, in jupyter_server's error shape", (st, dict(h), body))
     st, body = jget("/api/kernels/" + "0" * 36)
-    ok(st == 404, "an unknown kernel: 404", body)
+    ok(st == 404 and body["message"] == "Kernel does not exist: " + "0" * 36 and
+       body["reason"] == "Not Found", "an unknown kernel: 404 with jupyter_server's message", body)
+    st, body = d.json("POST", "/api/kernels/" + "0" * 36 + "/restart")
+    ok(st == 404 and body["message"] == "Kernel does not exist: " + "0" * 36,
+       "restarting an unknown kernel: the same 404", body)
     st, lst = jget("/api/kernels")
     ok(st == 200 and kid in [x["id"] for x in lst], "GET /api/kernels lists it", lst)
     st, ctxs = jget("/contexts")

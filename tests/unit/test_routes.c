@@ -1,15 +1,20 @@
 /* http.c's route table, through a real server on a loopback port: which
- * route a path reaches (exact before prefix, registration order, the query
- * string ignored), the patterns refused, the token check and public routes,
- * 413 and 404, streamed bodies (sinks) and their abort, a suspended request
- * resumed on the handler that owns it, done() and the metrics.  No kernel,
- * no front end: the handlers here answer with their own name. */
+ * route a method and path reach (exact segments, {name} captures, a '*'
+ * rest, the query string ignored), the registrations refused (overlaps,
+ * malformed patterns, unknown kinds), 405 with Allow and 404, ids resolved
+ * before the handler (an unknown one answered 404 by the route layer, the
+ * handler never called; another caller's id answered exactly like an
+ * unknown one), the token check and public routes, 413, streamed bodies
+ * (sinks) on a pattern route and their abort, a suspended request resumed
+ * on the handler that owns it, done() and the metrics.  No kernel, no
+ * front end: the handlers here answer with what they were given. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sodium.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +34,7 @@ static http_server_t *http;
 typedef struct {
     int status;
     char body[512];
+    char allow[128]; /* the Allow header, "" without one */
 } reply_t;
 
 static void (*tick)(void); /* called on every pass while a request is out */
@@ -69,6 +75,9 @@ static reply_t exchange(const char *req, size_t len, const bool *until)
     got[n] = 0;
     if (sscanf(got, "HTTP/1.1 %d", &rep.status) != 1)
         rep.status = 0;
+    const char *allow = strcasestr(got, "\r\nAllow: ");
+    if (allow)
+        snprintf(rep.allow, sizeof rep.allow, "%.*s", (int)strcspn(allow + 9, "\r"), allow + 9);
     const char *body = strstr(got, "\r\n\r\n");
     snprintf(rep.body, sizeof rep.body, "%s", body ? body + 4 : "");
     return rep;
@@ -90,41 +99,90 @@ static reply_t get(const char *url)
     return request("GET", url, "Authorization: Bearer " TOKEN "\r\n", "");
 }
 
+/* --- parameter kinds: things and tags ----------------------------------------------- */
+
+/* Things "a", "b" and "c" exist, and belong to the caller unless it says
+ * "X-Tenant: other": a resolver decides with the request at hand, as a
+ * tenant check will. */
+static const char *const things[] = {"a", "b", "c"};
+static const char *const thing_objs[] = {"obj-a", "obj-b", "obj-c"};
+static int resolves; /* calls of resolve_thing */
+
+static void *resolve_thing(void *ctx, const char *id, const http_req_t *req)
+{
+    resolves++;
+    const char *tenant = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Tenant");
+    if (tenant && strcmp(tenant, "other") == 0)
+        return NULL;
+    for (size_t i = 0; i < 3; i++)
+        if (strcmp(id, things[i]) == 0)
+            return (void *)thing_objs[i];
+    return NULL;
+}
+
+/* Every tag exists but "nope". */
+static void *resolve_tag(void *ctx, const char *id, const http_req_t *req)
+{
+    return strcmp(id, "nope") == 0 ? NULL : (void *)"tag-obj";
+}
+
 /* --- handlers ------------------------------------------------------------------- */
 
-/* Answers "<ctx> <method> <url> <body>". */
-static enum MHD_Result name_handle(void *ctx, struct MHD_Connection *conn, const char *method,
-                                   const char *url, const char *body, size_t len, void **state)
+static int handled; /* calls of any handler */
+
+/* Answers "<ctx> <method> <path>[ name=id:obj...][ rest=<rest>] <body>". */
+static enum MHD_Result name_handle(void *ctx, http_req_t *req)
 {
-    char *text = xasprintf("%s %s %s %.*s", (const char *)ctx, method, url, (int)len, body);
+    handled++;
+    char *text = xasprintf("%s %s %s", (const char *)ctx, req->method, req->path);
+    for (size_t k = 0; k < req->nargs; k++) {
+        char *more = xasprintf("%s %s=%s:%s", text, req->args[k].name, req->args[k].id,
+                               req->args[k].obj ? (const char *)req->args[k].obj : "-");
+        free(text);
+        text = more;
+    }
+    if (req->rest) {
+        char *more = xasprintf("%s rest=[%s]", text, req->rest);
+        free(text);
+        text = more;
+    }
+    char *more = xasprintf("%s %.*s", text, (int)req->len, req->body);
+    free(text);
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+        MHD_create_response_from_buffer(strlen(more), more, MHD_RESPMEM_MUST_FREE);
+    enum MHD_Result ret = MHD_queue_response(req->conn, 200, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static const http_handler_t named = {.handle = name_handle};
+/* POST /lookup: the body is a thing's id, resolved as a path's would be. */
+static enum MHD_Result lookup_handle(void *ctx, http_req_t *req)
+{
+    handled++;
+    if (http_resolve(req, "thing", req->body) == NULL)
+        return http_reply_unknown(req, "thing", req->body);
+    return name_handle(ctx, req);
+}
 
 /* Suspends the first time, answers "resumed" the next; counts the rest. */
 static struct MHD_Connection *suspended;
 static int waits, resumes, dones;
-static bool done_completed;
+static bool done_completed, resumed_flag;
 static void *done_state;
 static int the_state;
 
-static enum MHD_Result wait_handle(void *ctx, struct MHD_Connection *conn, const char *method,
-                                   const char *url, const char *body, size_t len, void **state)
+static enum MHD_Result wait_handle(void *ctx, http_req_t *req)
 {
-    if (*state == NULL) {
+    if (req->state == NULL) {
         waits++;
-        *state = &the_state;
-        suspended = conn;
-        MHD_suspend_connection(conn);
+        req->state = &the_state;
+        suspended = req->conn;
+        MHD_suspend_connection(req->conn);
         return MHD_YES;
     }
     resumes++;
-    return name_handle("resumed", conn, method, url, body, len, state);
+    resumed_flag = req->resumed && req->len == 0;
+    return name_handle("resumed", req);
 }
 
 static void wait_done(void *ctx, void *state, bool completed)
@@ -133,8 +191,6 @@ static void wait_done(void *ctx, void *state, bool completed)
     done_state = state;
     done_completed = completed;
 }
-
-static const http_handler_t waiting = {.handle = wait_handle, .done = wait_done};
 
 static void resume_suspended(void)
 {
@@ -145,19 +201,22 @@ static void resume_suspended(void)
     }
 }
 
-/* Takes PUT bodies as they come; answers 201 "<bytes>". */
+/* Takes PUT bodies as they come; answers 201 {"bytes", "got"}. */
 static int opens, aborts;
 static bool wrote;
+static char opened_with[128]; /* what open was given */
 
 typedef struct {
     size_t bytes;
 } sink_t;
 
-static void *sink_open(void *ctx, const char *method, const char *url)
+static void *sink_open(void *ctx, const http_req_t *req)
 {
-    if (strcmp(method, "PUT") != 0)
-        return NULL;
     opens++;
+    snprintf(opened_with, sizeof opened_with, "%s %s", (const char *)http_arg(req, "thing"),
+             req->rest);
+    if (strstr(req->path, "/decline"))
+        return NULL;
     return xzalloc(sizeof(sink_t));
 }
 
@@ -180,93 +239,219 @@ static void sink_abort(void *ctx, void *sink)
     free(sink);
 }
 
-static const http_handler_t upload = {.handle = name_handle,
-                                      .sink_open = sink_open,
-                                      .sink_write = sink_write,
-                                      .sink_finish = sink_finish,
-                                      .sink_abort = sink_abort};
+static const http_sink_t upload = {
+    .open = sink_open, .write = sink_write, .finish = sink_finish, .abort = sink_abort};
+
+/* A front end with its own error shape: {"oops": kind, "why": message}. */
+static struct MHD_Response *odd_errors(void *ctx, const sg_error_t *err)
+{
+    char *text =
+        xasprintf("{\"oops\":\"%s\",\"why\":\"%s\"}", sg_error_kind_name(err->kind), err->msg);
+    return MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+}
 
 /* --- tests ---------------------------------------------------------------------- */
 
-static void test_patterns(void)
+static const http_front_t front_t = {.ctx = "t", .done = wait_done};
+static const http_front_t front_odd = {.ctx = "odd", .error_response = odd_errors};
+
+static void test_registration(void)
 {
     sg_error_t *err = NULL;
-    is_int(http_route_add(http, "/health", HTTP_ROUTE_PUBLIC, &named, "health", &err), 0,
-           "an exact public route");
-    is_int(http_route_add(http, "/a/x", 0, &named, "ax", &err), 0, "an exact route");
-    is_int(http_route_add(http, "/a/", HTTP_ROUTE_PREFIX, &named, "a", &err), 0,
-           "a prefix over an earlier exact route");
-    is_int(http_route_add(http, "/b", 0, &named, "b", &err), 0, "another exact route");
-    is_int(http_route_add(http, "/wait", 0, &waiting, "wait", &err), 0, "a route that suspends");
-    is_int(http_route_add(http, "/up/", HTTP_ROUTE_PREFIX, &upload, "up", &err), 0,
-           "a route with a sink");
-
+    is_int(http_param(http, "thing", resolve_thing, NULL, "no thing '%s'", &err), 0,
+           "a parameter kind");
+    is_int(http_param(http, "tag", resolve_tag, NULL, "Tag not found", &err), 0,
+           "another, its message without the id");
     static const struct {
-        const char *pattern;
-        unsigned flags;
-        const char *why;
-    } bad[] = {
-        {"b", 0, "a path without '/'"},
-        {"", 0, "an empty path"},
-        {"/c", HTTP_ROUTE_PREFIX, "a prefix not ending in '/'"},
-        {"/b", 0, "the same exact route twice"},
-        {"/a/z", 0, "an exact route under an earlier prefix"},
-        {"/a/x/", HTTP_ROUTE_PREFIX, "a prefix under an earlier prefix"},
-        {"/a/", HTTP_ROUTE_PREFIX, "the same prefix twice"},
+        const char *name, *unknown, *why;
+    } bad_params[] = {
+        {"thing", "x", "a kind registered twice"},
+        {"Thing", "x", "a name not of [a-z_]"},
+        {"", "x", "an empty name"},
+        {"pair", "%s and %s", "two %s in the message"},
+        {"pct", "100%", "a % that is not %s"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc = http_route_add(http, bad[i].pattern, bad[i].flags, &named, "bad", &err);
-        ok(rc < 0 && err && err->kind == SG_E_INVALID, "refused: %s ('%s': %s)", bad[i].why,
-           bad[i].pattern, err ? err->msg : "accepted");
+    for (size_t i = 0; i < sizeof bad_params / sizeof bad_params[0]; i++) {
+        int rc =
+            http_param(http, bad_params[i].name, resolve_thing, NULL, bad_params[i].unknown, &err);
+        ok(rc < 0 && err && err->kind == SG_E_INVALID, "refused: %s (%s)", bad_params[i].why,
+           err ? err->msg : "accepted");
         sg_error_free(&err);
     }
-    http_handler_t half = {.handle = name_handle, .sink_open = sink_open};
-    ok(http_route_add(http, "/half", 0, &half, "half", &err) < 0, "refused: a sink without its "
-                                                                  "other functions");
+
+    static const http_route_t routes[] = {
+        {"GET", "/health", name_handle, HTTP_ROUTE_PUBLIC, NULL},
+        {"GET", "/b", name_handle, 0, NULL},
+        {"POST", "/b", name_handle, 0, NULL},
+        {"GET", "/things", name_handle, 0, NULL},
+        {"GET", "/things/", name_handle, 0, NULL},
+        {"GET", "/things/{thing}", name_handle, 0, NULL},
+        {"DELETE", "/things/{thing}", name_handle, 0, NULL},
+        {"POST", "/things/{thing}/tags/{tag}", name_handle, 0, NULL},
+        {"GET", "/files/{thing}/*", name_handle, 0, NULL},
+        {"PUT", "/files/{thing}/*", name_handle, 0, &upload},
+        {"POST", "/lookup", lookup_handle, 0, NULL},
+        {"GET", "/wait", wait_handle, 0, NULL},
+    };
+    is_int(http_routes(http, &front_t, routes, sizeof routes / sizeof routes[0], &err), 0,
+           "a table of routes (%s)", err ? err->msg : "ok");
     sg_error_free(&err);
-    http_handler_t none = {0};
-    ok(http_route_add(http, "/none", 0, &none, "none", &err) < 0, "refused: no handle function");
+    static const http_route_t odd[] = {{"GET", "/odd/{thing}", name_handle, 0, NULL}};
+    is_int(http_routes(http, &front_odd, odd, 1, &err), 0, "another front end's route");
+
+    static const http_sink_t half = {.open = sink_open};
+    static const struct {
+        http_route_t route;
+        const char *why;
+    } bad[] = {
+        {{"GET", "/b", name_handle, 0, NULL}, "the same method and pattern twice"},
+        {{"GET", "/things/x", name_handle, 0, NULL}, "an exact segment a {name} already takes"},
+        {{"GET", "/things/{tag}", name_handle, 0, NULL}, "another kind in the same place"},
+        {{"GET", "/files/{thing}", name_handle, 0, NULL},
+         "a path that a '*' takes with nothing after it"},
+        {{"GET", "/files/{thing}/x/y", name_handle, 0, NULL}, "a path under a '*'"},
+        {{"GET", "/*", name_handle, 0, NULL}, "a '*' over everything"},
+        {{"GET", "b", name_handle, 0, NULL}, "a pattern without '/'"},
+        {{"GET", "", name_handle, 0, NULL}, "an empty pattern"},
+        {{"GET", "/c/*/d", name_handle, 0, NULL}, "a '*' before the end"},
+        {{"GET", "/c/a*", name_handle, 0, NULL}, "a '*' inside a segment"},
+        {{"GET", "/c/x{thing}", name_handle, 0, NULL}, "a {name} inside a segment"},
+        {{"GET", "/c/{nope}", name_handle, 0, NULL}, "an unregistered kind"},
+        {{"GET", "/c/{thing}/{tag}/{thing}/{tag}/{thing}", name_handle, 0, NULL},
+         "too many {name}s"},
+        {{"PUT", "/c", name_handle, 0, &half}, "a sink without its other functions"},
+        {{"GET", "/c", NULL, 0, NULL}, "no handler and no sink"},
+        {{"", "/c", name_handle, 0, NULL}, "no method"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = http_routes(http, &front_t, &bad[i].route, 1, &err);
+        ok(rc < 0 && err && err->kind == SG_E_INVALID, "refused: %s (%s %s: %s)", bad[i].why,
+           bad[i].route.method, bad[i].route.pattern, err ? err->msg : "accepted");
+        sg_error_free(&err);
+    }
+    static const http_route_t fine[] = {{"POST", "/things/{thing}/x", name_handle, 0, NULL},
+                                        {"DELETE", "/files/{thing}/*", name_handle, 0, NULL}};
+    is_int(http_routes(http, &front_t, fine, 2, &err), 0,
+           "the same paths for other methods, and beside a {name} (%s)", err ? err->msg : "ok");
     sg_error_free(&err);
 }
 
 static void test_routing(void)
 {
-    reply_t r = get("/nothing");
-    is_int(r.status, 404, "a path no route takes is 404 (before a fallback exists)");
-    ok(strstr(r.body, "\"error\":\"not_found\"") && strstr(r.body, "no route for GET /nothing"),
-       "with the error body (%s)", r.body);
-
-    sg_error_t *err = NULL;
-    is_int(http_route_add(http, "/", HTTP_ROUTE_PREFIX, &named, "fallback", &err), 0,
-           "the prefix '/' as the fallback, last");
-    int rc = http_route_add(http, "/late", 0, &named, "late", &err);
-    ok(rc < 0, "nothing can be registered after it (%s)", err ? err->msg : "accepted");
-    sg_error_free(&err);
-    ok(http_route_add(http, "/", HTTP_ROUTE_PREFIX, &named, "fallback2", &err) < 0,
-       "nor a second fallback");
-    sg_error_free(&err);
-
     static const struct {
-        const char *url, *want;
+        const char *method, *url, *want;
     } cases[] = {
-        {"/a/x", "ax GET /a/x "},     /* exact, registered before the prefix */
-        {"/a/y", "a GET /a/y "},      /* under the prefix */
-        {"/a/", "a GET /a/ "},        /* the prefix itself */
-        {"/a/x/z", "a GET /a/x/z "},  /* exact means exact */
-        {"/a", "fallback GET /a "},   /* "/a/" does not take "/a" */
-        {"/b", "b GET /b "},          /* exact */
-        {"/b/", "fallback GET /b/ "}, /* exact means exact */
-        {"/bc", "fallback GET /bc "}, /* exact means exact */
-        {"/b?x=1", "b GET /b "},      /* the query string is not the path */
-        {"/nothing", "fallback GET /nothing "},
+        {"GET", "/b", "t GET /b "},
+        {"POST", "/b", "t POST /b "},
+        {"GET", "/b?x=1", "t GET /b "}, /* the query string is not the path */
+        {"GET", "/things", "t GET /things "},
+        {"GET", "/things/", "t GET /things/ "}, /* an exact "" segment */
+        {"GET", "/things/a", "t GET /things/a thing=a:obj-a "},
+        {"HEAD", "/things/a", ""}, /* a GET route answers HEAD, without the body */
+        {"DELETE", "/things/c", "t DELETE /things/c thing=c:obj-c "},
+        {"POST", "/things/b/tags/red", "t POST /things/b/tags/red thing=b:obj-b tag=red:tag-obj "},
+        {"POST", "/things/b/x", "t POST /things/b/x thing=b:obj-b "},
+        {"GET", "/files/a", "t GET /files/a thing=a:obj-a rest=[] "},
+        {"GET", "/files/a/", "t GET /files/a/ thing=a:obj-a rest=[/] "},
+        {"GET", "/files/a/x/y.txt", "t GET /files/a/x/y.txt thing=a:obj-a rest=[/x/y.txt] "},
+        {"GET", "/odd/b", "odd GET /odd/b thing=b:obj-b "},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        r = get(cases[i].url);
-        ok(r.status == 200 && strcmp(r.body, cases[i].want) == 0, "GET %s reaches '%s' (%d %s)",
-           cases[i].url, cases[i].want, r.status, r.body);
+        reply_t r =
+            request(cases[i].method, cases[i].url, "Authorization: Bearer " TOKEN "\r\n", "");
+        ok(r.status == 200 && strcmp(r.body, cases[i].want) == 0, "%s %s reaches '%s' (%d %s)",
+           cases[i].method, cases[i].url, cases[i].want, r.status, r.body);
     }
-    r = request("POST", "/b", "Authorization: Bearer " TOKEN "\r\n", "{\"x\":1}");
-    is_str(r.body, "b POST /b {\"x\":1}", "a body is handed over whole");
+    reply_t r = request("POST", "/b", "Authorization: Bearer " TOKEN "\r\n", "{\"x\":1}");
+    is_str(r.body, "t POST /b {\"x\":1}", "a body is handed over whole");
+
+    static const char *const nowhere[] = {
+        "/nothing", "/b/", "/bc", "/things/a/b", "/files", "/things//tags/red", "/odd"};
+    for (size_t i = 0; i < sizeof nowhere / sizeof nowhere[0]; i++) {
+        r = get(nowhere[i]);
+        char want[96];
+        snprintf(want, sizeof want, "no route for GET %s", nowhere[i]);
+        ok(r.status == 404 && strstr(r.body, "\"error\":\"not_found\"") && strstr(r.body, want),
+           "GET %s: no pattern matches, 404 (%d %s)", nowhere[i], r.status, r.body);
+    }
+}
+
+static void test_methods(void)
+{
+    int calls = handled, looked = resolves;
+    reply_t r = request("POST", "/things/a", "Authorization: Bearer " TOKEN "\r\n", "");
+    is_int(r.status, 405, "a method the path does not take: 405");
+    is_str(r.allow, "GET, HEAD, DELETE", "Allow lists the methods it takes");
+    ok(strstr(r.body, "\"error\":\"method_not_allowed\"") &&
+           strstr(r.body, "\"message\":\"use GET or DELETE /things/a\""),
+       "with the JSON error (%s)", r.body);
+    r = request("PUT", "/things/zzz", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 405 && strcmp(r.allow, "GET, HEAD, DELETE") == 0,
+       "an unknown id under a wrong method: 405 all the same (%d)", r.status);
+    r = request("DELETE", "/b", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 405 && strcmp(r.allow, "GET, HEAD, POST") == 0 &&
+           strstr(r.body, "use GET or POST /b"),
+       "DELETE /b: 405, Allow: %s (%s)", r.allow, r.body);
+    r = request("GET", "/lookup", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 405 && strcmp(r.allow, "POST") == 0 && strstr(r.body, "use POST /lookup"),
+       "GET /lookup: 405, Allow: %s (%s)", r.allow, r.body);
+    r = request("POST", "/odd/a", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 405 && strcmp(r.allow, "GET, HEAD") == 0 &&
+           strcmp(r.body, "{\"oops\":\"method_not_allowed\",\"why\":\"use GET /odd/a\"}") == 0,
+       "a front end's own error shape for its 405 (%s)", r.body);
+    is_int(handled - calls, 0, "no handler called for any of them");
+    is_int(resolves - looked, 0, "and no id resolved");
+    is_int(request("POST", "/things/a", "", "").status, 401, "the token comes before the 405");
+}
+
+static void test_ids(void)
+{
+    int calls = handled, looked = resolves;
+    reply_t unknown = get("/things/zzz");
+    is_int(unknown.status, 404, "an id the resolver does not know: 404");
+    is_str(unknown.body, "{\"error\":\"not_found\",\"message\":\"no thing 'zzz'\"}\n",
+           "with the kind's message");
+    is_int(handled - calls, 0, "answered by the route layer: the handler is not called");
+    is_int(resolves - looked, 1, "the resolver was asked once");
+
+    reply_t r = request("POST", "/things/a/tags/nope", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 404 && strstr(r.body, "\"message\":\"Tag not found\""),
+       "the second {name} unknown: 404 with its kind's message (%s)", r.body);
+    r = request("POST", "/things/zzz/tags/nope", "Authorization: Bearer " TOKEN "\r\n", "");
+    ok(r.status == 404 && strstr(r.body, "no thing 'zzz'"), "the first unknown one answers (%s)",
+       r.body);
+    is_int(handled - calls, 0, "no handler called");
+
+    /* Another caller's thing: the resolver says no, and the answer is the
+     * unknown id's, byte for byte (the id aside). */
+    reply_t theirs =
+        request("GET", "/things/zzz", "Authorization: Bearer " TOKEN "\r\nX-Tenant: other\r\n", "");
+    reply_t other =
+        request("GET", "/things/abc", "Authorization: Bearer " TOKEN "\r\nX-Tenant: other\r\n", "");
+    reply_t missing = get("/things/abc");
+    ok(theirs.status == 404 && strcmp(theirs.body, unknown.body) == 0,
+       "an id the resolver refuses this caller is answered exactly as an unknown one (%s)",
+       theirs.body);
+    ok(other.status == missing.status && strcmp(other.body, missing.body) == 0, "(%s | %s)",
+       other.body, missing.body);
+    r = request("GET", "/things/a", "Authorization: Bearer " TOKEN "\r\nX-Tenant: other\r\n", "");
+    ok(r.status == 404 &&
+           strcmp(r.body, "{\"error\":\"not_found\",\"message\":\"no thing 'a'\"}\n") == 0,
+       "an existing thing of another tenant: the same 404 (%s)", r.body);
+
+    r = request("POST", "/lookup", "Authorization: Bearer " TOKEN "\r\n", "zzz");
+    ok(r.status == 404 && strcmp(r.body, unknown.body) == 0,
+       "an id from a body, resolved with http_resolve: the same 404 (%s)", r.body);
+    r = request("POST", "/lookup", "Authorization: Bearer " TOKEN "\r\n", "b");
+    is_str(r.body, "t POST /lookup b", "and a known one found");
+
+    r = get("/odd/zzz");
+    is_str(r.body, "{\"oops\":\"not_found\",\"why\":\"no thing 'zzz'\"}",
+           "a front end's own error shape for its unknown ids");
+
+    looked = resolves;
+    is_int(request("GET", "/things/zzz", "", "").status, 401, "without the token: 401, not 404");
+    is_int(resolves - looked, 0, "and nothing resolved for it");
 }
 
 static void test_auth(void)
@@ -279,7 +464,7 @@ static void test_auth(void)
     is_int((long long)(metrics.auth_failures - failures), 1, "counted in auth_failures");
     is_int(request("GET", "/b", "Authorization: Bearer wrong\r\n", "").status, 401,
            "a wrong token: 401");
-    is_int(request("GET", "/nothing-here", "", "").status, 401, "the fallback needs the token too");
+    is_int(request("GET", "/nothing-here", "", "").status, 401, "a path no route takes too");
 
     static const char *const ways[] = {
         "Authorization: Bearer " TOKEN "\r\n", "Authorization: token " TOKEN "\r\n",
@@ -293,8 +478,11 @@ static void test_auth(void)
     is_int(request("GET", "/b?token=" TOKEN, "", "").status, 200, "token as ?token=: 200");
 
     r = request("GET", "/health", "", "");
-    ok(r.status == 200 && strcmp(r.body, "health GET /health ") == 0,
+    ok(r.status == 200 && strcmp(r.body, "t GET /health ") == 0,
        "a public route needs no token (%d %s)", r.status, r.body);
+    r = request("POST", "/health", "", "");
+    ok(r.status == 405 && strcmp(r.allow, "GET, HEAD") == 0,
+       "a wrong method on it: 405 without the token (%d %s)", r.status, r.allow);
     is_int(request("GET", "/health/", "", "").status, 401, "only the public route itself");
 }
 
@@ -318,24 +506,32 @@ static void test_sinks(void)
     char big[4 * MAX_BODY + 1];
     memset(big, 'y', sizeof big - 1);
     big[sizeof big - 1] = 0;
-    int opened = opens;
-    reply_t r = request("PUT", "/up/f", "Authorization: Bearer " TOKEN "\r\n", big);
+    int opened = opens, calls = handled;
+    reply_t r = request("PUT", "/files/a/dir/f", "Authorization: Bearer " TOKEN "\r\n", big);
     ok(r.status == 201 && strstr(r.body, "\"bytes\":256"),
        "a PUT goes through the sink, past max_body (%d %s)", r.status, r.body);
     is_int(opens - opened, 1, "one sink opened");
+    is_str(opened_with, "obj-a /dir/f", "with the resolved {thing} and the '*' rest");
+    is_int(handled - calls, 0, "the handler is not called");
 
-    r = request("POST", "/up/f", "Authorization: Bearer " TOKEN "\r\n", "{}");
-    is_str(r.body, "up POST /up/f {}", "a sink that declines: the body goes to handle");
+    r = request("PUT", "/files/b/decline", "Authorization: Bearer " TOKEN "\r\n", "{}");
+    is_str(r.body, "t PUT /files/b/decline thing=b:obj-b rest=[/decline] {}",
+           "a sink that declines: the body goes to the handler");
 
     opened = opens;
-    r = request("PUT", "/up/f", "", "abc");
+    r = request("PUT", "/files/zzz/f", "Authorization: Bearer " TOKEN "\r\n", big);
+    ok(r.status == 404 && strstr(r.body, "no thing 'zzz'"),
+       "an unknown id: 404 once the body is read, not 413 (%d %s)", r.status, r.body);
+    is_int(opens - opened, 0, "and no sink opened for it");
+
+    r = request("PUT", "/files/a/f", "", "abc");
     is_int(r.status, 401, "an unauthorised PUT: 401, after its body");
     is_int(opens - opened, 0, "and no sink opened for it");
 
     /* A request that breaks off mid-body: the sink is aborted. */
     int aborted = aborts;
     wrote = false;
-    static const char part[] = "PUT /up/g HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
+    static const char part[] = "PUT /files/c/g HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
                                "\r\nContent-Length: 1000\r\n\r\nonly a little";
     exchange(part, sizeof part - 1, &wrote);
     for (int64_t end = zclock_mono() + 2000; aborts == aborted && zclock_mono() < end;)
@@ -353,6 +549,7 @@ static void test_resume(void)
        "a suspended request resumes on its own handler (%d %s)", r.status, r.body);
     is_int(waits, 1, "suspended once");
     is_int(resumes, 1, "called again once, with its state");
+    ok(resumed_flag, "marked resumed, with no body");
     is_int(dones, 1, "done called once");
     ok(done_state == &the_state && done_completed, "with its state, completed");
     is_int((long long)(metrics.http_status[200] - ok200), 1, "the 200 is counted");
@@ -377,8 +574,10 @@ int main(void)
     http = http_server_new(loop, &cfg, &err);
     if (!ok(http != NULL, "a server on a loopback port (%s)", err ? err->msg : "ok"))
         return tap_done();
-    test_patterns();
+    test_registration();
     test_routing();
+    test_methods();
+    test_ids();
     test_auth();
     test_limits();
     test_sinks();
