@@ -213,11 +213,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    if (req->sink) {
-        void *sink = req->sink;
-        req->sink = NULL;
-        return r->h->sink_finish(r->ctx, conn, sink);
-    }
+    if (req->sink) /* the body is in (or, suspended by sink_finish, resumed) */
+        return r->h->sink_finish(r->ctx, conn, &req->sink);
     if (*upload_size) {
         if (!req->too_big && req->len + *upload_size <= self->cfg.max_body) {
             req->body = xrealloc(req->body, req->len + *upload_size + 1);

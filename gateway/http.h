@@ -60,12 +60,14 @@ typedef struct {
      * runs when the headers of an authorised request have come, and returns
      * the handler's sink, or NULL to have the body read into memory and
      * handed to handle as usual.  sink_write gets each chunk; sink_finish,
-     * after the last one, answers and frees the sink (so errors found on the
-     * way are answered once the body has been read); sink_abort frees one
+     * after the last one, answers, frees the sink and sets *sink to NULL (so
+     * errors found on the way are answered once the body has been read) —
+     * or, to answer later, suspends the connection and leaves *sink, and is
+     * called again when the connection is resumed; sink_abort frees one
      * whose request broke off. */
     void *(*sink_open)(void *ctx, const char *method, const char *url);
     void (*sink_write)(void *ctx, void *sink, const char *data, size_t len);
-    enum MHD_Result (*sink_finish)(void *ctx, struct MHD_Connection *conn, void *sink);
+    enum MHD_Result (*sink_finish)(void *ctx, struct MHD_Connection *conn, void **sink);
     void (*sink_abort)(void *ctx, void *sink);
 } http_handler_t;
 

@@ -71,6 +71,11 @@ struct kernel {
     struct kernel *next_waiting;
     int start_timer, probe_timer;
     bool info_replied, iopub_seen;
+    /* A start that failed waits for the kernel's log before it dies with it
+     * (die_with_tail): the launcher's answer, or its timeout. */
+    uint64_t tail_req;
+    sg_errkind_t dying_kind;
+    char *dying_msg;
 
     /* executions: queue head is the running one when state is BUSY */
     exec_t *queue;
@@ -224,6 +229,10 @@ static void disconnect(kernel_t *k)
     if (k->watched > 0)
         proc_unwatch(k->watched);
     k->watched = 0;
+    sandbox_cancel(k->tail_req);
+    k->tail_req = 0;
+    free(k->dying_msg);
+    k->dying_msg = NULL;
     if (k->client) {
         for (int c = 0; c < JCHAN_COUNT; c++)
             loop_io_remove(k->loop, &k->io[c]);
@@ -667,6 +676,34 @@ static void death_cause(kernel_t *k, int status, char *buf, size_t size)
         snprintf(buf, size, "the kernel's sandbox %s", st);
 }
 
+static void on_tail(const char *tail, void *arg)
+{
+    kernel_t *k = arg;
+    k->tail_req = 0;
+    cleanup_free char *msg = k->dying_msg;
+    k->dying_msg = NULL;
+    die_msg(k, k->dying_kind, "%s%s%s", msg, *tail ? "; kernel log:\n" : "", tail);
+}
+
+/* A start failed: the kernel dies with msg (stolen) and the tail of its
+ * log, once the log is read — through the launcher that may take until its
+ * timeout, and nothing waits for it: the kernel stays STARTING, its timers
+ * and watches ended, until on_tail. */
+static void die_with_tail(kernel_t *k, sg_errkind_t kind, char *msg)
+{
+    if (k->sb == NULL) {
+        die_msg(k, kind, "%s", msg);
+        free(msg);
+        return;
+    }
+    disconnect(k);
+    k->dying_kind = kind;
+    k->dying_msg = msg;
+    uint64_t req = sandbox_log_tail(k->sb, 1500, on_tail, k);
+    if (k->dying_msg) /* not answered yet */
+        k->tail_req = req;
+}
+
 static void on_exit_(pid_t pid, int status, void *arg)
 {
     kernel_t *k = arg;
@@ -675,11 +712,10 @@ static void on_exit_(pid_t pid, int status, void *arg)
         return;
     char cause[256];
     death_cause(k, status, cause, sizeof cause);
-    cleanup_free char *tail =
-        k->sb && k->state == KERNEL_STARTING ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    die_msg(k, SG_E_UNAVAILABLE, "%s%s%s", cause,
-            k->state == KERNEL_STARTING && *tail ? "; kernel log:\n" : "",
-            k->state == KERNEL_STARTING ? tail : "");
+    if (k->sb && k->state == KERNEL_STARTING)
+        die_with_tail(k, SG_E_UNAVAILABLE, xstrdup(cause));
+    else
+        die_msg(k, SG_E_UNAVAILABLE, "%s", cause);
 }
 
 static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
@@ -688,13 +724,13 @@ static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
     k->start_timer = -1;
     if (k->freed || k->state != KERNEL_STARTING)
         return;
-    cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    const char *what = k->info_replied && k->iopub_seen && k->client &&
-                               !jclient_stdin_connected(k->client)
-                           ? "kernel answered, but its stdin channel did not accept a connection"
-                           : "kernel did not answer";
-    die_msg(k, SG_E_TIMEOUT, "%s within %d ms of starting (kernelspec '%s')%s%s", what,
-            k->opts.start_timeout_ms, k->spec->name, *tail ? "; kernel log:\n" : "", tail);
+    const char *what =
+        k->info_replied && k->iopub_seen && k->client && !jclient_stdin_connected(k->client)
+            ? "kernel answered, but its stdin channel did not accept a connection"
+            : "kernel did not answer";
+    die_with_tail(k, SG_E_TIMEOUT,
+                  xasprintf("%s within %d ms of starting (kernelspec '%s')", what,
+                            k->opts.start_timeout_ms, k->spec->name));
 }
 
 static void on_probe(loop_t *loop, int timer_id, void *arg)

@@ -70,12 +70,6 @@ const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env)
     return &env->cfg;
 }
 
-/* Every privileged step goes through the launcher. */
-bool sandbox_env_remote(const sandbox_env_t *env)
-{
-    return env->ops == &sandbox_link_ops;
-}
-
 const char *sandbox_env_state_dir(const sandbox_env_t *env)
 {
     return env->state_dir;
@@ -105,9 +99,9 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
     env->ops->workspace_close(env, path, remove);
 }
 
-int sandbox_give(int fd)
+uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg)
 {
-    return process_ops()->give(fd);
+    return process_ops()->give(fd, cb, arg);
 }
 
 /* --- one sandbox ------------------------------------------------------------- */
@@ -179,9 +173,9 @@ pid_t sandbox_pid(const sandbox_t *self)
     return self->pid;
 }
 
-char *sandbox_log_tail(const sandbox_t *self, size_t max)
+uint64_t sandbox_log_tail(const sandbox_t *self, size_t max, sandbox_tail_fn *cb, void *arg)
 {
-    return self->env->ops->log_tail(self, max);
+    return self->env->ops->log_tail(self, max, cb, arg);
 }
 
 int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err)

@@ -66,7 +66,8 @@ struct sandbox_ops {
      * returned request is cancelled; 0 means cb was already called. */
     uint64_t (*workspace_open_async)(const sandbox_env_t *env, const char *path,
                                      sandbox_opened_fn *cb, void *arg);
-    /* sandbox_cancel: request is non-zero and came from workspace_open_async. */
+    /* sandbox_cancel: request is non-zero and came from workspace_open_async,
+     * log_tail or give. */
     void (*cancel)(uint64_t request);
     /* sandbox_workspace_close: never fails (problems are logged). */
     void (*workspace_close)(const sandbox_env_t *env, const char *path, bool remove);
@@ -101,10 +102,11 @@ struct sandbox_ops {
     json_t *(*list)(sandbox_env_t *env, sg_error_t **err);
     /* sandbox_egress_refused: cb exactly once, perhaps before returning. */
     void (*egress_refused)(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg);
-    /* sandbox_log_tail: a new string, "" when there is no log. */
-    char *(*log_tail)(const sandbox_t *sb, size_t max);
-    /* sandbox_give: 0, or -1 (logged) when the file stays this process's. */
-    int (*give)(int fd);
+    /* sandbox_log_tail: cb exactly once unless the returned request is
+     * cancelled; 0 means cb was already called. */
+    uint64_t (*log_tail)(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
+    /* sandbox_give: the same contract. */
+    uint64_t (*give)(int fd, sandbox_given_fn *cb, void *arg);
 };
 
 extern const sandbox_ops_t sandbox_local_ops;

@@ -515,7 +515,8 @@ static uint64_t local_workspace_open_async(const sandbox_env_t *env, const char 
     return 0;
 }
 
-/* Never called with a request: local opens finish before returning 0. */
+/* Never called with a request: every local operation finishes before
+ * returning 0. */
 static void local_cancel(uint64_t request)
 {
 }
@@ -784,19 +785,28 @@ static void local_release(sandbox_t *sb)
         proc_unwatch(sb->pending); /* no callback into freed memory */
 }
 
-static char *local_log_tail(const sandbox_t *sb, size_t max)
+/* The last max bytes of the kernel's log, "" without one (a new string). */
+static char *read_log_tail(const sandbox_t *sb, size_t max)
 {
     cleanup_free char *path = xasprintf("%s/kernel.log", sb->dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return xstrdup("");
-    off_t size = lseek(fd, 0, SEEK_END);
-    off_t from = size > (off_t)max ? size - (off_t)max : 0;
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     char *buf = xmalloc(max + 1);
-    ssize_t n = pread(fd, buf, max, from);
-    close(fd);
-    buf[n > 0 ? n : 0] = 0;
+    buf[0] = 0;
+    if (fd >= 0) {
+        off_t size = lseek(fd, 0, SEEK_END);
+        off_t from = size > (off_t)max ? size - (off_t)max : 0;
+        ssize_t n = pread(fd, buf, max, from);
+        buf[n > 0 ? n : 0] = 0;
+    }
     return buf;
+}
+
+/* A local file, read at once: cb is called before returning. */
+static uint64_t local_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg)
+{
+    cleanup_free char *tail = read_log_tail(sb, max);
+    cb(tail, arg);
+    return 0;
 }
 
 /* runsc's global flags, then the command's. */
@@ -844,7 +854,7 @@ static const char **runsc_net_argv(const sandbox_env_t *env, bool internet, cons
 static sg_error_t *start_error(sandbox_t *sb, const char *what, const char *output)
 {
     sg_error_t *err = NULL;
-    cleanup_free char *tail = local_log_tail(sb, 2000);
+    cleanup_free char *tail = read_log_tail(sb, 2000);
     /* runsc run prints nothing of its own; what it says is in the log. */
     sg_error_set(&err, SG_E_UNAVAILABLE, "sandbox %s: %s%s%s%s%s", sb->id, what,
                  *output ? ": " : "", output, *tail ? "; kernel log:\n" : "", tail);
@@ -1479,9 +1489,14 @@ static void local_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, voi
     }
 }
 
-static int local_give(int fd)
+/* Without root (a daemon not started as root) the file stays ours: the
+ * group's permissions still let the code read and write it. */
+static uint64_t local_give(int fd, sandbox_given_fn *cb, void *arg)
 {
-    return fchown(fd, SANDBOX_UID, SANDBOX_GID);
+    if (fchown(fd, SANDBOX_UID, SANDBOX_GID) < 0)
+        log_debug("sandbox: cannot give a file to the sandbox user: %s", strerror(errno));
+    cb(NULL, arg);
+    return 0;
 }
 
 const sandbox_ops_t sandbox_local_ops = {
