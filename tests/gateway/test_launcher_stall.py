@@ -251,7 +251,7 @@ try:
                    "launcher", (st, body))
                 ok(LAUNCHER_TIMEOUT - 0.5 <= took < LAUNCHER_TIMEOUT + 3,
                    f"after about --launcher-timeout ({took:.2f} s)")
-                st, _ = d.json("GET", f"/contexts/{up['id']}/files/{name}")
+                st, _, _ = d.request("GET", f"/contexts/{up['id']}/files/{name}")
                 ok(st == 404, "and nothing was stored", st)
 
     # --- a starting kernel dies while the launcher is stopped ------------------------
