@@ -58,7 +58,7 @@ bool launcher_valid_sandbox_id(const char *s)
 
 static void send_reply(launcher_t *L, json_t *reply)
 {
-    char *text = json_dumps(reply, JSON_COMPACT);
+    cleanup_free char *text = json_dumps(reply, JSON_COMPACT);
     json_decref(reply);
     if (!text)
         log_warn("launcher: cannot answer: unencodable");
@@ -69,7 +69,6 @@ static void send_reply(launcher_t *L, json_t *reply)
      * requests (forget a sandbox, remove the pool's) without waiting for the
      * answers, and closes the link; they are carried out all the same, and
      * the hang-up, read after them, ends this loop. */
-    free(text);
 }
 
 static void reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
@@ -81,11 +80,10 @@ static void reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
 
 static void reply_err(launcher_t *L, json_int_t seq, const sg_error_t *err)
 {
-    char *msg = xstrdup(err->msg);
+    cleanup_free char *msg = xstrdup(err->msg);
     utf8_scrub(msg);
     send_reply(L, json_pack("{s:I, s:{s:i, s:s}}", "seq", seq, "error", "kind", (int)err->kind,
                             "message", msg));
-    free(msg);
 }
 
 static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
@@ -94,11 +92,10 @@ static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sg_error_t e = {.kind = SG_E_INVALID, .msg = xvasprintf(fmt, ap)};
+    cleanup_free char *msg = xvasprintf(fmt, ap);
     va_end(ap);
-    log_warn("launcher: refused a request: %s", e.msg);
-    reply_err(L, seq, &e);
-    free(e.msg);
+    log_warn("launcher: refused a request: %s", msg);
+    reply_err(L, seq, &(sg_error_t){.kind = SG_E_INVALID, .msg = msg});
 }
 
 static json_t *conn_json(const jconn_t *c)

@@ -25,7 +25,7 @@ static void each_cgroup_mount(cgroup_fn *fn, void *arg)
     FILE *f = fopen("/proc/self/mountinfo", "re");
     if (f == NULL)
         return;
-    char *line = NULL;
+    cleanup_free char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, f) > 0) {
         const char *sep = strstr(line, " - ");
@@ -37,7 +37,6 @@ static void each_cgroup_mount(cgroup_fn *fn, void *arg)
         if (v2 || strcmp(fstype, "cgroup") == 0)
             fn(mnt, v2, opts, arg);
     }
-    free(line);
     fclose(f);
 }
 

@@ -154,12 +154,10 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
                     "a new workspace (sessions need at least %u MiB free)",
                     (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20),
                     WORKSPACE_MIN_FREE >> 20);
-            int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            cleanup_close int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
             if (fd < 0)
                 return sg_error_errno(err, errno, "cannot create %s", img);
-            int r = ftruncate(fd, (off_t)env->cfg.workspace_bytes);
-            close(fd);
-            if (r < 0)
+            if (ftruncate(fd, (off_t)env->cfg.workspace_bytes) < 0)
                 return sg_error_errno(err, errno, "cannot size %s", img);
             const char *mkfs[] = {
                 "/sbin/mkfs.ext4",         "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
@@ -186,13 +184,10 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
         return sg_error_errno(err, errno, "chown/chmod %s", path);
     /* Where executions leave artifacts (gateway/files.h).  *at() calls, as
      * sandboxed code may have put a symlink there in an existing workspace. */
-    int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (mkdirat(dfd, "output", 02770) == 0) {
-            (void)fchownat(dfd, "output", SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW);
-            (void)fchmodat(dfd, "output", 02770, 0);
-        }
-        close(dfd);
+    cleanup_close int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0 && mkdirat(dfd, "output", 02770) == 0) {
+        (void)fchownat(dfd, "output", SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW);
+        (void)fchmodat(dfd, "output", 02770, 0);
     }
     return 0;
 }
@@ -201,10 +196,9 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
 uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
                                    sandbox_opened_fn *cb, void *arg)
 {
-    sg_error_t *err = NULL;
+    cleanup_error sg_error_t *err = NULL;
     host_workspace_open(env, path, &err);
     cb(err, arg);
-    sg_error_free(&err);
     return 0;
 }
 

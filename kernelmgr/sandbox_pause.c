@@ -97,13 +97,12 @@ static bool relay_detached(const sandbox_t *sb)
 static int relay_refused(const sandbox_t *sb)
 {
     cleanup_free char *path = xasprintf("%s/conn/kernel.refused", sb->dir);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    cleanup_close int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return 0;
     char buf[16] = "";
     struct stat st;
     ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
-    close(fd);
     unlink(path);
     int n = got > 0 ? atoi(buf) : 0;
     return n > 0 ? n : 1;
@@ -148,11 +147,10 @@ static void runsc_signal(sandbox_t *sb, int sig)
     char signame[16];
     snprintf(signame, sizeof signame, "%d", sig);
     const char *cmd[] = {"kill", sb->id, signame, NULL};
-    sg_error_t *err = NULL;
+    cleanup_error sg_error_t *err = NULL;
     if (proc_exec_async(runsc_argv(sb->env, cmd), runsc_ignore_done, (void *)"runsc kill", &err) <
         0) {
         log_warn("sandbox %s: %s", sb->id, err->msg);
-        sg_error_free(&err);
     }
 }
 
@@ -390,17 +388,18 @@ static char *restore_bundle(const sandbox_t *sb, long long *quota, long long *pe
         return xasprintf("%s/bundle", sb->dir);
     }
     json_object_del(cpu, "quota");
-    char *bundle = xasprintf("%s/restore-bundle", sb->dir);
+    cleanup_free char *bundle = xasprintf("%s/restore-bundle", sb->dir);
     cleanup_free char *out = xasprintf("%s/config.json", bundle);
     int r = host_make_dir(bundle, 0700, err) < 0 ? -1 : json_dump_file(config, out, JSON_INDENT(2));
     json_decref(config);
     if (r < 0) {
         if (err && *err == NULL)
             sg_error_set(err, SG_E_IO, "cannot write %s", out);
-        free(bundle);
         return NULL;
     }
-    return bundle;
+    char *made = bundle;
+    bundle = NULL; /* the caller's */
+    return made;
 }
 
 int runsc_resume(sandbox_t *sb, sg_error_t **err)
@@ -424,10 +423,9 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
     unlink(pidfile);
     /* The same global flags as run: restore needs the sandbox it saved. */
     if (sb->internet) { /* its namespace, again after a reboot */
-        char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
+        cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
         if (ns == NULL)
             return -1;
-        free(ns);
     }
     const char *cmd[] = {"--platform",
                          sb->env->cfg.platform,

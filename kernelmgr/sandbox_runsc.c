@@ -96,10 +96,9 @@ static int build_rootfs(const char *dir, sg_error_t **err)
             return -1;
     }
     cleanup_free char *init = xasprintf("%s/sandgate-init", dir);
-    int fd = open(init, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
+    cleanup_close int fd = open(init, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
     if (fd < 0)
         return sg_error_errno(err, errno, "cannot create %s", init);
-    close(fd);
     static const char *links[] = {"bin", "lib", "lib64", "sbin", "lib32", "libx32"};
     for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
         cleanup_free char *host = xasprintf("/usr/%s", links[i]);
@@ -116,19 +115,16 @@ static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err
     const sandbox_config_t *cfg = &env->cfg;
     if (cfg->egress_allow == NULL || !*cfg->egress_allow)
         return 0;
-    egress_policy_t *p = xzalloc(sizeof *p);
+    cleanup_free egress_policy_t *p = xzalloc(sizeof *p);
     if (egress_parse_allow(p, cfg->egress_allow, err) < 0 ||
-        egress_parse_dns(p, cfg->egress_dns, err) < 0) {
-        free(p);
+        egress_parse_dns(p, cfg->egress_dns, err) < 0)
         return -1;
-    }
     p->max_conns = cfg->egress_max_conns;
     p->rate = cfg->egress_rate;
-    if (egress_setup(p, kernels, err) < 0) {
-        free(p);
+    if (egress_setup(p, kernels, err) < 0)
         return -1;
-    }
     env->egress = p;
+    p = NULL; /* env's now */
     log_info("egress: sandboxes that ask for it reach %s (DNS: %s)", cfg->egress_allow,
              cfg->egress_dns && *cfg->egress_dns ? cfg->egress_dns : "none");
     return 0;
@@ -139,7 +135,7 @@ static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err
 static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
 {
     const char *dns = env->cfg.egress_dns && env->egress ? env->cfg.egress_dns : "";
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     for (const char *s = dns; *s;) {
@@ -159,7 +155,6 @@ static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
                                   : "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"
                                     "networks: files\nprotocols: files\nservices: files\n",
                             err);
-    free(text);
     return r;
 }
 
@@ -373,10 +368,9 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
                          "this server gives sandboxes no network (start it with --egress-allow)");
             goto fail;
         }
-        char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
+        cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
         if (ns == NULL)
             goto fail;
-        free(ns);
     }
     if (host_make_dir(bundle, 0700, err) < 0 || write_bundle(sb, spec, bundle, err) < 0)
         goto fail;
@@ -537,6 +531,13 @@ typedef struct {
     char *dir, *id;
 } removal_t;
 
+static void removal_free(removal_t *r)
+{
+    free(r->dir);
+    free(r->id);
+    free(r);
+}
+
 static void delete_done(int status, const char *output, void *arg)
 {
     removal_t *r = arg;
@@ -545,9 +546,7 @@ static void delete_done(int status, const char *output, void *arg)
     cgroup_remove(r->id);
     egress_sandbox_down(r->id, r->dir);
     host_remove_tree(r->dir);
-    free(r->dir);
-    free(r->id);
-    free(r);
+    removal_free(r);
 }
 
 static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
@@ -556,11 +555,10 @@ static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
     const char *cmd[] = {"delete", "-force", id, NULL};
     if (wait) {
         cleanup_free char *out = NULL;
-        sg_error_t *err = NULL;
+        cleanup_error sg_error_t *err = NULL;
         int st = proc_run_sync(runsc_argv(env, cmd), &out, &err);
         if (st != 0 && !strstr(out ? out : "", "does not exist"))
             log_warn("sandbox: runsc delete %s: %s", id, err ? err->msg : out);
-        sg_error_free(&err);
         cgroup_remove(id);
         egress_sandbox_down(id, dir);
         host_remove_tree(dir);
@@ -569,13 +567,10 @@ static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
     removal_t *r = xzalloc(sizeof *r);
     r->dir = xstrdup(dir);
     r->id = xstrdup(id);
-    sg_error_t *err = NULL;
+    cleanup_error sg_error_t *err = NULL;
     if (proc_exec_async(runsc_argv(env, cmd), delete_done, r, &err) < 0) {
         log_warn("sandbox: cannot remove %s: %s", id, err->msg);
-        sg_error_free(&err);
-        free(r->dir);
-        free(r->id);
-        free(r);
+        removal_free(r); /* delete_done's otherwise */
     }
 }
 
@@ -610,15 +605,13 @@ static json_t *runsc_list(sandbox_env_t *env, sg_error_t **err)
 
 static void runsc_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
 {
-    sg_error_t *err = NULL;
+    cleanup_error sg_error_t *err = NULL;
     cleanup_free char *kernels = xasprintf("%s/kernels", env->state_dir);
     if (env->egress == NULL)
         sg_error_set(&err, SG_E_INVALID,
                      "this server gives sandboxes no network (start it with --egress-allow)");
-    if (err || egress_refused(kernels, cb, arg, &err) < 0) {
+    if (err || egress_refused(kernels, cb, arg, &err) < 0)
         cb(NULL, err, arg);
-        sg_error_free(&err);
-    }
 }
 
 /* Without root (a daemon not started as root) the file stays ours: the

@@ -23,12 +23,11 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.parse
 
-from sgd import Daemon, TOKEN, sandbox_pids, stdout
+from sgd import Daemon, TOKEN, never_ready_kernelspec, sandbox_pids, stdout
 from tap import ok, diag, done
 
 LAUNCHER_TIMEOUT = 4
@@ -112,14 +111,7 @@ def daemon_watches(d, pid):
     return False
 
 
-# A kernelspec whose kernel never answers: it stays starting until killed.
-jp = tempfile.mkdtemp(prefix="sg-kspec-", dir="/tmp")
-os.chmod(jp, 0o755)
-os.makedirs(os.path.join(jp, "kernels", "sleepy"))
-with open(os.path.join(jp, "kernels", "sleepy", "kernel.json"), "w") as f:
-    json.dump({"argv": ["/bin/sh", "-c", "exec sleep infinity", "{connection_file}"],
-               "display_name": "never ready", "language": "sleepy"}, f)
-os.chmod(os.path.join(jp, "kernels", "sleepy", "kernel.json"), 0o644)
+jp = never_ready_kernelspec()  # "sleepy": it stays starting until killed
 d = Daemon("--pool-size", "0", "--launcher-timeout", str(LAUNCHER_TIMEOUT),
            env={"JUPYTER_PATH": jp})
 lp = None
@@ -132,29 +124,7 @@ try:
     ok([l for l in lines if l["type"] == "result"][0]["text"] == "42", "and runs code")
 
     # --- stopped for 2.5 s: nothing that does not need it waits ------------------
-    u = urllib.parse.urlparse(d.url)
-    arrivals = []
-
-    def stream():
-        c = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
-        c.request("POST", "/execute", json.dumps({
-            "code": "import time\nfor i in range(120):\n    print(i, flush=True)\n"
-                    "    time.sleep(0.05)",
-            "context_id": ctx["id"]}),
-            {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
-        r = c.getresponse()
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            arrivals.append((time.monotonic(), json.loads(line)))
-        c.close()
-
-    streamer = threading.Thread(target=stream)
-    streamer.start()
-    deadline = time.monotonic() + 60
-    while not any(l["type"] == "stdout" for _, l in arrivals) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    streamer, arrivals = streaming(d, ctx["id"], 120)
     os.kill(lp, signal.SIGSTOP)
     t_stop = time.monotonic()
     created = {}
