@@ -100,6 +100,11 @@ typedef struct {
     sg_error_t *err;  /* the first failure; the rest of the body is discarded */
     size_t unchecked; /* bytes written since the state disk's room was checked */
     char id[128];     /* the context's, for the audit log */
+    /* Once the body is in, the upload is stored when its files are the
+     * sandbox user's (files_upload_store: the launcher answers later). */
+    struct MHD_Connection *conn; /* suspended until then; NULL: not */
+    bool storing, stored;
+    json_t *info; /* stored: {path, size} */
 } sink_t;
 
 /* Room kept free on the state directory's disk by uploads: a workspace is a
@@ -127,6 +132,7 @@ static void sink_free(sink_t *sink)
 {
     files_upload_abort(&sink->up);
     sg_error_free(&sink->err);
+    json_decref(sink->info);
     free(sink);
 }
 
@@ -158,10 +164,34 @@ static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
         files_upload_abort(&sink->up);
 }
 
-static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void *sink_)
+static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
 {
-    sink_t *sink = sink_;
-    json_t *info = sink->up ? files_upload_commit(&sink->up, &sink->err) : NULL;
+    sink_t *sink = arg;
+    sink->stored = true;
+    sink->info = json_incref((json_t *)info);
+    if (err)
+        sg_error_set(&sink->err, err->kind, "%s", err->msg);
+    if (sink->conn) {
+        MHD_resume_connection(sink->conn); /* sink_finish answers */
+        sink->conn = NULL;
+        sink->api->wake(sink->api->wake_arg);
+    }
+}
+
+/* Called again when the connection resumes (http.h). */
+static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink_p)
+{
+    sink_t *sink = *sink_p;
+    if (sink->up && !sink->storing) {
+        sink->storing = true;
+        files_upload_store(sink->up, sink_stored, sink);
+        if (!sink->stored) {
+            sink->conn = conn;
+            MHD_suspend_connection(conn);
+            return MHD_YES;
+        }
+    }
+    json_t *info = sink->info;
     enum MHD_Result ret;
     if (info) {
         metrics.uploads++;
@@ -172,10 +202,11 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
                     json_pack("{s:s, s:O, s:O}", "context", sink->id, "path",
                               json_object_get(info, "path"), "size",
                               json_object_get(info, "size")));
-        ret = http_reply_json(conn, 201, info);
+        ret = http_reply_json(conn, 201, json_incref(info));
     } else {
         ret = reply_failed(conn, &sink->err);
     }
+    *sink_p = NULL;
     sink_free(sink);
     return ret;
 }

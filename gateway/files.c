@@ -276,11 +276,43 @@ struct files_upload {
     char *name; /* the target's name in dirfd */
     char *path; /* as the caller knows it */
     size_t size, max;
+    /* What it created is given to the sandbox user (sandbox_give): */
+    uint64_t *gives; /* the requests, for sandbox_cancel */
+    size_t ngives;
+    size_t pending;          /* gives not answered yet */
+    sg_error_t *give_err;    /* the first that failed */
+    sg_error_t *write_err;   /* files_upload_store: closing the file failed */
+    files_stored_fn *stored; /* files_upload_store waits for the gives */
+    void *stored_arg;
 };
 
+static void store(files_upload_t *u);
+
+static void given(const sg_error_t *err, void *arg)
+{
+    files_upload_t *u = arg;
+    u->pending--;
+    if (err && !u->give_err)
+        sg_error_set(&u->give_err, err->kind, "'%s' could not be given to the sandbox user: %s",
+                     u->path, err->msg);
+    if (u->pending == 0 && u->stored)
+        store(u);
+}
+
+/* fd (which the caller closes when it likes) becomes the sandbox user's. */
+static void give(files_upload_t *u, int fd)
+{
+    u->pending++;
+    uint64_t req = sandbox_give(fd, given, u);
+    if (req == 0)
+        return; /* answered already */
+    u->gives = xrealloc(u->gives, (u->ngives + 1) * sizeof *u->gives);
+    u->gives[u->ngives++] = req;
+}
+
 /* Opens (creating as needed) the directory path beneath root; new
- * directories get owner uid:gid. */
-static int make_dirs(int root, const char *path, sg_error_t **err)
+ * directories are given to the sandbox user. */
+static int make_dirs(files_upload_t *u, int root, const char *path, sg_error_t **err)
 {
     int d = open_beneath(root, "", O_PATH | O_DIRECTORY, err);
     const char *p = path;
@@ -296,11 +328,10 @@ static int make_dirs(int root, const char *path, sg_error_t **err)
         comp[len] = 0;
         p += len + (p[len] == '/');
         if (mkdirat(d, comp, 0775) == 0) { /* the sandbox user's, like the code's own */
-            int made = openat(d, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (made >= 0) {
-                sandbox_give(made);
-                close(made);
-            }
+            cleanup_close int made =
+                openat(d, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (made >= 0)
+                give(u, made);
         }
         int next = open_beneath(d, comp, O_PATH | O_DIRECTORY, err);
         close(d);
@@ -319,43 +350,33 @@ files_upload_t *files_upload_begin(const char *workspace, const char *path, size
         sg_error_set(err, SG_E_INVALID, "give the file's path after /files/");
         return NULL;
     }
-    char *shown = xstrdup(clean);
-    char *name = split_last(clean);
+    files_upload_t *u = xzalloc(sizeof *u);
+    u->fd = u->dirfd = -1;
+    u->path = xstrdup(clean);
+    u->name = xstrdup(split_last(clean));
+    u->max = max;
     struct stat st;
-    int root = open_root(workspace, err);
-    if (root < 0)
+    cleanup_close int root = open_root(workspace, err);
+    if (root < 0 || (u->dirfd = make_dirs(u, root, clean, err)) < 0)
         goto fail;
-    int dirfd = make_dirs(root, clean, err);
-    if (dirfd < 0)
-        goto fail;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-        sg_error_set(err, SG_E_CONFLICT, "'%s' is a directory", shown);
-        close(dirfd);
+    if (fstatat(u->dirfd, u->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        sg_error_set(err, SG_E_CONFLICT, "'%s' is a directory", u->path);
         goto fail;
     }
-    files_upload_t *u = xzalloc(sizeof *u);
     unsigned char rnd[8];
     randombytes_buf(rnd, sizeof rnd);
     int off = snprintf(u->tmp, sizeof u->tmp, UPLOAD_PREFIX);
     sodium_bin2hex(u->tmp + off, sizeof u->tmp - (size_t)off, rnd, sizeof rnd);
-    u->fd = openat(dirfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0664);
+    u->fd = openat(u->dirfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0664);
     if (u->fd < 0) {
-        sg_error_errno(err, errno, "cannot create '%s'", shown);
-        close(dirfd);
-        free(u);
+        sg_error_errno(err, errno, "cannot create '%s'", u->path);
+        u->tmp[0] = 0;
         goto fail;
     }
-    sandbox_give(u->fd);
-    u->dirfd = dirfd;
-    u->name = xstrdup(name);
-    u->path = shown;
-    u->max = max;
-    close(root);
+    give(u, u->fd);
     return u;
 fail:
-    if (root >= 0)
-        close(root);
-    free(shown);
+    files_upload_abort(&u);
     return NULL;
 }
 
@@ -384,21 +405,62 @@ int files_upload_write(files_upload_t *u, const void *data, size_t n, sg_error_t
     return 0;
 }
 
+/* Closes the temporary file and renames it into place: {path, size}, or
+ * NULL with *err. */
+static json_t *rename_into_place(files_upload_t *u, sg_error_t **err)
+{
+    if (u->fd >= 0) {
+        int closed = close(u->fd);
+        u->fd = -1;
+        if (closed < 0) {
+            write_error(u, errno, err);
+            return NULL;
+        }
+    }
+    if (renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0) {
+        sg_error_set(err, errno == EISDIR ? SG_E_CONFLICT : SG_E_IO, "cannot store '%s': %s",
+                     u->path, strerror(errno));
+        return NULL;
+    }
+    u->tmp[0] = 0; /* nothing left to remove */
+    return json_pack("{s:s, s:I}", "path", u->path, "size", (json_int_t)u->size);
+}
+
 json_t *files_upload_commit(files_upload_t **u_p, sg_error_t **err)
 {
-    files_upload_t *u = *u_p;
+    json_t *info = rename_into_place(*u_p, err);
+    files_upload_abort(u_p); /* removes the temporary file if it is still there */
+    return info;
+}
+
+/* Every give is answered: the upload is stored, or removed when one failed. */
+static void store(files_upload_t *u)
+{
+    files_stored_fn *cb = u->stored;
+    u->stored = NULL;
+    cleanup_error sg_error_t *err = NULL;
     json_t *info = NULL;
+    if (u->write_err)
+        sg_error_set(&err, u->write_err->kind, "%s", u->write_err->msg);
+    else if (u->give_err)
+        sg_error_set(&err, u->give_err->kind, "%s", u->give_err->msg);
+    else
+        info = rename_into_place(u, &err);
+    cb(info, err, u->stored_arg);
+    json_decref(info);
+}
+
+void files_upload_store(files_upload_t *u, files_stored_fn *cb, void *arg)
+{
+    /* Closed now: the body is complete, and a failure to write it is known. */
     int closed = close(u->fd);
     u->fd = -1;
     if (closed < 0)
-        write_error(u, errno, err);
-    else if (renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0)
-        sg_error_set(err, errno == EISDIR ? SG_E_CONFLICT : SG_E_IO, "cannot store '%s': %s",
-                     u->path, strerror(errno));
-    else
-        info = json_pack("{s:s, s:I}", "path", u->path, "size", (json_int_t)u->size);
-    files_upload_abort(u_p); /* removes the temporary file if it is still there */
-    return info;
+        write_error(u, errno, &u->write_err);
+    u->stored = cb;
+    u->stored_arg = arg;
+    if (u->pending == 0)
+        store(u);
 }
 
 void files_upload_abort(files_upload_t **u_p)
@@ -406,10 +468,18 @@ void files_upload_abort(files_upload_t **u_p)
     files_upload_t *u = *u_p;
     if (!u)
         return;
+    for (size_t i = 0; i < u->ngives; i++)
+        sandbox_cancel(u->gives[i]); /* the gives go on; no one is told */
     if (u->fd >= 0)
         close(u->fd);
-    unlinkat(u->dirfd, u->tmp, 0);
-    close(u->dirfd);
+    if (u->dirfd >= 0) {
+        if (u->tmp[0])
+            unlinkat(u->dirfd, u->tmp, 0);
+        close(u->dirfd);
+    }
+    free(u->gives);
+    sg_error_free(&u->give_err);
+    sg_error_free(&u->write_err);
     free(u->name);
     free(u->path);
     free(u);

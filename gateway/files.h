@@ -45,9 +45,24 @@ typedef struct files_upload files_upload_t;
 files_upload_t *files_upload_begin(const char *workspace, const char *path, size_t max,
                                    sg_error_t **err);
 int files_upload_write(files_upload_t *u, const void *data, size_t n, sg_error_t **err);
-/* Returns {path, size} and frees the upload; on failure it is removed. */
+/* Stores the upload once every file it created belongs to the sandbox user
+ * (through the launcher: once the launcher has answered each give; never
+ * blocking): the temporary file is renamed into place and cb gets {path,
+ * size}, or why not — the file could not be written or stored, or a give
+ * failed, for instance SG_E_TIMEOUT when the launcher did not answer within
+ * --launcher-timeout (the upload is then not stored).  Both borrowed.  cb is
+ * called exactly once, perhaps before this returns, unless the upload is
+ * aborted first.  u stays the caller's: files_upload_abort frees it, from
+ * cb or later.  No more writes after this. */
+typedef void(files_stored_fn)(const json_t *info, const sg_error_t *err, void *arg);
+void files_upload_store(files_upload_t *u, files_stored_fn *cb, void *arg);
+/* Stores the upload now, without waiting for the gives (they are carried
+ * out all the same; a failure is only logged): returns {path, size} and
+ * frees the upload; on failure it is removed.  For callers that cannot
+ * answer later (MCP's write_file). */
 json_t *files_upload_commit(files_upload_t **u_p, sg_error_t **err);
-/* Removes the temporary file and frees the upload; safe on NULL. */
+/* Removes the temporary file (unless stored) and frees the upload; safe
+ * on NULL.  A files_upload_store under way is given up: cb is not called. */
 void files_upload_abort(files_upload_t **u_p);
 
 /* Artifacts: the regular files under dir (recursively) as {path: "size

@@ -612,11 +612,8 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
 {
     const route_t *r = req->route;
     struct MHD_Connection *conn = req->call.conn;
-    if (req->sink) {
-        void *sink = req->sink;
-        req->sink = NULL;
-        return r->def.sink->finish(r->front.ctx, conn, sink);
-    }
+    if (req->sink) /* the body is in (or, suspended by finish, resumed) */
+        return r->def.sink->finish(r->front.ctx, conn, &req->sink);
     if (req->call.state) { /* a suspended request resumed */
         req->call.resumed = true;
         for (size_t k = 0; k < req->call.nargs; k++)

@@ -113,12 +113,14 @@ typedef enum MHD_Result (*http_handle_fn)(void *ctx, http_req_t *req);
  * authorised request have come and its {name}s are resolved, and returns
  * the sink, or NULL to have the body read into memory and handed to the
  * handler as usual.  write gets each chunk; finish, after the last one,
- * answers and frees the sink (so errors found on the way are answered once
- * the body has been read); abort frees one whose request broke off. */
+ * answers, frees the sink and sets *sink to NULL (so errors found on the
+ * way are answered once the body has been read) — or, to answer later,
+ * suspends the connection and leaves *sink, and is called again when the
+ * connection is resumed; abort frees one whose request broke off. */
 typedef struct {
     void *(*open)(void *ctx, const http_req_t *req);
     void (*write)(void *ctx, void *sink, const char *data, size_t len);
-    enum MHD_Result (*finish)(void *ctx, struct MHD_Connection *conn, void *sink);
+    enum MHD_Result (*finish)(void *ctx, struct MHD_Connection *conn, void **sink);
     void (*abort)(void *ctx, void *sink);
 } http_sink_t;
 

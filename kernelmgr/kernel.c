@@ -1,4 +1,8 @@
-#include "kernelmgr/kernel.h"
+/* kernel: a kernel's lifecycle (kernel.h) — observers, the connection to
+ * it, start slots, its messages, start, death and restart, shutdown, and
+ * the accessors.  The execution queue is kernel_exec.c's, pause and resume
+ * kernel_pause.c's; kernel_internal.h has what they share. */
+#include "kernelmgr/kernel_internal.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -11,91 +15,6 @@
 #include "common/xalloc.h"
 #include "kernelmgr/proc.h"
 #include "proto/jclient.h"
-
-#define PROBE_INTERVAL_MS 250
-/* A resumed kernel answers at once; what it waits for is the iopub
- * subscription to reach it again, so probe often. */
-#define RESUME_PROBE_INTERVAL_MS 5
-/* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
- * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
- * next to nothing. */
-#define HB_INTERVAL_MS 10000
-/* Generous: death is noticed through the sandbox's pidfd at once; the
- * heartbeat only catches a kernel that hangs with its process alive, and a
- * short timeout would kill healthy kernels on a loaded machine. */
-#define HB_TIMEOUT_MS 60000
-
-typedef struct exec {
-    uint64_t id;
-    char *code;
-    kernel_exec_opts_t opts;
-    kernel_exec_cb_t cb;
-    char msg_id[64]; /* empty until sent */
-    json_t *reply;
-    bool got_reply, got_idle, timed_out;
-    bool is_preload; /* the kernel's preload snippet: READY follows it */
-    bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
-    int timer;
-    struct kernel *k;
-    struct exec *next;
-} exec_t;
-
-struct kernel {
-    loop_t *loop;
-    sandbox_env_t *env;
-    const kspec_t *spec;
-    char *id, *workspace;
-    kernel_opts_t opts;
-    kernel_event_fn *ev;
-    void *ev_arg;
-    kernel_tap_t tap;
-    int connections;
-    char published[16]; /* the last iopub execution_state */
-
-    kernel_state_t state;
-    char *death; /* why it is DEAD, for the executions that come after */
-    bool held;   /* waiting for kernel_release (its workspace is being prepared) */
-    bool freed;  /* handle released; waiting for the deferred free */
-    struct observer {
-        kernel_event_fn *fn;
-        void *arg;
-    } * observers;
-    size_t nobservers;
-    int generation;
-    sandbox_t *sb;
-    jclient_t *client;
-    loop_io_t *io[JCHAN_COUNT];
-    loop_io_t *io_monitor; /* until stdin connects (jclient_monitor) */
-    pid_t watched;
-
-    /* start-up */
-    bool holds_slot, waiting_slot;
-    struct kernel *next_waiting;
-    int start_timer, probe_timer;
-    bool info_replied, iopub_seen;
-
-    /* executions: queue head is the running one when state is BUSY */
-    exec_t *queue;
-    exec_t *tracked; /* frontends' own executions, followed by msg_id */
-    exec_t *overdue; /* the timed-out execution grace_timer is for */
-    uint64_t next_exec;
-    int grace_timer;
-    int execution_count;
-    int64_t last_activity;
-
-    /* heartbeat */
-    int hb_timer;
-    int64_t hb_sent; /* 0: no ping outstanding */
-
-    /* pause and resume */
-    bool resuming;       /* STARTING from a checkpoint */
-    bool reattaching;    /* ... or reconnecting after a pause that failed */
-    bool resume_wanted;  /* asked for while PAUSING */
-    int64_t pause_began; /* zclock_mono() of the pause or resume under way */
-    int64_t last_pause_ms, last_resume_ms;
-    uint64_t resumes;
-    uint64_t checkpoint_bytes;
-};
 
 static const char *state_names[] = {"starting", "idle", "busy", "dead", "pausing", "paused"};
 
@@ -112,7 +31,7 @@ void kernel_opts_defaults(kernel_opts_t *opts)
                             .preload = NULL};
 }
 
-static void end_timer(kernel_t *k, int *timer)
+void end_timer(kernel_t *k, int *timer)
 {
     if (*timer >= 0)
         loop_timer_end(k->loop, *timer);
@@ -127,7 +46,7 @@ static bool observed_by(const kernel_t *k, kernel_event_fn *fn, void *arg)
     return false;
 }
 
-static void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
+void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
 {
     if (k->ev)
         k->ev(k, ev, err, k->ev_arg);
@@ -170,7 +89,7 @@ static void client_free(void *arg)
 
 /* Every send goes through here: a send may consume the edge of a message
  * that arrived meanwhile (loop.h), so the socket is looked at again. */
-static int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
+int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
 {
     int r = jclient_send(k->client, chan, msg, err);
     loop_zsock_sent(k->loop, k->io[chan]);
@@ -185,7 +104,6 @@ static int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **e
 static int starts_active;
 static kernel_t *waiting_head;
 static int launch_now(kernel_t *k, sg_error_t **err);
-static void die(kernel_t *k, sg_error_t *err);
 
 static int start_limit(void)
 {
@@ -219,7 +137,7 @@ static void release_slot(kernel_t *k)
     }
 }
 
-static void disconnect(kernel_t *k)
+void disconnect(kernel_t *k)
 {
     release_slot(k);
     end_timer(k, &k->probe_timer);
@@ -228,6 +146,10 @@ static void disconnect(kernel_t *k)
     if (k->watched > 0)
         proc_unwatch(k->watched);
     k->watched = 0;
+    sandbox_cancel(k->tail_req);
+    k->tail_req = 0;
+    free(k->dying_msg);
+    k->dying_msg = NULL;
     if (k->client) {
         for (int c = 0; c < JCHAN_COUNT; c++)
             loop_io_remove(k->loop, &k->io[c]);
@@ -235,291 +157,6 @@ static void disconnect(kernel_t *k)
         loop_defer(k->loop, client_free, k->client);
         k->client = NULL;
     }
-}
-
-/* --- executions ----------------------------------------------------------------- */
-
-static void exec_free(exec_t *e)
-{
-    if (e == NULL)
-        return;
-    free(e->code);
-    json_decref(e->reply);
-    free(e);
-}
-
-/* Ends every execution with err (kernel died or restarted). Callbacks last. */
-static void fail_all(kernel_t *k, const sg_error_t *err)
-{
-    exec_t *list = k->queue, **tail = &list;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = k->tracked;
-    k->queue = k->tracked = k->overdue = NULL;
-    end_timer(k, &k->grace_timer);
-    for (exec_t *e = list; e; e = e->next)
-        if (e->timer >= 0) {
-            loop_timer_end(k->loop, e->timer);
-            e->timer = -1;
-        }
-    while (list) {
-        exec_t *e = list;
-        list = e->next;
-        if (e->cb.on_done)
-            e->cb.on_done(e->reply, err, e->cb.arg);
-        exec_free(e);
-    }
-}
-
-static void on_exec_timeout(loop_t *loop, int timer_id, void *arg);
-
-/* Sends the head of the queue when the kernel is idle.  stop_on_error is
- * false: sandgate queues executions itself, so the kernel never holds a
- * second one to abort — and ipykernel would otherwise answer "aborted" to a
- * request that arrives just after an error. */
-static void pump(kernel_t *k)
-{
-    exec_t *e = k->queue;
-    if (k->state != KERNEL_IDLE || e == NULL || e->msg_id[0])
-        return;
-    jmsg_t *req = jsession_msg(jclient_session(k->client), "execute_request",
-                               json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code,
-                                         "silent", e->opts.silent, "store_history",
-                                         e->opts.store_history, "user_expressions", "allow_stdin",
-                                         e->opts.allow_stdin, "stop_on_error", 0));
-    snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
-    sg_error_t *err = NULL;
-    if (send_msg(k, JCHAN_SHELL, req, &err) < 0) {
-        log_warn("kernel %s: %s", k->id, err->msg);
-        sg_error_free(&err);
-    }
-    jmsg_destroy(&req);
-    k->state = KERNEL_BUSY;
-    k->last_activity = zclock_mono();
-    int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
-    if (timeout > 0)
-        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, e);
-}
-
-/* Why a timed-out execution ended: interrupted, or (restarted) not even that. */
-static sg_error_t *timeout_error(const kernel_t *k, const exec_t *e, bool restarted)
-{
-    int t = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
-    sg_error_t *err = NULL;
-    if (restarted)
-        sg_error_set(&err, SG_E_TIMEOUT,
-                     "execution exceeded its %d ms timeout and did not stop when interrupted; the "
-                     "kernel was restarted and its variables are lost",
-                     t);
-    else
-        sg_error_set(&err, SG_E_TIMEOUT, "execution exceeded its %d ms timeout and was interrupted",
-                     t);
-    return err;
-}
-
-/* e ends: its timer, and the grace period if it is the one overdue, stop. */
-static void settle(kernel_t *k, exec_t *e)
-{
-    end_timer(k, &e->timer);
-    if (k->overdue == e) {
-        end_timer(k, &k->grace_timer);
-        k->overdue = NULL;
-    }
-    k->last_activity = zclock_mono();
-    json_int_t n = json_integer_value(json_object_get(e->reply, "execution_count"));
-    if (n > 0)
-        k->execution_count = (int)n;
-}
-
-static void finish_head(kernel_t *k, const sg_error_t *err)
-{
-    exec_t *e = k->queue;
-    k->queue = e->next;
-    settle(k, e);
-    k->state = KERNEL_IDLE;
-    sg_error_t *timeout_err = err == NULL && e->timed_out ? timeout_error(k, e, false) : NULL;
-    if (timeout_err)
-        err = timeout_err;
-    bool was_preload = e->is_preload;
-    pump(k);
-    /* Callbacks last: they may queue, restart or shut the kernel down. */
-    if (e->cb.on_done)
-        e->cb.on_done(e->reply, err, e->cb.arg);
-    exec_free(e);
-    sg_error_free(&timeout_err);
-    if (was_preload)
-        emit(k, KERNEL_EV_READY, NULL);
-}
-
-static void maybe_finish(kernel_t *k)
-{
-    exec_t *e = k->queue;
-    if (e && e->msg_id[0] && e->got_reply && e->got_idle)
-        finish_head(k, NULL);
-}
-
-static void on_grace_expired(loop_t *loop, int timer_id, void *arg)
-{
-    kernel_t *k = arg;
-    k->grace_timer = -1;
-    exec_t *e = k->overdue;
-    k->overdue = NULL;
-    if (k->freed || e == NULL)
-        return;
-    log_warn("kernel %s: no answer %d ms after the interrupt; restarting it", k->id,
-             k->opts.interrupt_grace_ms);
-    sg_error_t *err = timeout_error(k, e, true);
-    /* The running execution gets the timeout; the queued ones are kept for the new kernel. */
-    for (exec_t **p = e->tracked ? &k->tracked : &k->queue; *p; p = &(*p)->next)
-        if (*p == e) {
-            *p = e->next;
-            break;
-        }
-    e->next = NULL;
-    end_timer(k, &e->timer);
-    sg_error_t *rerr = NULL;
-    if (kernel_restart(k, &rerr) < 0) {
-        log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
-        sg_error_free(&rerr);
-    }
-    if (e->cb.on_done)
-        e->cb.on_done(NULL, err, e->cb.arg);
-    exec_free(e);
-    sg_error_free(&err);
-}
-
-/* arg: the execution (its timer ends whenever it does).  The kernel is
- * interrupted; if it has not answered within the grace period, restarted. */
-static void on_exec_timeout(loop_t *loop, int timer_id, void *arg)
-{
-    exec_t *e = arg;
-    kernel_t *k = e->k;
-    e->timer = -1;
-    if (k->freed)
-        return;
-    e->timed_out = true;
-    log_info("kernel %s: execution timed out; interrupting", k->id);
-    sg_error_t *err = NULL;
-    if (kernel_interrupt(k, &err) < 0) {
-        log_warn("kernel %s: interrupt failed: %s", k->id, err->msg);
-        sg_error_free(&err);
-    }
-    end_timer(k, &k->grace_timer);
-    k->overdue = e;
-    k->grace_timer = loop_timer(k->loop, k->opts.interrupt_grace_ms, 1, on_grace_expired, k);
-    if (e->cb.on_timeout) {
-        err = timeout_error(k, e, false);
-        e->cb.on_timeout(err, e->cb.arg);
-        sg_error_free(&err);
-    }
-}
-
-static exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
-                        const kernel_exec_cb_t *cb)
-{
-    exec_t *e = xzalloc(sizeof *e);
-    e->id = ++k->next_exec;
-    e->code = xstrdup(code);
-    if (opts)
-        e->opts = *opts;
-    else
-        e->opts.store_history = true;
-    e->cb = *cb;
-    e->timer = -1;
-    e->k = k;
-    return e;
-}
-
-uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
-                        const kernel_exec_cb_t *cb, sg_error_t **err)
-{
-    if (k->state == KERNEL_DEAD) {
-        sg_error_set(err, SG_E_UNAVAILABLE, "kernel %s is dead (restart it for a new one): %s",
-                     k->id, k->death ? k->death : "shut down");
-        return 0;
-    }
-    exec_t *e = exec_new(k, code, opts, cb);
-    exec_t **tail = &k->queue;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = e;
-    k->last_activity = zclock_mono();
-    if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING) {
-        sg_error_t *rerr = NULL;
-        if (kernel_resume(k, &rerr) < 0) {
-            log_warn("kernel %s: %s", k->id, rerr->msg);
-            sg_error_free(&rerr);
-        }
-    }
-    pump(k);
-    return e->id;
-}
-
-void kernel_forget(kernel_t *k, uint64_t exec_id)
-{
-    for (exec_t *e = k->queue; e; e = e->next)
-        if (e->id == exec_id)
-            e->cb = (kernel_exec_cb_t){0};
-    for (exec_t *e = k->tracked; e; e = e->next)
-        if (e->id == exec_id)
-            e->cb = (kernel_exec_cb_t){0};
-}
-
-uint64_t kernel_track(kernel_t *k, const char *msg_id, const kernel_exec_opts_t *opts,
-                      const kernel_exec_cb_t *cb, sg_error_t **err)
-{
-    if (k->state == KERNEL_DEAD || strlen(msg_id) >= sizeof k->tracked->msg_id) {
-        sg_error_set(err, k->state == KERNEL_DEAD ? SG_E_UNAVAILABLE : SG_E_INVALID,
-                     "kernel %s: execution %.64s cannot be followed", k->id, msg_id);
-        return 0;
-    }
-    exec_t *e = exec_new(k, "", opts, cb);
-    e->tracked = true;
-    strcpy(e->msg_id, msg_id);
-    e->next = k->tracked;
-    k->tracked = e;
-    return e->id;
-}
-
-/* What the kernel says about a frontend's execution: the clock starts when
- * it is busy with it; its output is passed on; its reply and idle end it. */
-static void on_tracked(kernel_t *k, jchan_t chan, const jmsg_t *m)
-{
-    exec_t *e = k->tracked;
-    while (e && strcmp(e->msg_id, jmsg_parent_id(m)) != 0)
-        e = e->next;
-    if (e == NULL)
-        return;
-    const char *type = jmsg_type(m);
-    const char *st = jmsg_content_str(m, "execution_state");
-    int timeout = e->opts.timeout_ms > 0 ? e->opts.timeout_ms : k->opts.exec_timeout_ms;
-    if (chan == JCHAN_SHELL && strcmp(type, "execute_reply") == 0) {
-        e->got_reply = true;
-        json_decref(e->reply);
-        e->reply = json_incref(jmsg_content(m));
-    } else if (chan != JCHAN_IOPUB) {
-        return;
-    } else if (strcmp(type, "status") != 0) {
-        if (e->cb.on_output)
-            e->cb.on_output(m, e->cb.arg);
-    } else if (st && strcmp(st, "busy") == 0 && timeout > 0 && e->timer < 0 && !e->timed_out) {
-        e->timer = loop_timer(k->loop, timeout, 1, on_exec_timeout, e);
-    } else if (st && strcmp(st, "idle") == 0) {
-        e->got_idle = true;
-    }
-    if (!e->got_reply || !e->got_idle)
-        return;
-    for (exec_t **p = &k->tracked; *p; p = &(*p)->next)
-        if (*p == e) {
-            *p = e->next;
-            break;
-        }
-    settle(k, e);
-    sg_error_t *err = e->timed_out ? timeout_error(k, e, false) : NULL;
-    if (e->cb.on_done)
-        e->cb.on_done(e->reply, err, e->cb.arg);
-    sg_error_free(&err);
-    exec_free(e);
 }
 
 /* --- messages from the kernel ------------------------------------------------- */
@@ -708,7 +345,7 @@ static bool on_socket(loop_t *loop, zsock_t *sock, void *arg)
 
 /* --- start, death, restart ------------------------------------------------------ */
 
-static void die(kernel_t *k, sg_error_t *err)
+void die(kernel_t *k, sg_error_t *err)
 {
     if (k->state == KERNEL_DEAD)
         return;
@@ -725,9 +362,7 @@ static void die(kernel_t *k, sg_error_t *err)
     emit(k, KERNEL_EV_DEAD, err);
 }
 
-static void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
+void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -768,7 +403,35 @@ static void death_cause(kernel_t *k, int status, char *buf, size_t size)
         snprintf(buf, size, "the kernel's sandbox %s", st);
 }
 
-static void on_exit_(pid_t pid, int status, void *arg)
+static void on_tail(const char *tail, void *arg)
+{
+    kernel_t *k = arg;
+    k->tail_req = 0;
+    cleanup_free char *msg = k->dying_msg;
+    k->dying_msg = NULL;
+    die_msg(k, k->dying_kind, "%s%s%s", msg, *tail ? "; kernel log:\n" : "", tail);
+}
+
+/* A start failed: the kernel dies with msg (stolen) and the tail of its
+ * log, once the log is read — through the launcher that may take until its
+ * timeout, and nothing waits for it: the kernel stays STARTING, its timers
+ * and watches ended, until on_tail. */
+static void die_with_tail(kernel_t *k, sg_errkind_t kind, char *msg)
+{
+    if (k->sb == NULL) {
+        die_msg(k, kind, "%s", msg);
+        free(msg);
+        return;
+    }
+    disconnect(k);
+    k->dying_kind = kind;
+    k->dying_msg = msg;
+    uint64_t req = sandbox_log_tail(k->sb, 1500, on_tail, k);
+    if (k->dying_msg) /* not answered yet */
+        k->tail_req = req;
+}
+
+void on_exit_(pid_t pid, int status, void *arg)
 {
     kernel_t *k = arg;
     k->watched = 0;
@@ -776,26 +439,25 @@ static void on_exit_(pid_t pid, int status, void *arg)
         return;
     char cause[256];
     death_cause(k, status, cause, sizeof cause);
-    cleanup_free char *tail =
-        k->sb && k->state == KERNEL_STARTING ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
-    die_msg(k, SG_E_UNAVAILABLE, "%s%s%s", cause,
-            k->state == KERNEL_STARTING && *tail ? "; kernel log:\n" : "",
-            k->state == KERNEL_STARTING ? tail : "");
+    if (k->sb && k->state == KERNEL_STARTING)
+        die_with_tail(k, SG_E_UNAVAILABLE, xstrdup(cause));
+    else
+        die_msg(k, SG_E_UNAVAILABLE, "%s", cause);
 }
 
-static void on_start_timeout(loop_t *loop, int timer_id, void *arg)
+void on_start_timeout(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     k->start_timer = -1;
     if (k->freed || k->state != KERNEL_STARTING)
         return;
-    cleanup_free char *tail = k->sb ? sandbox_log_tail(k->sb, 1500) : xstrdup("");
     const char *what =
         k->info_replied && k->iopub_seen && k->client && !jclient_stdin_connected(k->client)
             ? "kernel answered, but its stdin channel did not accept a connection"
             : "kernel did not answer";
-    die_msg(k, SG_E_TIMEOUT, "%s within %d ms of starting (kernelspec '%s')%s%s", what,
-            k->opts.start_timeout_ms, k->spec->name, *tail ? "; kernel log:\n" : "", tail);
+    die_with_tail(k, SG_E_TIMEOUT,
+                  xasprintf("%s within %d ms of starting (kernelspec '%s')", what,
+                            k->opts.start_timeout_ms, k->spec->name));
 }
 
 static void on_probe(loop_t *loop, int timer_id, void *arg)
@@ -808,7 +470,7 @@ static void on_probe(loop_t *loop, int timer_id, void *arg)
     jmsg_destroy(&req);
 }
 
-static void on_heartbeat(loop_t *loop, int timer_id, void *arg)
+void on_heartbeat(loop_t *loop, int timer_id, void *arg)
 {
     kernel_t *k = arg;
     if (k->freed || k->client == NULL)
@@ -842,7 +504,7 @@ static bool on_monitor(loop_t *loop, zsock_t *sock, void *arg)
 }
 
 /* The sandbox runs: watch its process, connect, and probe until the kernel answers. */
-static int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
+int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
 {
     if (proc_watch(pid, on_exit_, k, err) < 0)
         return -1;
@@ -882,7 +544,7 @@ static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
     }
 }
 
-static int launch(kernel_t *k, sg_error_t **err)
+int launch(kernel_t *k, sg_error_t **err)
 {
     k->state = KERNEL_STARTING;
     k->info_replied = k->iopub_seen = false;
@@ -1045,188 +707,6 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
     return sandbox_signal(k->sb, SIGINT, err);
 }
 
-/* --- pause and resume ----------------------------------------------------------------- */
-
-static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg);
-
-static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive, void *arg)
-{
-    kernel_t *k = arg;
-    if (k->freed || k->sb != sb || k->state != KERNEL_PAUSING)
-        return;
-    int64_t took = zclock_mono() - k->pause_began;
-    if (err == NULL) {
-        disconnect(k);
-        k->state = KERNEL_PAUSED;
-        k->checkpoint_bytes = bytes;
-        k->last_pause_ms = took;
-        k->published[0] = 0;
-        log_info("kernel %s paused in %lld ms (checkpoint %llu KiB)", k->id, (long long)took,
-                 (unsigned long long)(bytes >> 10));
-        emit(k, KERNEL_EV_PAUSED, NULL);
-        if (!k->freed && k->state == KERNEL_PAUSED && (k->resume_wanted || k->queue)) {
-            sg_error_t *rerr = NULL;
-            if (kernel_resume(k, &rerr) < 0) {
-                log_warn("kernel %s: %s", k->id, rerr->msg);
-                sg_error_free(&rerr);
-            }
-        }
-        return;
-    }
-    k->resume_wanted = false;
-    if (alive) {
-        /* Nothing was lost, but the relay dropped every connection: fresh
-         * sockets, and the kernel is ready again when it answers (a message
-         * sent into a connection being dropped would be lost). */
-        log_warn("kernel %s: pause failed, it runs on: %s", k->id, err->msg);
-        disconnect(k);
-        k->state = KERNEL_STARTING;
-        k->resuming = k->reattaching = true;
-        k->info_replied = k->iopub_seen = false;
-        k->hb_sent = 0;
-        emit(k, KERNEL_EV_PAUSED, err);
-        sg_error_free(&err);
-        if (k->freed)
-            return;
-        k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
-        sg_error_t *cerr = NULL;
-        if (connect_kernel(k, sandbox_pid(k->sb), &cerr) < 0) {
-            die(k, cerr);
-            sg_error_free(&cerr);
-        }
-        return;
-    }
-    sg_error_t *lost = NULL;
-    sg_error_set(&lost, err->kind,
-                 "%s; the sandbox did not survive the attempt: the kernel was restarted and its "
-                 "variables are lost",
-                 err->msg);
-    sg_error_free(&err);
-    log_error("kernel %s: %s", k->id, lost->msg);
-    k->state = KERNEL_IDLE;
-    emit(k, KERNEL_EV_PAUSED, lost);
-    sg_error_t *rerr = NULL;
-    if (!k->freed && kernel_restart(k, &rerr) < 0) {
-        log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
-        sg_error_free(&rerr);
-    }
-    sg_error_free(&lost);
-}
-
-int kernel_pause(kernel_t *k, sg_error_t **err)
-{
-    if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING)
-        return 0;
-    if (!sandbox_env_can_pause(k->env))
-        return sg_error_set(err, SG_E_CONFLICT,
-                            "sessions cannot be paused without a sandbox (--sandbox none)");
-    if (k->opts.internet)
-        /* runsc (2022-12-19) cannot save its network stack with a TCP
-         * connection in it, closed ones in TIME_WAIT included, and a failed
-         * checkpoint ends the sandbox: not worth a session's variables. */
-        return sg_error_set(err, SG_E_CONFLICT,
-                            "sessions with a network (\"internet\": true) cannot be paused: "
-                            "runsc cannot save their TCP connections");
-    if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
-        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
-                            k->id, kernel_status(k));
-    k->pause_began = zclock_mono();
-    k->state = KERNEL_PAUSING;
-    k->resume_wanted = false;
-    /* Its process is about to end on purpose; the heartbeat would miss it. */
-    end_timer(k, &k->hb_timer);
-    if (k->watched > 0)
-        proc_unwatch(k->watched);
-    k->watched = 0;
-    if (sandbox_pause(k->sb, on_paused, k, err) < 0) {
-        k->state = KERNEL_IDLE;
-        sg_error_t *werr = NULL;
-        if (proc_watch(sandbox_pid(k->sb), on_exit_, k, &werr) == 0)
-            k->watched = sandbox_pid(k->sb);
-        sg_error_free(&werr);
-        k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
-        return -1;
-    }
-    log_info("kernel %s: pausing", k->id);
-    return 0;
-}
-
-static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
-{
-    kernel_t *k = arg;
-    if (k->freed || k->sb != sb)
-        return;
-    if (pid < 0) {
-        /* The checkpoint is unusable: a fresh kernel on the same workspace. */
-        sg_error_prefix(&err, "the session could not be resumed; it has a fresh kernel and its "
-                              "variables are lost");
-        log_error("kernel %s: %s", k->id, err->msg);
-        k->resuming = false;
-        end_timer(k, &k->start_timer);
-        fail_all(k, err);
-        sg_error_free(&err);
-        sandbox_remove(k->sb, false);
-        sandbox_free(&k->sb);
-        sg_error_t *lerr = NULL;
-        if (launch(k, &lerr) < 0) {
-            die(k, lerr);
-            sg_error_free(&lerr);
-            return;
-        }
-        emit(k, KERNEL_EV_RESTARTED, NULL);
-        return;
-    }
-    sg_error_t *cerr = NULL;
-    if (connect_kernel(k, pid, &cerr) < 0) {
-        die(k, cerr);
-        sg_error_free(&cerr);
-    }
-}
-
-int kernel_resume(kernel_t *k, sg_error_t **err)
-{
-    if (k->state == KERNEL_PAUSING) {
-        k->resume_wanted = true;
-        return 0;
-    }
-    if (k->state != KERNEL_PAUSED)
-        return 0;
-    k->pause_began = zclock_mono();
-    k->state = KERNEL_STARTING;
-    k->resuming = true;
-    k->info_replied = k->iopub_seen = false;
-    k->hb_sent = 0;
-    k->checkpoint_bytes = 0;
-    k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
-    if (sandbox_resume(k->sb, on_resumed, k, err) < 0) {
-        end_timer(k, &k->start_timer);
-        k->state = KERNEL_PAUSED;
-        k->resuming = false;
-        return -1;
-    }
-    log_info("kernel %s: resuming", k->id);
-    return 0;
-}
-
-const char *kernel_status(const kernel_t *k)
-{
-    if (k->state == KERNEL_STARTING && k->resuming)
-        return k->reattaching ? "running" : "resuming";
-    if (k->held)
-        return "starting";
-    return kernel_state_name(k->state);
-}
-
-kernel_pause_info_t kernel_pause_info(const kernel_t *k)
-{
-    return (kernel_pause_info_t){
-        .checkpoint_bytes = k->state == KERNEL_PAUSED ? k->checkpoint_bytes : 0,
-        .last_pause_ms = k->last_pause_ms,
-        .last_resume_ms = k->last_resume_ms,
-        .resumes = k->resumes,
-    };
-}
-
 int kernel_restart(kernel_t *k, sg_error_t **err)
 {
     if (k->held)
@@ -1364,14 +844,6 @@ int64_t kernel_last_activity(const kernel_t *k)
 int kernel_execution_count(const kernel_t *k)
 {
     return k->execution_count;
-}
-
-size_t kernel_pending(const kernel_t *k)
-{
-    size_t n = 0;
-    for (exec_t *e = k->queue; e; e = e->next)
-        n++;
-    return n;
 }
 
 void kernel_set_events(kernel_t *k, kernel_event_fn *ev, void *ev_arg)

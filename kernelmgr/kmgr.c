@@ -20,11 +20,13 @@ typedef struct entry {
     bool ready; /* has been ready at least once (pool: claimable) */
     kernel_event_fn *ev;
     void *ev_arg;
-    uint64_t opening;       /* the launcher prepares the workspace (sandbox_cancel) */
-    int64_t pause_retry_at; /* after a failed automatic pause, not before this */
-    uint64_t resumes;       /* the kernel's resumes counted in the stats */
-    bool draining;          /* kmgr_pause_all waits for its pause */
-    const char *auto_pause; /* why the manager is pausing it (a literal), or NULL */
+    uint64_t opening;        /* the launcher prepares the workspace (sandbox_cancel) */
+    bool opened;             /* launch: the workspace was made before the kernel existed */
+    sg_error_t *open_failed; /* ... or could not be */
+    int64_t pause_retry_at;  /* after a failed automatic pause, not before this */
+    uint64_t resumes;        /* the kernel's resumes counted in the stats */
+    bool draining;           /* kmgr_pause_all waits for its pause */
+    const char *auto_pause;  /* why the manager is pausing it (a literal), or NULL */
 } entry_t;
 
 struct kmgr {
@@ -204,11 +206,19 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         e->ev(k, ev, err, e->ev_arg);
 }
 
-/* The launcher made the workspace of a held kernel (or could not). */
+/* A kernel's workspace is made (or could not be): a held kernel starts, or
+ * fails; before the kernel exists (the workspace was made at once, as
+ * sandboxes without a launcher make it), launch() reads the outcome. */
 static void on_workspace(const sg_error_t *err, void *arg)
 {
     entry_t *e = arg;
     e->opening = 0;
+    if (e->k == NULL) {
+        if (err)
+            sg_error_set(&e->open_failed, err->kind, "%s", err->msg);
+        e->opened = true;
+        return;
+    }
     if (err) {
         log_warn("kmgr: kernel %s: its workspace could not be prepared: %s", kernel_id(e->k),
                  err->msg);
@@ -218,35 +228,38 @@ static void on_workspace(const sg_error_t *err, void *arg)
     }
 }
 
-/* A new kernel.  Without a launcher its workspace is made here and now
- * (tens of ms); through the launcher the kernel starts held and is released
- * when the launcher has made it, so nothing on the loop waits for the
- * launcher. */
+/* A new kernel.  Its workspace is asked for first: made here and now
+ * without a launcher (tens of ms), or by the launcher, while the kernel
+ * starts held and is released when the workspace is there, so nothing on
+ * the loop waits for the launcher. */
 static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool, bool internet,
                         kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     cleanup_free char *ws = workspace_path(m, id);
-    bool remote = sandbox_env_remote(m->env);
-    if (!remote && sandbox_workspace_open(m->env, ws, err) < 0)
-        return NULL;
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .pool = pool, .ev = ev, .ev_arg = ev_arg};
+    e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
+    if (e->open_failed) {
+        sg_error_set(err, e->open_failed->kind, "%s", e->open_failed->msg);
+        sg_error_free(&e->open_failed);
+        free(e);
+        return NULL;
+    }
     kernel_opts_t opts = m->cfg.kernel;
     /* A pool kernel runs something before it is claimable, if only "None":
      * an execution's first run pays for compiling IPython's machinery. */
     opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
-    opts.hold = remote;
+    opts.hold = !e->opened;
     opts.internet = internet;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
+        sandbox_cancel(e->opening);
         sandbox_workspace_close(m->env, ws, true);
         free(e);
         return NULL;
     }
     add_entry(m, e);
     m->stats.started++;
-    if (remote)
-        e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
     return e->k;
 }
 

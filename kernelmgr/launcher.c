@@ -20,7 +20,7 @@
 
 #define PACKET_MAX (256 * 1024) /* one request or reply */
 
-typedef struct {
+struct launcher {
     const launcher_config_t *cfg;
     loop_t *loop;
     int fd;
@@ -29,7 +29,7 @@ typedef struct {
     kspecs_t *kspecs;
     zhashx_t *sandboxes; /* id -> sandbox_t */
     char *workspaces;    /* STATE/workspaces */
-} launcher_t;
+};
 
 bool launcher_valid_uuid(const char *s)
 {
@@ -58,7 +58,7 @@ bool launcher_valid_sandbox_id(const char *s)
 
 static void send_reply(launcher_t *L, json_t *reply)
 {
-    char *text = json_dumps(reply, JSON_COMPACT);
+    cleanup_free char *text = json_dumps(reply, JSON_COMPACT);
     json_decref(reply);
     if (!text)
         log_warn("launcher: cannot answer: unencodable");
@@ -69,7 +69,6 @@ static void send_reply(launcher_t *L, json_t *reply)
      * requests (forget a sandbox, remove the pool's) without waiting for the
      * answers, and closes the link; they are carried out all the same, and
      * the hang-up, read after them, ends this loop. */
-    free(text);
 }
 
 static void reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
@@ -81,18 +80,10 @@ static void reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
 
 static void reply_err(launcher_t *L, json_int_t seq, const sg_error_t *err)
 {
-    char *msg = xstrdup(err->msg);
+    cleanup_free char *msg = xstrdup(err->msg);
     utf8_scrub(msg);
     send_reply(L, json_pack("{s:I, s:{s:i, s:s}}", "seq", seq, "error", "kind", (int)err->kind,
                             "message", msg));
-    free(msg);
-}
-
-/* Answers *err and frees it. */
-static void fail(launcher_t *L, json_int_t seq, sg_error_t **err)
-{
-    reply_err(L, seq, *err);
-    sg_error_free(err);
 }
 
 static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
@@ -101,11 +92,10 @@ static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sg_error_t e = {.kind = SG_E_INVALID, .msg = xvasprintf(fmt, ap)};
+    cleanup_free char *msg = xvasprintf(fmt, ap);
     va_end(ap);
-    log_warn("launcher: refused a request: %s", e.msg);
-    reply_err(L, seq, &e);
-    free(e.msg);
+    log_warn("launcher: refused a request: %s", msg);
+    reply_err(L, seq, &(sg_error_t){.kind = SG_E_INVALID, .msg = msg});
 }
 
 static json_t *conn_json(const jconn_t *c)
@@ -117,7 +107,9 @@ static json_t *conn_json(const jconn_t *c)
                      "signature_scheme", c->signature_scheme, "kernel_name", c->kernel_name);
 }
 
-/* --- requests --------------------------------------------------------------------------- */
+/* --- operations -------------------------------------------------------------------------
+ * One handler per operation of launcher_ops; dispatch() has already checked
+ * what the operation's flags ask for. */
 
 /* A workspace path: exactly STATE/workspaces/<uuid>.  *uuid points at it. */
 static bool valid_workspace(launcher_t *L, const char *path, const char **uuid)
@@ -130,238 +122,336 @@ static bool valid_workspace(launcher_t *L, const char *path, const char **uuid)
     return true;
 }
 
+/* An answer that comes later: the request it answers. */
 typedef struct {
     launcher_t *L;
     json_int_t seq;
-} start_t;
+} later_t;
+
+static later_t *later(launcher_t *L, json_int_t seq)
+{
+    later_t *st = xzalloc(sizeof *st);
+    *st = (later_t){L, seq};
+    return st;
+}
 
 static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
 {
-    start_t *st = arg;
+    cleanup_free later_t *st = arg;
     if (pid > 0)
         reply_ok(st->L, st->seq, json_pack("{s:i}", "pid", (int)pid));
     else
         reply_err(st->L, st->seq, err);
     sg_error_free(&err);
-    free(st);
 }
 
 static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive, void *arg)
 {
-    start_t *st = arg;
+    cleanup_free later_t *st = arg;
     if (err) {
-        char *msg = xstrdup(err->msg);
+        cleanup_free char *msg = xstrdup(err->msg);
         utf8_scrub(msg);
         send_reply(st->L, json_pack("{s:I, s:{s:i, s:s}, s:b}", "seq", st->seq, "error", "kind",
                                     (int)err->kind, "message", msg, "alive", alive));
-        free(msg);
     } else {
         reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
     }
     sg_error_free(&err);
-    free(st);
 }
 
 static void on_refused(const json_t *counts, const sg_error_t *err, void *arg)
 {
-    start_t *st = arg;
+    cleanup_free later_t *st = arg;
     if (counts)
         reply_ok(st->L, st->seq, json_pack("{s:O}", "counts", counts));
     else
         reply_err(st->L, st->seq, err);
-    free(st);
 }
 
-static void handle(launcher_t *L, json_t *req)
+static void on_tail(const char *tail, void *arg)
 {
-    json_int_t seq = json_integer_value(json_object_get(req, "seq"));
-    const char *op = json_string_value(json_object_get(req, "op"));
-    const char *id = json_string_value(json_object_get(req, "id"));
-    const char *path = json_string_value(json_object_get(req, "path"));
-    sg_error_t *err = NULL;
-    if (!op) {
-        refuse(L, seq, "no op");
-        return;
-    }
-    if (strcmp(op, "env") == 0) {
-        if (L->env_err)
-            reply_err(L, seq, L->env_err);
-        else
-            reply_ok(L, seq, NULL);
-        return;
-    }
-    if (!L->env) {
-        reply_err(L, seq, L->env_err);
-        return;
-    }
-    if (strcmp(op, "list") == 0) {
-        json_t *ids = sandbox_list(L->env, &err);
-        if (!ids) {
-            fail(L, seq, &err);
-            return;
-        }
-        reply_ok(L, seq, json_pack("{s:o}", "ids", ids));
-        return;
-    }
-    if (strcmp(op, "egress_refused") == 0) {
-        start_t *st = xzalloc(sizeof *st);
-        *st = (start_t){L, seq};
-        sandbox_egress_refused(L->env, on_refused, st);
-        return; /* answered by on_refused */
-    }
-    const char *uuid;
-    if (strcmp(op, "workspace_open") == 0 || strcmp(op, "workspace_close") == 0) {
-        if (!valid_workspace(L, path, &uuid)) {
-            refuse(L, seq, "%s: not a workspace path", op);
-            return;
-        }
-        if (op[10] == 'o') {
-            if (sandbox_workspace_open(L->env, path, &err) < 0) {
-                fail(L, seq, &err);
-                return;
-            }
-        } else {
-            sandbox_workspace_close(L->env, path, json_is_true(json_object_get(req, "remove")));
-        }
-        reply_ok(L, seq, NULL);
-        return;
-    }
-    if (!id || !launcher_valid_sandbox_id(id)) {
-        refuse(L, seq, "%s: not a sandbox id", op);
-        return;
-    }
-    sandbox_t *sb = zhashx_lookup(L->sandboxes, id);
-    if (strcmp(op, "new") == 0 || strcmp(op, "adopt") == 0) {
-        if (sb) {
-            refuse(L, seq, "%s: sandbox %s is already known", op, id);
-            return;
-        }
-        if (op[0] == 'n') {
-            const char *name = json_string_value(json_object_get(req, "kernelspec"));
-            const kspec_t *spec = name ? kspecs_get(L->kspecs, name) : NULL;
-            const char *ws = json_string_value(json_object_get(req, "workspace"));
-            if (!spec) {
-                refuse(L, seq, "new: no kernelspec '%.64s'", name ? name : "");
-                return;
-            }
-            if (!valid_workspace(L, ws, &uuid) || strncmp(uuid, id, 36) != 0) {
-                refuse(L, seq, "new: the workspace is not the sandbox's own");
-                return;
-            }
-            sb = sandbox_new(L->env, id, spec, json_is_true(json_object_get(req, "internet")), ws,
-                             &err);
-        } else {
-            json_int_t pid = json_integer_value(json_object_get(req, "pid"));
-            if ((pid <= 1 && pid != 0) || pid > 1 << 22) { /* 0: paused */
-                refuse(L, seq, "adopt: not a pid");
-                return;
-            }
-            sb = sandbox_adopt(L->env, id, (pid_t)pid, &err);
-        }
-        if (!sb) {
-            fail(L, seq, &err);
-            return;
-        }
-        zhashx_insert(L->sandboxes, id, sb);
-        reply_ok(L, seq, json_pack("{s:o}", "conn", conn_json(sandbox_conn(sb))));
-        return;
-    }
-    if (strcmp(op, "remove") == 0) {
-        bool wait = json_is_true(json_object_get(req, "wait"));
-        if (sb) {
-            sandbox_remove(sb, wait);
-            zhashx_delete(L->sandboxes, id);
-        } else {
-            sandbox_remove_id(L->env, id, wait);
-        }
-        reply_ok(L, seq, NULL);
-        return;
-    }
-    if (strcmp(op, "log") == 0) {
-        json_int_t max = json_integer_value(json_object_get(req, "max"));
-        if (max <= 0 || max > 65536) {
-            refuse(L, seq, "log: max must be in (0, 65536]");
-            return;
-        }
-        char *tail = sb ? sandbox_log_tail(sb, (size_t)max) : xstrdup("");
-        utf8_scrub(tail);
-        reply_ok(L, seq, json_pack("{s:s}", "text", tail));
-        free(tail);
-        return;
-    }
-    if (strcmp(op, "free") == 0) { /* also after remove, which forgot it already */
-        zhashx_delete(L->sandboxes, id);
-        reply_ok(L, seq, NULL);
-        return;
-    }
-    if (!sb) {
-        refuse(L, seq, "%s: no sandbox %s", op, id);
-        return;
-    }
-    if (strcmp(op, "start") == 0) {
-        start_t *st = xzalloc(sizeof *st);
-        *st = (start_t){L, seq};
-        if (sandbox_start(sb, on_started, st, &err) < 0) {
-            free(st);
-            fail(L, seq, &err);
-            return;
-        }
-        return; /* answered by on_started */
-    }
-    if (strcmp(op, "pause") == 0 || strcmp(op, "resume") == 0) {
-        start_t *st = xzalloc(sizeof *st);
-        *st = (start_t){L, seq};
-        int rc = op[0] == 'p' ? sandbox_pause(sb, on_paused, st, &err)
-                              : sandbox_resume(sb, on_started, st, &err);
-        if (rc < 0) {
-            free(st);
-            fail(L, seq, &err);
-        }
-        return; /* answered by on_paused or on_started */
-    }
-    if (strcmp(op, "signal") == 0) {
-        json_int_t sig = json_integer_value(json_object_get(req, "sig"));
-        if (sig != SIGINT && sig != SIGTERM && sig != SIGKILL) {
-            refuse(L, seq, "signal: only INT, TERM and KILL");
-            return;
-        }
-        if (sandbox_signal(sb, (int)sig, &err) < 0) {
-            fail(L, seq, &err);
-            return;
-        }
-        reply_ok(L, seq, NULL);
-        return;
-    }
-    refuse(L, seq, "unknown op '%.32s'", op);
+    cleanup_free later_t *st = arg;
+    cleanup_free char *text = xstrdup(tail);
+    utf8_scrub(text);
+    reply_ok(st->L, st->seq, json_pack("{s:s}", "text", text));
 }
 
-/* "give": a file or directory the daemon created in a workspace (the fd it
- * sent) becomes the sandbox user's.  Only its own files, only under the
+static void op_env(launcher_t *L, const launcher_req_t *r)
+{
+    if (L->env_err)
+        reply_err(L, r->seq, L->env_err);
+    else
+        reply_ok(L, r->seq, NULL);
+}
+
+static void op_list(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_error sg_error_t *err = NULL;
+    json_t *ids = sandbox_list(L->env, &err);
+    if (!ids)
+        reply_err(L, r->seq, err);
+    else
+        reply_ok(L, r->seq, json_pack("{s:o}", "ids", ids));
+}
+
+static void op_egress_refused(launcher_t *L, const launcher_req_t *r)
+{
+    sandbox_egress_refused(L->env, on_refused, later(L, r->seq));
+}
+
+static void op_workspace_open(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_error sg_error_t *err = NULL;
+    if (sandbox_workspace_open(L->env, r->path, &err) < 0)
+        reply_err(L, r->seq, err);
+    else
+        reply_ok(L, r->seq, NULL);
+}
+
+static void op_workspace_close(launcher_t *L, const launcher_req_t *r)
+{
+    sandbox_workspace_close(L->env, r->path, json_is_true(json_object_get(r->body, "remove")));
+    reply_ok(L, r->seq, NULL);
+}
+
+/* new and adopt: a sandbox the launcher holds from now on. */
+static void made(launcher_t *L, const launcher_req_t *r, sandbox_t *sb, sg_error_t *err)
+{
+    if (!sb) {
+        reply_err(L, r->seq, err);
+        return;
+    }
+    zhashx_insert(L->sandboxes, r->id, sb);
+    reply_ok(L, r->seq, json_pack("{s:o}", "conn", conn_json(sandbox_conn(sb))));
+}
+
+static void op_new(launcher_t *L, const launcher_req_t *r)
+{
+    const char *name = json_string_value(json_object_get(r->body, "kernelspec"));
+    const kspec_t *spec = name ? kspecs_get(L->kspecs, name) : NULL;
+    const char *ws = json_string_value(json_object_get(r->body, "workspace"));
+    const char *uuid;
+    if (r->sb) {
+        refuse(L, r->seq, "new: sandbox %s is already known", r->id);
+        return;
+    }
+    if (!spec) {
+        refuse(L, r->seq, "new: no kernelspec '%.64s'", name ? name : "");
+        return;
+    }
+    if (!valid_workspace(L, ws, &uuid) || strncmp(uuid, r->id, 36) != 0) {
+        refuse(L, r->seq, "new: the workspace is not the sandbox's own");
+        return;
+    }
+    cleanup_error sg_error_t *err = NULL;
+    bool internet = json_is_true(json_object_get(r->body, "internet"));
+    made(L, r, sandbox_new(L->env, r->id, spec, internet, ws, &err), err);
+}
+
+static void op_adopt(launcher_t *L, const launcher_req_t *r)
+{
+    json_int_t pid = json_integer_value(json_object_get(r->body, "pid"));
+    if (r->sb) {
+        refuse(L, r->seq, "adopt: sandbox %s is already known", r->id);
+        return;
+    }
+    if ((pid <= 1 && pid != 0) || pid > 1 << 22) /* 0: paused */
+    {
+        refuse(L, r->seq, "adopt: not a pid");
+        return;
+    }
+    cleanup_error sg_error_t *err = NULL;
+    made(L, r, sandbox_adopt(L->env, r->id, (pid_t)pid, &err), err);
+}
+
+static void op_remove(launcher_t *L, const launcher_req_t *r)
+{
+    bool wait = json_is_true(json_object_get(r->body, "wait"));
+    if (r->sb) {
+        sandbox_remove(r->sb, wait);
+        zhashx_delete(L->sandboxes, r->id);
+    } else {
+        sandbox_remove_id(L->env, r->id, wait);
+    }
+    reply_ok(L, r->seq, NULL);
+}
+
+static void op_log(launcher_t *L, const launcher_req_t *r)
+{
+    json_int_t max = json_integer_value(json_object_get(r->body, "max"));
+    if (max <= 0 || max > 65536) {
+        refuse(L, r->seq, "log: max must be in (0, 65536]");
+        return;
+    }
+    if (!r->sb) {
+        on_tail("", later(L, r->seq));
+        return;
+    }
+    sandbox_log_tail(r->sb, (size_t)max, on_tail, later(L, r->seq));
+}
+
+/* Also after remove, which forgot it already. */
+static void op_free(launcher_t *L, const launcher_req_t *r)
+{
+    zhashx_delete(L->sandboxes, r->id);
+    reply_ok(L, r->seq, NULL);
+}
+
+/* start, pause and resume answer when runsc is done. */
+static void op_start(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_error sg_error_t *err = NULL;
+    later_t *st = later(L, r->seq);
+    if (sandbox_start(r->sb, on_started, st, &err) < 0) {
+        free(st);
+        reply_err(L, r->seq, err);
+    }
+}
+
+static void op_pause(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_error sg_error_t *err = NULL;
+    later_t *st = later(L, r->seq);
+    if (sandbox_pause(r->sb, on_paused, st, &err) < 0) {
+        free(st);
+        reply_err(L, r->seq, err);
+    }
+}
+
+static void op_resume(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_error sg_error_t *err = NULL;
+    later_t *st = later(L, r->seq);
+    if (sandbox_resume(r->sb, on_started, st, &err) < 0) {
+        free(st);
+        reply_err(L, r->seq, err);
+    }
+}
+
+static void op_signal(launcher_t *L, const launcher_req_t *r)
+{
+    json_int_t sig = json_integer_value(json_object_get(r->body, "sig"));
+    if (sig != SIGINT && sig != SIGTERM && sig != SIGKILL) {
+        refuse(L, r->seq, "signal: only INT, TERM and KILL");
+        return;
+    }
+    cleanup_error sg_error_t *err = NULL;
+    if (sandbox_signal(r->sb, (int)sig, &err) < 0)
+        reply_err(L, r->seq, err);
+    else
+        reply_ok(L, r->seq, NULL);
+}
+
+/* A file or directory the daemon created in a workspace (the fd it sent)
+ * becomes the sandbox user's.  Only its own files, only under the
  * workspaces: anything else is refused. */
-static void give(launcher_t *L, json_int_t seq, int fd)
+static void op_give(launcher_t *L, const launcher_req_t *r)
 {
     struct stat st;
     char link[64], path[PATH_MAX];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    snprintf(link, sizeof link, "/proc/self/fd/%d", r->fd);
     ssize_t n = readlink(link, path, sizeof path - 1);
     size_t w = strlen(L->workspaces);
-    if (fd < 0 || fstat(fd, &st) < 0 || n <= 0) {
-        refuse(L, seq, "give: no file");
+    if (fstat(r->fd, &st) < 0 || n <= 0) {
+        refuse(L, r->seq, "give: no file");
         return;
     }
     path[n] = 0;
     if (!(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) || st.st_uid != L->cfg->uid ||
         strncmp(path, L->workspaces, w) != 0 || path[w] != '/') {
-        refuse(L, seq, "give: not a file of the daemon's in a workspace");
+        refuse(L, r->seq, "give: not a file of the daemon's in a workspace");
         return;
     }
-    if (fchown(fd, SANDBOX_UID, SANDBOX_GID) < 0) {
-        sg_error_t *err = NULL;
+    if (fchown(r->fd, SANDBOX_UID, SANDBOX_GID) < 0) {
+        cleanup_error sg_error_t *err = NULL;
         sg_error_errno(&err, errno, "give: fchown");
-        fail(L, seq, &err);
+        {
+            reply_err(L, r->seq, err);
+            return;
+        }
+    }
+    reply_ok(L, r->seq, NULL);
+}
+
+#define ENV LOP_NEEDS_ENV
+#define SB (LOP_NEEDS_ENV | LOP_TAKES_ID | LOP_TAKES_SANDBOX)
+#define ID (LOP_NEEDS_ENV | LOP_TAKES_ID)
+const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
+    [LOP_ENV] = {"env", LOP_STARTUP, op_env},
+    [LOP_WORKSPACE_OPEN] = {"workspace_open",
+                            ENV | LOP_TAKES_PATH | LOP_STARTUP | LOP_ASYNC | LOP_TIMED,
+                            op_workspace_open},
+    [LOP_WORKSPACE_CLOSE] = {"workspace_close", ENV | LOP_TAKES_PATH | LOP_ASYNC | LOP_TIMED,
+                             op_workspace_close},
+    [LOP_NEW] = {"new", ID | LOP_ASYNC | LOP_TIMED, op_new},
+    [LOP_ADOPT] = {"adopt", ID | LOP_STARTUP, op_adopt},
+    [LOP_START] = {"start", SB | LOP_ASYNC, op_start},
+    [LOP_PAUSE] = {"pause", SB | LOP_ASYNC, op_pause},
+    [LOP_RESUME] = {"resume", SB | LOP_ASYNC, op_resume},
+    [LOP_SIGNAL] = {"signal", SB | LOP_ASYNC, op_signal},
+    [LOP_REMOVE] = {"remove", ID | LOP_STARTUP | LOP_ASYNC, op_remove},
+    [LOP_FREE] = {"free", ID | LOP_ASYNC, op_free},
+    [LOP_LIST] = {"list", ENV | LOP_STARTUP, op_list},
+    [LOP_LOG] = {"log", ID | LOP_ASYNC | LOP_TIMED, op_log},
+    [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED, op_egress_refused},
+    [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
+};
+#undef ENV
+#undef SB
+#undef ID
+
+int launcher_op_find(const char *name)
+{
+    for (int op = 0; name && op < LOP_COUNT; op++)
+        if (strcmp(launcher_ops[op].name, name) == 0)
+            return op;
+    return -1;
+}
+
+/* Checks what op's flags ask of a request, then calls its handler. */
+static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
+{
+    launcher_req_t r = {
+        .seq = json_integer_value(json_object_get(body, "seq")), .body = body, .fd = -1};
+    const char *name = json_string_value(json_object_get(body, "op"));
+    int op = launcher_op_find(name);
+    if (op < 0) {
+        refuse(L, r.seq, "unknown op '%.32s'", name ? name : "");
         return;
     }
-    reply_ok(L, seq, NULL);
+    const launcher_op_desc_t *d = &launcher_ops[op];
+    if (d->flags & LOP_TAKES_FD) {
+        if (nfds != 1) {
+            refuse(L, r.seq, "%s: one file descriptor expected", d->name);
+            return;
+        }
+        r.fd = fds[0];
+    } else if (nfds > 0) {
+        {
+            refuse(L, r.seq, "%s: file descriptors are only taken by give", d->name);
+            return;
+        }
+    }
+    if ((d->flags & LOP_NEEDS_ENV) && !L->env) {
+        reply_err(L, r.seq, L->env_err);
+        return;
+    }
+    r.path = json_string_value(json_object_get(body, "path"));
+    if ((d->flags & LOP_TAKES_PATH) && !valid_workspace(L, r.path, &r.uuid)) {
+        refuse(L, r.seq, "%s: not a workspace path", d->name);
+        return;
+    }
+    r.id = json_string_value(json_object_get(body, "id"));
+    if ((d->flags & LOP_TAKES_ID) && !(r.id && launcher_valid_sandbox_id(r.id))) {
+        refuse(L, r.seq, "%s: not a sandbox id", d->name);
+        return;
+    }
+    r.sb = r.id ? zhashx_lookup(L->sandboxes, r.id) : NULL;
+    if ((d->flags & LOP_TAKES_SANDBOX) && !r.sb) {
+        refuse(L, r.seq, "%s: no sandbox %s", d->name, r.id);
+        return;
+    }
+    d->handle(L, &r);
 }
 
 static void on_request(loop_t *loop, int fd, unsigned events, void *arg)
@@ -388,18 +478,12 @@ static void on_request(loop_t *loop, int fd, unsigned events, void *arg)
             for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 4; i++)
                 memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     json_t *req = n <= PACKET_MAX ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
-    json_int_t seq = json_integer_value(json_object_get(req, "seq"));
-    const char *op = json_string_value(json_object_get(req, "op"));
     if (n > PACKET_MAX)
         refuse(L, 0, "a request of %zd bytes", n);
     else if (!json_is_object(req))
-        refuse(L, seq, "not a JSON object");
-    else if (op && strcmp(op, "give") == 0)
-        give(L, seq, nfds == 1 ? fds[0] : -1);
-    else if (nfds > 0)
-        refuse(L, seq, "%s: file descriptors are only taken by give", op ? op : "?");
+        refuse(L, json_integer_value(json_object_get(req, "seq")), "not a JSON object");
     else
-        handle(L, req);
+        dispatch(L, req, fds, nfds);
     for (int i = 0; i < nfds; i++)
         close(fds[i]);
     json_decref(req);

@@ -18,29 +18,15 @@
  * workspace paths for those ids, kernelspecs are looked up in the
  * launcher's own list (the argv never comes from the daemon), signals are
  * INT, TERM or KILL, and every sandbox limit comes from the launcher's
- * configuration.  Operations:
- *
- *   env                                 is the state directory ready?
- *   workspace_open  {path}              create/mount a workspace
- *   workspace_close {path, remove}
- *   new     {id, kernelspec, workspace} bundle + connection file -> {conn}
- *   adopt   {id, pid}                   a sandbox left by a previous sandgate -> {conn}
- *                                       (pid 0: a paused one, whose checkpoint exists)
- *   start   {id}                        runsc run -> {pid} when it runs
- *   pause   {id}                        runsc checkpoint -> {bytes}, or an error with
- *                                       "alive": whether the sandbox still runs
- *   resume  {id}                        runsc restore -> {pid} when it runs
- *   signal  {id, sig}
- *   remove  {id, wait}                  kill and delete (a known or listed id)
- *   free    {id}                        forget the handle; the sandbox keeps running
- *   list                                -> {ids}: runsc's containers
- *   log     {id, max}                   -> {text}: the tail of kernel.log
- *   egress_refused                      -> {counts: {total, sandboxes: {id: N}}}: packets
- *                                       the egress rules refused (nft -j; sandbox.h)
+ * configuration.  The operations are one table, launcher_ops below: the
+ * daemon names a request's op from it (sandbox_link.c) and the launcher
+ * finds its checks and its handler in it (launcher.c); docs/architecture.md
+ * lists them.
  */
 #ifndef SG_LAUNCHER_H
 #define SG_LAUNCHER_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -54,6 +40,67 @@ typedef struct {
     uid_t uid;                   /* the unprivileged daemon's */
     gid_t gid;                   /* the sandbox group */
 } launcher_config_t;
+
+/* The launcher's operations (the "op" of a request). */
+typedef enum {
+    LOP_ENV,             /* is the state directory ready? */
+    LOP_WORKSPACE_OPEN,  /* {path}: create/mount a workspace */
+    LOP_WORKSPACE_CLOSE, /* {path, remove} */
+    LOP_NEW,             /* {id, kernelspec, workspace, internet}: bundle + connection -> {conn} */
+    LOP_ADOPT,           /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
+                            (pid 0: a paused one, whose checkpoint exists) */
+    LOP_START,           /* {id}: runsc run -> {pid} when it runs */
+    LOP_PAUSE,           /* {id}: runsc checkpoint -> {bytes}, or an error with "alive" */
+    LOP_RESUME,          /* {id}: runsc restore -> {pid} when it runs */
+    LOP_SIGNAL,          /* {id, sig}: INT, TERM or KILL */
+    LOP_REMOVE,          /* {id, wait}: kill and delete (a known or listed id) */
+    LOP_FREE,            /* {id}: forget the handle; the sandbox keeps running */
+    LOP_LIST,            /* -> {ids}: runsc's containers */
+    LOP_LOG,             /* {id, max} -> {text}: the tail of kernel.log */
+    LOP_EGRESS_REFUSED,  /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
+    LOP_GIVE,            /* one fd: a file of a workspace becomes the sandbox user's */
+    LOP_COUNT
+} launcher_op_t;
+
+/* What the launcher checks before an operation's handler runs, and how the
+ * daemon may call it (launcher_op_desc_t.flags). */
+enum {
+    LOP_NEEDS_ENV = 1 << 0,     /* refused while the state directory is not ready */
+    LOP_TAKES_PATH = 1 << 1,    /* "path" is exactly STATE/workspaces/<uuid> */
+    LOP_TAKES_ID = 1 << 2,      /* "id" is a sandbox id (UUID-N) */
+    LOP_TAKES_SANDBOX = 1 << 3, /* ... of a sandbox the launcher holds (new/adopt made it) */
+    LOP_TAKES_FD = 1 << 4,      /* exactly one file descriptor; no other op takes any */
+    LOP_STARTUP = 1 << 5, /* the daemon may wait for the answer: at start-up and shutdown only */
+    LOP_ASYNC = 1 << 6,   /* the daemon may send it while serving; the answer goes to a callback */
+    LOP_TIMED = 1 << 7,   /* an async answer is awaited --launcher-timeout at most (otherwise
+                             the kernel's own timeouts bound it: start, pause, resume) */
+};
+
+typedef struct launcher launcher_t;
+/* One request as the launcher's handler gets it, checked as its flags say
+ * (borrowed, for the call). */
+typedef struct {
+    json_int_t seq;
+    json_t *body;
+    const char *id;   /* LOP_TAKES_ID */
+    sandbox_t *sb;    /* the held sandbox of id, or NULL (LOP_TAKES_SANDBOX: never NULL) */
+    const char *path; /* LOP_TAKES_PATH */
+    const char *uuid; /* LOP_TAKES_PATH: the workspace's session id, within path */
+    int fd;           /* LOP_TAKES_FD; else -1 */
+} launcher_req_t;
+/* Answers the request (at once or later, through reply functions of launcher.c). */
+typedef void(launcher_handler_fn)(launcher_t *L, const launcher_req_t *req);
+
+typedef struct {
+    const char *name; /* on the wire */
+    unsigned flags;
+    launcher_handler_fn *handle;
+} launcher_op_desc_t;
+
+/* Indexed by launcher_op_t; every entry is filled. */
+extern const launcher_op_desc_t launcher_ops[LOP_COUNT];
+/* The operation named name; -1 when there is none. */
+int launcher_op_find(const char *name);
 
 /* The uid the unprivileged half runs as unless --user says otherwise: no
  * host account should have it. */

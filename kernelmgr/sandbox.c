@@ -1,6 +1,7 @@
-/* sandbox: the public API (sandbox.h) over two implementations of its
- * operations (sandbox_internal.h): sandbox_local.c does the work here,
- * sandbox_link.c asks the privileged launcher. */
+/* sandbox: the public API (sandbox.h) over the implementations of its
+ * operations (sandbox_internal.h): sandbox_runsc.c makes sandboxes here,
+ * sandbox_link.c asks the privileged launcher, sandbox_none.c runs plain
+ * kernels. */
 #include "kernelmgr/sandbox_internal.h"
 
 #include "kernelmgr/egress.h"
@@ -26,11 +27,21 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
     };
 }
 
-/* This process's own privileged steps: through the launcher when it has
- * one, else its own. */
+/* This process's own privileged steps (gives, cancels): through the
+ * launcher when it has one, else its own. */
 static const sandbox_ops_t *process_ops(void)
 {
-    return sandbox_link_up() ? &sandbox_link_ops : &sandbox_local_ops;
+    return sandbox_link_up() ? &sandbox_link_ops : &sandbox_runsc_ops;
+}
+
+/* The one place a mode picks its table. */
+static const sandbox_ops_t *mode_ops(sandbox_mode_t mode)
+{
+    switch (mode) {
+    case SANDBOX_RUNSC: return process_ops();
+    case SANDBOX_NONE: return &sandbox_none_ops;
+    }
+    return &sandbox_none_ops;
 }
 
 sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir, sg_error_t **err)
@@ -39,7 +50,7 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
     self->cfg = *cfg;
     self->state_dir = xstrdup(state_dir);
     /* Mode none runs plain processes: nothing to ask the launcher for. */
-    self->ops = cfg->mode == SANDBOX_RUNSC ? process_ops() : &sandbox_local_ops;
+    self->ops = mode_ops(cfg->mode);
     if (self->ops->env_init(self, err) < 0)
         sandbox_env_destroy(&self);
     return self;
@@ -68,12 +79,6 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
 const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env)
 {
     return &env->cfg;
-}
-
-/* Every privileged step goes through the launcher. */
-bool sandbox_env_remote(const sandbox_env_t *env)
-{
-    return env->ops == &sandbox_link_ops;
 }
 
 const char *sandbox_env_state_dir(const sandbox_env_t *env)
@@ -105,9 +110,9 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
     env->ops->workspace_close(env, path, remove);
 }
 
-int sandbox_give(int fd)
+uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg)
 {
-    return process_ops()->give(fd);
+    return process_ops()->give(fd, cb, arg);
 }
 
 /* --- one sandbox ------------------------------------------------------------- */
@@ -179,9 +184,9 @@ pid_t sandbox_pid(const sandbox_t *self)
     return self->pid;
 }
 
-char *sandbox_log_tail(const sandbox_t *self, size_t max)
+uint64_t sandbox_log_tail(const sandbox_t *self, size_t max, sandbox_tail_fn *cb, void *arg)
 {
-    return self->env->ops->log_tail(self, max);
+    return self->env->ops->log_tail(self, max, cb, arg);
 }
 
 int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err)
@@ -193,7 +198,7 @@ int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t
 
 bool sandbox_env_can_pause(const sandbox_env_t *env)
 {
-    return env->cfg.mode == SANDBOX_RUNSC;
+    return env->ops->pause != NULL;
 }
 
 int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err)

@@ -70,7 +70,9 @@ const char *sandbox_env_state_dir(const sandbox_env_t *env);
 
 /* Creates (or, if it exists, mounts) a workspace at path: a directory owned
  * by the sandbox user, on its own size-limited filesystem when
- * workspace_bytes > 0.  Blocking (mkfs + mount, tens of ms). */
+ * workspace_bytes > 0.  Blocking (mkfs + mount, tens of ms; through the
+ * launcher, until it answers): for start-up (re-adopting sessions) and for
+ * the launcher itself; a serving daemon uses sandbox_workspace_open_async. */
 int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
 /* The same without blocking: cb gets NULL, or why it failed (borrowed) —
  * at once without a launcher, else when the launcher answers or the link's
@@ -78,7 +80,8 @@ int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_
 typedef void(sandbox_opened_fn)(const sg_error_t *err, void *arg);
 uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path,
                                       sandbox_opened_fn *cb, void *arg);
-/* No callback for request any more (the work itself goes on). */
+/* No callback for request (from any of the *_async, give or log_tail
+ * calls) any more; the work itself goes on.  0 is no request. */
 void sandbox_cancel(uint64_t request);
 /* Unmounts it; with remove, deletes its files too (in the background when
  * through the launcher). */
@@ -90,7 +93,8 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
 sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
                        const char *workspace, sg_error_t **err);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
- * a paused one (its checkpoint must exist), for sandbox_resume. */
+ * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
+ * for start-up. */
 sandbox_t *sandbox_adopt(sandbox_env_t *env, const char *id, pid_t pid, sg_error_t **err);
 /* Frees the handle only: the sandbox keeps running. */
 void sandbox_free(sandbox_t **self_p);
@@ -128,11 +132,13 @@ bool sandbox_env_can_pause(const sandbox_env_t *env);
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);
 
 /* Kills and removes the sandbox and its directory (not the workspace).
- * Blocking when wait is true (tests, shutdown), else in the background. */
+ * Blocking when wait is true (start-up, shutdown, tests), else in the
+ * background. */
 void sandbox_remove(sandbox_t *self, bool wait);
 /* Same for a container id found in runsc's state but in no record. */
 void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait);
-/* Container ids runsc knows under our root (JSON array of strings). */
+/* Container ids runsc knows under our root (JSON array of strings).
+ * Blocking: for start-up. */
 json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
 
 /* Packets the egress rules refused (egress.h), without blocking: cb is
@@ -155,15 +161,25 @@ void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *ar
 typedef void(sandbox_lost_fn)(void *arg);
 void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost,
                           void *arg);
-bool sandbox_env_remote(const sandbox_env_t *env);
 
 /* Gives a file or directory that this process created in a workspace (fd
- * open on it) to the sandbox user, so the code owns what the API uploads.
- * Through the launcher when there is one, which checks that fd is a regular
- * file or directory of a workspace owned by this process's uid. */
-int sandbox_give(int fd);
+ * open on it; it may be closed as soon as this returns) to the sandbox
+ * user, so the code owns what the API uploads.  Through the launcher when
+ * there is one, which checks that fd is a regular file or directory of a
+ * workspace owned by this process's uid.  Never blocks: cb gets NULL, or
+ * why not (borrowed: the launcher refused, or did not answer within its
+ * timeout, SG_E_TIMEOUT) — at once without a launcher (where a failed chown
+ * is only logged: the file stays this process's), else from the loop.
+ * Returns a request for sandbox_cancel (0: cb was called already). */
+typedef void(sandbox_given_fn)(const sg_error_t *err, void *arg);
+uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg);
 
-/* The last max bytes of the kernel's log (stdout+stderr), for errors. */
-char *sandbox_log_tail(const sandbox_t *self, size_t max);
+/* The last max bytes of the kernel's log (stdout+stderr), for errors,
+ * without blocking: cb gets them (borrowed; "" when there is no log or the
+ * launcher did not answer within its timeout) — at once without a launcher,
+ * else from the loop.  Returns a request for sandbox_cancel (0: cb was
+ * called already). */
+typedef void(sandbox_tail_fn)(const char *tail, void *arg);
+uint64_t sandbox_log_tail(const sandbox_t *self, size_t max, sandbox_tail_fn *cb, void *arg);
 
 #endif

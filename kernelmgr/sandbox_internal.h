@@ -1,12 +1,15 @@
-/* sandbox_internal: what sandbox.c shares with its two implementations
- * (after crun's cgroup managers: one table of operations, one file each).
+/* sandbox_internal: what sandbox.c shares with its implementations (after
+ * crun's cgroup managers: one table of operations, one file each).
  *
- *   sandbox_local.c  does the work in this process: OCI bundles, runsc
- *                    through proc.c, loop-mounted workspaces.  The launcher
- *                    uses it, and so does a daemon that has no launcher
- *                    (--sandbox=none, or not started as root).
- *   sandbox_link.c   asks the privileged launcher for each step instead
- *                    (launcher.h has the requests), and holds the link.
+ *   sandbox_runsc.c  runsc sandboxes made in this process: OCI bundles, runsc
+ *                    through proc.c (pause and resume: sandbox_pause.c;
+ *                    cgroups: sandbox_cgroup.c).  The launcher uses it, and
+ *                    so does a daemon not started as root.
+ *   sandbox_link.c   the same sandboxes, each step a request to the
+ *                    privileged launcher (launcher.h), which holds the link.
+ *   sandbox_none.c   --sandbox=none: plain kernel processes, no isolation.
+ *   sandbox_host.c   what runsc and none share on this host: directories,
+ *                    loop-mounted workspaces, connection records, logs.
  *
  * sandbox.c keeps the public API (sandbox.h): it allocates and frees the
  * handles, keeps the accessors, and calls env->ops for everything else.
@@ -66,7 +69,8 @@ struct sandbox_ops {
      * returned request is cancelled; 0 means cb was already called. */
     uint64_t (*workspace_open_async)(const sandbox_env_t *env, const char *path,
                                      sandbox_opened_fn *cb, void *arg);
-    /* sandbox_cancel: request is non-zero and came from workspace_open_async. */
+    /* sandbox_cancel: request is non-zero and came from workspace_open_async,
+     * log_tail or give. */
     void (*cancel)(uint64_t request);
     /* sandbox_workspace_close: never fails (problems are logged). */
     void (*workspace_close)(const sandbox_env_t *env, const char *path, bool remove);
@@ -85,7 +89,8 @@ struct sandbox_ops {
     /* sandbox_start: calls sb->started_cb exactly once if it returns 0
      * (perhaps before returning), never if it returns -1. */
     int (*start)(sandbox_t *sb, sg_error_t **err);
-    /* sandbox_pause: calls sb->paused_cb exactly once if it returns 0. */
+    /* sandbox_pause: calls sb->paused_cb exactly once if it returns 0.
+     * pause and resume are NULL where sandboxes cannot be saved. */
     int (*pause)(sandbox_t *sb, sg_error_t **err);
     /* sandbox_resume: calls sb->started_cb exactly once if it returns 0. */
     int (*resume)(sandbox_t *sb, sg_error_t **err);
@@ -101,17 +106,63 @@ struct sandbox_ops {
     json_t *(*list)(sandbox_env_t *env, sg_error_t **err);
     /* sandbox_egress_refused: cb exactly once, perhaps before returning. */
     void (*egress_refused)(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg);
-    /* sandbox_log_tail: a new string, "" when there is no log. */
-    char *(*log_tail)(const sandbox_t *sb, size_t max);
-    /* sandbox_give: 0, or -1 (logged) when the file stays this process's. */
-    int (*give)(int fd);
+    /* sandbox_log_tail: cb exactly once unless the returned request is
+     * cancelled; 0 means cb was already called. */
+    uint64_t (*log_tail)(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
+    /* sandbox_give: the same contract. */
+    uint64_t (*give)(int fd, sandbox_given_fn *cb, void *arg);
 };
 
-extern const sandbox_ops_t sandbox_local_ops;
+extern const sandbox_ops_t sandbox_runsc_ops;
 extern const sandbox_ops_t sandbox_link_ops;
+extern const sandbox_ops_t sandbox_none_ops;
 
 /* Whether sandbox_set_launcher was called: then this process's privileged
  * steps are sandbox_link_ops'. */
 bool sandbox_link_up(void);
+
+/* --- sandbox_host.c: shared by the runsc and none tables -------------------- */
+
+/* mkdir -p, then chmod (mkdir obeys umask). */
+int host_make_dir(const char *path, mode_t mode, sg_error_t **err);
+/* Writes text to path (created or truncated). */
+int host_write_file(const char *path, const char *text, sg_error_t **err);
+/* rm -rf, never crossing into another filesystem or through a symlink. */
+void host_remove_tree(const char *path);
+/* The init program's path, absolute; sandgate-kernel.py beside it, or
+ * NULL (warned).  New strings. */
+char *host_init_path(const sandbox_config_t *cfg);
+char *host_launcher_py(const char *init);
+/* The kernel's argv for spec ({connection_file} filled in), through
+ * launcher when not NULL (kspec_argv_free). */
+char **host_kernel_argv(const kspec_t *spec, const char *connfile, const char *launcher);
+/* sb's directory, conn/ and connection record (connection.json). */
+int host_prepare_conn(sandbox_t *sb, const kspec_t *spec, sg_error_t **err);
+/* The last max bytes of sb's kernel.log, "" without one (a new string). */
+char *host_read_log_tail(const sandbox_t *sb, size_t max);
+/* The table entries of that name (sandbox_internal's contracts). */
+int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
+uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
+                                   sandbox_opened_fn *cb, void *arg);
+void host_cancel(uint64_t request);
+void host_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
+int host_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err);
+uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
+uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg);
+
+/* --- sandbox_runsc.c and sandbox_pause.c ------------------------------------------- */
+
+/* runsc's argv: its global flags, then cmd's (a static array: use it at
+ * once).  With internet, in a mount namespace where runsc accepts the
+ * sandbox's own network namespace (sandbox_runsc.c says why). */
+const char **runsc_argv(const sandbox_env_t *env, const char *const *cmd);
+const char **runsc_net_argv(const sandbox_env_t *env, bool internet, const char *const *cmd);
+/* A proc_done_fn that logs a failure (arg: what ran, a literal). */
+void runsc_ignore_done(int status, const char *output, void *arg);
+/* The runsc table's pause and resume, and the end of either under way
+ * (timers and runsc commands stopped, no callback). */
+int runsc_pause(sandbox_t *sb, sg_error_t **err);
+int runsc_resume(sandbox_t *sb, sg_error_t **err);
+void runsc_pausing_end(sandbox_t *sb);
 
 #endif

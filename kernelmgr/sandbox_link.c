@@ -1,10 +1,14 @@
 /* sandbox_link: the sandbox operations as requests to the privileged
  * launcher (sandbox_internal.h, launcher.h).  With a launcher this process
  * holds no privilege: each operation that needs one sends the launcher a
- * request on the link, a SOCK_SEQPACKET socket, and nothing on the path of
- * an HTTP request waits for the answer on the loop. */
+ * request on the link, a SOCK_SEQPACKET socket, named from launcher_ops.
+ * While the daemon serves, every answer goes to a callback from the loop
+ * (link_async, after OpenBSD's imsg): nothing waits for the launcher.  Only
+ * start-up (and shutdown) may wait for an answer, link_startup_call, and
+ * only for the operations launcher_ops marks LOP_STARTUP. */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -13,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "kernelmgr/launcher.h"
 
 /* --- the link ---------------------------------------------------------------- */
 
@@ -33,13 +38,22 @@ static struct {
 /* A request whose answer goes to a callback.  The answer is a JSON object,
  * {"error": {kind, message}} when the launcher refused or failed — or when
  * it did not answer in time (timer), which is reported the same way. */
+typedef void(reply_fn)(json_t *reply, void *arg);
 typedef struct {
     uint64_t seq;
-    void (*cb)(json_t *reply, void *arg); /* NULL once cancelled */
+    launcher_op_t op;
+    reply_fn *cb; /* NULL once cancelled */
     void *arg;
-    int timer; /* -1: none */
-    char op[32];
+    bool owns_arg; /* arg is freed after the answer (or the cancelled request's end) */
+    int timer;     /* -1: none */
 } async_t;
+
+static void async_free(async_t *a)
+{
+    if (a->owns_arg)
+        free(a->arg);
+    free(a);
+}
 
 #define LOST_MSG                                                                                   \
     "the privileged launcher is gone: sandboxes cannot be made or changed until sandgate "         \
@@ -67,6 +81,14 @@ static void link_down(void)
     }
     if (link_.on_lost)
         link_.on_lost(link_.lost_arg);
+}
+
+/* A request for op with fields (stolen; NULL: none). */
+static json_t *request(launcher_op_t op, json_t *fields)
+{
+    json_t *req = fields ? fields : json_object();
+    json_object_set_new(req, "op", json_string(launcher_ops[op].name));
+    return req;
 }
 
 /* Sends req (stolen), with a file descriptor when fd >= 0; returns its seq. */
@@ -130,21 +152,21 @@ static void dispatch(json_t *reply)
         loop_timer_end(link_.loop, a->timer);
         if (a->cb)
             a->cb(reply, a->arg);
-        free(a);
+        async_free(a);
         break;
     }
     /* No one waits for it: cancelled, or it came after its timeout. */
     json_decref(reply);
 }
 
-static json_t *timeout_reply(const char *op)
+static json_t *timeout_reply(launcher_op_t op)
 {
     /* alive: a pause under way did not end the sandbox; the launcher did. */
     if (link_.lost)
         return json_pack("{s:{s:i, s:s}, s:b}", "error", "kind", SG_E_UNAVAILABLE, "message",
                          LOST_MSG, "alive", 1);
-    return json_pack("{s:{s:i, s:s+}}", "error", "kind", SG_E_TIMEOUT, "message",
-                     "the privileged launcher did not answer '", op,
+    return json_pack("{s:{s:i, s:s++}}", "error", "kind", SG_E_TIMEOUT, "message",
+                     "the privileged launcher did not answer '", launcher_ops[op].name,
                      "' in time; it may be stopped or overloaded");
 }
 
@@ -153,8 +175,8 @@ static void on_request_timeout(loop_t *loop, int timer_id, void *arg)
 {
     async_t *a = arg;
     if (!link_.lost)
-        log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", a->op,
-                  (unsigned long long)a->seq, link_.timeout_ms);
+        log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms",
+                  launcher_ops[a->op].name, (unsigned long long)a->seq, link_.timeout_ms);
     for (async_t *w = zlistx_first(link_.waiting); w; w = zlistx_next(link_.waiting))
         if (w == a) {
             zlistx_delete(link_.waiting, zlistx_cursor(link_.waiting));
@@ -164,7 +186,7 @@ static void on_request_timeout(loop_t *loop, int timer_id, void *arg)
     if (a->cb)
         a->cb(reply, a->arg);
     json_decref(reply);
-    free(a);
+    async_free(a);
 }
 
 static void on_early(loop_t *loop, int timer_id, void *arg)
@@ -182,16 +204,15 @@ static void on_link(loop_t *loop, int fd, unsigned events, void *arg)
         dispatch(reply);
 }
 
-/* A request answered before returning: the reply (NULL with *err when the
- * launcher refused, failed, or did not answer within the timeout — then the
- * late answer is dropped when it comes).  Other answers arriving meanwhile
- * are dispatched on the next loop pass.  Blocks the loop: only for start-up
- * and for the few steps that cannot wait (see the callers). */
-static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
+/* A request answered before returning, for start-up and shutdown, when the
+ * loop serves no one: the reply (NULL with *err when the launcher refused,
+ * failed, or did not answer within the timeout — then the late answer is
+ * dropped when it comes).  Other answers arriving meanwhile are dispatched
+ * on the next loop pass.  op must be one launcher_ops marks LOP_STARTUP. */
+static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **err)
 {
-    char op[32];
-    snprintf(op, sizeof op, "%s", json_string_value(json_object_get(req, "op")) ?: "?");
-    uint64_t seq = link_send(req, fd);
+    assert(launcher_ops[op].flags & LOP_STARTUP);
+    uint64_t seq = link_send(request(op, fields), -1);
     int64_t deadline = zclock_mono() + link_.timeout_ms;
     for (;;) {
         if (link_.lost) {
@@ -204,12 +225,13 @@ static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
         if (r < 0 && errno == EINTR)
             continue;
         if (r == 0) {
-            log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms", op,
-                      (unsigned long long)seq, link_.timeout_ms);
-            sg_error_set(err, SG_E_TIMEOUT,
-                         "the privileged launcher did not answer '%s' in time; it may be stopped "
-                         "or overloaded",
-                         op);
+            json_t *late = timeout_reply(op);
+            sg_error_set(
+                err, SG_E_TIMEOUT, "%s",
+                json_string_value(json_object_get(json_object_get(late, "error"), "message")));
+            json_decref(late);
+            log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms",
+                      launcher_ops[op].name, (unsigned long long)seq, link_.timeout_ms);
             return NULL;
         }
         json_t *reply = link_recv(true);
@@ -232,31 +254,40 @@ static json_t *link_call_fd(json_t *req, int fd, sg_error_t **err)
     }
 }
 
-static json_t *link_call(json_t *req, sg_error_t **err)
-{
-    return link_call_fd(req, -1, err);
-}
+/* Flags of link_async. */
+enum {
+    ASYNC_OWNS_ARG = 1, /* arg is the link's to free (after cb, or when cancelled) */
+};
 
-/* A request whose answer goes to cb (or nowhere); returns its seq.  With
- * timed, cb gets a timeout error if no answer comes within the link's
- * timeout. */
-static uint64_t link_async(json_t *req, bool timed, void (*cb)(json_t *reply, void *arg), void *arg)
+/* A request for op (fields stolen; with fd when >= 0) whose answer goes to
+ * cb (or nowhere), from the loop; returns its seq, the request to cancel.
+ * When launcher_ops marks op LOP_TIMED, cb gets a timeout error if no
+ * answer comes within the link's timeout. */
+static uint64_t link_async(launcher_op_t op, json_t *fields, int fd, reply_fn *cb, void *arg,
+                           unsigned flags)
 {
-    char op[32];
-    snprintf(op, sizeof op, "%s", json_string_value(json_object_get(req, "op")) ?: "?");
-    uint64_t seq = link_send(req, -1);
-    if (cb) {
-        async_t *a = xzalloc(sizeof *a);
-        *a = (async_t){.seq = seq, .cb = cb, .arg = arg, .timer = -1};
-        memcpy(a->op, op, sizeof a->op);
-        if (timed || link_.lost)
-            a->timer =
-                loop_timer(link_.loop, link_.lost ? 0 : link_.timeout_ms, 1, on_request_timeout, a);
-        zlistx_add_end(link_.waiting, a);
+    assert(launcher_ops[op].flags & LOP_ASYNC);
+    uint64_t seq = link_send(request(op, fields), fd);
+    if (!cb) {
+        if (flags & ASYNC_OWNS_ARG)
+            free(arg);
+        return seq;
     }
+    async_t *a = xzalloc(sizeof *a);
+    *a = (async_t){.seq = seq,
+                   .op = op,
+                   .cb = cb,
+                   .arg = arg,
+                   .owns_arg = flags & ASYNC_OWNS_ARG,
+                   .timer = -1};
+    if ((launcher_ops[op].flags & LOP_TIMED) || link_.lost)
+        a->timer =
+            loop_timer(link_.loop, link_.lost ? 0 : link_.timeout_ms, 1, on_request_timeout, a);
+    zlistx_add_end(link_.waiting, a);
     return seq;
 }
 
+/* No callback for seq: its arg, when the link owns it, goes with its end. */
 static void link_cancel(uint64_t seq)
 {
     for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting))
@@ -308,10 +339,10 @@ static sg_error_t *reply_error(json_t *reply)
 
 /* --- the operations ------------------------------------------------------------ */
 
-/* A request answered before returning whose answer says only "done". */
-static int link_do(json_t *req, int fd, sg_error_t **err)
+/* A start-up request whose answer says only "done". */
+static int link_startup_do(launcher_op_t op, json_t *fields, sg_error_t **err)
 {
-    json_t *ok = link_call_fd(req, fd, err);
+    json_t *ok = link_startup_call(op, fields, err);
     json_decref(ok);
     return ok ? 0 : -1;
 }
@@ -320,60 +351,54 @@ static int link_do(json_t *req, int fd, sg_error_t **err)
  * whether that worked. */
 static int link_env_init(sandbox_env_t *env, sg_error_t **err)
 {
-    return link_do(json_pack("{s:s}", "op", "env"), -1, err);
+    return link_startup_do(LOP_ENV, NULL, err);
 }
 
-static int link_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
+/* Re-adopted sessions' workspaces, at start-up. */
+static int link_workspace_open_startup(const sandbox_env_t *env, const char *path, sg_error_t **err)
 {
-    return link_do(json_pack("{s:s, s:s}", "op", "workspace_open", "path", path), -1, err);
+    return link_startup_do(LOP_WORKSPACE_OPEN, json_pack("{s:s}", "path", path), err);
 }
 
+/* A caller's callback and its argument (the link owns the pair). */
 typedef struct {
-    sandbox_opened_fn *cb;
+    void (*fn)(void);
     void *arg;
-} opening_t;
+} callback_t;
+
+static callback_t *callback(void (*fn)(void), void *arg)
+{
+    callback_t *c = xzalloc(sizeof *c);
+    *c = (callback_t){fn, arg};
+    return c;
+}
 
 static void workspace_opened(json_t *reply, void *arg)
 {
-    opening_t *o = arg;
-    sg_error_t *err = reply_error(reply);
-    if (o->cb)
-        o->cb(err, o->arg);
-    sg_error_free(&err);
-    free(o);
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    ((sandbox_opened_fn *)c->fn)(err, c->arg);
 }
 
 static uint64_t link_workspace_open_async(const sandbox_env_t *env, const char *path,
                                           sandbox_opened_fn *cb, void *arg)
 {
-    opening_t *o = xzalloc(sizeof *o);
-    *o = (opening_t){cb, arg};
-    return link_async(json_pack("{s:s, s:s}", "op", "workspace_open", "path", path), true,
-                      workspace_opened, o);
-}
-
-static void link_cancel_open(uint64_t request)
-{
-    for (async_t *a = zlistx_first(link_.waiting); a; a = zlistx_next(link_.waiting))
-        if (a->seq == request && a->cb == workspace_opened)
-            ((opening_t *)a->arg)->cb = NULL; /* opening_t is freed when the answer comes */
+    return link_async(LOP_WORKSPACE_OPEN, json_pack("{s:s}", "path", path), -1, workspace_opened,
+                      callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 static void workspace_closed(json_t *reply, void *arg)
 {
-    sg_error_t *err = reply_error(reply);
+    cleanup_error sg_error_t *err = reply_error(reply);
     if (err)
         log_warn("sandbox: closing workspace %s: %s", (char *)arg, err->msg);
-    sg_error_free(&err);
-    free(arg);
 }
 
 /* Answered in the background; nothing waits for it. */
 static void link_workspace_close(const sandbox_env_t *env, const char *path, bool remove)
 {
-    link_async(
-        json_pack("{s:s, s:s, s:b}", "op", "workspace_close", "path", path, "remove", remove), true,
-        workspace_closed, xstrdup(path));
+    link_async(LOP_WORKSPACE_CLOSE, json_pack("{s:s, s:b}", "path", path, "remove", remove), -1,
+               workspace_closed, xstrdup(path), ASYNC_OWNS_ARG);
 }
 
 /* The launcher prepares it when it starts (link_start). */
@@ -383,10 +408,10 @@ static int link_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
     return 0;
 }
 
-static int link_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err)
+static int link_adopt_startup(sandbox_t *sb, pid_t pid, sg_error_t **err)
 {
     json_t *r =
-        link_call(json_pack("{s:s, s:s, s:i}", "op", "adopt", "id", sb->id, "pid", (int)pid), err);
+        link_startup_call(LOP_ADOPT, json_pack("{s:s, s:i}", "id", sb->id, "pid", (int)pid), err);
     int rc = !r || conn_from(&sb->conn, r, err) < 0 ? -1 : 0;
     json_decref(r);
     return rc;
@@ -395,7 +420,7 @@ static int link_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err)
 static void link_release(sandbox_t *sb)
 {
     link_cancel(sb->start_seq);
-    link_async(json_pack("{s:s, s:s}", "op", "free", "id", sb->id), false, NULL, NULL);
+    link_async(LOP_FREE, json_pack("{s:s}", "id", sb->id), -1, NULL, NULL, 0);
 }
 
 static void start_answered(json_t *reply, void *arg);
@@ -414,7 +439,7 @@ static void new_answered(json_t *reply, void *arg)
     /* runsc run may take long on a loaded machine: the kernel's start
      * timeout bounds it, not the link's. */
     sb->start_seq =
-        link_async(json_pack("{s:s, s:s}", "op", "start", "id", sb->id), false, start_answered, sb);
+        link_async(LOP_START, json_pack("{s:s}", "id", sb->id), -1, start_answered, sb, 0);
 }
 
 static void start_answered(json_t *reply, void *arg)
@@ -438,9 +463,10 @@ static void start_answered(json_t *reply, void *arg)
 static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq =
-        link_async(json_pack("{s:s, s:s, s:s, s:s, s:b}", "op", "new", "id", sb->id, "kernelspec",
-                             sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet),
-                   true, new_answered, sb);
+        link_async(LOP_NEW,
+                   json_pack("{s:s, s:s, s:s, s:b}", "id", sb->id, "kernelspec", sb->kernelspec,
+                             "workspace", sb->workspace, "internet", sb->internet),
+                   -1, new_answered, sb, 0);
     return 0;
 }
 
@@ -464,21 +490,20 @@ static void pause_answered(json_t *reply, void *arg)
 static int link_pause(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq =
-        link_async(json_pack("{s:s, s:s}", "op", "pause", "id", sb->id), false, pause_answered, sb);
+        link_async(LOP_PAUSE, json_pack("{s:s}", "id", sb->id), -1, pause_answered, sb, 0);
     return 0;
 }
 
 static int link_resume(sandbox_t *sb, sg_error_t **err)
 {
-    sb->start_seq = link_async(json_pack("{s:s, s:s}", "op", "resume", "id", sb->id), false,
-                               start_answered, sb);
+    sb->start_seq =
+        link_async(LOP_RESUME, json_pack("{s:s}", "id", sb->id), -1, start_answered, sb, 0);
     return 0;
 }
 
 static int link_signal(sandbox_t *sb, int sig, sg_error_t **err)
 {
-    link_async(json_pack("{s:s, s:s, s:i}", "op", "signal", "id", sb->id, "sig", sig), false, NULL,
-               NULL);
+    link_async(LOP_SIGNAL, json_pack("{s:s, s:i}", "id", sb->id, "sig", sig), -1, NULL, NULL, 0);
     return 0;
 }
 
@@ -488,18 +513,19 @@ static void link_stop(sandbox_t *sb)
     sb->start_seq = 0;
 }
 
+/* With wait, at start-up and shutdown only; else in the background. */
 static void link_remove_id(sandbox_env_t *env, const char *id, bool wait)
 {
-    json_t *req = json_pack("{s:s, s:s, s:b}", "op", "remove", "id", id, "wait", wait);
+    json_t *fields = json_pack("{s:s, s:b}", "id", id, "wait", wait);
     if (wait)
-        json_decref(link_call(req, NULL));
+        json_decref(link_startup_call(LOP_REMOVE, fields, NULL));
     else
-        link_async(req, false, NULL, NULL);
+        link_async(LOP_REMOVE, fields, -1, NULL, NULL, 0);
 }
 
-static json_t *link_list(sandbox_env_t *env, sg_error_t **err)
+static json_t *link_list_startup(sandbox_env_t *env, sg_error_t **err)
 {
-    json_t *r = link_call(json_pack("{s:s}", "op", "list"), err);
+    json_t *r = link_startup_call(LOP_LIST, NULL, err);
     json_t *ids = r ? json_incref(json_object_get(r, "ids")) : NULL;
     json_decref(r);
     if (r && !json_is_array(ids)) {
@@ -509,60 +535,61 @@ static json_t *link_list(sandbox_env_t *env, sg_error_t **err)
     return ids;
 }
 
-typedef struct {
-    sandbox_refused_fn *cb;
-    void *arg;
-} refusing_t;
-
 static void refused_answered(json_t *reply, void *arg)
 {
-    refusing_t *r = arg;
-    sg_error_t *err = reply_error(reply);
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
     json_t *counts = json_object_get(reply, "counts");
     if (!err && !json_is_object(counts))
         sg_error_set(&err, SG_E_INTERNAL, "the launcher sent no refusal counts");
-    r->cb(err ? NULL : counts, err, r->arg);
-    sg_error_free(&err);
-    free(r);
+    ((sandbox_refused_fn *)c->fn)(err ? NULL : counts, err, c->arg);
 }
 
 /* Answered on the loop; a silent launcher is a timeout error. */
 static void link_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
 {
-    refusing_t *r = xzalloc(sizeof *r);
-    *r = (refusing_t){cb, arg};
-    link_async(json_pack("{s:s}", "op", "egress_refused"), true, refused_answered, r);
+    link_async(LOP_EGRESS_REFUSED, NULL, -1, refused_answered, callback((void (*)(void))cb, arg),
+               ASYNC_OWNS_ARG);
 }
 
-static char *link_log_tail(const sandbox_t *sb, size_t max)
+static void tail_answered(json_t *reply, void *arg)
 {
-    json_t *r = link_call(
-        json_pack("{s:s, s:s, s:I}", "op", "log", "id", sb->id, "max", (json_int_t)max), NULL);
-    char *tail = xstrdup(json_string_value(json_object_get(r, "text")) ?: "");
-    json_decref(r);
-    return tail;
+    callback_t *c = arg;
+    ((sandbox_tail_fn *)c->fn)(json_string_value(json_object_get(reply, "text")) ?: "", c->arg);
+}
+
+/* A launcher that does not answer in time gives "" (its timeout is logged). */
+static uint64_t link_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg)
+{
+    return link_async(LOP_LOG, json_pack("{s:s, s:I}", "id", sb->id, "max", (json_int_t)max), -1,
+                      tail_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+}
+
+static void given(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: giving a file to the sandbox user: %s", err->msg);
+    ((sandbox_given_fn *)c->fn)(err, c->arg);
 }
 
 /* The launcher checks that fd is a regular file or directory of a workspace
- * owned by this process's uid. */
-static int link_give(int fd)
+ * owned by this process's uid.  The request carries fd (SCM_RIGHTS): the
+ * caller may close its own at once. */
+static uint64_t link_give(int fd, sandbox_given_fn *cb, void *arg)
 {
-    sg_error_t *err = NULL;
-    int rc = link_do(json_pack("{s:s}", "op", "give"), fd, &err);
-    if (err)
-        log_warn("sandbox: giving a file to the sandbox user: %s", err->msg);
-    sg_error_free(&err);
-    return rc;
+    return link_async(LOP_GIVE, NULL, fd, given, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 const sandbox_ops_t sandbox_link_ops = {
     .env_init = link_env_init,
-    .workspace_open = link_workspace_open,
+    .workspace_open = link_workspace_open_startup,
     .workspace_open_async = link_workspace_open_async,
-    .cancel = link_cancel_open,
+    .cancel = link_cancel,
     .workspace_close = link_workspace_close,
     .prepare = link_prepare,
-    .adopt = link_adopt,
+    .adopt = link_adopt_startup,
     .release = link_release,
     .start = link_start,
     .pause = link_pause,
@@ -570,7 +597,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .signal = link_signal,
     .stop = link_stop,
     .remove_id = link_remove_id,
-    .list = link_list,
+    .list = link_list_startup,
     .egress_refused = link_egress_refused,
     .log_tail = link_log_tail,
     .give = link_give,

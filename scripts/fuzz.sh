@@ -75,8 +75,9 @@ rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.see
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
 run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
     common/loop.c common/records.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
-    kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/sandbox_local.c \
-    kernelmgr/sandbox_link.c kernelmgr/egress.c kernelmgr/kernel.c kernelmgr/kmgr.c \
+    kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/sandbox_runsc.c kernelmgr/sandbox_pause.c \
+    kernelmgr/sandbox_none.c kernelmgr/sandbox_host.c kernelmgr/sandbox_cgroup.c kernelmgr/launcher.c \
+    kernelmgr/sandbox_link.c kernelmgr/egress.c kernelmgr/kernel.c kernelmgr/kernel_exec.c kernelmgr/kernel_pause.c kernelmgr/kmgr.c \
     gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
     gateway/audit.c gateway/exec_observers.c gateway/pyscript.c \

@@ -29,6 +29,18 @@ def sandbox_pids(ctx):
     return pids
 
 
+def never_ready_kernelspec():
+    """A JUPYTER_PATH directory with the kernelspec "sleepy", whose kernel
+    never answers (its argv sleeps): the caller removes it."""
+    jp = tempfile.mkdtemp(prefix="sg-kspec-", dir="/tmp")
+    os.chmod(jp, 0o755)
+    os.makedirs(os.path.join(jp, "kernels", "sleepy"))
+    with open(os.path.join(jp, "kernels", "sleepy", "kernel.json"), "w") as f:
+        json.dump({"argv": ["/bin/sh", "-c", "exec sleep infinity", "{connection_file}"],
+                   "display_name": "never ready", "language": "sleepy"}, f)
+    return jp
+
+
 class Daemon:
     def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None, state_dir=None):
         self.env = dict(os.environ, **(env or {}))

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from sgd import Daemon, SANDGATE, TOKEN, sandbox_pids
+from sgd import Daemon, SANDGATE, TOKEN, never_ready_kernelspec, sandbox_pids
 from tap import ok, diag, done
 
 PARTS = {int(p) for p in os.environ.get("FAULTS", "1,2,3,4,5,6").split(",") if p}
@@ -279,12 +279,7 @@ if 4 in PARTS:
 
 # --- 5. a kernel that never becomes ready --------------------------------------------------
 if 5 in PARTS:
-    jp = tempfile.mkdtemp(prefix="sg-kspec-", dir="/tmp")
-    os.chmod(jp, 0o755)
-    os.makedirs(os.path.join(jp, "kernels", "sleepy"))
-    with open(os.path.join(jp, "kernels", "sleepy", "kernel.json"), "w") as f:
-        json.dump({"argv": ["/bin/sh", "-c", "exec sleep infinity", "{connection_file}"],
-                   "display_name": "never ready", "language": "sleepy"}, f)
+    jp = never_ready_kernelspec()
     env = {"JUPYTER_PATH": jp}
     d = Daemon("--pool-size", "0", "--start-timeout", "5", env=env)
     try:

@@ -226,10 +226,11 @@ static void sink_write(void *ctx, void *sink, const char *data, size_t len)
     wrote = true;
 }
 
-static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void *sink)
+static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink)
 {
-    size_t bytes = ((sink_t *)sink)->bytes;
-    free(sink);
+    size_t bytes = ((sink_t *)*sink)->bytes;
+    free(*sink);
+    *sink = NULL;
     return http_reply_json(conn, 201, json_pack("{s:I}", "bytes", (json_int_t)bytes));
 }
 

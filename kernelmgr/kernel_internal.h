@@ -1,0 +1,125 @@
+/* kernel_internal: what kernel.c (lifecycle: start, messages, death,
+ * restart), kernel_exec.c (the execution queue and its timeouts) and
+ * kernel_pause.c (pause and resume) share.  Not for use outside kernel*.c.
+ */
+#ifndef SG_KERNEL_INTERNAL_H
+#define SG_KERNEL_INTERNAL_H
+
+#include "kernelmgr/kernel.h"
+#include "proto/jclient.h"
+
+#define PROBE_INTERVAL_MS 250
+/* A resumed kernel answers at once; what it waits for is the iopub
+ * subscription to reach it again, so probe often. */
+#define RESUME_PROBE_INTERVAL_MS 5
+/* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
+ * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
+ * next to nothing. */
+#define HB_INTERVAL_MS 10000
+/* Generous: death is noticed through the sandbox's pidfd at once; the
+ * heartbeat only catches a kernel that hangs with its process alive, and a
+ * short timeout would kill healthy kernels on a loaded machine. */
+#define HB_TIMEOUT_MS 60000
+
+typedef struct exec {
+    uint64_t id;
+    char *code;
+    kernel_exec_opts_t opts;
+    kernel_exec_cb_t cb;
+    char msg_id[64]; /* empty until sent */
+    json_t *reply;
+    bool got_reply, got_idle, timed_out;
+    bool is_preload; /* the kernel's preload snippet: READY follows it */
+    bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
+    int timer;
+    struct kernel *k;
+    struct exec *next;
+} exec_t;
+
+struct kernel {
+    loop_t *loop;
+    sandbox_env_t *env;
+    const kspec_t *spec;
+    char *id, *workspace;
+    kernel_opts_t opts;
+    kernel_event_fn *ev;
+    void *ev_arg;
+    kernel_tap_t tap;
+    int connections;
+    char published[16]; /* the last iopub execution_state */
+
+    kernel_state_t state;
+    char *death; /* why it is DEAD, for the executions that come after */
+    bool held;   /* waiting for kernel_release (its workspace is being prepared) */
+    bool freed;  /* handle released; waiting for the deferred free */
+    struct observer {
+        kernel_event_fn *fn;
+        void *arg;
+    } * observers;
+    size_t nobservers;
+    int generation;
+    sandbox_t *sb;
+    jclient_t *client;
+    loop_io_t *io[JCHAN_COUNT];
+    loop_io_t *io_monitor; /* until stdin connects (jclient_monitor) */
+    pid_t watched;
+
+    /* start-up */
+    bool holds_slot, waiting_slot;
+    struct kernel *next_waiting;
+    int start_timer, probe_timer;
+    bool info_replied, iopub_seen;
+    /* A start that failed waits for the kernel's log before it dies with it
+     * (die_with_tail): the launcher's answer, or its timeout. */
+    uint64_t tail_req;
+    sg_errkind_t dying_kind;
+    char *dying_msg;
+
+    /* executions: queue head is the running one when state is BUSY */
+    exec_t *queue;
+    exec_t *tracked; /* frontends' own executions, followed by msg_id */
+    exec_t *overdue; /* the timed-out execution grace_timer is for */
+    uint64_t next_exec;
+    int grace_timer;
+    int execution_count;
+    int64_t last_activity;
+
+    /* heartbeat */
+    int hb_timer;
+    int64_t hb_sent; /* 0: no ping outstanding */
+
+    /* pause and resume */
+    bool resuming;       /* STARTING from a checkpoint */
+    bool reattaching;    /* ... or reconnecting after a pause that failed */
+    bool resume_wanted;  /* asked for while PAUSING */
+    int64_t pause_began; /* zclock_mono() of the pause or resume under way */
+    int64_t last_pause_ms, last_resume_ms;
+    uint64_t resumes;
+    uint64_t checkpoint_bytes;
+};
+
+/* kernel.c */
+void end_timer(kernel_t *k, int *timer);
+void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err);
+int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err);
+void disconnect(kernel_t *k);
+void die(kernel_t *k, sg_error_t *err);
+void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int launch(kernel_t *k, sg_error_t **err);
+int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err);
+void on_exit_(pid_t pid, int status, void *arg);
+void on_start_timeout(loop_t *loop, int timer_id, void *arg);
+void on_heartbeat(loop_t *loop, int timer_id, void *arg);
+
+/* kernel_exec.c */
+void exec_free(exec_t *e);
+exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
+                 const kernel_exec_cb_t *cb);
+void fail_all(kernel_t *k, const sg_error_t *err);
+void pump(kernel_t *k);
+void maybe_finish(kernel_t *k);
+/* A frontend's own execution (kernel_track) hears of a message: kernel_exec.c. */
+void on_tracked(kernel_t *k, jchan_t chan, const jmsg_t *m);
+
+#endif
