@@ -85,6 +85,8 @@ static const struct {
     [SG_E_FORBIDDEN] = {403, "forbidden"},
     [SG_E_NOSPACE] = {507, "insufficient_storage"},
     [SG_E_METHOD] = {405, "method_not_allowed"},
+    [SG_E_TOO_MANY] = {429, "too_many_requests"},
+    [SG_E_QUOTA] = {429, "quota_exceeded"},
 };
 
 int sg_error_http_status(sg_errkind_t kind)

@@ -27,6 +27,8 @@ typedef enum {
     SG_E_FORBIDDEN,    /* understood, and refused (a path leaving its workspace) */
     SG_E_NOSPACE,      /* not enough disk for the operation (nothing was changed) */
     SG_E_METHOD,       /* a method the resource does not take (HTTP 405) */
+    SG_E_TOO_MANY,     /* a client asked too often (HTTP 429) */
+    SG_E_QUOTA,        /* a tenant's quota is reached (HTTP 429) */
 } sg_errkind_t;
 
 typedef struct sg_error {

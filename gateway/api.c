@@ -7,6 +7,7 @@
 #include "gateway/api_internal.h"
 #include "gateway/audit.h"
 #include "gateway/pyscript.h"
+#include "gateway/tenants.h"
 
 void api_config_defaults(api_config_t *cfg)
 {
@@ -16,14 +17,23 @@ void api_config_defaults(api_config_t *cfg)
 /* A context's record: what the API adds to the kmgr session (language,
  * cwd) and whether it is its language's default, so that POST /execute
  * without context_id finds the same kernel after a restart. */
+/* Default contexts are per tenant and language: "TENANT/LANGUAGE" (a
+ * tenant's name has no '/'). */
+static char *default_key(const char *tenant, const char *language)
+{
+    return xasprintf("%s/%s", tenant, language);
+}
+
 static void record_write(api_t *self, const char *id)
 {
     if (!self->records)
         return;
     json_t *meta = json_object_get(self->contexts, id);
     const char *lang = json_string_value(json_object_get(meta, "language"));
+    kernel_t *k = kmgr_get(self->kmgr, id);
+    cleanup_free char *key = lang && k ? default_key(kernel_owner(k), lang) : NULL;
     bool is_default =
-        lang && json_equal(json_object_get(self->defaults, lang), json_object_get(meta, "id"));
+        key && json_equal(json_object_get(self->defaults, key), json_object_get(meta, "id"));
     json_t *rec = json_pack("{s:s, s:O, s:b}", "id", id, "context", meta, "default", is_default);
     records_put(self->records, id, rec);
     json_decref(rec);
@@ -43,7 +53,8 @@ static void record_load(const char *id, const json_t *rec, void *arg)
     }
     json_object_set_new(self->contexts, id, json_deep_copy(meta));
     if (json_is_true(json_object_get(rec, "default"))) {
-        json_object_set_new(self->defaults, lang, json_string(id));
+        cleanup_free char *key = default_key(kernel_owner(kmgr_get(self->kmgr, id)), lang);
+        json_object_set_new(self->defaults, key, json_string(id));
         log_info("api: context %s is again the default for %s", id, lang);
     }
 }
@@ -120,6 +131,7 @@ static json_t *context_json(api_t *self, kernel_t *k)
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b}", "id", kernel_id(k), "language",
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
                           "state", context_state(k), "internet", kernel_internet(k));
+    json_object_set_new(j, "tenant", json_string(kernel_owner(k)));
     if (kernel_state(k) == KERNEL_PAUSED)
         json_object_set_new(j, "checkpoint_bytes",
                             json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));
@@ -132,21 +144,26 @@ static void audit_context(const audit_who_t *who, const char *name, const char *
     audit_event(who, name, json_pack("{s:s}", "context", id));
 }
 
-static kernel_t *create_context(api_t *self, const char *language, const char *cwd, bool internet,
-                                bool implicit, const audit_who_t *who, sg_error_t **err)
+/* A new context of tenant t's.  NULL with *err; SG_E_QUOTA with *quota
+ * saying which (tenants.h). */
+static kernel_t *create_context(api_t *self, const tenant_t *t, const char *language,
+                                const char *cwd, bool internet, bool implicit,
+                                const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
     const kspec_t *spec = spec_for(self, language);
     if (spec == NULL) {
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
     }
+    if (tenant_admit(self->kmgr, t, internet, quota, err) < 0)
+        return NULL;
     if (internet && !kmgr_has_egress(self->kmgr)) {
         sg_error_set(err, SG_E_INVALID,
                      "'internet': this server gives sandboxes no network (its operator has not "
                      "set --egress-allow)");
         return NULL;
     }
-    kernel_t *k = kmgr_start_with(self->kmgr, spec->name, internet, NULL, NULL, err);
+    kernel_t *k = kmgr_start_with(self->kmgr, spec->name, internet, t->name, NULL, NULL, err);
     if (k == NULL)
         return NULL;
     json_object_set_new(
@@ -167,16 +184,19 @@ static kernel_t *create_context(api_t *self, const char *language, const char *c
     return k;
 }
 
-static kernel_t *default_context(api_t *self, const char *language, const audit_who_t *who,
-                                 sg_error_t **err)
+/* Tenant t's default context for language: POST /execute without
+ * context_id. */
+static kernel_t *default_context(api_t *self, const tenant_t *t, const char *language,
+                                 const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    const char *id = json_string_value(json_object_get(self->defaults, language));
+    cleanup_free char *key = default_key(t->name, language);
+    const char *id = json_string_value(json_object_get(self->defaults, key));
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k)
         return k;
-    k = create_context(self, language, "/home/user", false, true, who, err);
+    k = create_context(self, t, language, "/home/user", false, true, who, quota, err);
     if (k) {
-        json_object_set_new(self->defaults, language, json_string(kernel_id(k)));
+        json_object_set_new(self->defaults, key, json_string(kernel_id(k)));
         record_write(self, kernel_id(k));
     }
     return k;
@@ -470,6 +490,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     kernel_t *k;
     audit_who_t who;
     audit_who_conn(&who, "rest", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     if (ctx) {
         k = http_resolve(call, "context", json_string_value(ctx));
         if (!k) {
@@ -477,9 +498,12 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
             goto out;
         }
     } else {
-        k = default_context(self, lang ? json_string_value(lang) : "python", &who, &err);
+        tenant_quota_t quota;
+        k = default_context(self, call->tenant, lang ? json_string_value(lang) : "python", &who,
+                            &quota, &err);
         if (!k) {
-            ret = http_reply_error(conn, err);
+            ret = err->kind == SG_E_QUOTA ? tenant_reply_quota(conn, &quota, err)
+                                          : http_reply_error(conn, err);
             sg_error_free(&err);
             goto out;
         }
@@ -675,8 +699,11 @@ static enum MHD_Result contexts_list(void *arg, http_req_t *call)
 {
     api_t *self = arg;
     json_t *list = json_array();
-    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-        json_array_append_new(list, context_json(self, kmgr_at(self->kmgr, i)));
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+        kernel_t *k = kmgr_at(self->kmgr, i);
+        if (tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
+            json_array_append_new(list, context_json(self, k));
+    }
     return http_reply_json(call->conn, 200, list);
 }
 
@@ -690,6 +717,7 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "rest", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     json_t *req = parse_body(conn, call->body, call->len, &ret);
     json_t *lang, *cwd, *internet;
     if (!req)
@@ -697,10 +725,13 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     if (field(req, "language", JSON_STRING, &lang, conn, &ret) &&
         field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
         field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
-        kernel_t *k = create_context(self, lang ? json_string_value(lang) : "python",
+        tenant_quota_t quota;
+        kernel_t *k = create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
                                      cwd ? json_string_value(cwd) : "/home/user",
-                                     json_is_true(internet), false, &who, &err);
-        ret = k ? context_created(self, conn, k, &call->state) : http_reply_error(conn, err);
+                                     json_is_true(internet), false, &who, &quota, &err);
+        ret = k                         ? context_created(self, conn, k, &call->state)
+              : err->kind == SG_E_QUOTA ? tenant_reply_quota(conn, &quota, err)
+                                        : http_reply_error(conn, err);
     }
     sg_error_free(&err);
     json_decref(req);
@@ -718,6 +749,7 @@ static enum MHD_Result context_delete(void *arg, http_req_t *call)
     const char *id = http_arg_id(call, "context"); /* the path's: it outlives the kernel */
     audit_who_t who;
     audit_who_conn(&who, "rest", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     kmgr_shutdown(self->kmgr, id, NULL);
     forget_context(self, id);
     audit_context(&who, "context.delete", id);
@@ -731,6 +763,7 @@ static enum MHD_Result context_pause_or_resume(api_t *self, http_req_t *call, bo
     kernel_t *k = http_arg(call, "context");
     audit_who_t who;
     audit_who_conn(&who, "rest", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     audit_context(&who, pause ? "context.pause" : "context.resume", kernel_id(k));
     return pause_resume(self, call->conn, k, pause, &call->state);
 }
@@ -753,6 +786,7 @@ static enum MHD_Result context_restart(void *arg, http_req_t *call)
         return reply_failed(call->conn, &err);
     audit_who_t who;
     audit_who_conn(&who, "rest", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     audit_context(&who, "context.restart", kernel_id(k));
     return reply_status(call->conn, 204);
 }
@@ -781,6 +815,12 @@ static void request_done(void *ctx, void *req_state, bool completed)
     api_stream_unref(s);
 }
 
+/* The tenant a context belongs to, for the route layer's check. */
+static const char *context_owner(void *arg, void *obj)
+{
+    return kernel_owner(obj);
+}
+
 /* {context}: a context's id, and the kmgr session it names. */
 static void *resolve_context(void *arg, const char *id, const http_req_t *call)
 {
@@ -801,7 +841,8 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/contexts/{context}/restart", context_restart, 0, NULL},
     };
     const http_front_t front = {.ctx = self, .done = request_done};
-    if (http_param(http, "context", resolve_context, self, "no context '%s'", err) < 0 ||
+    if (http_param(http, "context", resolve_context, context_owner, self, "no context '%s'", err) <
+            0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
         api_files_register(self, http, &front, err) < 0 ||
         api_metrics_register(self, http, &front, err) < 0)

@@ -58,6 +58,7 @@ static enum MHD_Result files_delete(void *arg, http_req_t *call)
     }
     audit_who_t who;
     audit_who_conn(&who, "rest", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     audit_event(&who, "file.delete", f);
     return reply_status(conn, 204);
 }
@@ -100,6 +101,7 @@ typedef struct {
     sg_error_t *err;  /* the first failure; the rest of the body is discarded */
     size_t unchecked; /* bytes written since the state disk's room was checked */
     char id[128];     /* the context's, for the audit log */
+    char tenant[64];  /* who uploads, for the audit log */
     /* Once the body is in, the upload is stored when its files are the
      * sandbox user's (files_upload_store: the launcher answers later). */
     struct MHD_Connection *conn; /* suspended until then; NULL: not */
@@ -142,6 +144,7 @@ static void *sink_open(void *arg, const http_req_t *call)
     kernel_t *k = http_arg(call, "context");
     sink_t *sink = xzalloc(sizeof *sink);
     snprintf(sink->id, sizeof sink->id, "%s", kernel_id(k));
+    snprintf(sink->tenant, sizeof sink->tenant, "%s", call->tenant ? call->tenant->name : "");
     sink->api = self;
     if (!kernel_prepared(k))
         sg_error_set(&sink->err, SG_E_CONFLICT, "context %s is still being prepared; retry shortly",
@@ -198,6 +201,7 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
         metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));
         audit_who_t who;
         audit_who_conn(&who, "rest", conn);
+        audit_who_set_tenant(&who, sink->tenant);
         audit_event(&who, "file.write",
                     json_pack("{s:s, s:O, s:O}", "context", sink->id, "path",
                               json_object_get(info, "path"), "size",

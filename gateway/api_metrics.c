@@ -80,6 +80,9 @@ static enum MHD_Result metrics_get(void *arg, http_req_t *call)
     stream_t *s = call->state;
     if (call->resumed) /* the counts came, or the wait ended */
         return s->done ? metrics_reply(self, call->conn, s->agg) : resp_wait(s->out);
+    /* Every tenant's figures are on the page: an admin's key only. */
+    if (!call->tenant || !call->tenant->admin)
+        return http_reply_errorf(call->conn, SG_E_FORBIDDEN, "GET /metrics needs an admin key");
     if (!kmgr_has_egress(self->kmgr))
         return metrics_reply(self, call->conn, NULL);
     return metrics_wait(self, call->conn, &call->state);

@@ -207,6 +207,7 @@ void audit_who_conn(audit_who_t *who, const char *frontend, struct MHD_Connectio
 {
     who->frontend = frontend;
     who->client[0] = 0;
+    who->tenant[0] = 0;
     if (A.fd < 0 || conn == NULL)
         return;
     const union MHD_ConnectionInfo *ci =
@@ -218,10 +219,16 @@ void audit_who_fd(audit_who_t *who, const char *frontend, int fd)
 {
     who->frontend = frontend;
     who->client[0] = 0;
+    who->tenant[0] = 0;
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     if (A.fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
         address((struct sockaddr *)&ss, who->client);
+}
+
+void audit_who_set_tenant(audit_who_t *who, const char *tenant)
+{
+    snprintf(who->tenant, sizeof who->tenant, "%s", tenant ? tenant : "");
 }
 
 void audit_event(const audit_who_t *who, const char *event, json_t *fields)
@@ -245,6 +252,10 @@ void audit_event(const audit_who_t *who, const char *event, json_t *fields)
         json_object_set_new(line, "frontend", json_null());
     if (!client)
         json_object_set_new(line, "client", json_null());
+    /* Every line names the tenant who acted; null for sandgate's own acts
+     * and for requests refused before a key was known. */
+    json_object_set_new(line, "tenant",
+                        who && who->tenant[0] ? json_string(who->tenant) : json_null());
     if (fields)
         json_object_update(line, fields);
     json_decref(fields);

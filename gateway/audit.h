@@ -49,6 +49,7 @@ typedef enum {
 typedef struct {
     const char *frontend; /* a string literal ("rest", "jupyter", "mcp"), or NULL */
     char client[AUDIT_CLIENT_MAX];
+    char tenant[64]; /* the key's tenant; "" when unknown (a refusal) */
 } audit_who_t;
 
 /* Opens path ("-": stderr) for appending, creating it 0640.  Call before
@@ -71,6 +72,8 @@ bool audit_enabled(void);
 /* who from an HTTP connection (the peer's address), or from a socket. */
 void audit_who_conn(audit_who_t *who, const char *frontend, struct MHD_Connection *conn);
 void audit_who_fd(audit_who_t *who, const char *frontend, int fd);
+/* The tenant who acts (NULL: none known). */
+void audit_who_set_tenant(audit_who_t *who, const char *tenant);
 
 /* Writes one event: the common fields, then those of fields (stolen; NULL:
  * none). */

@@ -64,6 +64,7 @@ static void metrics_end(void *arg, const exec_end_t *end)
     (void)arg;
     metrics.artifacts += json_array_size(end->artifacts);
     metrics_execution(end->info->kind, end->outcome, (double)end->duration_ms / 1000.0);
+    metrics_tenant(end->info->who->tenant, "executions");
 }
 
 const exec_sink_t exec_metrics_observer = {.on_limit = metrics_limit, .on_done = metrics_end};

@@ -11,6 +11,8 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/audit.h"
+#include "gateway/authlimit.h"
+#include "gateway/keys.h"
 #include "gateway/metrics.h"
 
 /* A parameter kind: {name} in patterns, and the ids of that kind clients
@@ -18,6 +20,7 @@
 typedef struct {
     char *name;
     http_resolve_fn resolve;
+    http_owner_fn owner; /* NULL: objects of this kind belong to nobody */
     void *ctx;
     char *unknown; /* the 404's message; "%s" in it becomes the id */
 } param_t;
@@ -53,8 +56,10 @@ struct http_server {
     bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
-    route_t **routes; /* each its own allocation, so a request's pointer
-                         survives the array growing */
+    const keys_t *keys; /* --keys-file's tenants (borrowed), or NULL */
+    authlimit_t *limit; /* failed authentications per client address */
+    route_t **routes;   /* each its own allocation, so a request's pointer
+                           survives the array growing */
     size_t nroutes;
     param_t **params;
     size_t nparams;
@@ -67,6 +72,9 @@ typedef struct {
     size_t len;
     bool too_big;
     bool authorized;      /* the token checked, or a public route */
+    bool blocked;         /* its address failed too often: 429 */
+    tenant_t tenant;      /* who the key says the caller is (a copy: a SIGHUP may
+                             free the keys it came from meanwhile) */
     const route_t *route; /* NULL: no route takes the method and path */
     char *allow;          /* no route: the methods the path takes (405), or NULL (404) */
     int unknown;          /* the arg found unknown before the body came (sinks); -1: none */
@@ -167,13 +175,21 @@ enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind
     return r;
 }
 
-/* The token may come as "Authorization: Bearer T" or "token T", in the
- * headers the E2B SDK sends, or as ?token=T (browsers cannot set headers on
- * a WebSocket; Jupyter clients send it so). */
-static bool authorized(http_server_t *self, struct MHD_Connection *conn)
+/* The tenant of the token and of --no-auth: sees and manages everything. */
+static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet = true};
+
+/* The key may come as "Authorization: Bearer K" or "token K", in the
+ * headers the E2B SDK sends, or as ?token=K (browsers cannot set headers on
+ * a WebSocket; Jupyter clients send it so).  The caller's tenant into *t:
+ * the admin for --token's value (or when there is no authentication), the
+ * keys file's for one of its keys.  Both are found by a hash of what was
+ * given, so nothing secret is compared byte by byte. */
+static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenant_t *t)
 {
-    if (self->cfg.token == NULL)
+    if (self->cfg.token == NULL && self->keys == NULL) {
+        *t = admin_tenant;
         return true;
+    }
     const char *given = NULL;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
@@ -188,10 +204,46 @@ static bool authorized(http_server_t *self, struct MHD_Connection *conn)
         given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
     if (!given)
         return false;
-    /* Hash first: the comparison then takes the same time whatever the length. */
-    unsigned char h[crypto_generichash_BYTES];
-    crypto_generichash(h, sizeof h, (const unsigned char *)given, strlen(given), NULL, 0);
-    return sodium_memcmp(h, self->token_hash, sizeof h) == 0;
+    if (self->cfg.token) {
+        unsigned char h[crypto_generichash_BYTES];
+        crypto_generichash(h, sizeof h, (const unsigned char *)given, strlen(given), NULL, 0);
+        if (sodium_memcmp(h, self->token_hash, sizeof h) == 0) {
+            *t = admin_tenant;
+            return true;
+        }
+    }
+    const tenant_t *k = keys_lookup(self->keys, given);
+    if (k)
+        *t = *k;
+    return k != NULL;
+}
+
+void http_server_set_keys(http_server_t *self, const keys_t *keys)
+{
+    self->keys = keys;
+}
+
+static const struct sockaddr *client_addr(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return ci ? ci->client_addr : NULL;
+}
+
+/* A failed authentication: counted for its address, which is refused for
+ * a while past the limit (logged once a block). */
+static void auth_failed(http_server_t *self, struct MHD_Connection *conn)
+{
+    metrics.auth_failures++;
+    const struct sockaddr *addr = client_addr(conn);
+    if (authlimit_fail(self->limit, addr, zclock_mono())) {
+        char text[64];
+        metrics.auth_blocks++;
+        log_warn("http: %s failed to authenticate more than %u times within a minute; its "
+                 "requests are refused (429) for %d s",
+                 authlimit_addr_text(addr, text, sizeof text), self->cfg.auth_fail_limit,
+                 self->cfg.auth_block_ms / 1000);
+    }
 }
 
 /* --- parameter kinds --------------------------------------------------------------- */
@@ -204,8 +256,8 @@ static const param_t *param_find(const http_server_t *self, const char *name, si
     return NULL;
 }
 
-int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, void *ctx,
-               const char *unknown, sg_error_t **err)
+int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, http_owner_fn owner,
+               void *ctx, const char *unknown, sg_error_t **err)
 {
     size_t len = strlen(name);
     const char *pct = strchr(unknown, '%');
@@ -218,8 +270,11 @@ int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, v
     if (param_find(self, name, len))
         return sg_error_set(err, SG_E_INVALID, "parameter '%s' is registered already", name);
     param_t *p = xmalloc(sizeof *p);
-    *p = (param_t){
-        .name = xstrdup(name), .resolve = resolve, .ctx = ctx, .unknown = xstrdup(unknown)};
+    *p = (param_t){.name = xstrdup(name),
+                   .resolve = resolve,
+                   .owner = owner,
+                   .ctx = ctx,
+                   .unknown = xstrdup(unknown)};
     self->params = xrealloc(self->params, (self->nparams + 1) * sizeof *self->params);
     self->params[self->nparams++] = p;
     return 0;
@@ -470,7 +525,18 @@ static enum MHD_Result reply_method(const http_server_t *self, request_t *req)
  * so that reply_unknown answers it exactly as an id that does not exist. */
 static void *lookup(const param_t *p, const char *id, const http_req_t *req)
 {
-    return p->resolve(p->ctx, id, req);
+    void *obj = p->resolve(p->ctx, id, req);
+    if (!obj || !p->owner || (req->tenant && req->tenant->admin))
+        return obj;
+    /* The tenant check, the one for every id a client names: another
+     * tenant's object is an object that does not exist. */
+    const char *owner = p->owner(p->ctx, obj);
+    return req->tenant && owner && strcmp(owner, req->tenant->name) == 0 ? obj : NULL;
+}
+
+bool http_may_see(const http_req_t *req, const char *owner)
+{
+    return req->tenant && (req->tenant->admin || (owner && strcmp(owner, req->tenant->name) == 0));
 }
 
 /* The one answer for an id that lookup did not resolve: 404 with the kind's
@@ -571,7 +637,15 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     } else {
         req->allow = path_methods(self, req->url, true, ", ", &r);
     }
-    req->authorized = (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) || authorized(self, conn);
+    if (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) {
+        req->authorized = true;
+        authenticate(self, conn, &req->tenant); /* a public route may still say who asks */
+    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
+        req->blocked = true; /* its key is not even looked at */
+    } else {
+        req->authorized = authenticate(self, conn, &req->tenant);
+    }
+    req->call.tenant = req->authorized ? &req->tenant : NULL;
     if (audit_enabled()) {
         req->method = xstrdup(method);
         /* libmicrohttpd gives the path without its query; cut anyway:
@@ -620,8 +694,12 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
             req->call.args[k].obj = NULL;
         return r->def.handle(r->front.ctx, &req->call);
     }
+    if (req->blocked)
+        return http_reply_errorf(conn, SG_E_TOO_MANY,
+                                 "too many failed authentications from this address; retry "
+                                 "later");
     if (!req->authorized) {
-        metrics.auth_failures++;
+        auth_failed(self, conn);
         return http_reply_errorf(conn, SG_E_AUTH,
                                  "missing or wrong token (send 'Authorization: Bearer <token>')");
     }
@@ -783,6 +861,8 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
     self->loop = loop;
     self->cfg = *cfg;
     self->timer_id = -1;
+    self->keys = cfg->keys;
+    self->limit = authlimit_new(cfg->auth_fail_limit, 60 * 1000, cfg->auth_block_ms, 4096);
     if (cfg->token)
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
@@ -837,6 +917,7 @@ void http_server_destroy(http_server_t **self_p)
         free(self->params[i]);
     }
     free(self->params);
+    authlimit_destroy(&self->limit);
     free(self);
     *self_p = NULL;
 }

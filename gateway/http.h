@@ -22,15 +22,19 @@
 
 #include "common/error.h"
 #include "common/loop.h"
+#include "gateway/keys.h"
 
 typedef struct {
     const char *host;
     int port;
-    const char *token;       /* NULL: no authentication (loopback only) */
-    size_t max_body;         /* bytes */
-    unsigned max_conns;      /* connections at once */
-    unsigned max_conns_ip;   /* per client address; 0: max_conns / 4 */
-    unsigned conn_timeout_s; /* idle connection timeout */
+    const char *token;        /* the admin key; NULL: keys only, or none (loopback only) */
+    const keys_t *keys;       /* the tenants' keys (borrowed), or NULL */
+    unsigned auth_fail_limit; /* failures a minute per address before 429; 0: any */
+    int auth_block_ms;        /* how long such an address is refused */
+    size_t max_body;          /* bytes */
+    unsigned max_conns;       /* connections at once */
+    unsigned max_conns_ip;    /* per client address; 0: max_conns / 4 */
+    unsigned conn_timeout_s;  /* idle connection timeout */
 } http_config_t;
 
 typedef struct http_server http_server_t;
@@ -41,6 +45,9 @@ void http_config_defaults(http_config_t *cfg);
  * address cannot be used. */
 http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
+/* The tenants' keys from now on (SIGHUP); keys borrowed.  A request under
+ * way keeps the tenant it authenticated as. */
+void http_server_set_keys(http_server_t *self, const keys_t *keys);
 
 /* The most {name} parameters one pattern may have. */
 #define HTTP_MAX_ARGS 4
@@ -51,6 +58,9 @@ typedef struct {
     struct MHD_Connection *conn;
     const char *method;
     const char *path; /* the URL without its query string */
+    /* Who asks: the tenant its key belongs to (the admin for --token or
+     * without authentication); NULL on a public route without a valid key. */
+    const tenant_t *tenant;
     const char *body; /* NUL-terminated, no larger than max_body; "" when none */
     size_t len;
     /* The handler's own, NULL on the first call.  A handler that suspends
@@ -88,13 +98,24 @@ const char *http_arg_id(const http_req_t *req, const char *name);
  * id that does not exist.  ctx is http_param's. */
 typedef void *(*http_resolve_fn)(void *ctx, const char *id, const http_req_t *req);
 
+/* The tenant an object of a kind belongs to (its name, borrowed), or NULL
+ * for one only an admin may see.  ctx is http_param's. */
+typedef const char *(*http_owner_fn)(void *ctx, void *obj);
+
 /* Registers the parameter kind name: {name} in a pattern matches one
  * non-empty path segment, which resolve turns into the object the handler
- * gets.  unknown is the 404's message for an id it does not know, "%s" in
- * it (at most one) replaced by the id.  A name registered twice, or a name
- * that is not [a-z_]+, is refused.  Register before the routes using it. */
-int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, void *ctx,
-               const char *unknown, sg_error_t **err);
+ * gets.  With owner, the route layer then checks the object is the
+ * caller's tenant's (or the caller an admin): another tenant's object is
+ * answered exactly as an id that does not exist — the one tenant check of
+ * every id a client names, in the path, a body or a header.  unknown is the 404's message for an id
+ * it does not know, "%s" in it (at most one) replaced by the id.  A name registered twice, or a
+ * name that is not [a-z_]+, is refused.  Register before the routes using it. */
+int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, http_owner_fn owner,
+               void *ctx, const char *unknown, sg_error_t **err);
+
+/* Whether the caller of req may see an object owner's (an admin sees all):
+ * for lists, which show only the caller's own. */
+bool http_may_see(const http_req_t *req, const char *owner);
 
 /* Resolves an id a client gave elsewhere than in the path (a body field, a
  * header) exactly as {name} is resolved: the object, or NULL, in which case

@@ -16,6 +16,7 @@
 #include "gateway/http.h"
 #include "gateway/pyscript.h"
 #include "gateway/resp.h"
+#include "gateway/tenants.h"
 #include "gateway/ws.h"
 
 #define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */
@@ -43,6 +44,7 @@ typedef struct {
     /* WebSocket upgrade */
     char ws_session[129];
     bool ws_v1;
+    char tenant[64]; /* who opens it, for the audit log */
 } jreq_t;
 
 static jreq_t *jreq_new(jupyter_t *self, struct MHD_Connection *conn)
@@ -354,8 +356,9 @@ static int want_internet(const jupyter_t *self, json_t *req, json_t *env, bool *
     return 0;
 }
 
-static kernel_t *start_kernel(jupyter_t *self, json_t *req, const audit_who_t *who,
-                              sg_error_t **err)
+/* A new kernel of tenant t's (its quotas checked: SG_E_QUOTA, a 429). */
+static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
+                              const audit_who_t *who, sg_error_t **err)
 {
     json_t *name = json_object_get(req, "name");
     json_t *env = json_object_get(req, "env");
@@ -370,8 +373,11 @@ static kernel_t *start_kernel(jupyter_t *self, json_t *req, const audit_who_t *w
     if (want_internet(self, req, env, &internet, err) < 0)
         return NULL;
     const char *n = json_string_value(name);
+    tenant_quota_t quota;
+    if (tenant_admit(self->kmgr, t, internet, &quota, err) < 0)
+        return NULL;
     kernel_t *k = kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), internet,
-                                  NULL, NULL, err);
+                                  t->name, NULL, NULL, err);
     if (k == NULL)
         return NULL;
     setup_kernel(k, env, json_string_value(path));
@@ -396,6 +402,7 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, co
     }
     audit_who_t who;
     audit_who_fd(&who, "jupyter", sock);
+    audit_who_set_tenant(&who, r->tenant);
     channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len, &who);
     (void)conn, (void)req_cls;
 }
@@ -420,7 +427,7 @@ static bool header_has_token(struct MHD_Connection *conn, const char *name, cons
 }
 
 static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
-                                      void **req_state)
+                                      const tenant_t *tenant, void **req_state)
 {
     const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Upgrade");
     if (upgrade == NULL || strcasecmp(upgrade, "websocket") != 0 ||
@@ -457,6 +464,7 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     jreq_t *r = jreq_new(self, conn);
     snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
     snprintf(r->ws_session, sizeof r->ws_session, "%s", session ? session : "");
+    snprintf(r->tenant, sizeof r->tenant, "%s", tenant ? tenant->name : "");
     /* As jupyter_server: v1 when the client offers it, else the default format. */
     r->ws_v1 = header_has_token(conn, "Sec-WebSocket-Protocol", CHANNELS_V1_PROTOCOL);
     *req_state = r;
@@ -484,8 +492,11 @@ static enum MHD_Result list_kernels(void *arg, http_req_t *call)
 {
     jupyter_t *self = arg;
     json_t *list = json_array();
-    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-        json_array_append_new(list, kernel_model(kmgr_at(self->kmgr, i)));
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+        kernel_t *k = kmgr_at(self->kmgr, i);
+        if (tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
+            json_array_append_new(list, kernel_model(k));
+    }
     return http_reply_json(call->conn, 200, list);
 }
 
@@ -499,10 +510,11 @@ static enum MHD_Result post_kernel(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "jupyter", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     json_t *req = parse(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
-    kernel_t *k = start_kernel(self, req, &who, &err);
+    kernel_t *k = start_kernel(self, call->tenant, req, &who, &err);
     json_decref(req);
     if (k == NULL) {
         return fail_err(conn, &err);
@@ -521,6 +533,7 @@ static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
     const char *id = http_arg_id(call, "kernel"); /* the path's: it outlives the kernel */
     audit_who_t who;
     audit_who_conn(&who, "jupyter", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     kmgr_shutdown(self->kmgr, id, NULL);
     audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
     log_info("jupyter: kernel %s shut down", id);
@@ -529,7 +542,7 @@ static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
 
 static enum MHD_Result get_channels(void *arg, http_req_t *call)
 {
-    return channels_route(arg, call->conn, http_arg(call, "kernel"), &call->state);
+    return channels_route(arg, call->conn, http_arg(call, "kernel"), call->tenant, &call->state);
 }
 
 static enum MHD_Result post_interrupt(void *arg, http_req_t *call)
@@ -541,6 +554,7 @@ static enum MHD_Result post_interrupt(void *arg, http_req_t *call)
     }
     audit_who_t who;
     audit_who_conn(&who, "jupyter", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", kernel_id(k)));
     return no_content(call->conn);
 }
@@ -557,6 +571,7 @@ static enum MHD_Result post_restart(void *arg, http_req_t *call)
     }
     audit_who_t who;
     audit_who_conn(&who, "jupyter", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", kernel_id(k)));
     return when_ready(self, call->conn, k, 200, NULL, &call->state);
 }
@@ -604,7 +619,7 @@ static kernel_t *session_kernel(jupyter_t *self, const http_req_t *call, json_t 
     const char *path = json_string_value(json_object_get(req, "path"));
     if (path && strrchr(path, '/')) /* the notebook's directory */
         json_object_set_new(start, "path", json_stringn(path, (size_t)(strrchr(path, '/') - path)));
-    kernel_t *k = start_kernel(self, start, who, err);
+    kernel_t *k = start_kernel(self, call->tenant, start, who, err);
     json_decref(start);
     return k;
 }
@@ -616,6 +631,16 @@ static enum MHD_Result no_kernel(const http_req_t *call, json_t *req, sg_error_t
         return fail_err(call->conn, err);
     return http_reply_unknown(
         call, "kernel", json_string_value(json_object_get(json_object_get(req, "kernel"), "id")));
+}
+
+/* The tenant a Jupyter session belongs to: its kernel's (a session whose
+ * kernel is gone is pruned). */
+static const char *session_owner(void *arg, void *obj)
+{
+    jupyter_t *self = arg;
+    const char *kid = json_string_value(json_object_get(obj, "kernel_id"));
+    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
+    return k ? kernel_owner(k) : NULL;
 }
 
 /* path, name and type from a request, defaults for those a new session lacks. */
@@ -639,7 +664,8 @@ static enum MHD_Result list_sessions(void *arg, http_req_t *call)
     const char *id;
     json_t *s;
     json_object_foreach (self->sessions, id, s)
-        json_array_append_new(list, session_model(self, s));
+        if (tenant_sees(call->tenant, session_owner(self, s)))
+            json_array_append_new(list, session_model(self, s));
     return http_reply_json(call->conn, 200, list);
 }
 
@@ -653,6 +679,7 @@ static enum MHD_Result post_session(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "jupyter", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     prune_sessions(self);
     json_t *req = session_request(conn, call->body, call->len, &ret);
     if (req == NULL)
@@ -662,7 +689,8 @@ static enum MHD_Result post_session(void *arg, http_req_t *call)
     const char *sid;
     json_t *s;
     json_object_foreach (self->sessions, sid, s) {
-        if (path && strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
+        if (path && tenant_sees(call->tenant, session_owner(self, s)) &&
+            strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
             json_decref(req);
             return http_reply_json(conn, 201, session_model(self, s));
         }
@@ -699,6 +727,7 @@ static enum MHD_Result delete_session(void *arg, http_req_t *call)
     json_t *s = http_arg(call, "session");
     audit_who_t who;
     audit_who_conn(&who, "jupyter", call->conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     const char *kid = json_string_value(json_object_get(s, "kernel_id"));
     audit_event(&who, "session.delete", json_pack("{s:s, s:s?}", "session", id, "context", kid));
     if (kmgr_get(self->kmgr, kid))
@@ -719,6 +748,7 @@ static enum MHD_Result patch_session(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     audit_who_t who;
     audit_who_conn(&who, "jupyter", conn);
+    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
     json_t *req = session_request(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
@@ -814,12 +844,18 @@ static enum MHD_Result get_status(void *arg, http_req_t *call)
     iso_time(self->started, started);
     iso_time(zclock_time(), now);
     size_t conns = 0;
-    for (size_t i = 0; i < kmgr_count(self->kmgr); i++)
-        conns += (size_t)kernel_connections(kmgr_at(self->kmgr, i));
+    size_t kernels = 0; /* the caller's own */
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+        kernel_t *k = kmgr_at(self->kmgr, i);
+        if (!tenant_sees(call->tenant, kernel_owner(k)))
+            continue;
+        kernels++;
+        conns += (size_t)kernel_connections(k);
+    }
     return http_reply_json(call->conn, 200,
                            json_pack("{s:s, s:s, s:I, s:I}", "started", started, "last_activity",
-                                     now, "kernels", (json_int_t)kmgr_count(self->kmgr),
-                                     "connections", (json_int_t)conns));
+                                     now, "kernels", (json_int_t)kernels, "connections",
+                                     (json_int_t)conns));
 }
 
 /* --- registration ------------------------------------------------------------------ */
@@ -836,6 +872,11 @@ static void request_done(void *ctx, void *req_state, bool completed)
 
 /* The parameter kinds: a kernel (a kmgr session), a Jupyter session, a
  * kernelspec; the messages are jupyter_server's. */
+static const char *kernel_owner_of(void *arg, void *obj)
+{
+    return kernel_owner(obj);
+}
+
 static void *resolve_kernel(void *arg, const char *id, const http_req_t *call)
 {
     jupyter_t *self = arg;
@@ -885,10 +926,12 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
     };
     const http_front_t front = {
         .ctx = self, .done = request_done, .error_response = error_response};
-    if (http_param(http, "kernel", resolve_kernel, self, "Kernel does not exist: %s", err) < 0 ||
-        http_param(http, "session", resolve_session, self, "Session not found: %s", err) < 0 ||
-        http_param(http, "kernelspec", resolve_kernelspec, self, "Kernel spec %s not found", err) <
-            0 ||
+    if (http_param(http, "kernel", resolve_kernel, kernel_owner_of, self,
+                   "Kernel does not exist: %s", err) < 0 ||
+        http_param(http, "session", resolve_session, session_owner, self, "Session not found: %s",
+                   err) < 0 ||
+        http_param(http, "kernelspec", resolve_kernelspec, NULL, self, "Kernel spec %s not found",
+                   err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
         return -1;
     return 0;

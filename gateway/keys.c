@@ -195,6 +195,32 @@ static keys_t *keys_parse(char *text, const char *path, sg_error_t **err)
     return self;
 }
 
+/* Whether a keys file of this mode and owner may be used: owned by root or
+ * by owner_ok, nothing for others, no write for its group. */
+static int check_mode(const char *path, unsigned mode, unsigned uid, unsigned owner_ok,
+                      sg_error_t **err)
+{
+    if (uid != 0 && uid != owner_ok)
+        return sg_error_set(err, SG_E_INVALID,
+                            "keys file %s belongs to uid %u: it must belong to root or to uid %u",
+                            path, uid, owner_ok);
+    if (mode & (S_IRWXO | S_IWGRP))
+        return sg_error_set(err, SG_E_INVALID,
+                            "keys file %s has mode %04o: others must have no access and its group "
+                            "no write (chmod 600 %s)",
+                            path, mode & 07777, path);
+    return 0;
+}
+
+keys_t *keys_from_text(const char *text, const char *path, unsigned mode, unsigned uid,
+                       unsigned owner_ok, sg_error_t **err)
+{
+    if (check_mode(path, mode, uid, owner_ok, err) < 0)
+        return NULL;
+    cleanup_free char *copy = xstrdup(text);
+    return keys_parse(copy, path, err);
+}
+
 /* The file's text, once its owner and mode are checked. */
 static char *read_checked(const char *path, sg_error_t **err)
 {
@@ -208,19 +234,8 @@ static char *read_checked(const char *path, sg_error_t **err)
         sg_error_set(err, SG_E_INVALID, "keys file %s is not a regular file", path);
         return NULL;
     }
-    if (st.st_uid != 0 && st.st_uid != geteuid()) {
-        sg_error_set(err, SG_E_INVALID,
-                     "keys file %s belongs to uid %u: it must belong to root or to uid %u", path,
-                     (unsigned)st.st_uid, (unsigned)geteuid());
+    if (check_mode(path, st.st_mode, st.st_uid, geteuid(), err) < 0)
         return NULL;
-    }
-    if (st.st_mode & (S_IRWXO | S_IWGRP)) {
-        sg_error_set(err, SG_E_INVALID,
-                     "keys file %s has mode %04o: others must have no access and its group no "
-                     "write (chmod 600 %s)",
-                     path, (unsigned)(st.st_mode & 07777), path);
-        return NULL;
-    }
     if ((uint64_t)st.st_size > KEYS_FILE_MAX) {
         sg_error_set(err, SG_E_INVALID, "keys file %s is larger than %u bytes", path,
                      KEYS_FILE_MAX);
@@ -479,6 +494,11 @@ int keys_main(int argc, char **argv)
                         "is needed\n"
                       : "");
         fputs(keys_usage, stderr);
+        return 2;
+    }
+    if (name && strcmp(name, "admin") == 0) {
+        fprintf(stderr, "sandgate keys: 'admin' is the tenant of --token; choose another name "
+                        "(--admin makes any tenant an admin)\n");
         return 2;
     }
     if (name && !keys_valid_name(name)) {

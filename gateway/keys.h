@@ -44,6 +44,11 @@ typedef struct keys keys_t;
 /* Reads and checks path (owner, mode, syntax: errors name the file, and the
  * line or the mode).  NULL with *err set. */
 keys_t *keys_load(const char *path, sg_error_t **err);
+/* The same from a file's text, mode and owner read elsewhere (the
+ * launcher reads it for a daemon that has no root any more); owner_ok: the
+ * uid besides root that may own it. */
+keys_t *keys_from_text(const char *text, const char *path, unsigned mode, unsigned uid,
+                       unsigned owner_ok, sg_error_t **err);
 void keys_destroy(keys_t **self_p);
 
 /* The tenant whose key is key (a client's token), or NULL.  Borrowed: valid

@@ -21,9 +21,65 @@
 #include "gateway/mcp.h"
 #include "gateway/options.h"
 #include "gateway/pyscript.h"
+#include "gateway/tenants.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/launcher.h"
 #include "kernelmgr/proc.h"
+
+/* The front ends over one kernel manager, each registering its routes. */
+typedef struct {
+    const char *keys_file; /* --keys-file, or NULL */
+    keys_t *keys;          /* its tenants */
+    unsigned keys_owner;   /* besides root, the uid that may own it: sandgate's at start */
+    kmgr_t *kmgr;
+    http_server_t *http;
+    api_t *api;
+    jupyter_t *jupyter;
+    mcp_t *mcp;
+} daemon_t;
+
+/* SIGHUP: the keys file again.  A key added works from the next request, a
+ * removed or rotated one fails from then on; sessions are not touched (they
+ * belong to their tenant's name, which a new key for it keeps).  The old
+ * keys go at once: a request under way holds a copy of its tenant.
+ * A file that cannot be read or is wrong keeps the keys in use. */
+static void use_keys(daemon_t *d, keys_t *fresh, sg_error_t *err)
+{
+    if (!fresh) {
+        log_error("SIGHUP: the keys in use are kept: %s", err->msg);
+        sg_error_free(&err);
+        return;
+    }
+    http_server_set_keys(d->http, fresh);
+    tenants_set_keys(fresh);
+    keys_destroy(&d->keys);
+    d->keys = fresh;
+    log_info("SIGHUP: %s read again: %zu tenants", d->keys_file, keys_count(fresh));
+}
+
+/* The launcher read the file (it keeps root; this process may not). */
+static void on_keys_read(const char *text, unsigned mode, unsigned uid, const sg_error_t *err,
+                         void *arg)
+{
+    daemon_t *d = arg;
+    sg_error_t *e = NULL;
+    keys_t *fresh = text ? keys_from_text(text, d->keys_file, mode, uid, d->keys_owner, &e) : NULL;
+    if (!text)
+        sg_error_set(&e, err ? err->kind : SG_E_INTERNAL, "%s", err ? err->msg : "no answer");
+    use_keys(d, fresh, e);
+}
+
+static void reload_keys(daemon_t *d)
+{
+    if (!d->keys_file || !d->http)
+        return;
+    if (sandbox_has_launcher()) {
+        sandbox_read_keys(on_keys_read, d);
+        return;
+    }
+    sg_error_t *err = NULL;
+    use_keys(d, keys_load(d->keys_file, &err), err);
+}
 
 /* What the kernel manager did on its own (an idle pause, a cull, a
  * re-adoption...): an audit event of no front end and no client. */
@@ -83,6 +139,7 @@ static void on_stop_signal(loop_t *loop, int signo, void *arg)
 /* SIGHUP: the audit log was rotated; write to a new file of the same name. */
 static void on_hangup(loop_t *loop, int signo, void *arg)
 {
+    reload_keys(arg);
     sg_error_t *err = NULL;
     if (audit_reopen(&err) < 0) {
         log_warn("SIGHUP: %s", err->msg);
@@ -130,7 +187,7 @@ static bool choose_token(settings_t *s, char buf[65])
         log_warn("--no-auth: anyone who can reach %s can run code here", s->host);
         return false;
     }
-    if (s->http.token)
+    if (s->http.token || s->keys_file) /* keys alone: no admin token */
         return false;
     unsigned char raw[24];
     randombytes_buf(raw, sizeof raw);
@@ -151,7 +208,8 @@ static int separate(settings_t *s, int *link, pid_t *launcher_pid, sg_error_t **
                             .state_dir = s->k.state_dir,
                             .kernelspec_path = s->k.kernelspec_path,
                             .uid = s->uid,
-                            .gid = SANDBOX_GID};
+                            .gid = SANDBOX_GID,
+                            .keys_file = s->keys_file};
     *link = -1;
     bool privsep = geteuid() == 0 && s->k.sandbox.mode == SANDBOX_RUNSC;
     if ((privsep && (*link = launcher_fork(&lc, launcher_pid, err)) < 0) ||
@@ -181,15 +239,6 @@ static void reap_launcher(int link, pid_t pid)
     if (i > 100)
         log_warn("the launcher (pid %d) did not exit within 10 s", (int)pid);
 }
-
-/* The front ends over one kernel manager, each registering its routes. */
-typedef struct {
-    kmgr_t *kmgr;
-    http_server_t *http;
-    api_t *api;
-    jupyter_t *jupyter;
-    mcp_t *mcp;
-} daemon_t;
 
 static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **err)
 {
@@ -229,17 +278,18 @@ static void daemon_stop(daemon_t *d)
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);
     kmgr_destroy(&d->kmgr, false);
+    keys_destroy(&d->keys);
 }
 
 /* The loop with its signals: SIGINT and SIGTERM end it through its
  * signalfd; they are blocked before ZeroMQ starts its threads, which
  * inherit the mask (czmq's own handler is off). */
-static loop_t *loop_start(stop_t *stop, sg_error_t **err)
+static loop_t *loop_start(stop_t *stop, daemon_t *d, sg_error_t **err)
 {
     loop_t *loop = loop_new();
     if (loop_signal(loop, SIGINT, on_stop_signal, stop, err) < 0 ||
         loop_signal(loop, SIGTERM, on_stop_signal, stop, err) < 0 ||
-        loop_signal(loop, SIGHUP, on_hangup, NULL, err) < 0 || proc_init(loop, err) < 0) {
+        loop_signal(loop, SIGHUP, on_hangup, d, err) < 0 || proc_init(loop, err) < 0) {
         loop_destroy(&loop);
         return NULL;
     }
@@ -293,8 +343,18 @@ int main(int argc, char **argv)
     daemon_t d = {0};
     loop_t *loop = NULL;
     rc = 1;
+    /* The keys file is read before privileges go: it may be root's alone. */
+    d.keys_file = s.keys_file;
+    d.keys_owner = geteuid();
+    if (s.keys_file && !(d.keys = keys_load(s.keys_file, &err)))
+        goto out;
+    s.http.keys = d.keys;
+    tenants_set_keys(d.keys);
+    tenants_configure(&s.tenants);
+    s.http.auth_fail_limit = s.auth_fail_limit;
+    s.http.auth_block_ms = s.auth_block_ms;
     if (replica_init(s.replica, &err) < 0 || separate(&s, &link, &launcher_pid, &err) < 0 ||
-        !(loop = loop_start(&stop, &err)))
+        !(loop = loop_start(&stop, &d, &err)))
         goto out;
     if (link >= 0) {
         stop.loop = loop;

@@ -9,6 +9,7 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/mcp_internal.h"
+#include "gateway/tenants.h"
 
 #define MAX_BATCH 64 /* messages in one JSON-RPC batch */
 #define TICK_MS 1000 /* idle culling */
@@ -94,14 +95,26 @@ static char *sse_event(const json_t *msg)
     return ev;
 }
 
+/* A tenant's quota reached: JSON-RPC's error with the quota's name and value
+ * in its data, as the REST API's 429 body names them. */
+static json_t *quota_error(const json_t *id, const char *quota, long long limit)
+{
+    json_t *e = rpc_error(
+        id, RPC_SERVER, "quota_exceeded: this key's tenant may not exceed %s (%lld)", quota, limit);
+    json_object_set_new(json_object_get(e, "error"), "data",
+                        json_pack("{s:s, s:s, s:I}", "error", "quota_exceeded", "quota", quota,
+                                  "limit", (json_int_t)limit));
+    return e;
+}
+
 /* --- sessions ----------------------------------------------------------------- */
 
 static void record_write(mcp_t *self, const session_t *s)
 {
     if (!self->records)
         return;
-    json_t *rec = json_pack("{s:s, s:s, s:s?, s:b}", "id", s->id, "protocol", s->version,
-                            "kernel_id", s->kernel_id, "internet", s->internet);
+    json_t *rec = json_pack("{s:s, s:s, s:s?, s:b, s:s}", "id", s->id, "protocol", s->version,
+                            "kernel_id", s->kernel_id, "internet", s->internet, "tenant", s->owner);
     records_put(self->records, s->id, rec);
     json_decref(rec);
 }
@@ -157,7 +170,15 @@ kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_er
         free(s->kernel_id);
         s->kernel_id = NULL;
     }
-    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, s->internet, NULL, NULL, err);
+    tenant_t t;
+    tenant_quota_t quota;
+    if (!tenant_by_name(s->owner, &t)) {
+        sg_error_set(err, SG_E_AUTH, "this session's tenant '%s' has no key any more", s->owner);
+        return NULL;
+    }
+    if (tenant_admit(self->kmgr, &t, s->internet, &quota, err) < 0)
+        return NULL;
+    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, s->internet, s->owner, NULL, NULL, err);
     if (!k)
         return NULL;
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */
@@ -202,6 +223,8 @@ static void record_load(const char *id, const json_t *rec, void *arg)
     }
     session_t *s = session_add(self, id, version);
     s->internet = json_is_true(json_object_get(rec, "internet"));
+    const char *owner = json_string_value(json_object_get(rec, "tenant"));
+    snprintf(s->owner, sizeof s->owner, "%s", owner ? owner : "admin");
     kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
     if (k) {
         s->kernel_id = xstrdup(kid);
@@ -311,6 +334,8 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
     if (net && !internet && strcmp(net, "false") != 0 && strcmp(net, "0") != 0)
         return rpc_error(id, RPC_INVALID_PARAMS,
                          "the URL's internet= must be true or false, not '%.32s'", net);
+    if (internet && !p->tenant.internet && !p->tenant.admin)
+        return quota_error(id, "internet", 0);
     if (internet && !kmgr_has_egress(self->kmgr))
         return rpc_error(id, RPC_INVALID_PARAMS,
                          "internet=true: this server gives sandboxes no network (its operator "
@@ -319,6 +344,7 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
     replica_uuid(sid);
     session_t *s = session_add(self, sid, version);
     s->internet = internet;
+    snprintf(s->owner, sizeof s->owner, "%s", p->tenant.name);
     record_write(self, s);
     snprintf(p->session, sizeof p->session, "%s", sid);
     audit_event(
@@ -489,6 +515,7 @@ static enum MHD_Result handle_post(mcp_t *self, http_req_t *call, const char *bo
 {
     struct MHD_Connection *conn = call->conn;
     audit_who_conn(&self->who, "mcp", conn);
+    audit_who_set_tenant(&self->who, call->tenant ? call->tenant->name : NULL);
     const char *ctype = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     if (!ctype || strncasecmp(ctype, "application/json", 16) != 0 ||
         (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' '))
@@ -557,6 +584,7 @@ static enum MHD_Result handle_post(mcp_t *self, http_req_t *call, const char *bo
     p->conn = conn;
     p->out = resp_new(self->loop, conn, self->wake, self->wake_arg);
     p->batch = batch;
+    p->tenant = *call->tenant;
     p->accept_json = accept_json;
     p->replies = json_array();
     if (s)
@@ -620,6 +648,7 @@ static enum MHD_Result delete_mcp(void *arg, http_req_t *call)
     if (!s)
         return ret;
     audit_who_conn(&self->who, "mcp", conn);
+    audit_who_set_tenant(&self->who, call->tenant ? call->tenant->name : NULL);
     session_end(self, s, "deleted by the client");
     return send_body(conn, 200, NULL, xstrdup(""), NULL);
 }
@@ -661,6 +690,12 @@ static struct MHD_Response *error_response(void *arg, const sg_error_t *err)
     return r;
 }
 
+/* The tenant an MCP session belongs to. */
+static const char *session_owner(void *arg, void *obj)
+{
+    return ((session_t *)obj)->owner;
+}
+
 /* mcp_session: an MCP session's id, from the Mcp-Session-Id header. */
 static void *resolve_session(void *arg, const char *id, const http_req_t *call)
 {
@@ -678,7 +713,7 @@ int mcp_register(mcp_t *self, http_server_t *http, sg_error_t **err)
     };
     const http_front_t front = {
         .ctx = self, .done = request_done, .error_response = error_response};
-    if (http_param(http, "mcp_session", resolve_session, self,
+    if (http_param(http, "mcp_session", resolve_session, session_owner, self,
                    "Session not found: it was deleted or expired; initialize a new one", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
         return -1;

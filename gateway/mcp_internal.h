@@ -15,6 +15,7 @@
 #include "gateway/audit.h"
 #include "gateway/exec.h"
 #include "gateway/http.h"
+#include "gateway/keys.h"
 #include "gateway/mcp.h"
 #include "gateway/resp.h"
 
@@ -25,7 +26,8 @@ typedef struct {
     char *kernel_id;  /* NULL until a tool needs the kernel */
     bool kernel_lost; /* it had one that is gone (deleted, culled, lost in a crash) */
     bool internet;    /* its kernels have a network (/mcp?internet=true at initialize) */
-    char version[16]; /* negotiated protocol version */
+    char owner[KEYS_NAME_MAX + 1]; /* the tenant that initialized it */
+    char version[16];              /* negotiated protocol version */
     int64_t last_seen;
     int calls; /* executions in flight */
 } session_t;
@@ -39,6 +41,7 @@ typedef struct {
     struct MHD_Connection *conn;
     resp_t *out; /* the event stream, or the wait for the answers */
     char session[37];
+    tenant_t tenant; /* who posted (a copy) */
     bool batch, accept_json, streaming;
     int pending;     /* calls not answered yet */
     json_t *replies; /* answers not sent yet (JSON mode) */

@@ -91,6 +91,60 @@ static void egress(FILE *f, const json_t *counts)
                 (long long)json_integer_value(total));
 }
 
+/* {tenant: {what: count}} */
+static json_t *tenant_counts;
+
+void metrics_tenant(const char *tenant, const char *what)
+{
+    if (!tenant || !*tenant)
+        return;
+    if (!tenant_counts)
+        tenant_counts = json_object();
+    json_t *t = json_object_get(tenant_counts, tenant);
+    if (!t)
+        json_object_set_new(tenant_counts, tenant, t = json_object());
+    json_object_set_new(t, what, json_integer(json_integer_value(json_object_get(t, what)) + 1));
+}
+
+/* Per tenant: sessions live and paused now, executions and quota refusals
+ * since the start. */
+static void tenants(FILE *f, const kmgr_t *kmgr)
+{
+    json_t *live = json_object(), *paused = json_object();
+    for (size_t i = 0; i < kmgr_count(kmgr); i++) {
+        const kernel_t *k = kmgr_at((kmgr_t *)kmgr, i);
+        json_t *m = kernel_state(k) == KERNEL_PAUSED ? paused : live;
+        const char *o = kernel_owner(k);
+        json_object_set_new(m, o, json_integer(json_integer_value(json_object_get(m, o)) + 1));
+    }
+    const char *name;
+    json_t *v;
+    header(f, "sandgate_tenant_sessions", "gauge", "Sessions by tenant and state.");
+    json_object_foreach (live, name, v)
+        fprintf(f, "sandgate_tenant_sessions{tenant=\"%s\",state=\"live\"} %lld\n", name,
+                (long long)json_integer_value(v));
+    json_object_foreach (paused, name, v)
+        fprintf(f, "sandgate_tenant_sessions{tenant=\"%s\",state=\"paused\"} %lld\n", name,
+                (long long)json_integer_value(v));
+    header(f, "sandgate_tenant_executions_total", "counter", "Executions by tenant.");
+    json_object_foreach (tenant_counts, name, v)
+        fprintf(f, "sandgate_tenant_executions_total{tenant=\"%s\"} %lld\n", name,
+                (long long)json_integer_value(json_object_get(v, "executions")));
+    header(f, "sandgate_tenant_quota_refusals_total", "counter",
+           "Requests refused for a tenant's quota, by tenant and quota.");
+    json_object_foreach (tenant_counts, name, v) {
+        const char *what;
+        json_t *n;
+        json_object_foreach (v, what, n)
+            if (strncmp(what, "quota:", 6) == 0)
+                fprintf(f,
+                        "sandgate_tenant_quota_refusals_total{tenant=\"%s\",quota=\"%s\"} %lld\n",
+                        name, what + 6, (long long)json_integer_value(n));
+    }
+    json_decref(live);
+    json_decref(paused);
+}
+
 char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
 {
     kmgr_stats_t st;
@@ -145,6 +199,10 @@ char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
         {"sandgate_file_download_bytes_total", "Bytes downloaded.", metrics.download_bytes},
         {"sandgate_http_auth_failures_total", "Requests refused for a missing or wrong token.",
          metrics.auth_failures},
+        {"sandgate_http_auth_blocks_total",
+         "Client addresses refused for a while after too many failed authentications "
+         "(--auth-fail-limit).",
+         metrics.auth_blocks},
         {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
         {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
         {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},
@@ -179,6 +237,7 @@ char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
     header(f, "sandgate_http_request_duration_seconds", "histogram",
            "From a request's headers to the end of its response.");
     histogram(f, "sandgate_http_request_duration_seconds", "", &metrics.http_seconds);
+    tenants(f, kmgr);
     if (kmgr_has_egress(kmgr))
         egress(f, egress_counts);
     fclose(f);

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t http_status[600]; /* responses by status code */
     histogram_t http_seconds;
     uint64_t auth_failures;
+    uint64_t auth_blocks; /* client addresses refused for failing too often */
     uint64_t executions[EXEC_KINDS][OUTCOMES];
     histogram_t exec_seconds[EXEC_KINDS];
     uint64_t output_truncated;
@@ -59,6 +60,9 @@ typedef struct {
 extern metrics_t metrics;
 
 void histogram_observe(histogram_t *h, double seconds);
+/* Counts one event of a tenant's (tenants come from the keys file, so the
+ * label set is bounded): what is "executions" or "quota:NAME". */
+void metrics_tenant(const char *tenant, const char *what);
 void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds);
 
 /* The page (malloc'd, NUL-terminated).  egress_counts: kmgr_egress_refused's

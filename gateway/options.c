@@ -208,6 +208,23 @@ static const opt_t table[] = {
     {"token", 't', "TOKEN", set_token, .flags = OPT_SECRET,
      .help = "API token (default: generated and printed at start); prefer the environment or a "
              "mode 0600 config file: other users see a command line until sandgate blanks it"},
+    {"keys-file", 0, "FILE", set_str, AT(keys_file),
+     .help = "tenants and the hashes of their keys (`sandgate keys add NAME --keys-file FILE`); "
+             "each key sees only its tenant's sessions, within its quotas (docs/security.md). "
+             "SIGHUP reads it again. With --token too, the token is an admin key"},
+    {"auth-fail-limit", 0, "N", UINT(auth_fail_limit, 0, 1000000, 1),
+     .help = "failed authentications a minute from one client address before it is refused "
+             "with 429 for --auth-block (20; 0: no limit)"},
+    {"auth-block", 0, "SEC", SECONDS_MS(auth_block_ms, 1, DAY),
+     .want = "a positive number of seconds",
+     .help = "how long an address past --auth-fail-limit is refused (300)"},
+    {"tenant-max-contexts", 0, "N", UINT(tenants.max_contexts, 0, 1000000, 1),
+     .help = "contexts (live and paused) a tenant of --keys-file may have when its line names "
+             "no max-contexts (0, the default: no limit); past it, 429 naming the quota"},
+    {"tenant-max-live", 0, "N", UINT(tenants.max_live, 0, 1000000, 1),
+     .help = "live kernels a tenant may have at once when its line names no max-live (0, the "
+             "default: no limit); past it, its least recently used idle session is paused, or "
+             "429 when none can be"},
     {"no-auth", 0, NULL, set_bool, AT(no_auth), .flags = OPT_VALUED,
      .help = "no token (only with a loopback --listen address)"},
     {"replica-id", 0, "ID", set_replica,
@@ -546,6 +563,8 @@ static void defaults(settings_t *s)
     *s = (settings_t){.level = SG_LOG_INFO,
                       .uid = LAUNCHER_DEFAULT_UID,
                       .launcher_timeout_ms = 10000,
+                      .auth_fail_limit = 20,
+                      .auth_block_ms = 300 * 1000,
                       .audit_code = AUDIT_CODE_FULL};
     strcpy(s->host, "127.0.0.1");
     http_config_defaults(&s->http);
@@ -568,6 +587,10 @@ static int derive(settings_t *s)
         }
         s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
         s->k.state_dir = s->state_abs;
+    }
+    if (s->no_auth && s->keys_file) {
+        fprintf(stderr, "sandgate: --no-auth and --keys-file exclude each other\n");
+        return -1;
     }
     if (s->no_auth && strncmp(s->host, "127.", 4) != 0) {
         fprintf(stderr, "sandgate: --no-auth is refused on a non-loopback address (%s)\n", s->host);

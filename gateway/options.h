@@ -19,6 +19,7 @@
 #include "gateway/channels.h"
 #include "gateway/exec.h"
 #include "gateway/http.h"
+#include "gateway/tenants.h"
 #include "kernelmgr/kmgr.h"
 
 typedef struct {
@@ -32,12 +33,16 @@ typedef struct {
     kmgr_config_t k;
     unsigned uid; /* of the unprivileged half, when started as root */
     int launcher_timeout_ms;
-    char *state_abs;       /* --state-dir made absolute, when it was not */
-    char *config_text;     /* the config file's text; values point into it */
-    char *token_arg;       /* --token's value, copied before argv is blanked */
-    const char *replica;   /* --replica-id; NULL: the host name */
-    int pause_on_stop_ms;  /* --pause-on-stop; 0: sessions are left running */
-    const char *audit_log; /* --audit-log; NULL: none */
+    char *state_abs;          /* --state-dir made absolute, when it was not */
+    char *config_text;        /* the config file's text; values point into it */
+    char *token_arg;          /* --token's value, copied before argv is blanked */
+    const char *replica;      /* --replica-id; NULL: the host name */
+    int pause_on_stop_ms;     /* --pause-on-stop; 0: sessions are left running */
+    const char *audit_log;    /* --audit-log; NULL: none */
+    const char *keys_file;    /* --keys-file; NULL: one tenant, the token's */
+    unsigned auth_fail_limit; /* failed authentications a minute per address; 0: any */
+    int auth_block_ms;        /* how long an address past it is refused */
+    tenants_config_t tenants; /* quotas of tenants whose line names none */
     audit_code_t audit_code;
 } settings_t;
 

@@ -599,6 +599,7 @@ static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
         kernel_opts_defaults(&k->opts);
     if (k->opts.preload)
         k->opts.preload = xstrdup(k->opts.preload);
+    k->opts.owner = xstrdup(k->opts.owner ? k->opts.owner : "admin");
     k->ev = ev;
     k->ev_arg = ev_arg;
     k->start_timer = k->probe_timer = k->hb_timer = k->grace_timer = -1;
@@ -613,6 +614,7 @@ static void kernel_free(void *arg)
     free(k->workspace);
     free(k->death);
     free((char *)k->opts.preload);
+    free((char *)k->opts.owner);
     free(k->observers);
     free(k);
 }
@@ -824,6 +826,17 @@ const kspec_t *kernel_spec(const kernel_t *k)
 const char *kernel_workspace(const kernel_t *k)
 {
     return k->workspace;
+}
+
+const char *kernel_owner(const kernel_t *k)
+{
+    return k->opts.owner;
+}
+
+void kernel_set_owner(kernel_t *k, const char *owner)
+{
+    free((char *)k->opts.owner);
+    k->opts.owner = xstrdup(owner ? owner : "admin");
 }
 
 bool kernel_internet(const kernel_t *k)

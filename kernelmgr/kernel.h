@@ -55,6 +55,7 @@ typedef struct {
     const char *preload;    /* code run silently once ready, before READY is reported */
     bool hold;              /* start held: nothing runs until kernel_release() (or kernel_fail()) */
     bool internet;          /* the sandbox gets a network (egress.h) */
+    const char *owner;      /* the tenant it belongs to (copied); NULL: "admin" */
 } kernel_opts_t;
 
 typedef struct {
@@ -162,6 +163,10 @@ pid_t kernel_pid(const kernel_t *k);
 const kspec_t *kernel_spec(const kernel_t *k);
 const char *kernel_workspace(const kernel_t *k);
 bool kernel_internet(const kernel_t *k); /* its sandbox has a network */
+/* The tenant the kernel belongs to ("admin" when none was named). */
+const char *kernel_owner(const kernel_t *k);
+/* A pool kernel claimed by a tenant becomes its. */
+void kernel_set_owner(kernel_t *k, const char *owner);
 kernel_state_t kernel_state(const kernel_t *k);
 int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
 int kernel_execution_count(const kernel_t *k);

@@ -77,12 +77,12 @@ static void write_record(kmgr_t *m, entry_t *e)
     kernel_t *k = e->k;
     bool paused = kernel_state(k) == KERNEL_PAUSED;
     json_t *rec = json_pack(
-        "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I, s:b}", "id", kernel_id(k), "kernelspec",
+        "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I, s:b, s:s}", "id", kernel_id(k), "kernelspec",
         kernel_spec(k)->name, "sandbox_id", kernel_sandbox_id(k), "pid",
         (json_int_t)(paused ? 0 : kernel_pid(k)), "workspace", kernel_workspace(k), "pool", e->pool,
         "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", "paused", paused,
         "checkpoint_bytes", (json_int_t)kernel_pause_info(k).checkpoint_bytes, "internet",
-        kernel_internet(k));
+        kernel_internet(k), "tenant", kernel_owner(k));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -233,7 +233,7 @@ static void on_workspace(const sg_error_t *err, void *arg)
  * starts held and is released when the workspace is there, so nothing on
  * the loop waits for the launcher. */
 static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool, bool internet,
-                        kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
+                        const char *owner, kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     cleanup_free char *ws = workspace_path(m, id);
     entry_t *e = xzalloc(sizeof *e);
@@ -251,6 +251,7 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
     opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
     opts.hold = !e->opened;
     opts.internet = internet;
+    opts.owner = owner;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
@@ -281,7 +282,7 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    if (launch(m, spec, id, true, false, NULL, NULL, &err) == NULL) {
+    if (launch(m, spec, id, true, false, NULL, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel: %s", err->msg);
         sg_error_free(&err);
     }
@@ -301,11 +302,11 @@ static size_t running_count(const kmgr_t *m)
 kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err)
 {
-    return kmgr_start_with(m, name, false, ev, ev_arg, err);
+    return kmgr_start_with(m, name, false, NULL, ev, ev_arg, err);
 }
 
-kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, kernel_event_fn *ev,
-                          void *ev_arg, sg_error_t **err)
+kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, const char *owner,
+                          kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     const kspec_t *spec = kspecs_get(m->kspecs, name);
     if (spec == NULL) {
@@ -323,6 +324,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, kernel_eve
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
+            kernel_set_owner(e->k, owner);
             write_record(m, e);
             m->stats.claimed_from_pool++;
             log_info("kmgr: session %s claimed from the pool", kernel_id(e->k));
@@ -332,7 +334,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, kernel_eve
     }
     char id[37];
     replica_uuid(id);
-    kernel_t *k = launch(m, spec, id, false, internet, ev, ev_arg, err);
+    kernel_t *k = launch(m, spec, id, false, internet, owner, ev, ev_arg, err);
     fill_pool(m);
     return k;
 }
@@ -557,10 +559,12 @@ static bool process_matches(pid_t pid, const char *needle)
 /* A session paused to disk (or whose sandbox ended while it was being
  * paused: its checkpoint may be complete) stays paused until it is used. */
 static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, const char *ws,
-                              const char *sbid, uint64_t bytes, bool recorded, bool internet)
+                              const char *sbid, uint64_t bytes, bool recorded, bool internet,
+                              const char *owner)
 {
     kernel_opts_t opts = m->cfg.kernel;
     opts.internet = internet;
+    opts.owner = owner;
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .ready = true};
     sg_error_t *err = NULL;
@@ -597,8 +601,11 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     int pool = 0;
     bool paused = json_is_true(json_object_get(rec, "paused"));
     bool internet = json_is_true(json_object_get(rec, "internet"));
+    /* Sessions recorded before tenants existed are the admin's. */
+    const char *owner = json_string_value(json_object_get(rec, "tenant"));
     kernel_opts_t opts = m->cfg.kernel;
     opts.internet = internet;
+    opts.owner = owner;
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     if (!rec ||
         json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
@@ -644,7 +651,8 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                 json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 0));
         }
     } else if (sandbox_env_can_pause(m->env) &&
-               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet))) {
+               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet,
+                                 owner))) {
         json_array_append_new(live_ids, json_string(sbid));
     } else {
         /* The sandbox is gone but the session's files are not: a fresh kernel. */
@@ -652,7 +660,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                  "kernel (its variables are lost)",
                  id);
         sandbox_remove_id(m->env, sbid, true);
-        if (!launch(m, spec, id, false, internet, NULL, NULL, &err)) {
+        if (!launch(m, spec, id, false, internet, owner, NULL, NULL, &err)) {
             log_error("kmgr: cannot restart session %s: %s", id, err->msg);
             sg_error_free(&err);
             unlink(file);

@@ -69,9 +69,10 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown);
 kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err);
 /* The same, with internet: a new kernel (never from the pool) whose sandbox
- * has a network (egress.h). */
-kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, kernel_event_fn *ev,
-                          void *ev_arg, sg_error_t **err);
+ * has a network (egress.h); owner: the tenant it belongs to (NULL: the
+ * admin's), recorded with the session so a restart keeps it. */
+kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, const char *owner,
+                          kernel_event_fn *ev, void *ev_arg, sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);

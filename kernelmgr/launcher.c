@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <czmq.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
@@ -290,6 +291,36 @@ static void op_log(launcher_t *L, const launcher_req_t *r)
     sandbox_log_tail(r->sb, (size_t)max, on_tail, later(L, r->seq));
 }
 
+/* The keys file named when the launcher was forked (the daemon can name no
+ * other), for a daemon without root to read it again at SIGHUP: its text,
+ * mode and owner, which the daemon checks as it checks the file at start
+ * (gateway/keys.h).  At most 16 MiB. */
+static void op_keys(launcher_t *L, const launcher_req_t *r)
+{
+    const char *path = L->cfg->keys_file;
+    if (!path) {
+        refuse(L, r->seq, "keys: no --keys-file was given");
+        return;
+    }
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    cleanup_error sg_error_t *err = NULL;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
+        sg_error_errno(&err, fd < 0 ? errno : EINVAL, "cannot read keys file %s", path);
+        reply_err(L, r->seq, err);
+        return;
+    }
+    cleanup_free char *text = xmalloc((size_t)st.st_size + 1);
+    ssize_t n = read(fd, text, (size_t)st.st_size);
+    if (n < 0 || memchr(text, 0, (size_t)n)) {
+        refuse(L, r->seq, "keys file %s is not a text file", path);
+        return;
+    }
+    reply_ok(L, r->seq,
+             json_pack("{s:s%, s:i, s:i}", "text", text, (size_t)n, "mode",
+                       (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
+}
+
 /* Also after remove, which forgot it already. */
 static void op_free(launcher_t *L, const launcher_req_t *r)
 {
@@ -395,6 +426,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_LOG] = {"log", ID | LOP_ASYNC | LOP_TIMED, op_log},
     [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED, op_egress_refused},
     [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
+    [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED, op_keys},
 };
 #undef ENV
 #undef SB

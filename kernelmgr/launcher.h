@@ -39,6 +39,7 @@ typedef struct {
     const char *kernelspec_path; /* NULL: the Jupyter defaults */
     uid_t uid;                   /* the unprivileged daemon's */
     gid_t gid;                   /* the sandbox group */
+    const char *keys_file;       /* --keys-file, read for the daemon (LOP_KEYS); or NULL */
 } launcher_config_t;
 
 /* The launcher's operations (the "op" of a request). */
@@ -59,6 +60,7 @@ typedef enum {
     LOP_LOG,             /* {id, max} -> {text}: the tail of kernel.log */
     LOP_EGRESS_REFUSED,  /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
     LOP_GIVE,            /* one fd: a file of a workspace becomes the sandbox user's */
+    LOP_KEYS,            /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
     LOP_COUNT
 } launcher_op_t;
 

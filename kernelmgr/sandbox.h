@@ -161,6 +161,15 @@ void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *ar
 typedef void(sandbox_lost_fn)(void *arg);
 void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost,
                           void *arg);
+/* Whether there is a launcher (sandbox_set_launcher was called). */
+bool sandbox_has_launcher(void);
+
+/* The keys file, read by the launcher (it keeps root; the daemon may not
+ * read it any more): cb gets its text, mode and owner, or why not (a
+ * silent launcher: a timeout).  Called back on the loop. */
+typedef void(sandbox_keys_fn)(const char *text, unsigned mode, unsigned uid, const sg_error_t *err,
+                              void *arg);
+void sandbox_read_keys(sandbox_keys_fn *cb, void *arg);
 
 /* Gives a file or directory that this process created in a workspace (fd
  * open on it; it may be closed as soon as this returns) to the sandbox

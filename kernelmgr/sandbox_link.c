@@ -295,6 +295,11 @@ static void link_cancel(uint64_t seq)
             a->cb = NULL;
 }
 
+bool sandbox_has_launcher(void)
+{
+    return link_.loop != NULL;
+}
+
 void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost, void *arg)
 {
     link_.on_lost = on_lost;
@@ -549,6 +554,24 @@ static void refused_answered(json_t *reply, void *arg)
 static void link_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg)
 {
     link_async(LOP_EGRESS_REFUSED, NULL, -1, refused_answered, callback((void (*)(void))cb, arg),
+               ASYNC_OWNS_ARG);
+}
+
+static void keys_answered(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    const char *text = json_string_value(json_object_get(reply, "text"));
+    if (!err && !text)
+        sg_error_set(&err, SG_E_INTERNAL, "the launcher sent no keys file");
+    ((sandbox_keys_fn *)c->fn)(
+        err ? NULL : text, (unsigned)json_integer_value(json_object_get(reply, "mode")),
+        (unsigned)json_integer_value(json_object_get(reply, "uid")), err, c->arg);
+}
+
+void sandbox_read_keys(sandbox_keys_fn *cb, void *arg)
+{
+    link_async(LOP_KEYS, NULL, -1, keys_answered, callback((void (*)(void))cb, arg),
                ASYNC_OWNS_ARG);
 }
 

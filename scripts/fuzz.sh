@@ -82,6 +82,7 @@ run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexist
     gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
     gateway/audit.c gateway/exec_observers.c gateway/pyscript.c \
     gateway/api_files.c gateway/api_metrics.c gateway/mcp_tools.c \
+    gateway/keys.c gateway/authlimit.c gateway/tenants.c \
     $(pkg-config --cflags --libs libmicrohttpd)
 extra_args=""
 

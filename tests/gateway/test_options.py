@@ -45,7 +45,7 @@ for short, name, arg, env, flag in rows:
         arg, bad = "FLAG", "maybe"
     else:
         bad = REFUSED.get(arg)
-        if name in ("runsc", "platform", "rootfs", "state-dir", "preload"):
+        if name in ("runsc", "platform", "rootfs", "state-dir", "preload", "keys-file"):
             continue  # any string; checked where it is used
         if name == "memory":
             bad = "12"

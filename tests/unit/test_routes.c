@@ -259,9 +259,9 @@ static const http_front_t front_odd = {.ctx = "odd", .error_response = odd_error
 static void test_registration(void)
 {
     sg_error_t *err = NULL;
-    is_int(http_param(http, "thing", resolve_thing, NULL, "no thing '%s'", &err), 0,
+    is_int(http_param(http, "thing", resolve_thing, NULL, NULL, "no thing '%s'", &err), 0,
            "a parameter kind");
-    is_int(http_param(http, "tag", resolve_tag, NULL, "Tag not found", &err), 0,
+    is_int(http_param(http, "tag", resolve_tag, NULL, NULL, "Tag not found", &err), 0,
            "another, its message without the id");
     static const struct {
         const char *name, *unknown, *why;
@@ -274,7 +274,7 @@ static void test_registration(void)
     };
     for (size_t i = 0; i < sizeof bad_params / sizeof bad_params[0]; i++) {
         int rc =
-            http_param(http, bad_params[i].name, resolve_thing, NULL, bad_params[i].unknown, &err);
+            http_param(http, bad_params[i].name, resolve_thing, NULL, NULL, bad_params[i].unknown, &err);
         ok(rc < 0 && err && err->kind == SG_E_INVALID, "refused: %s (%s)", bad_params[i].why,
            err ? err->msg : "accepted");
         sg_error_free(&err);

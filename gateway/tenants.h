@@ -1,0 +1,60 @@
+/* tenants: what a tenant may start, checked the same way by every front end.
+ *
+ * A session belongs to the tenant whose key created it (kernel_owner); the
+ * route layer answers another tenant's ids as unknown (http.h's owner
+ * functions).  This module holds the quotas of the keys file (keys.h) and
+ * the server-wide defaults for tenants whose line names none:
+ *
+ *   max-contexts  sessions, live and paused            429 past it
+ *   max-live      live (not paused) kernels at once    the tenant's least
+ *                 recently used idle session is paused to make room; 429
+ *                 when none can be
+ *   internet      whether its sessions may have a network
+ *
+ * An admin (--token, or a key marked admin) has no quota.
+ */
+#ifndef SG_TENANTS_H
+#define SG_TENANTS_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "gateway/keys.h"
+#include "kernelmgr/kmgr.h"
+
+typedef struct {
+    int max_contexts; /* per tenant, when its line names none; 0: no limit */
+    int max_live;
+} tenants_config_t;
+
+/* The server-wide defaults (main.c sets them once). */
+void tenants_configure(const tenants_config_t *cfg);
+
+/* A quota that refused: its name as the keys file spells it, and its value. */
+typedef struct {
+    const char *name;
+    long long limit;
+} tenant_quota_t;
+
+/* Whether t may start one more session (internet: with a network) on kmgr.
+ * 0, perhaps after pausing one of t's idle sessions for max-live; else -1
+ * with *err (SG_E_QUOTA) and *quota saying which. */
+int tenant_admit(kmgr_t *kmgr, const tenant_t *t, bool internet, tenant_quota_t *quota,
+                 sg_error_t **err);
+
+/* The 429 for a refused quota: {"error": "quota_exceeded", "quota", "limit",
+ * "message"}. */
+enum MHD_Result tenant_reply_quota(struct MHD_Connection *conn, const tenant_quota_t *quota,
+                                   const sg_error_t *err);
+
+/* The keys in use (main.c, at start and each SIGHUP; borrowed), for
+ * tenant_by_name. */
+void tenants_set_keys(const keys_t *keys);
+/* The tenant named name now, into *out: "admin" is --token's; false for a
+ * name the keys file no longer has. */
+bool tenant_by_name(const char *name, tenant_t *out);
+
+/* Whether t may see a session of owner's (an admin sees all). */
+bool tenant_sees(const tenant_t *t, const char *owner);
+
+#endif
