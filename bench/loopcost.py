@@ -15,11 +15,14 @@ so that a drifting machine biases neither.  Both request formats are measured: t
 the E2B protocol) and one JSON document (Accept: application/json).
 
 usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N] [--no-perf]
-                        [--baseline BUILDDIR]
+                        [--baseline BUILDDIR] [--keys N]
   SG_BUILDDIR selects the build (default ./build); run as root for perf.
   --baseline measures a second build in the same run, round by round (e.g.
   the commit before a change: git worktree add /tmp/base REV &&
   /tmp/base/scripts/build.sh), and compares CPU and round trip with it.
+  --keys N measures the build a second way in each round: with --keys-file
+  of N tenants (made with sandgate keys add), authenticating as one of
+  them, against --token.
   perf's tracepoint costs sandgate CPU on every system call: --no-perf
   measures the CPU without it (bench/zmqfloor -p and without -p match).
 Prints a Markdown table.
@@ -31,6 +34,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 import urllib.parse
@@ -63,12 +67,14 @@ def cpu_ns(pid):
 class Client:
     """One keep-alive connection."""
 
+    key = TOKEN  # what the executes authenticate with
+
     def __init__(self, url):
         u = urllib.parse.urlparse(url)
         self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
 
     def execute(self, ctx, as_json):
-        h = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+        h = {"Authorization": "Bearer " + Client.key, "Content-Type": "application/json"}
         if as_json:
             h["Accept"] = "application/json"
         self.conn.request("POST", "/execute", json.dumps({"code": "1+1", "context_id": ctx}), h)
@@ -111,34 +117,51 @@ def measure(d, ctx, runs, as_json, use_perf):
     return statistics.median(times), cpu / runs / 1e6, counts, wakeups / runs
 
 
-def run_build(a, build, rows):
-    """One round on one build: a window alone, then with a.idle idle sessions."""
+def make_keys(build, n):
+    """A keys file of n tenants (sandgate keys add); returns (path, the middle one's key)."""
+    d = tempfile.mkdtemp(prefix="sg-loopcost-keys-")
+    path = os.path.join(d, "keys")
+    key = None
+    for i in range(n):
+        out = subprocess.run([os.path.join(build, "sandgate"), "keys", "add", f"t{i:05d}",
+                              "--keys-file", path], capture_output=True, text=True, check=True)
+        if i == n // 2:
+            key = out.stdout.strip().splitlines()[-1]
+    return path, key
+
+
+def run_build(a, build, rows, keys=None):
+    """One round on one build: a window alone, then with a.idle idle sessions.
+    keys: (keys file, the key to use) — authenticate as a tenant of it."""
     sgd.SANDGATE = os.path.join(build, "sandgate")
+    extra = ["--keys-file", keys[0], "--auth-fail-limit", "0"] if keys else []
     d = sgd.Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
-                   "--max-kernels", str(a.idle + 8),
+                   "--max-kernels", str(a.idle + 8), *extra,
                    env={"SANDGATE_INIT": os.path.join(build, "sandgate-init")})
+    Client.key = keys[1] if keys else TOKEN
+    label_build = f"{build} (--keys-file, {a.keys} keys)" if keys else build
     try:
-        st, ctx = d.json("POST", "/contexts", {})
+        st, ctx = d.json("POST", "/contexts", {}, token=Client.key)
         active = ctx["id"]
 
         def window(label):
             for fmt, as_json in (("NDJSON", False), ("JSON", True)):
-                rows.setdefault((build, label, fmt), []).append(
+                rows.setdefault((label_build, label, fmt), []).append(
                     measure(d, active, a.runs, as_json, not a.no_perf))
 
         window("1 session")
         idle = []
         for _ in range(a.idle):
-            st, c = d.json("POST", "/contexts", {})
+            st, c = d.json("POST", "/contexts", {}, token=Client.key)
             if st != 201 and st != 200:
                 raise RuntimeError(f"context: {st} {c}")
             idle.append(c["id"])
             d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
-                   headers={"Accept": "application/json"})
+                   headers={"Accept": "application/json"}, token=Client.key)
         time.sleep(2)
         window(f"{a.idle} idle + 1")
         for c in idle:
-            d.json("DELETE", "/contexts/" + c)
+            d.json("DELETE", "/contexts/" + c, token=Client.key)
     finally:
         d.stop()
 
@@ -154,14 +177,21 @@ def main():
     ap.add_argument("--baseline", metavar="BUILDDIR",
                     help="another build (e.g. of the previous commit) measured in the same run, "
                          "round by round with SG_BUILDDIR's: the last column compares them")
+    ap.add_argument("--keys", type=int, metavar="N",
+                    help="also measure SG_BUILDDIR's build with --keys-file of N tenants (one "
+                         "of them authenticating), round by round with --token: the last "
+                         "column compares them")
     a = ap.parse_args()
     builds = [os.environ["SG_BUILDDIR"]] + ([a.baseline] if a.baseline else [])
+    keys = make_keys(builds[0], a.keys) if a.keys else None
     rows = {}
     # Alternate the windows and the builds, so that a machine whose speed
     # drifts (a shared VM does) biases none of them.
     for _ in range(a.rounds):
         for build in builds:
             run_build(a, build, rows)
+        if keys:
+            run_build(a, builds[0], rows, keys)
 
     perf = not a.no_perf and os.geteuid() == 0
     print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
@@ -183,7 +213,8 @@ def main():
         wk = statistics.median(m[3] for m in ms)
         lo, hi = min(m[1] for m in ms), max(m[1] for m in ms)
         sc = [f"{cnt[k]:.1f}" if perf else "-" for k in ("all", "epoll_wait", "poll", "getpid")]
-        vs = med.get((a.baseline, label, fmt)) if a.baseline else None
+        base_build = a.baseline if a.baseline else os.environ["SG_BUILDDIR"] if a.keys else None
+        vs = med.get((base_build, label, fmt)) if base_build else None
         vs_cpu = f"{cpu / vs[0]:.2f}x" if vs else "-"
         vs_p50 = f"{p50 / vs[1]:.2f}x" if vs else "-"
         print(f"| {build} | {label} | {fmt} | {p50:.2f} | {cpu:.3f} ({lo:.3f}-{hi:.3f}) | "
