@@ -489,8 +489,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     sg_error_t *err = NULL;
     kernel_t *k;
     audit_who_t who;
-    audit_who_conn(&who, "rest", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     if (ctx) {
         k = http_resolve(call, "context", json_string_value(ctx));
         if (!k) {
@@ -716,8 +715,7 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
-    audit_who_conn(&who, "rest", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     json_t *req = parse_body(conn, call->body, call->len, &ret);
     json_t *lang, *cwd, *internet;
     if (!req)
@@ -748,8 +746,7 @@ static enum MHD_Result context_delete(void *arg, http_req_t *call)
     api_t *self = arg;
     const char *id = http_arg_id(call, "context"); /* the path's: it outlives the kernel */
     audit_who_t who;
-    audit_who_conn(&who, "rest", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     kmgr_shutdown(self->kmgr, id, NULL);
     forget_context(self, id);
     audit_context(&who, "context.delete", id);
@@ -762,8 +759,7 @@ static enum MHD_Result context_pause_or_resume(api_t *self, http_req_t *call, bo
         return answer_later(call);
     kernel_t *k = http_arg(call, "context");
     audit_who_t who;
-    audit_who_conn(&who, "rest", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     audit_context(&who, pause ? "context.pause" : "context.resume", kernel_id(k));
     return pause_resume(self, call->conn, k, pause, &call->state);
 }
@@ -785,8 +781,7 @@ static enum MHD_Result context_restart(void *arg, http_req_t *call)
     if (kernel_restart(k, &err) < 0)
         return reply_failed(call->conn, &err);
     audit_who_t who;
-    audit_who_conn(&who, "rest", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     audit_context(&who, "context.restart", kernel_id(k));
     return reply_status(call->conn, 204);
 }
@@ -815,19 +810,6 @@ static void request_done(void *ctx, void *req_state, bool completed)
     api_stream_unref(s);
 }
 
-/* The tenant a context belongs to, for the route layer's check. */
-static const char *context_owner(void *arg, void *obj)
-{
-    return kernel_owner(obj);
-}
-
-/* {context}: a context's id, and the kmgr session it names. */
-static void *resolve_context(void *arg, const char *id, const http_req_t *call)
-{
-    api_t *self = arg;
-    return kmgr_get(self->kmgr, id);
-}
-
 int api_register(api_t *self, http_server_t *http, sg_error_t **err)
 {
     static const http_route_t routes[] = {
@@ -841,8 +823,8 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/contexts/{context}/restart", context_restart, 0, NULL},
     };
     const http_front_t front = {.ctx = self, .done = request_done};
-    if (http_param(http, "context", resolve_context, context_owner, self, "no context '%s'", err) <
-            0 ||
+    if (http_param(http, "context", tenants_resolve_session, tenants_session_owner, self->kmgr,
+                   "no context '%s'", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
         api_files_register(self, http, &front, err) < 0 ||
         api_metrics_register(self, http, &front, err) < 0)

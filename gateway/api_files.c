@@ -57,8 +57,7 @@ static enum MHD_Result files_delete(void *arg, http_req_t *call)
         return reply_failed(conn, &err);
     }
     audit_who_t who;
-    audit_who_conn(&who, "rest", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "rest", &who);
     audit_event(&who, "file.delete", f);
     return reply_status(conn, 204);
 }

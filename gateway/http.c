@@ -534,6 +534,12 @@ static void *lookup(const param_t *p, const char *id, const http_req_t *req)
     return req->tenant && owner && strcmp(owner, req->tenant->name) == 0 ? obj : NULL;
 }
 
+void http_who(const http_req_t *req, const char *frontend, audit_who_t *who)
+{
+    audit_who_conn(who, frontend, req->conn);
+    audit_who_set_tenant(who, req->tenant ? req->tenant->name : NULL);
+}
+
 bool http_may_see(const http_req_t *req, const char *owner)
 {
     return req->tenant && (req->tenant->admin || (owner && strcmp(owner, req->tenant->name) == 0));

@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "common/loop.h"
+#include "gateway/audit.h"
 #include "gateway/keys.h"
 
 typedef struct {
@@ -112,6 +113,9 @@ typedef const char *(*http_owner_fn)(void *ctx, void *obj);
  * name that is not [a-z_]+, is refused.  Register before the routes using it. */
 int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, http_owner_fn owner,
                void *ctx, const char *unknown, sg_error_t **err);
+
+/* Who makes req, for the audit log: its client address and tenant. */
+void http_who(const http_req_t *req, const char *frontend, audit_who_t *who);
 
 /* Whether the caller of req may see an object owner's (an admin sees all):
  * for lists, which show only the caller's own. */

@@ -509,8 +509,7 @@ static enum MHD_Result post_kernel(void *arg, http_req_t *call)
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     json_t *req = parse(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
@@ -532,8 +531,7 @@ static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
     jupyter_t *self = arg;
     const char *id = http_arg_id(call, "kernel"); /* the path's: it outlives the kernel */
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     kmgr_shutdown(self->kmgr, id, NULL);
     audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
     log_info("jupyter: kernel %s shut down", id);
@@ -553,8 +551,7 @@ static enum MHD_Result post_interrupt(void *arg, http_req_t *call)
         return fail_err(call->conn, &err);
     }
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", kernel_id(k)));
     return no_content(call->conn);
 }
@@ -570,8 +567,7 @@ static enum MHD_Result post_restart(void *arg, http_req_t *call)
         return fail_err(call->conn, &err);
     }
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", kernel_id(k)));
     return when_ready(self, call->conn, k, 200, NULL, &call->state);
 }
@@ -678,8 +674,7 @@ static enum MHD_Result post_session(void *arg, http_req_t *call)
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     prune_sessions(self);
     json_t *req = session_request(conn, call->body, call->len, &ret);
     if (req == NULL)
@@ -726,8 +721,7 @@ static enum MHD_Result delete_session(void *arg, http_req_t *call)
     const char *id = http_arg_id(call, "session");
     json_t *s = http_arg(call, "session");
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", call->conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     const char *kid = json_string_value(json_object_get(s, "kernel_id"));
     audit_event(&who, "session.delete", json_pack("{s:s, s:s?}", "session", id, "context", kid));
     if (kmgr_get(self->kmgr, kid))
@@ -747,8 +741,7 @@ static enum MHD_Result patch_session(void *arg, http_req_t *call)
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
-    audit_who_conn(&who, "jupyter", conn);
-    audit_who_set_tenant(&who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "jupyter", &who);
     json_t *req = session_request(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
@@ -872,16 +865,6 @@ static void request_done(void *ctx, void *req_state, bool completed)
 
 /* The parameter kinds: a kernel (a kmgr session), a Jupyter session, a
  * kernelspec; the messages are jupyter_server's. */
-static const char *kernel_owner_of(void *arg, void *obj)
-{
-    return kernel_owner(obj);
-}
-
-static void *resolve_kernel(void *arg, const char *id, const http_req_t *call)
-{
-    jupyter_t *self = arg;
-    return kmgr_get(self->kmgr, id);
-}
 
 static void *resolve_session(void *arg, const char *id, const http_req_t *call)
 {
@@ -926,7 +909,7 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
     };
     const http_front_t front = {
         .ctx = self, .done = request_done, .error_response = error_response};
-    if (http_param(http, "kernel", resolve_kernel, kernel_owner_of, self,
+    if (http_param(http, "kernel", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "Kernel does not exist: %s", err) < 0 ||
         http_param(http, "session", resolve_session, session_owner, self, "Session not found: %s",
                    err) < 0 ||

@@ -514,8 +514,7 @@ static enum MHD_Result handle_post(mcp_t *self, http_req_t *call, const char *bo
                                    void **req_state)
 {
     struct MHD_Connection *conn = call->conn;
-    audit_who_conn(&self->who, "mcp", conn);
-    audit_who_set_tenant(&self->who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "mcp", &self->who);
     const char *ctype = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     if (!ctype || strncasecmp(ctype, "application/json", 16) != 0 ||
         (ctype[16] != 0 && ctype[16] != ';' && ctype[16] != ' '))
@@ -647,8 +646,7 @@ static enum MHD_Result delete_mcp(void *arg, http_req_t *call)
     session_t *s = session_of(call, "Bad Request: no Mcp-Session-Id header", &ret);
     if (!s)
         return ret;
-    audit_who_conn(&self->who, "mcp", conn);
-    audit_who_set_tenant(&self->who, call->tenant ? call->tenant->name : NULL);
+    http_who(call, "mcp", &self->who);
     session_end(self, s, "deleted by the client");
     return send_body(conn, 200, NULL, xstrdup(""), NULL);
 }

@@ -36,6 +36,18 @@ bool tenant_sees(const tenant_t *t, const char *owner)
     return t && (t->admin || (owner && strcmp(owner, t->name) == 0));
 }
 
+void *tenants_resolve_session(void *kmgr, const char *id, const http_req_t *req)
+{
+    (void)req; /* the owner check is the route layer's (tenants_session_owner) */
+    return kmgr_get(kmgr, id);
+}
+
+const char *tenants_session_owner(void *kmgr, void *kernel)
+{
+    (void)kmgr;
+    return kernel_owner(kernel);
+}
+
 static bool is_live(const kernel_t *k)
 {
     kernel_state_t st = kernel_state(k);

@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "gateway/http.h"
 #include "gateway/keys.h"
 #include "kernelmgr/kmgr.h"
 
@@ -53,6 +54,12 @@ void tenants_set_keys(const keys_t *keys);
 /* The tenant named name now, into *out: "admin" is --token's; false for a
  * name the keys file no longer has. */
 bool tenant_by_name(const char *name, tenant_t *out);
+
+/* A parameter kind for kmgr sessions (the REST API's {context}, Jupyter's
+ * {kernel}): resolve and owner functions for http_param, whose ctx is the
+ * kmgr_t. */
+void *tenants_resolve_session(void *kmgr, const char *id, const http_req_t *req);
+const char *tenants_session_owner(void *kmgr, void *kernel);
 
 /* Whether t may see a session of owner's (an admin sees all). */
 bool tenant_sees(const tenant_t *t, const char *owner);

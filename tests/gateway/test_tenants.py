@@ -279,6 +279,9 @@ try:
     s.close()
     ok(resp.startswith(b"HTTP/1.1 200"), "a right key from another address still works",
        resp[:80])
+    deadline = time.time() + 10  # the log is read by a thread of sgd's
+    while time.time() < deadline and not any("failed to authenticate" in l for l in d.log):
+        time.sleep(0.1)
     ok(any("failed to authenticate more than 20 times" in l for l in d.log),
        "the block is logged", d.log[-5:])
 finally:
