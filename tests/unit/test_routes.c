@@ -10,6 +10,7 @@
  * front end: the handlers here answer with what they were given. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sodium.h>
@@ -20,6 +21,7 @@
 
 #include "common/xalloc.h"
 #include "gateway/http.h"
+#include "gateway/keys.h"
 #include "gateway/metrics.h"
 #include "tests/tap.h"
 
@@ -273,8 +275,8 @@ static void test_registration(void)
         {"pct", "100%", "a % that is not %s"},
     };
     for (size_t i = 0; i < sizeof bad_params / sizeof bad_params[0]; i++) {
-        int rc =
-            http_param(http, bad_params[i].name, resolve_thing, NULL, NULL, bad_params[i].unknown, &err);
+        int rc = http_param(http, bad_params[i].name, resolve_thing, NULL, NULL,
+                            bad_params[i].unknown, &err);
         ok(rc < 0 && err && err->kind == SG_E_INVALID, "refused: %s (%s)", bad_params[i].why,
            err ? err->msg : "accepted");
         sg_error_free(&err);
@@ -540,6 +542,95 @@ static void test_sinks(void)
     is_int(aborts - aborted, 1, "a broken-off upload's sink is aborted");
 }
 
+/* --- tenants: the owner check of the route layer ---------------------------------- */
+
+/* Boxes "a1" (alice's) and "b1" (bob's). */
+static void *resolve_box(void *ctx, const char *id, const http_req_t *req)
+{
+    return strcmp(id, "a1") == 0 ? "alice" : strcmp(id, "b1") == 0 ? "bob" : NULL;
+}
+
+static const char *box_owner(void *ctx, void *obj)
+{
+    return obj; /* the object is its owner's name */
+}
+
+static enum MHD_Result box_handle(void *ctx, http_req_t *req)
+{
+    char *text = xasprintf("%s sees %s", req->tenant ? req->tenant->name : "-",
+                           (const char *)http_arg(req, "box"));
+    enum MHD_Result r = http_reply_json(req->conn, 200, json_pack("{s:s}", "who", text));
+    free(text);
+    return r;
+}
+
+static reply_t as(const char *key, const char *url)
+{
+    char *h = xasprintf("Authorization: Bearer %s\r\n", key);
+    reply_t r = request("GET", url, h, "");
+    free(h);
+    return r;
+}
+
+static void test_tenants(void)
+{
+    sg_error_t *err = NULL;
+    is_int(http_param(http, "box", resolve_box, box_owner, NULL, "no box '%s'", &err), 0,
+           "a kind with an owner function");
+    static const http_route_t routes[] = {{"GET", "/boxes/{box}", box_handle, 0, NULL}};
+    is_int(http_routes(http, &front_t, routes, 1, &err), 0, "its route");
+    /* A keys file of two tenants whose keys are known. */
+    char path[] = "/tmp/sg-routes-keys-XXXXXX";
+    int fd = mkstemp(path);
+    unsigned char ha[32], hb[32];
+    crypto_hash_sha256(ha, (const unsigned char *)"alice-key-0123456789", 20);
+    crypto_hash_sha256(hb, (const unsigned char *)"bob-key-0123456789xx", 20);
+    char xa[65], xb[65];
+    sodium_bin2hex(xa, sizeof xa, ha, 32);
+    sodium_bin2hex(xb, sizeof xb, hb, 32);
+    dprintf(fd, "# two tenants\nalice sha256:%s max-live=2\nbob sha256:%s\n", xa, xb);
+    close(fd);
+    keys_t *keys = keys_load(path, &err);
+    ok(keys != NULL && keys_count(keys) == 2, "the keys file loads (%s)", err ? err->msg : "ok");
+    sg_error_free(&err);
+    http_server_set_keys(http, keys);
+
+    reply_t r = as("alice-key-0123456789", "/boxes/a1");
+    ok(r.status == 200 && strstr(r.body, "alice sees alice"), "alice gets her box (%d %s)",
+       r.status, r.body);
+    reply_t theirs = as("alice-key-0123456789", "/boxes/b1");
+    is_int(theirs.status, 404, "bob's box is 404 to alice");
+    r = as("bob-key-0123456789xx", "/boxes/b1");
+    ok(r.status == 200 && strstr(r.body, "bob sees bob"), "bob gets his (%s)", r.body);
+    r = as(TOKEN, "/boxes/a1");
+    ok(r.status == 200 && strstr(r.body, "admin sees alice"),
+       "the token is the admin, who sees every tenant's (%s)", r.body);
+    is_int(as("carol-key-0123456789", "/boxes/a1").status, 401, "an unknown key: 401");
+    /* Byte-identical: the same id, once another tenant's and once unknown. */
+    http_server_set_keys(http, NULL);
+    keys_destroy(&keys);
+    unlink(path);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    dprintf(fd, "alice sha256:%s\n", xa); /* bob and his box are gone */
+    close(fd);
+    keys = keys_load(path, &err);
+    http_server_set_keys(http, keys);
+    is_int(as("bob-key-0123456789xx", "/boxes/b1").status, 401,
+           "a removed key stops working once the keys are replaced");
+    reply_t unknown = as("alice-key-0123456789", "/boxes/zz");
+    char *want = xasprintf("%s", unknown.body);
+    char *p = strstr(want, "zz");
+    if (p)
+        memcpy(p, "b1", 2);
+    ok(strcmp(theirs.body, want) == 0,
+       "another tenant's id answers byte for byte what an unknown id answers (%s / %s)",
+       theirs.body, want);
+    free(want);
+    http_server_set_keys(http, NULL);
+    keys_destroy(&keys);
+    unlink(path);
+}
+
 static void test_resume(void)
 {
     uint64_t ok200 = metrics.http_status[200], timed = metrics.http_seconds.count;
@@ -583,6 +674,7 @@ int main(void)
     test_limits();
     test_sinks();
     test_resume();
+    test_tenants();
     http_server_destroy(&http);
     http_server_destroy(&http);
     ok(http == NULL, "destroy nulls the pointer and is safe twice");
