@@ -767,6 +767,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
             /* Refused: who and where, never a header or the query. */
             audit_who_t who;
             audit_who_conn(&who, NULL, conn);
+            if (req->authorized) /* a key was known: a 403 or a quota's 429 */
+                audit_who_set_tenant(&who, req->tenant.name);
             audit_event(&who, "refused",
                         json_pack("{s:i, s:s, s:s}", "status", (int)st, "method", req->method,
                                   "path", req->path));

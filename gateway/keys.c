@@ -150,6 +150,10 @@ static int parse_line(char *line, tenant_t *t, const char **why)
         *why = "a tenant name is 1-63 of A-Z a-z 0-9 . _ -";
         return -1;
     }
+    if (strcmp(name, "admin") == 0) { /* it would own --token's sessions */
+        *why = "'admin' is the tenant of --token; give this one another name";
+        return -1;
+    }
     strcpy(t->name, name);
     size_t hlen = 0;
     if (!hash || strncmp(hash, HASH_PREFIX, strlen(HASH_PREFIX)) != 0 ||

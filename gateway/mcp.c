@@ -334,8 +334,10 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
     if (net && !internet && strcmp(net, "false") != 0 && strcmp(net, "0") != 0)
         return rpc_error(id, RPC_INVALID_PARAMS,
                          "the URL's internet= must be true or false, not '%.32s'", net);
-    if (internet && !p->tenant.internet && !p->tenant.admin)
+    if (internet && !p->tenant.internet && !p->tenant.admin) {
+        metrics_tenant(p->tenant.name, "quota:internet");
         return quota_error(id, "internet", 0);
+    }
     if (internet && !kmgr_has_egress(self->kmgr))
         return rpc_error(id, RPC_INVALID_PARAMS,
                          "internet=true: this server gives sandboxes no network (its operator "
