@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from sgd import Daemon, TOKEN, SANDGATE
+from sgd import Daemon, TOKEN, add_key
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
@@ -62,14 +62,8 @@ try:
     # Two tenants: alice, and bob with at most one context.  --token stays
     # the admin's key, which the checks before the tenants' use.
     keys_file = os.path.join(venv, "keys")
-
-    def add_key(name, *opts):
-        r = subprocess.run([SANDGATE, "keys", "add", name, "--keys-file", keys_file, *opts],
-                           capture_output=True, text=True, timeout=60)
-        ok(r.returncode == 0, f"sandgate keys add {name} {' '.join(opts)}", r.stderr)
-        return r.stdout.strip().splitlines()[-1]
-    key_a = add_key("alice")
-    key_b = add_key("bob", "--max-contexts", "1")
+    key_a = add_key(keys_file, "alice")
+    key_b = add_key(keys_file, "bob", "--max-contexts", "1")
     d = Daemon("--pool-size", "1", "--max-upload", "100000", "--keys-file", keys_file,
                "--auth-fail-limit", "10", "--auth-block", "2")
     # The checks run inside the venv's Python: the package as installed.
