@@ -161,6 +161,7 @@ try {
     ['forbidden', 403, sg.ForbiddenError], ['not_found', 404, sg.NotFoundError],
     ['method_not_allowed', 405, sg.MethodNotAllowedError], ['conflict', 409, sg.ConflictError],
     ['limit_exceeded', 413, sg.LimitExceededError], ['insufficient_storage', 507, sg.InsufficientStorageError],
+    ['quota_exceeded', 429, sg.QuotaExceededError], ['too_many_requests', 429, sg.TooManyRequestsError],
     ['unavailable', 503, sg.UnavailableError], ['timeout', 504, sg.GatewayTimeoutError]]
   const wrong = kinds.filter(([kind, status, cls]) => {
     const x = sg.errorFromResponse(status, JSON.stringify({ error: kind, message: 'm' }))
@@ -170,6 +171,9 @@ try {
   const proxy = sg.errorFromResponse(502, '<html>bad gateway</html>')
   check(proxy instanceof sg.SandgateError && proxy.status === 502 && /bad gateway/.test(proxy.message),
     'a non-JSON error (a proxy\'s) is a SandgateError with its status', `${proxy}`)
+  const limited = sg.errorFromResponse(429, 'slow down')
+  check(limited instanceof sg.TooManyRequestsError && !(limited instanceof sg.QuotaExceededError),
+    'a 429 without sandgate\'s body (a proxy\'s rate limit) is TooManyRequestsError', `${limited}`)
 
   await c.removeContext(ctx)
   e = await rejects(c.getContext(ctx))
