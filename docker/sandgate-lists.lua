@@ -1,7 +1,10 @@
 -- HAProxy Lua (docker/haproxy-config.sh loads it): GET /contexts,
 -- GET /api/kernels and GET /api/sessions answered with the lists of every
 -- replica that is up, joined — what one sandgate would list.  Each replica
--- checks the client's token itself: the first that refuses it answers.
+-- is asked with the client's own credentials (its Authorization or
+-- X-Access-Token header, its ?token=), never the proxy's: so each checks the
+-- key itself (the first that refuses it answers, 401 or 429) and lists what
+-- that key's tenant may see — its own sessions, or all for an admin key.
 --
 -- SANDGATE_REPLICAS (set in the config's global section): "ID=HOST:PORT ...".
 
@@ -32,7 +35,8 @@ local function fail(applet, status, kind, msg)
     answer(applet, status, string.format('{"error":"%s","message":"%s"}\n', kind, msg))
 end
 
--- The credentials a client may send (docs/api.md, docs/jupyter.md).
+-- The credentials a client may send in headers (docs/api.md,
+-- docs/jupyter.md); ?token= goes along with the query string.
 local passed = { "authorization", "x-access-token", "e2b-traffic-access-token" }
 
 core.register_service("sandgate_list", "http", function(applet)

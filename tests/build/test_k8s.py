@@ -2,7 +2,10 @@
 of two releases, unknown fields refused: kubernetes-validate from PyPI, in
 tests/.venv), and the pieces fit together — the StatefulSet's pods get their
 replica id from their name, probe /health, pause on stop within the grace
-period, keep state on a claim; the headless Service, the PDB and the
+period, keep state on a claim, take the admin's key from one Secret and the
+tenants' keys file from another, mounted read-only, mode 0400, owned by root
+(a copy of what the kubelet makes of it is one sandgate accepts, and the same
+with the default mode 0644 is refused); the headless Service, the PDB and the
 NetworkPolicies select those pods; the proxy's config routes to each
 replica's DNS name.  No cluster needed."""
 import glob
@@ -15,6 +18,7 @@ import tempfile
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
+SANDGATE = os.path.join(os.environ.get("SG_BUILDDIR", "."), "sandgate")
 K8S = os.path.join(SRC, "docker", "k8s")
 VENV = os.path.join(SRC, "tests", ".venv", "bin")
 VERSIONS = ("1.28.0", "1.33.0")
@@ -106,6 +110,72 @@ mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
 claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])]
 ok(state and mounts.get(state) in claims, "the state directory is a volume claim per replica",
    (state, mounts, claims))
+
+# --- the tenants' keys file: a Secret mounted read-only --------------------------------
+secrets = {s["metadata"]["name"]: s for s in kinds["Secret"]}
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+keys_path = env.get("SANDGATE_KEYS_FILE", {}).get("value", "")
+kmount = next((m for m in c.get("volumeMounts", [])
+               if keys_path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+kvol = vols.get(kmount["name"], {}).get("secret", {}) if kmount else {}
+kname = kvol.get("secretName")
+kfile = os.path.relpath(keys_path, kmount["mountPath"]) if kmount else None
+ok(kmount and kvol and kname in secrets and kname != env["SANDGATE_TOKEN"]["valueFrom"]
+   ["secretKeyRef"]["name"], "--keys-file (SANDGATE_KEYS_FILE) is a file of a Secret volume of "
+   "its own, beside the admin's --token", (keys_path, kmount, kvol))
+ok(kmount and kmount.get("readOnly") is True and not kmount.get("subPath"),
+   "mounted read-only, without subPath (so the kubelet's updates reach it)", kmount)
+ok(kvol.get("defaultMode") == 0o400 and not kvol.get("items"),
+   "its files are mode 0400", kvol)
+ok("fsGroup" not in pod.get("securityContext", {}) and "runAsUser" not in c.get("securityContext", {}),
+   "no fsGroup or runAsUser: the kubelet's files are root's, as sandgate wants", pod.get("securityContext"))
+data = dict(secrets.get(kname, {}).get("stringData", {}))
+ok(kfile in data, f"the Secret {kname} has the file SANDGATE_KEYS_FILE names ({kfile})",
+   sorted(data))
+
+
+def kubelet_volume(root, files, mode):
+    """A Secret volume as the kubelet writes it: the files in a timestamped
+    directory, ..data a link to it, each name a link through ..data."""
+    stamp = os.path.join(root, "..2026_01_01_00_00_00.000000001")
+    os.makedirs(stamp)
+    for name, text in files.items():
+        with open(os.path.join(stamp, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(stamp, name), mode)
+        os.symlink(os.path.join("..data", name), os.path.join(root, name))
+    os.symlink(os.path.basename(stamp), os.path.join(root, "..data"))
+
+
+tmp = tempfile.mkdtemp(prefix="sgt-k8s-keys-")
+try:
+    os.chmod(tmp, 0o711)
+    vol = os.path.join(tmp, "mounted")
+    kubelet_volume(vol, data, kvol.get("defaultMode", 0o644))
+    r = subprocess.run([SANDGATE, "keys", "list", "--keys-file", os.path.join(vol, kfile or "")],
+                       capture_output=True, text=True, timeout=60)
+    ok(r.returncode == 0, "sandgate reads the shipped keys file as the kubelet mounts it "
+       "(a placeholder without tenants)", r.stdout + r.stderr)
+    made = os.path.join(tmp, "made")
+    add = subprocess.run([SANDGATE, "keys", "add", "alice", "--keys-file", made],
+                         capture_output=True, text=True, timeout=60)
+    vol2 = os.path.join(tmp, "rotated")
+    with open(made) as f:
+        kubelet_volume(vol2, {kfile or "keys": f.read()}, kvol.get("defaultMode", 0o644))
+    r = subprocess.run([SANDGATE, "keys", "list", "--keys-file", os.path.join(vol2, kfile or "")],
+                       capture_output=True, text=True, timeout=60)
+    ok(add.returncode == 0 and r.returncode == 0 and "alice" in r.stdout,
+       "a file from `sandgate keys add`, put in the Secret, is read through the mount",
+       add.stderr + r.stdout + r.stderr)
+    vol3 = os.path.join(tmp, "default-mode")
+    kubelet_volume(vol3, data, 0o644)
+    r = subprocess.run([SANDGATE, "keys", "list", "--keys-file", os.path.join(vol3, kfile or "")],
+                       capture_output=True, text=True, timeout=60)
+    ok(r.returncode != 0 and "0644" in r.stderr,
+       "without defaultMode (0644) sandgate would refuse it: the mode matters", r.stderr)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
 sc = c.get("securityContext", {})
 ok(sc.get("privileged") is True and sc.get("seccompProfile", {}).get("type") == "Unconfined",
    "privileged, seccomp Unconfined (nested runsc: docker/README.md)", sc)

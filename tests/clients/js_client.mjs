@@ -1,10 +1,12 @@
 // sandgate's JS client (clients/js, npm `sandgate`) against a real daemon.
-// usage: node js_client.mjs URL TOKEN   — prints one JSON line per check: {ok, name, detail}
-// The daemon runs with --max-upload 400000 (for a 413).
+// usage: node js_client.mjs URL TOKEN KEY_A KEY_B — prints one JSON line per check: {ok, name, detail}
+// The daemon runs with --max-upload 400000 (for a 413) and a keys file whose
+// tenants have the keys KEY_A (alice) and KEY_B (bob, --max-contexts 1);
+// TOKEN is the admin's --token.
 import * as sg from 'sandgate'
 
 const { Sandgate } = sg
-const [url, token] = process.argv.slice(2)
+const [url, token, keyA, keyB] = process.argv.slice(2)
 const check = (ok, name, detail) =>
   console.log(JSON.stringify({ ok: !!ok, name, detail: ok ? undefined : detail }))
 const str = (v) => { try { return JSON.stringify(v) } catch { return String(v) } }
@@ -20,8 +22,10 @@ try {
   // The environment gives the defaults.
   process.env.SANDGATE_URL = url
   process.env.SANDGATE_TOKEN = token
+  delete process.env.SANDGATE_API_KEY
   const c = new Sandgate()
-  check(c.url === url && c.token === token, 'SANDGATE_URL and SANDGATE_TOKEN are the defaults', [c.url])
+  check(c.url === url && c.apiKey === token && c.token === token,
+    'SANDGATE_URL and SANDGATE_TOKEN are the defaults (apiKey, and token its older name)', [c.url])
   const h = await c.health()
   check(h.status === 'ok', 'health', h)
 
@@ -157,6 +161,7 @@ try {
     ['forbidden', 403, sg.ForbiddenError], ['not_found', 404, sg.NotFoundError],
     ['method_not_allowed', 405, sg.MethodNotAllowedError], ['conflict', 409, sg.ConflictError],
     ['limit_exceeded', 413, sg.LimitExceededError], ['insufficient_storage', 507, sg.InsufficientStorageError],
+    ['quota_exceeded', 429, sg.QuotaExceededError], ['too_many_requests', 429, sg.TooManyRequestsError],
     ['unavailable', 503, sg.UnavailableError], ['timeout', 504, sg.GatewayTimeoutError]]
   const wrong = kinds.filter(([kind, status, cls]) => {
     const x = sg.errorFromResponse(status, JSON.stringify({ error: kind, message: 'm' }))
@@ -166,12 +171,80 @@ try {
   const proxy = sg.errorFromResponse(502, '<html>bad gateway</html>')
   check(proxy instanceof sg.SandgateError && proxy.status === 502 && /bad gateway/.test(proxy.message),
     'a non-JSON error (a proxy\'s) is a SandgateError with its status', `${proxy}`)
+  const limited = sg.errorFromResponse(429, 'slow down')
+  check(limited instanceof sg.TooManyRequestsError && !(limited instanceof sg.QuotaExceededError),
+    'a 429 without sandgate\'s body (a proxy\'s rate limit) is TooManyRequestsError', `${limited}`)
 
   await c.removeContext(ctx)
   e = await rejects(c.getContext(ctx))
   check(isErr(e, sg.NotFoundError, 404, 'not_found'), 'removeContext; getContext then is NotFoundError 404', `${e}`)
   e = await rejects(c.execute('1', { context: ctx }))
   check(isErr(e, sg.NotFoundError, 404, 'not_found'), 'executing in a removed context is NotFoundError', `${e}`)
+
+  // --- tenants: a key each ----------------------------------------------------------
+  const alice = new Sandgate({ url, apiKey: keyA })
+  const bob = new Sandgate({ url, token: keyB }) // the older name still works
+  check(alice.apiKey === keyA && alice.token === keyA && bob.apiKey === keyB,
+    'apiKey and its older name token set the key', null)
+  check(new Sandgate({ url, apiKey: keyA, token: keyB }).apiKey === keyA, 'apiKey wins over token', null)
+  const ca = await alice.createContext()
+  await alice.uploadFile(ca, 'mine.txt', "alice's")
+  ex = await alice.execute("who = 'alice'\nwho", { context: ca })
+  check(ex.text === "'alice'", "a tenant's key creates and runs its context", ex.results)
+  const mine = await alice.listContexts()
+  check(mine.some((x) => x.id === ca.id) && mine.every((x) => x.tenant === 'alice'),
+    'its list has its own contexts, marked with its tenant', mine)
+  check(!(await bob.listContexts()).some((x) => x.id === ca.id), "another tenant's list does not have it", null)
+  const unknown = '00000000-0000-4000-8000-000000000000'
+  const eu = await rejects(bob.getContext(unknown))
+  for (const [what, call] of [['getContext', () => bob.getContext(ca)],
+    ['execute', () => bob.execute('who', { context: ca })], ['readFile', () => bob.readFile(ca, 'mine.txt')],
+    ['removeContext', () => bob.removeContext(ca)], ['runCommand', () => bob.runCommand('ls', { context: ca })]]) {
+    e = await rejects(call())
+    check(isErr(e, sg.NotFoundError, 404, 'not_found'),
+      `another tenant's context: ${what} is NotFoundError 404`, `${e}`)
+    if (what === 'getContext') {
+      check(eu && e.message.replace(ca.id, 'ID') === eu.message.replace(unknown, 'ID'),
+        '... the same error as an id that does not exist', [`${e}`, `${eu}`])
+    }
+  }
+  ex = await alice.execute('who', { context: ca })
+  check(ex.text === "'alice'" && await alice.readFile(ca, 'mine.txt') === "alice's",
+    "the owner's context is untouched", ex.results)
+  check((await c.listContexts()).some((x) => x.id === ca.id && x.tenant === 'alice'),
+    "the admin's token sees it, with its tenant", null)
+
+  const cb = await bob.createContext()
+  ex = await bob.execute('6 * 7', { context: cb })
+  check(ex.text === '42', 'the other tenant works with its key', ex.results)
+  e = await rejects(bob.createContext())
+  check(e instanceof sg.QuotaExceededError && isErr(e, sg.QuotaExceededError, 429, 'quota_exceeded') &&
+    e.quota === 'max-contexts' && e.limit === 1 && e.message.includes('max-contexts') &&
+    e.name === 'QuotaExceededError',
+    'past max-contexts: QuotaExceededError (a SandgateError, 429) naming max-contexts and its limit',
+    [`${e}`, e?.quota, e?.limit])
+  const ca2 = await alice.createContext()
+  check(ca2.id, 'the other tenant is not held by that quota', ca2)
+
+  process.env.SANDGATE_API_KEY = keyB
+  const ids = (await new Sandgate().listContexts()).map((x) => x.id)
+  check(ids.includes(cb.id) && !ids.includes(ca.id), 'SANDGATE_API_KEY is used before SANDGATE_TOKEN', ids)
+  delete process.env.SANDGATE_API_KEY
+
+  // --- too many failed authentications: TooManyRequestsError ------------------------------
+  const names = []
+  for (let i = 0; i < 12; i++) {
+    names.push((await rejects(new Sandgate({ url, apiKey: `sgk_wrong${i}` }).listContexts()))?.name)
+  }
+  check(names.slice(0, 3).every((n) => n === 'UnauthorizedError') && names.at(-1) === 'TooManyRequestsError',
+    'wrong keys past --auth-fail-limit: TooManyRequestsError', names)
+  e = await rejects(alice.listContexts())
+  check(isErr(e, sg.TooManyRequestsError, 429, 'too_many_requests'),
+    'while blocked, a right key gets TooManyRequestsError 429', `${e}`)
+  await new Promise((resolve) => setTimeout(resolve, 2500))
+  const left = (await rejects(alice.listContexts())) ?? [...await alice.listContexts(), ...await bob.listContexts()]
+  check(Array.isArray(left) && left.length === 3, 'after --auth-block, the right keys work again', `${left}`)
+  for (const x of Array.isArray(left) ? left : []) await c.removeContext(x)
 } catch (e) {
   check(false, 'the client script completes', `${e?.stack || e}`)
 }

@@ -1,6 +1,6 @@
 // Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
 // package's type declarations as a TypeScript user (an ES module) sees them.
-import { Sandgate, NotFoundError, SandgateError, type Execution, type Context } from 'sandgate'
+import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context } from 'sandgate'
 import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { createAgent } from 'langchain'
@@ -8,7 +8,9 @@ import { createDeepAgent } from 'deepagents'
 import { fakeModel } from '@langchain/core/testing'
 
 export async function use(): Promise<number> {
-  const sg = new Sandgate({ url: 'http://127.0.0.1:49999', token: 't' })
+  const sg = new Sandgate({ url: 'http://127.0.0.1:49999', apiKey: 'k' })
+  const old = new Sandgate({ token: 't' })
+  const key: string | undefined = old.apiKey ?? old.token
   const ctx: Context = await sg.createContext({ language: 'python', internet: false })
   const ex: Execution = await sg.execute('1', {
     context: ctx, onStdout: (t: string) => t.length, onResult: (r) => r.png, timeout: 5, envVars: { A: 'b' },
@@ -21,7 +23,10 @@ export async function use(): Promise<number> {
   try { await sg.getContext(ctx) } catch (e) {
     if (e instanceof NotFoundError) { const s: number = e.status; void s }
     if (e instanceof SandgateError) { const k: string = e.kind; void k }
+    if (e instanceof QuotaExceededError) { const q: string | undefined = e.quota; const n: number | undefined = e.limit; void q; void n }
+    if (e instanceof TooManyRequestsError) { const s: number = e.status; void s }
   }
+  void key
   const python = executePythonTool({ client: sg, timeout: 10 })
   const [py, sh] = sandgateTools({ client: sg })
   const agent = createAgent({ model: fakeModel(), tools: [python, runCommandTool({ client: sg }), py, sh] })

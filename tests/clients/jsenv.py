@@ -48,13 +48,14 @@ def run_checks(cwd, script, *args, timeout=300):
     return checks, r.stderr
 
 
-def run_suite(daemon, script, token, min_checks):
-    """Runs tests/clients/SCRIPT against the daemon in a fresh project() and
-    reports each of its checks as a TAP line."""
+def run_suite(daemon, script, token, min_checks, *args):
+    """Runs tests/clients/SCRIPT against the daemon in a fresh project()
+    (arguments: the daemon's URL, token, then args) and reports each of its
+    checks as a TAP line."""
     work = project([script])
     try:
         t = time.time()
-        checks, err = run_checks(work, script, daemon.url, token)
+        checks, err = run_checks(work, script, daemon.url, token, *args)
         diag(f"{script}: {time.time() - t:.1f} s")
         ok(len(checks) >= min_checks, f"{script} ran its checks ({len(checks)})", err[-3000:])
         for c in checks:

@@ -1,7 +1,11 @@
 """sandgate's JS client (clients/js, npm `sandgate`): `npm install ./clients/js`
 into an empty project and the import with nothing else installed; then the
 client against a real daemon (js_client.mjs): streaming callbacks, contexts,
-pause and resume, commands, files, an error class per kind."""
+pause and resume, commands, files, an error class per kind; then tenants (a
+keys file from `sandgate keys add`): each client works with its key (apiKey,
+token, SANDGATE_API_KEY over SANDGATE_TOKEN), one tenant's context is a
+NotFoundError to the other, max-contexts 1 is a QuotaExceededError naming
+it, an address past --auth-fail-limit gets TooManyRequestsError."""
 import json
 import os
 import shutil
@@ -11,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from jsenv import PKG, project, run_suite  # noqa: E402
-from sgd import Daemon, TOKEN  # noqa: E402
+from sgd import Daemon, TOKEN, add_key  # noqa: E402
 from tap import ok, done  # noqa: E402
 
 # npm install of the directory, offline: the package has no dependencies and
@@ -53,9 +57,15 @@ try:
 finally:
     shutil.rmtree(types, ignore_errors=True)
 
-d = Daemon("--pool-size", "1", "--max-upload", "400000")
+tmp = tempfile.mkdtemp(prefix="sg-js-keys-")
+keys_file = os.path.join(tmp, "keys")
+key_a = add_key(keys_file, "alice")
+key_b = add_key(keys_file, "bob", "--max-contexts", "1")
+d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_file,
+           "--auth-fail-limit", "10", "--auth-block", "2")
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 45)
+    run_suite(d, "js_client.mjs", TOKEN, 68, key_a, key_b)
 finally:
     d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
 done()

@@ -4,7 +4,12 @@ client (run from that venv, as a user would) against a real daemon with real
 sandboxed kernels: streaming callbacks, rich results, errors in the code,
 contexts (create, list, get, restart, pause, resume, delete, the throwaway
 context manager), commands, files, artifacts, and one exception class per
-kind of HTTP error."""
+kind of HTTP error.  Then tenants (the daemon has a keys file from `sandgate
+keys add`): each client works with its tenant's key (api_key=, token=,
+SANDGATE_API_KEY over SANDGATE_TOKEN, sandgate-cli --api-key), one tenant's
+context is a NotFoundError to the other, a tenant at --max-contexts 1 gets
+QuotaExceededError naming max-contexts (sandgate-cli: exit 7), and an address
+past --auth-fail-limit gets TooManyRequestsError."""
 import json
 import os
 import shutil
@@ -12,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from sgd import Daemon, TOKEN
+from sgd import Daemon, TOKEN, add_key
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
@@ -54,7 +59,13 @@ try:
     ok(r.returncode != 0 and "langchain" in r.stderr and "pip install" in r.stderr,
        "sandgate.langchain without LangChain says which extra to install", r.stderr[-500:])
 
-    d = Daemon("--pool-size", "1", "--max-upload", "100000")
+    # Two tenants: alice, and bob with at most one context.  --token stays
+    # the admin's key, which the checks before the tenants' use.
+    keys_file = os.path.join(venv, "keys")
+    key_a = add_key(keys_file, "alice")
+    key_b = add_key(keys_file, "bob", "--max-contexts", "1")
+    d = Daemon("--pool-size", "1", "--max-upload", "100000", "--keys-file", keys_file,
+               "--auth-fail-limit", "10", "--auth-block", "2")
     # The checks run inside the venv's Python: the package as installed.
     script = r'''
 import base64, io, json, os, sys, time
@@ -194,8 +205,104 @@ try:
 except SandgateConnectionError as e:
     check(e.status is None and "127.0.0.1:1" in str(e), "unreachable: SandgateConnectionError", e)
 ctx.delete()
+
+# --- tenants: a key each --------------------------------------------------------------------
+import subprocess
+KEY_A, KEY_B = os.environ["SG_KEY_A"], os.environ["SG_KEY_B"]
+alice = Sandgate(api_key=KEY_A)
+bob = Sandgate(token=KEY_B)  # the older name still works
+check(alice.api_key == KEY_A and alice.token == KEY_A and bob.api_key == KEY_B,
+      "api_key= and its older name token= set the key")
+check(Sandgate(api_key=KEY_A, token=KEY_B).api_key == KEY_A, "api_key= wins over token=")
+ca = alice.create_context()
+alice.upload(ca, "mine.txt", b"alice's")
+check(alice.execute("who = 'alice'; who", context=ca).text == "'alice'",
+      "a tenant's key creates and runs its context")
+check(ca.id in [c.id for c in alice.list_contexts()] and
+      all(c.info.get("tenant") == "alice" for c in alice.list_contexts()),
+      "its list has its own contexts, marked with its tenant",
+      [c.info for c in alice.list_contexts()])
+check(ca.id not in [c.id for c in bob.list_contexts()], "another tenant's list does not have it")
+raises(NotFoundError, lambda: bob.get_context(ca.id), "another tenant's context", 404)
+raises(NotFoundError, lambda: bob.execute("who", context=ca.id), "running in it", 404)
+raises(NotFoundError, lambda: bob.download(ca.id, "mine.txt"), "reading its file", 404)
+raises(NotFoundError, lambda: bob.delete_context(ca.id), "deleting it", 404)
+try:
+    bob.get_context(ca.id)
+except NotFoundError as e:
+    unknown = None
+    try:
+        bob.get_context("00000000-0000-4000-8000-000000000000")
+    except NotFoundError as u:
+        unknown = u
+    check(unknown and e.message.replace(ca.id, "ID") == unknown.message.replace(
+          "00000000-0000-4000-8000-000000000000", "ID"),
+          "... the same error as an id that does not exist", (e.message, unknown))
+check(alice.execute("who", context=ca).text == "'alice'" and
+      alice.download(ca, "mine.txt") == b"alice's", "the owner's context is untouched")
+check(ca.id in [c.id for c in Sandgate().list_contexts()], "the admin's --token sees it")
+
+cb = bob.create_context()
+check(bob.execute("6 * 7", context=cb).text == "42", "the other tenant works with its key")
+try:
+    bob.create_context()
+    check(False, "a second context past --max-contexts 1 raises")
+except QuotaExceededError as e:
+    check(isinstance(e, SandgateError) and e.status == 429 and e.error == "quota_exceeded" and
+          e.quota == "max-contexts" and e.limit == 1 and "max-contexts" in str(e),
+          "past max-contexts: QuotaExceededError (a SandgateError, 429) naming max-contexts "
+          "and its limit", (e.status, e.quota, e.limit, str(e)))
+except SandgateError as e:
+    check(False, "past max-contexts: QuotaExceededError", (type(e), e))
+check(alice.create_context().id, "the other tenant is not held by that quota")
+
+# The environment: SANDGATE_API_KEY wins over SANDGATE_TOKEN (the admin's here).
+os.environ["SANDGATE_API_KEY"] = KEY_B
+ids = [c.id for c in Sandgate().list_contexts()]
+check(cb.id in ids and ca.id not in ids, "SANDGATE_API_KEY is used before SANDGATE_TOKEN", ids)
+del os.environ["SANDGATE_API_KEY"]
+
+cli = [os.path.join(os.path.dirname(sys.executable), "sandgate-cli")]
+r = subprocess.run(cli + ["--api-key", KEY_B, "ctx", "list"], capture_output=True, text=True)
+check(r.returncode == 0 and cb.id in r.stdout and ca.id not in r.stdout,
+      "sandgate-cli --api-key lists that tenant's contexts", r.stdout + r.stderr)
+r = subprocess.run(cli + ["--api-key", KEY_B, "--token", KEY_A, "ctx", "show", ca.id],
+                   capture_output=True, text=True)
+check(r.returncode == 5, "sandgate-cli: --api-key wins over --token; another tenant's id: exit 5",
+      (r.returncode, r.stderr))
+r = subprocess.run(cli + ["ctx", "new"], capture_output=True, text=True,
+                   env=dict(os.environ, SANDGATE_API_KEY=KEY_B))
+check(r.returncode == 7 and "max-contexts" in r.stderr and "429" in r.stderr,
+      "sandgate-cli past the quota (SANDGATE_API_KEY): exit 7, naming max-contexts",
+      (r.returncode, r.stderr))
+
+# --- too many failed authentications: TooManyRequestsError ------------------------------------
+got = []
+for i in range(12):
+    try:
+        Sandgate(api_key="sgk_wrong%d" % i).list_contexts()
+    except SandgateError as e:
+        got.append(type(e).__name__)
+check(got[:3] == ["UnauthorizedError"] * 3 and got[-1] == "TooManyRequestsError",
+      "wrong keys past --auth-fail-limit: TooManyRequestsError", got)
+try:
+    alice.list_contexts()
+    check(False, "while blocked, a right key raises too")
+except TooManyRequestsError as e:
+    check(e.status == 429 and e.error == "too_many_requests" and e.message,
+          "while blocked, a right key gets TooManyRequestsError (429, its message)", e)
+time.sleep(2.5)
+try:
+    left = alice.list_contexts() + bob.list_contexts()
+    check(len(left) == 3, "after --auth-block, the right keys work again", left)
+    for c in left:
+        c.delete()
+except SandgateError as e:
+    check(False, "after --auth-block, the right keys work again", e)
 '''
-    env = dict(os.environ, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN)
+    env = dict(os.environ, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN, SG_KEY_A=key_a,
+               SG_KEY_B=key_b)
+    env.pop("SANDGATE_API_KEY", None)
     env.pop("PYTHONPATH", None)
     r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=600, env=env,
                        cwd=venv)

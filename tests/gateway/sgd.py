@@ -141,6 +141,16 @@ class Daemon:
             raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
 
 
+def add_key(keys_file, name, *opts):
+    """A new tenant NAME in keys_file (`sandgate keys add`, which creates the
+    file mode 0600; opts such as --max-contexts N); returns its key."""
+    r = subprocess.run([SANDGATE, "keys", "add", name, "--keys-file", keys_file, *opts],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"sandgate keys add {name}: {r.stderr}")
+    return r.stdout.strip().splitlines()[-1]
+
+
 def audit_read(path):
     """The events of an audit log (--audit-log), as dicts."""
     try:

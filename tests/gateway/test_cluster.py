@@ -2,7 +2,11 @@
 configuration docker/haproxy-config.sh writes): new contexts spread over the
 replicas, every request that names an id reaches the replica that made it
 (REST, Jupyter REST and WebSocket, MCP), an id no replica made gets a clear
-404, a replica killed with SIGKILL answers a clear 503 at once while the
+404, the joined lists (GET /contexts, /api/kernels) answer for the caller's
+tenant on every replica (two tenants of one keys file, given to each
+replica: each sees its own contexts of all three replicas and none of the
+other's, with its key in Authorization or ?token=; the admin sees all), a
+replica killed with SIGKILL answers a clear 503 at once while the
 others carry on, and the same replica restarted on its state dir has its
 contexts back with their variables.  Then the real clients' scripts (E2B SDK,
 @jupyterlab/services, the MCP SDK) run through the proxy."""
@@ -17,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-from sgd import Daemon, TOKEN, stdout
+from sgd import Daemon, TOKEN, add_key, stdout
 from tap import ok, diag, done
 from mcpraw import initialize, call, text_of, post, err_code
 from wsclient import WS
@@ -78,8 +82,12 @@ ENV = dict(os.environ, SANDGATE_CLUSTER_DIR=RUN, SANDGATE=os.path.join(BUILD, "s
 PORT = free_port()
 p = Proxy(f"http://127.0.0.1:{PORT}")
 started = []
+# Two tenants in one keys file, which every replica reads.
+KEYS = os.path.join(RUN, "keys")
+ALICE = add_key(KEYS, "alice")
+BOB = add_key(KEYS, "bob")
 try:
-    r = cluster("up", "3", str(PORT), "--", "--pool-size", "1")
+    r = cluster("up", "3", str(PORT), "--", "--pool-size", "1", "--keys-file", KEYS)
     ok(r.returncode == 0, "local-cluster.sh up 3 starts three replicas and HAProxy",
        r.stdout[-2000:] + r.stderr[-3000:])
     if r.returncode != 0:
@@ -129,6 +137,52 @@ try:
        (status, len(listed), data[:300]))
     status, answer = p.json("GET", "/contexts", token="wrong-token-0123456789abcdef")
     ok(status == 401, "a list asked with a wrong token: the replicas' 401", (status, answer))
+
+    # --- tenants: the joined lists answer for the caller's key ----------------------
+    owned = {"alice": {}, "bob": {}}  # tenant -> {id: replica}
+    for i in range(12):
+        name, key = ("alice", ALICE) if i % 2 == 0 else ("bob", BOB)
+        status, hdrs, data = p.request("POST", "/contexts", {}, token=key)
+        if status == 201:
+            owned[name][json.loads(data)["id"]] = hdrs.get("X-Sandgate-Replica")
+    ok(all(len(o) == 6 and set(o.values()) == set(REPLICAS) for o in owned.values()),
+       "alice and bob (keys of one keys file) each have contexts on all three replicas",
+       owned)
+
+    def listed(path, key, query=False):
+        """(status, {id: tenant}) of a joined list asked with key (the header, or ?token=)."""
+        status, _, data = p.request("GET", path + (f"?token={key}" if query else ""),
+                                    token=None if query else key)
+        try:
+            items = json.loads(data)
+            return status, {x["id"]: x.get("tenant") for x in items}
+        except (ValueError, TypeError, KeyError):
+            return status, data[:300]
+
+    everyone = set(contexts) | set(owned["alice"]) | set(owned["bob"])
+    for name, key, other in (("alice", ALICE, "bob"), ("bob", BOB, "alice")):
+        for path, query in (("/contexts", False), ("/contexts", True), ("/api/kernels", True)):
+            how = "?token=" if query else "Authorization"
+            status, got = listed(path, key, query)
+            ok(status == 200 and isinstance(got, dict) and set(got) == set(owned[name]),
+               f"GET {path} with {name}'s key ({how}) through the proxy: exactly {name}'s "
+               "contexts from every replica, none of the other's or the admin's",
+               (status, got if not isinstance(got, dict) else
+                {"missing": set(owned[name]) - set(got),
+                 "foreign": set(got) & (everyone - set(owned[name]))}))
+        status, got = listed("/contexts", key)
+        ok(isinstance(got, dict) and set(got.values()) == {name},
+           f"... each entry marked with tenant {name}", got)
+        st, answer = p.json("GET", f"/contexts/{next(iter(owned[other]))}", token=key)
+        ok(st == 404 and answer.get("error") == "not_found",
+           f"{name} asking for one of {other}'s contexts through the proxy: 404", (st, answer))
+    status, got = listed("/contexts", TOKEN)
+    ok(status == 200 and isinstance(got, dict) and everyone <= set(got) and
+       {got[c] for c in owned["alice"]} == {"alice"} and {got[c] for c in owned["bob"]} == {"bob"},
+       "the admin's token sees every tenant's contexts of every replica, with their tenant",
+       (status, len(got) if isinstance(got, dict) else got))
+    for c in list(owned["alice"]) + list(owned["bob"]):
+        p.request("DELETE", f"/contexts/{c}")
 
     # --- Jupyter: REST and a WebSocket through the proxy ----------------------------
     status, hdrs, data = p.request("POST", "/api/kernels", {"name": "python3"})

@@ -17,8 +17,8 @@ are data and transcripts, not examples.
 
 How an example runs: in a fresh directory holding in.csv (a header and 100
 rows) and script.py (prints, and writes output/plot.png), with the daemon's
-address in place of 127.0.0.1:49999 and its token in $TOKEN and
-$SANDGATE_TOKEN (and $SANDGATE_URL).  sh runs under bash -e -o pipefail,
+address in place of 127.0.0.1:49999 and its token in $TOKEN,
+$SANDGATE_TOKEN and $SANDGATE_API_KEY (and $SANDGATE_URL).  sh runs under bash -e -o pipefail,
 with sandgate-cli on the PATH (clients/python); in an sh block a line
 starting with '{' is output the commands above it print: some line they
 print must be JSON with the same keys and values (values that vary —
@@ -104,7 +104,8 @@ def fixtures(work, url):
     with open(cli, "w") as f:
         f.write(f"#!/bin/sh\nexec /usr/bin/python3 -m sandgate \"$@\"\n")
     os.chmod(cli, 0o755)
-    return dict(os.environ, TOKEN=TOKEN, SANDGATE_TOKEN=TOKEN, SANDGATE_URL=url,
+    return dict(os.environ, TOKEN=TOKEN, SANDGATE_TOKEN=TOKEN, SANDGATE_API_KEY=TOKEN,
+                SANDGATE_URL=url,
                 PATH=bindir + ":" + os.environ["PATH"],
                 PYTHONPATH=os.path.join(SRC, "clients/python/src"))
 

@@ -22,6 +22,15 @@ export class MethodNotAllowedError extends SandgateError {}
 export class ConflictError extends SandgateError {}
 /** 413 `limit_exceeded` */
 export class LimitExceededError extends SandgateError {}
+/** 429 `quota_exceeded`: the key's tenant is at one of its quotas. */
+export class QuotaExceededError extends SandgateError {
+  /** The quota reached: 'max-contexts', 'max-live', 'internet'. */
+  quota: string | undefined
+  /** Its value for this tenant. */
+  limit: number | undefined
+}
+/** 429 `too_many_requests`: too many failed authentications from this address. */
+export class TooManyRequestsError extends SandgateError {}
 /** 503 `unavailable` */
 export class UnavailableError extends SandgateError {}
 /** 504 `timeout` */
@@ -148,7 +157,9 @@ export interface FileEntry {
 export interface SandgateOptions {
   /** Default: env SANDGATE_URL, else http://127.0.0.1:49999 */
   url?: string
-  /** Default: env SANDGATE_TOKEN */
+  /** The tenant's key (or the admin's token). Default: env SANDGATE_API_KEY, else SANDGATE_TOKEN */
+  apiKey?: string
+  /** The older name of apiKey; apiKey wins when both are given. */
   token?: string
   /** Milliseconds for requests other than executions and file transfers (default 120000; 0: none). */
   requestTimeout?: number
@@ -160,6 +171,8 @@ export type UploadData = string | Uint8Array | ArrayBuffer | Blob | ReadableStre
 export class Sandgate {
   constructor(opts?: SandgateOptions)
   readonly url: string
+  apiKey: string | undefined
+  /** The older name of apiKey. */
   token: string | undefined
   /** A raw request: the Response for 2xx, else throws the error class. */
   request(method: string, path: string, opts?: {

@@ -30,7 +30,7 @@ function errorClass(name, kind, status) {
 
 /** 400: a malformed request, an unknown language, a path with `..` … */
 export const InvalidRequestError = errorClass('InvalidRequestError', 'invalid', 400)
-/** 401: missing or wrong token. */
+/** 401: a missing or wrong API key. */
 export const UnauthorizedError = errorClass('UnauthorizedError', 'unauthorized', 401)
 /** 403: a file path through a symbolic link or to something not a file or directory. */
 export const ForbiddenError = errorClass('ForbiddenError', 'forbidden', 403)
@@ -42,6 +42,29 @@ export const MethodNotAllowedError = errorClass('MethodNotAllowedError', 'method
 export const ConflictError = errorClass('ConflictError', 'conflict', 409)
 /** 413: a body, upload or workspace past its limit; too many kernels. */
 export const LimitExceededError = errorClass('LimitExceededError', 'limit_exceeded', 413)
+/**
+ * 429 `quota_exceeded`: the key's tenant is at one of its quotas. `quota`
+ * names it (max-contexts, max-live, internet) and `limit` is its value;
+ * deleting or pausing one of the tenant's contexts makes room, waiting does not.
+ */
+export class QuotaExceededError extends errorClass('QuotaExceededError', 'quota_exceeded', 429) {
+  constructor(message, opts = {}) {
+    const body = opts.body && typeof opts.body === 'object' ? opts.body : {}
+    const quota = typeof body.quota === 'string' ? body.quota : undefined
+    super(quota && !message.includes(quota) ? `${message} (quota ${quota}, limit ${body.limit})` : message, opts)
+    this.name = 'QuotaExceededError'
+    /** The quota reached: 'max-contexts', 'max-live', 'internet'. */
+    this.quota = quota
+    /** Its value for this tenant. */
+    this.limit = typeof body.limit === 'number' ? body.limit : undefined
+  }
+}
+/**
+ * 429 `too_many_requests`: too many failed authentications from this
+ * address; sandgate refuses it for a while (--auth-block), even with a right
+ * key. Waiting helps. A 429 without sandgate's body (a proxy's) is this too.
+ */
+export const TooManyRequestsError = errorClass('TooManyRequestsError', 'too_many_requests', 429)
 /** 503: a kernel could not start; a pause or resume failed. */
 export const UnavailableError = errorClass('UnavailableError', 'unavailable', 503)
 /** 504: the privileged launcher did not answer in time. */
@@ -57,12 +80,15 @@ const BY_KIND = {
   method_not_allowed: MethodNotAllowedError,
   conflict: ConflictError,
   limit_exceeded: LimitExceededError,
+  quota_exceeded: QuotaExceededError,
+  too_many_requests: TooManyRequestsError,
   unavailable: UnavailableError,
   timeout: GatewayTimeoutError,
   insufficient_storage: InsufficientStorageError,
 }
 const BY_STATUS = Object.fromEntries(
-  Object.values(BY_KIND).map((cls) => [new cls('').status, cls]))
+  Object.values(BY_KIND).filter((cls) => cls !== QuotaExceededError)
+    .map((cls) => [new cls('').status, cls]))
 
 /** The error for a non-2xx response (its body already read as text). */
 export function errorFromResponse(status, text) {
@@ -156,14 +182,18 @@ export class Sandgate {
   /**
    * @param {object} [opts]
    * @param {string} [opts.url]    default: env SANDGATE_URL, else http://127.0.0.1:49999
-   * @param {string} [opts.token]  default: env SANDGATE_TOKEN
+   * @param {string} [opts.apiKey] the tenant's key (or the admin's token);
+   *   default: env SANDGATE_API_KEY
+   * @param {string} [opts.token]  the older name of apiKey (env SANDGATE_TOKEN);
+   *   apiKey wins when both are given, and either beats the environment
    * @param {number} [opts.requestTimeout] ms for requests other than executions (default 120000)
    * @param {typeof fetch} [opts.fetch]
    */
-  constructor({ url, token, requestTimeout = 120000, fetch: fetchImpl } = {}) {
+  constructor({ url, apiKey, token, requestTimeout = 120000, fetch: fetchImpl } = {}) {
     const env = globalThis.process?.env ?? {}
     this.url = String(url ?? env.SANDGATE_URL ?? DEFAULT_URL).replace(/\/+$/, '')
-    this.token = token ?? env.SANDGATE_TOKEN ?? undefined
+    /** The key sent as `Authorization: Bearer`. */
+    this.apiKey = apiKey ?? token ?? env.SANDGATE_API_KEY ?? env.SANDGATE_TOKEN ?? undefined
     this.requestTimeout = requestTimeout
     this._fetch = fetchImpl ?? globalThis.fetch
     if (typeof this._fetch !== 'function') throw new Error('sandgate needs a global fetch (Node 20)')
@@ -175,7 +205,7 @@ export class Sandgate {
    */
   async request(method, path, { json, body, headers = {}, signal, timeout } = {}) {
     const h = { ...headers }
-    if (this.token) h.Authorization = `Bearer ${this.token}`
+    if (this.apiKey) h.Authorization = `Bearer ${this.apiKey}`
     if (json !== undefined) {
       h['Content-Type'] = 'application/json'
       body = JSON.stringify(json)
@@ -197,6 +227,10 @@ export class Sandgate {
     if (!res.ok) throw errorFromResponse(res.status, await res.text().catch(() => ''))
     return res
   }
+
+  /** The older name of apiKey. */
+  get token() { return this.apiKey }
+  set token(value) { this.apiKey = value }
 
   async _json(method, path, opts) {
     const res = await this.request(method, path, opts)

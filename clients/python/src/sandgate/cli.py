@@ -18,7 +18,8 @@ EXIT_CODES = [
     (errors.NotFoundError, 5),                                # 404: context, file
     (errors.InvalidError, 6), (errors.MethodNotAllowedError, 6),  # 400, 405
     (errors.ConflictError, 7), (errors.LimitExceededError, 7),
-    (errors.InsufficientStorageError, 7),                     # 409, 413, 507
+    (errors.QuotaExceededError, 7), (errors.TooManyRequestsError, 7),
+    (errors.InsufficientStorageError, 7),                     # 409, 413, 429, 507
     (errors.SandgateError, 8),                                # 503, 504, other answers
 ]
 
@@ -166,12 +167,15 @@ def parser():
         description="Run code in sandgate's sandboxed Jupyter kernels.",
         epilog="exit codes: 0 success; 1 the code raised or the command failed; 2 usage; "
                "3 sandgate unreachable; 4 unauthorized or forbidden (401, 403); 5 not found "
-               "(404); 6 invalid request (400, 405); 7 conflict or limit (409, 413, 507); "
+               "(404); 6 invalid request (400, 405); 7 conflict, limit or quota (409, 413, 429, "
+               "507); "
                "8 server error (503, 504, other)")
     p.add_argument("--url", default=os.environ.get("SANDGATE_URL"),
                    help="sandgate's URL (env SANDGATE_URL; default http://127.0.0.1:49999)")
-    p.add_argument("--token", default=os.environ.get("SANDGATE_TOKEN"),
-                   help="the token (env SANDGATE_TOKEN)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="the tenant's key, or the admin's token (env SANDGATE_API_KEY)")
+    p.add_argument("--token", metavar="KEY",
+                   help="the older name of --api-key (env SANDGATE_TOKEN); --api-key wins")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
@@ -232,7 +236,7 @@ def main(argv=None):
         p.error("files put -: name the REMOTE file")
     if a.cmd == "exec" and not a.command:
         p.error("exec: which command?")
-    sg = Sandgate(a.url, a.token)
+    sg = Sandgate(a.url, a.api_key, token=a.token)
     try:
         return a.func(sg, a)
     except _Usage as e:

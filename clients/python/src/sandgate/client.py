@@ -209,15 +209,39 @@ class Context:
         self.client.delete_context(self.id)
 
 
-class Sandgate:
-    """A sandgate server.  `url` and `token` default to the environment's
-    SANDGATE_URL (else http://127.0.0.1:49999) and SANDGATE_TOKEN;
-    `timeout` is the socket timeout of each request, in seconds."""
+def api_key_from(api_key=None, token=None, environ=None):
+    """The key to send: `api_key`, else `token` (its older name), else the
+    environment's SANDGATE_API_KEY, else SANDGATE_TOKEN.  The first one set
+    wins, so an explicit argument beats the environment and the new name
+    beats the old; "" counts as set (no key at all)."""
+    env = os.environ if environ is None else environ
+    for v in (api_key, token, env.get("SANDGATE_API_KEY"), env.get("SANDGATE_TOKEN")):
+        if v is not None:
+            return v
+    return None
 
-    def __init__(self, url=None, token=None, timeout=DEFAULT_TIMEOUT):
+
+class Sandgate:
+    """A sandgate server.  `url` defaults to the environment's SANDGATE_URL
+    (else http://127.0.0.1:49999); `api_key` is the tenant's key (from
+    `sandgate keys add`, or the admin's --token), by default SANDGATE_API_KEY.
+    `token` is its older name, still taken (so is SANDGATE_TOKEN); when both
+    are given, `api_key` wins (see api_key_from).  `timeout` is the socket
+    timeout of each request, in seconds."""
+
+    def __init__(self, url=None, api_key=None, timeout=DEFAULT_TIMEOUT, *, token=None):
         self.url = (url or os.environ.get("SANDGATE_URL") or DEFAULT_URL).rstrip("/")
-        self.token = token if token is not None else os.environ.get("SANDGATE_TOKEN")
+        self.api_key = api_key_from(api_key, token)
         self.timeout = timeout
+
+    @property
+    def token(self):
+        """The older name of api_key."""
+        return self.api_key
+
+    @token.setter
+    def token(self, value):
+        self.api_key = value
 
     def __repr__(self):
         return f"Sandgate({self.url!r})"
@@ -228,8 +252,8 @@ class Sandgate:
         """The response of a request with a 2xx status; raises the error's
         class otherwise.  `body`: bytes, a file object, or a JSON value."""
         h = {"Accept": "application/json"}
-        if self.token:
-            h["Authorization"] = "Bearer " + self.token
+        if self.api_key:
+            h["Authorization"] = "Bearer " + self.api_key
         data = body
         if body is not None and not isinstance(body, (bytes, bytearray)) and \
                 not hasattr(body, "read"):

@@ -41,7 +41,7 @@ class InvalidError(SandgateError):
 
 
 class UnauthorizedError(SandgateError):
-    """401: a missing or wrong token."""
+    """401: a missing or wrong API key."""
 
     error = "unauthorized"
 
@@ -76,6 +76,35 @@ class LimitExceededError(SandgateError):
     error = "limit_exceeded"
 
 
+class QuotaExceededError(SandgateError):
+    """429 `quota_exceeded`: the key's tenant is at one of its quotas.
+    `quota` names it (max-contexts, max-live, internet: docs/api.md) and
+    `limit` is its value; deleting or pausing one of the tenant's contexts
+    makes room, waiting does not."""
+
+    error = "quota_exceeded"
+
+    def __init__(self, message, status=None, error=None, quota=None, limit=None):
+        super().__init__(message, status=status, error=error)
+        self.quota = quota
+        self.limit = limit
+
+    def __str__(self):
+        text = super().__str__()
+        if self.quota and self.quota not in self.message:
+            text += f" (quota {self.quota}, limit {self.limit})"
+        return text
+
+
+class TooManyRequestsError(SandgateError):
+    """429 `too_many_requests`: too many failed authentications came from
+    this address, so sandgate refuses every request from it for a while
+    (--auth-block), even one with a right key.  Waiting helps; a 429 without
+    sandgate's body (a proxy's rate limit) is this class too."""
+
+    error = "too_many_requests"
+
+
 class InsufficientStorageError(SandgateError):
     """507: a pause whose checkpoint the disk could not hold."""
 
@@ -96,10 +125,12 @@ class GatewayTimeoutError(SandgateError):
 
 ERRORS = {c.error: c for c in (InvalidError, UnauthorizedError, ForbiddenError, NotFoundError,
                                 MethodNotAllowedError, ConflictError, LimitExceededError,
+                                QuotaExceededError, TooManyRequestsError,
                                 InsufficientStorageError, UnavailableError, GatewayTimeoutError)}
 _BY_STATUS = {400: InvalidError, 401: UnauthorizedError, 403: ForbiddenError, 404: NotFoundError,
               405: MethodNotAllowedError, 409: ConflictError, 413: LimitExceededError,
-              503: UnavailableError, 504: GatewayTimeoutError, 507: InsufficientStorageError}
+              429: TooManyRequestsError, 503: UnavailableError, 504: GatewayTimeoutError,
+              507: InsufficientStorageError}
 
 
 def from_response(status, body):
@@ -107,7 +138,7 @@ def from_response(status, body):
     its status (a proxy in front of sandgate may answer in its own words)."""
     import json
 
-    kind, message = None, None
+    kind, message, doc = None, None, None
     try:
         doc = json.loads(body)
         if isinstance(doc, dict):
@@ -117,4 +148,7 @@ def from_response(status, body):
     if not isinstance(message, str):
         message = body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
     cls = ERRORS.get(kind) or _BY_STATUS.get(status) or SandgateError
-    return cls(message, status=status, error=kind if isinstance(kind, str) else None)
+    e = cls(message, status=status, error=kind if isinstance(kind, str) else None)
+    if isinstance(e, QuotaExceededError):
+        e.quota, e.limit = doc.get("quota"), doc.get("limit")
+    return e
