@@ -132,6 +132,8 @@ static json_t *context_json(api_t *self, kernel_t *k)
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
                           "state", context_state(k), "internet", kernel_internet(k));
     json_object_set_new(j, "tenant", json_string(kernel_owner(k)));
+    if (kernel_username(k)) /* a Jupyter server's KERNEL_USERNAME (jupyter.c) */
+        json_object_set_new(j, "username", json_string(kernel_username(k)));
     if (kernel_state(k) == KERNEL_PAUSED)
         json_object_set_new(j, "checkpoint_bytes",
                             json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));

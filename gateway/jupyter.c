@@ -356,6 +356,32 @@ static int want_internet(const jupyter_t *self, json_t *req, json_t *env, bool *
     return 0;
 }
 
+/* Who the kernel is for, as its env says: KERNEL_USERNAME, which a Jupyter
+ * server started with --gateway-url sends when it has it in its environment
+ * (Enterprise Gateway's convention; JupyterHub can set it per user).  A
+ * label the client chooses, recorded with the session, not an identity: the
+ * key says whose the kernel is.  NULL when absent or empty. */
+#define USERNAME_MAX 256
+static int kernel_username_of(json_t *env, const char **username, sg_error_t **err)
+{
+    json_t *v = json_object_get(env, "KERNEL_USERNAME");
+    *username = NULL;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    const char *s = json_string_value(v);
+    size_t n = s ? json_string_length(v) : 0;
+    bool plain = s && n <= USERNAME_MAX && strlen(s) == n;
+    for (size_t i = 0; plain && i < n; i++)
+        plain = (unsigned char)s[i] >= 0x20 && s[i] != 0x7f;
+    if (!plain)
+        return sg_error_set(err, SG_E_INVALID,
+                            "KERNEL_USERNAME must be a string of at most %d bytes without "
+                            "control characters",
+                            USERNAME_MAX);
+    *username = n ? s : NULL;
+    return 0;
+}
+
 /* A new kernel of tenant t's (its quotas checked: SG_E_QUOTA, a 429). */
 static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
                               const audit_who_t *who, sg_error_t **err)
@@ -370,7 +396,9 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
         return NULL;
     }
     bool internet;
-    if (want_internet(self, req, env, &internet, err) < 0)
+    const char *username;
+    if (want_internet(self, req, env, &internet, err) < 0 ||
+        kernel_username_of(env, &username, err) < 0)
         return NULL;
     const char *n = json_string_value(name);
     tenant_quota_t quota;
@@ -380,13 +408,18 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
                                   t->name, NULL, NULL, err);
     if (k == NULL)
         return NULL;
+    if (username)
+        kmgr_set_username(self->kmgr, k, username);
     setup_kernel(k, env, json_string_value(path));
-    audit_event(who, "kernel.create",
-                json_pack("{s:s, s:s, s:s, s:b}", "context", kernel_id(k), "language",
-                          kernel_spec(k)->language, "kernelspec", kernel_spec(k)->name, "internet",
-                          internet));
-    log_info("jupyter: kernel %s started (%s%s)", kernel_id(k), kernel_spec(k)->name,
-             internet ? ", with a network" : "");
+    json_t *fields = json_pack("{s:s, s:s, s:s, s:b}", "context", kernel_id(k), "language",
+                               kernel_spec(k)->language, "kernelspec", kernel_spec(k)->name,
+                               "internet", internet);
+    if (username)
+        json_object_set_new(fields, "username", json_string(username));
+    audit_event(who, "kernel.create", fields);
+    log_info("jupyter: kernel %s started (%s%s%s%s)", kernel_id(k), kernel_spec(k)->name,
+             internet ? ", with a network" : "", username ? ", for user " : "",
+             username ? username : "");
     return k;
 }
 

@@ -600,6 +600,7 @@ static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
     if (k->opts.preload)
         k->opts.preload = xstrdup(k->opts.preload);
     k->opts.owner = xstrdup(k->opts.owner ? k->opts.owner : "admin");
+    k->opts.username = k->opts.username ? xstrdup(k->opts.username) : NULL;
     k->ev = ev;
     k->ev_arg = ev_arg;
     k->start_timer = k->probe_timer = k->hb_timer = k->grace_timer = -1;
@@ -615,6 +616,7 @@ static void kernel_free(void *arg)
     free(k->death);
     free((char *)k->opts.preload);
     free((char *)k->opts.owner);
+    free((char *)k->opts.username);
     free(k->observers);
     free(k);
 }
@@ -837,6 +839,17 @@ void kernel_set_owner(kernel_t *k, const char *owner)
 {
     free((char *)k->opts.owner);
     k->opts.owner = xstrdup(owner ? owner : "admin");
+}
+
+const char *kernel_username(const kernel_t *k)
+{
+    return k->opts.username;
+}
+
+void kernel_set_username(kernel_t *k, const char *username)
+{
+    free((char *)k->opts.username);
+    k->opts.username = username && *username ? xstrdup(username) : NULL;
 }
 
 bool kernel_internet(const kernel_t *k)

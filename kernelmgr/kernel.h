@@ -56,6 +56,7 @@ typedef struct {
     bool hold;              /* start held: nothing runs until kernel_release() (or kernel_fail()) */
     bool internet;          /* the sandbox gets a network (egress.h) */
     const char *owner;      /* the tenant it belongs to (copied); NULL: "admin" */
+    const char *username;   /* who its client says uses it (copied); NULL: not said */
 } kernel_opts_t;
 
 typedef struct {
@@ -167,6 +168,11 @@ bool kernel_internet(const kernel_t *k); /* its sandbox has a network */
 const char *kernel_owner(const kernel_t *k);
 /* A pool kernel claimed by a tenant becomes its. */
 void kernel_set_owner(kernel_t *k, const char *owner);
+/* Who the kernel's client says uses it (Jupyter's KERNEL_USERNAME), NULL
+ * when it did not say: a label, not an identity (the owner is what a key
+ * proves). */
+const char *kernel_username(const kernel_t *k);
+void kernel_set_username(kernel_t *k, const char *username);
 kernel_state_t kernel_state(const kernel_t *k);
 int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
 int kernel_execution_count(const kernel_t *k);

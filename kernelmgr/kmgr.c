@@ -83,6 +83,8 @@ static void write_record(kmgr_t *m, entry_t *e)
         "mode", m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none", "paused", paused,
         "checkpoint_bytes", (json_int_t)kernel_pause_info(k).checkpoint_bytes, "internet",
         kernel_internet(k), "tenant", kernel_owner(k));
+    if (kernel_username(k))
+        json_object_set_new(rec, "username", json_string(kernel_username(k)));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -337,6 +339,14 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, const char
     kernel_t *k = launch(m, spec, id, false, internet, owner, ev, ev_arg, err);
     fill_pool(m);
     return k;
+}
+
+void kmgr_set_username(kmgr_t *m, kernel_t *k, const char *username)
+{
+    kernel_set_username(k, username);
+    entry_t *e = find(m, kernel_id(k));
+    if (e && e->ready) /* else its record is written once it is */
+        write_record(m, e);
 }
 
 bool kmgr_has_egress(const kmgr_t *m)
@@ -603,9 +613,11 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     bool internet = json_is_true(json_object_get(rec, "internet"));
     /* Sessions recorded before tenants existed are the admin's. */
     const char *owner = json_string_value(json_object_get(rec, "tenant"));
+    const char *username = json_string_value(json_object_get(rec, "username"));
     kernel_opts_t opts = m->cfg.kernel;
     opts.internet = internet;
     opts.owner = owner;
+    opts.username = username;
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     if (!rec ||
         json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
@@ -653,6 +665,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     } else if (sandbox_env_can_pause(m->env) &&
                (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet,
                                  owner))) {
+        kernel_set_username(k, username);
         json_array_append_new(live_ids, json_string(sbid));
     } else {
         /* The sandbox is gone but the session's files are not: a fresh kernel. */
@@ -660,11 +673,12 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                  "kernel (its variables are lost)",
                  id);
         sandbox_remove_id(m->env, sbid, true);
-        if (!launch(m, spec, id, false, internet, owner, NULL, NULL, &err)) {
+        if (!(k = launch(m, spec, id, false, internet, owner, NULL, NULL, &err))) {
             log_error("kmgr: cannot restart session %s: %s", id, err->msg);
             sg_error_free(&err);
             unlink(file);
         } else {
+            kernel_set_username(k, username); /* recorded once it is ready */
             m->stats.restarted_after_restart++;
             notice(m, "context.restart", id,
                    json_pack("{s:s}", "reason",

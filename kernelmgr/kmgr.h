@@ -6,7 +6,8 @@
  * (a UUID).  A session idle for pause_after_ms is paused (kernel_pause): its
  * sandbox is saved to disk and ends; using it resumes it.  State directory:
  *   sessions/<id>.json   one record per kernel (written when it is ready and
- *                        when it pauses; a paused one is re-adopted paused)
+ *                        when it pauses; a paused one is re-adopted paused):
+ *                        its kernelspec, sandbox, tenant, username...
  *   workspaces/<id>/     the session's files (its own filesystem if limited)
  *   kernels/, runsc/, sandbox/   see sandbox.h
  */
@@ -73,6 +74,9 @@ kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *
  * admin's), recorded with the session so a restart keeps it. */
 kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, const char *owner,
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err);
+/* Who the session's client says uses it (Jupyter's KERNEL_USERNAME;
+ * kernel_username), recorded with the session so a restart keeps it. */
+void kmgr_set_username(kmgr_t *self, kernel_t *k, const char *username);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);
