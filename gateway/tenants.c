@@ -36,6 +36,14 @@ bool tenant_sees(const tenant_t *t, const char *owner)
     return t && (t->admin || (owner && strcmp(owner, t->name) == 0));
 }
 
+kmgr_start_opts_t tenant_start_opts(const tenant_t *t, bool internet)
+{
+    return (kmgr_start_opts_t){.internet = internet,
+                               .owner = t->name,
+                               .memory_bytes = t->memory_mib << 20,
+                               .cpu_quota_us = (uint64_t)(t->cpus * 100000)};
+}
+
 static bool is_live(const kernel_t *k)
 {
     kernel_state_t st = kernel_state(k);

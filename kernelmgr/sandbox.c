@@ -5,6 +5,7 @@
 #include "kernelmgr/sandbox_internal.h"
 
 #include "kernelmgr/egress.h"
+#include "kernelmgr/sandbox_cgroup.h"
 
 #include "common/xalloc.h"
 
@@ -24,6 +25,7 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
         .workspace_bytes = 1024ull << 20,
         .tmp_bytes = 256ull << 20,
         .egress_max_conns = 256,
+        .tenant_cgroups = true,
     };
 }
 
@@ -126,12 +128,32 @@ static sandbox_t *alloc(sandbox_env_t *env, const char *id)
     return self;
 }
 
-sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
-                       const char *workspace, sg_error_t **err)
+/* runsc's cgroupsPath for a sandbox (sandbox_cgroup.h); NULL in mode none. */
+static char *cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id)
+{
+    if (env->cfg.mode != SANDBOX_RUNSC)
+        return NULL;
+    if (env->cfg.tenant_cgroups && tenant)
+        return xasprintf("/" CGROUP_TOP "/" CGROUP_TENANT_PREFIX "%s/%s", tenant, id);
+    return xasprintf("/" CGROUP_TOP "/%s", id);
+}
+
+/* A tenant's ceiling, or the server's when it names none or a higher one. */
+static uint64_t ceiling(uint64_t tenant, uint64_t server)
+{
+    return tenant > 0 && tenant < server ? tenant : server;
+}
+
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+                       const sandbox_opts_t *opts, const char *workspace, sg_error_t **err)
 {
     sandbox_t *self = alloc(env, id);
     self->workspace = xstrdup(workspace);
-    self->internet = internet;
+    self->internet = opts && opts->internet;
+    self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
+    self->memory_bytes = ceiling(opts ? opts->memory_bytes : 0, env->cfg.memory_bytes);
+    self->cpu_quota_us = ceiling(opts ? opts->cpu_quota_us : 0, env->cfg.cpu_quota_us);
+    self->cgroup = cgroup_name(env, self->tenant, id);
     if (env->ops->prepare(self, spec, err) < 0)
         sandbox_free(&self);
     return self;
@@ -157,6 +179,8 @@ void sandbox_free(sandbox_t **self_p)
     free(self->id);
     free(self->dir);
     free(self->workspace);
+    free(self->tenant);
+    free(self->cgroup);
     free(self->kernelspec);
     kspec_argv_free(self->plain_argv);
     kspec_argv_free(self->plain_env);
@@ -167,6 +191,19 @@ void sandbox_free(sandbox_t **self_p)
 const char *sandbox_id(const sandbox_t *self)
 {
     return self->id;
+}
+
+const char *sandbox_cgroup(sandbox_t *self)
+{
+    if (self->env->cfg.mode != SANDBOX_RUNSC)
+        return NULL;
+    if (!self->cgroup && !sandbox_link_up()) { /* adopted here: its bundle says */
+        cleanup_free char *config = xasprintf("%s/bundle/config.json", self->dir);
+        self->cgroup = cgroup_of_bundle(config);
+    }
+    if (!self->cgroup)
+        self->cgroup = cgroup_name(self->env, NULL, self->id);
+    return self->cgroup;
 }
 
 const char *sandbox_dir(const sandbox_t *self)

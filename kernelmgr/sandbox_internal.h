@@ -39,6 +39,10 @@ struct sandbox {
     sandbox_env_t *env;
     char *id, *dir, *workspace;
     bool internet; /* has a network (egress.h): asked for at new, found on disk at adopt */
+    char *tenant;  /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
+    uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
+    char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
+                     an adopted one, read from its bundle or sent by the launcher */
     jconn_t conn;
     pid_t pid;
     sandbox_started_fn *started_cb; /* set by sandbox_start/resume before ops->start/resume */

@@ -418,6 +418,10 @@ static int link_adopt_startup(sandbox_t *sb, pid_t pid, sg_error_t **err)
     json_t *r =
         link_startup_call(LOP_ADOPT, json_pack("{s:s, s:i}", "id", sb->id, "pid", (int)pid), err);
     int rc = !r || conn_from(&sb->conn, r, err) < 0 ? -1 : 0;
+    /* Where its bundle put it: the daemon cannot read the bundle. */
+    const char *cgroup = json_string_value(json_object_get(r, "cgroup"));
+    if (rc == 0 && cgroup && strncmp(cgroup, "/sandgate/", 10) == 0)
+        sb->cgroup = xstrdup(cgroup);
     json_decref(r);
     return rc;
 }
@@ -469,8 +473,10 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq =
         link_async(LOP_NEW,
-                   json_pack("{s:s, s:s, s:s, s:b}", "id", sb->id, "kernelspec", sb->kernelspec,
-                             "workspace", sb->workspace, "internet", sb->internet),
+                   json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I}", "id", sb->id, "kernelspec",
+                             sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet,
+                             "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
+                             "cpu_quota", (json_int_t)sb->cpu_quota_us),
                    -1, new_answered, sb, 0);
     return 0;
 }
