@@ -845,6 +845,8 @@ void kernel_set_owner(kernel_t *k, const char *owner)
 {
     free((char *)k->opts.owner);
     k->opts.owner = xstrdup(owner ? owner : "admin");
+    if (k->sb) /* its processes join the tenant's cgroup */
+        sandbox_set_tenant(k->sb, k->opts.owner);
 }
 
 const kernel_opts_t *kernel_opts(const kernel_t *k)

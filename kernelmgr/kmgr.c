@@ -323,10 +323,8 @@ static uint64_t lower(uint64_t tenant, uint64_t server)
 static bool pool_fits(const kmgr_t *m, const kmgr_start_opts_t *o)
 {
     const sandbox_config_t *c = &m->cfg.sandbox;
-    const char *owner = o->owner ? o->owner : "admin";
     return !o->internet && !lower(o->memory_bytes, c->memory_bytes) &&
-           !lower(o->cpu_quota_us, c->cpu_quota_us) &&
-           (!c->tenant_cgroups || c->mode != SANDBOX_RUNSC || strcmp(owner, "admin") == 0);
+           !lower(o->cpu_quota_us, c->cpu_quota_us);
 }
 
 kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *o,

@@ -79,9 +79,9 @@ typedef struct {
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
- * is what the tenant would get: the server's limits (the tenant names no
- * lower ceiling) and, with tenant cgroups, the admin's cgroup (pool
- * kernels start as the admin's) — other tenants' sessions start fresh. */
+ * has the limits the tenant's would (the tenant names no lower ceiling);
+ * pool kernels start as the admin's, and a claimed one's sandbox moves to
+ * its tenant's cgroup (kernel_set_owner, sandbox_set_tenant). */
 kernel_t *kmgr_start_with(kmgr_t *self, const char *name, const kmgr_start_opts_t *o,
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);

@@ -351,6 +351,19 @@ static void op_keys(launcher_t *L, const launcher_req_t *r)
                        (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
 }
 
+/* A pool kernel claimed by a tenant: its sandbox joins the tenant's cgroup
+ * (sandbox_set_tenant logs what fails; the answer says done). */
+static void op_tenant(launcher_t *L, const launcher_req_t *r)
+{
+    const char *tenant = json_string_value(json_object_get(r->body, "tenant"));
+    if (!tenant || !launcher_valid_tenant(tenant)) {
+        refuse(L, r->seq, "tenant: not a tenant's name");
+        return;
+    }
+    sandbox_set_tenant(r->sb, tenant);
+    reply_ok(L, r->seq, NULL);
+}
+
 /* Also after remove, which forgot it already. */
 static void op_free(launcher_t *L, const launcher_req_t *r)
 {
@@ -457,6 +470,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED, op_egress_refused},
     [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
     [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED, op_keys},
+    [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED, op_tenant},
 };
 #undef ENV
 #undef SB

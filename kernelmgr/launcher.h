@@ -63,6 +63,8 @@ typedef enum {
     LOP_EGRESS_REFUSED,  /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
     LOP_GIVE,            /* one fd: a file of a workspace becomes the sandbox user's */
     LOP_KEYS,            /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
+    LOP_TENANT,          /* {id, tenant}: a claimed pool kernel's sandbox moves to the
+                            tenant's cgroup */
     LOP_COUNT
 } launcher_op_t;
 

@@ -4,6 +4,8 @@
  * kernels. */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <string.h>
+
 #include "kernelmgr/egress.h"
 #include "kernelmgr/sandbox_cgroup.h"
 
@@ -129,7 +131,7 @@ static sandbox_t *alloc(sandbox_env_t *env, const char *id)
 }
 
 /* runsc's cgroupsPath for a sandbox (sandbox_cgroup.h); NULL in mode none. */
-static char *cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id)
+char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id)
 {
     if (env->cfg.mode != SANDBOX_RUNSC)
         return NULL;
@@ -153,7 +155,7 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
     self->memory_bytes = ceiling(opts ? opts->memory_bytes : 0, env->cfg.memory_bytes);
     self->cpu_quota_us = ceiling(opts ? opts->cpu_quota_us : 0, env->cfg.cpu_quota_us);
-    self->cgroup = cgroup_name(env, self->tenant, id);
+    self->cgroup = sandbox_cgroup_name(env, self->tenant, id);
     if (env->ops->prepare(self, spec, err) < 0)
         sandbox_free(&self);
     return self;
@@ -202,7 +204,7 @@ const char *sandbox_cgroup(sandbox_t *self)
         self->cgroup = cgroup_of_bundle(config);
     }
     if (!self->cgroup)
-        self->cgroup = cgroup_name(self->env, NULL, self->id);
+        self->cgroup = sandbox_cgroup_name(self->env, NULL, self->id);
     return self->cgroup;
 }
 
@@ -255,6 +257,13 @@ int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_
     self->started_cb = cb;
     self->started_arg = arg;
     return self->env->ops->resume(self, err);
+}
+
+void sandbox_set_tenant(sandbox_t *self, const char *tenant)
+{
+    if (self->env->ops->set_tenant && tenant &&
+        (!self->tenant || strcmp(self->tenant, tenant) != 0))
+        self->env->ops->set_tenant(self, tenant);
 }
 
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)

@@ -104,6 +104,12 @@ typedef struct {
  * an error when the operator allows none).  Does not start anything. */
 sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
                        const sandbox_opts_t *opts, const char *workspace, sg_error_t **err);
+/* Its tenant is tenant from now on (a pool kernel claimed): with tenant
+ * cgroups, a running sandbox's processes move to the tenant's cgroup with
+ * their limits (sandbox_cgroup.h's cgroup_move), and a paused one is
+ * restored there.  In the background; problems are logged (it stays where
+ * it was). */
+void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
  * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
  * for start-up. */

@@ -202,6 +202,121 @@ void cgroup_prepare(const char *path)
     each_cgroup_mount(tenant_in, tenant);
 }
 
+struct move {
+    const char *from, *to;
+    int moved, failed;
+};
+
+/* The first line of path into buf ("" when unreadable). */
+static void read_line(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "re");
+    buf[0] = 0;
+    if (f) {
+        if (!fgets(buf, (int)size, f))
+            buf[0] = 0;
+        fclose(f);
+    }
+    buf[strcspn(buf, "\n")] = 0;
+}
+
+/* Moves every process listed in from/cgroup.procs to to's; false when some
+ * are left after a few passes (the sandbox forks meanwhile: a pass more). */
+static bool move_procs(const char *from, const char *to)
+{
+    cleanup_free char *src = xasprintf("%s/cgroup.procs", from);
+    cleanup_free char *dst = xasprintf("%s/cgroup.procs", to);
+    for (int pass = 0; pass < 10; pass++) {
+        FILE *f = fopen(src, "re");
+        if (f == NULL)
+            return false;
+        int pid, n = 0;
+        while (fscanf(f, "%d", &pid) == 1) {
+            char buf[16];
+            snprintf(buf, sizeof buf, "%d", pid);
+            host_write_file(dst, buf, NULL); /* a process that ended meanwhile: ESRCH */
+            n++;
+        }
+        fclose(f);
+        if (n == 0)
+            return true;
+    }
+    return false;
+}
+
+/* cgroup v1 cpuset: a new cgroup has no CPUs or memory nodes (unless
+ * cgroup.clone_children), and no process can join it; dir gets its
+ * parent's, the parent first when it has none either (up to the mount). */
+static void fill_cpuset(const char *dir, const char *mnt)
+{
+    cleanup_free char *cpus = xasprintf("%s/cpuset.cpus", dir);
+    char value[256];
+    read_line(cpus, value, sizeof value);
+    if (*value || strlen(dir) <= strlen(mnt))
+        return;
+    cleanup_free char *parent = xstrdup(dir);
+    *strrchr(parent, '/') = 0;
+    fill_cpuset(parent, mnt);
+    static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
+    for (size_t i = 0; i < 2; i++) {
+        cleanup_free char *src = xasprintf("%s/%s", parent, files[i]);
+        cleanup_free char *dst = xasprintf("%s/%s", dir, files[i]);
+        read_line(src, value, sizeof value);
+        if (*value)
+            host_write_file(dst, value, NULL);
+    }
+}
+
+static void move_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    struct move *m = arg;
+    static const char *const v1[] = {"cpuset.cpus",           "cpuset.mems",
+                                     "memory.limit_in_bytes", "cpu.cfs_period_us",
+                                     "cpu.cfs_quota_us",      "pids.max"};
+    static const char *const v2f[] = {"cpuset.cpus", "cpuset.mems", "memory.max", "cpu.max",
+                                      "pids.max"};
+    cleanup_free char *from = xasprintf("%s%s", mnt, m->from);
+    cleanup_free char *to = xasprintf("%s%s", mnt, m->to);
+    struct stat st;
+    if (stat(from, &st) < 0)
+        return;
+    if (host_make_dir(to, 0755, NULL) < 0) {
+        m->failed++;
+        return;
+    }
+    if (!v2 && has_word(opts, "cpuset")) {
+        cleanup_free char *parent = xstrdup(to);
+        *strrchr(parent, '/') = 0;
+        fill_cpuset(parent, mnt);
+    }
+    const char *const *files = v2 ? v2f : v1;
+    size_t nfiles = v2 ? sizeof v2f / sizeof *v2f : sizeof v1 / sizeof *v1;
+    for (size_t i = 0; i < nfiles; i++) { /* cpusets first: a process needs them to join */
+        cleanup_free char *src = xasprintf("%s/%s", from, files[i]);
+        cleanup_free char *dst = xasprintf("%s/%s", to, files[i]);
+        char value[256];
+        read_line(src, value, sizeof value);
+        if (*value && host_write_file(dst, value, NULL) < 0)
+            log_warn("sandbox: %s: cannot copy %s to %s", m->from, files[i], m->to);
+    }
+    if (move_procs(from, to) && rmdir(from) == 0)
+        m->moved++;
+    else
+        m->failed++;
+}
+
+int cgroup_move(const char *from, const char *to, sg_error_t **err)
+{
+    struct move m = {.from = from, .to = to};
+    if (!ours(from) || !ours(to))
+        return sg_error_set(err, SG_E_INVALID, "not sandgate's cgroups: %s, %s", from, to);
+    each_cgroup_mount(move_in, &m);
+    if (m.failed > 0 || m.moved == 0)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "could not move cgroup %s to %s (%d of %d)",
+                            from, to, m.failed, m.moved + m.failed);
+    return 0;
+}
+
 char *cgroup_of_bundle(const char *config_path)
 {
     json_t *config = json_load_file(config_path, 0, NULL);

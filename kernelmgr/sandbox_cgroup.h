@@ -47,6 +47,14 @@ void cgroup_prepare(const char *path);
  * runs without it). */
 int cgroup_set_cpu(const char *path, long long quota, long long period, sg_error_t **err);
 
+/* Moves a running sandbox from cgroup from to cgroup to (both cgroupsPaths
+ * under /sandgate; to's tenant prepared with cgroup_prepare first): in
+ * every hierarchy that has from, to is made with from's limits (cpuset,
+ * memory, CPU, pids), every process of from is moved into it, and from is
+ * removed.  The memory it had already used stays charged to /sandgate (v1
+ * moves no charges): until it frees that, it can use that much more. */
+int cgroup_move(const char *from, const char *to, sg_error_t **err);
+
 /* The cgroupsPath of the OCI bundle config at config_path, when it is
  * under /sandgate; NULL otherwise.  A new string. */
 char *cgroup_of_bundle(const char *config_path);

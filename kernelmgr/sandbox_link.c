@@ -512,6 +512,24 @@ static int link_resume(sandbox_t *sb, sg_error_t **err)
     return 0;
 }
 
+static void tenant_answered(json_t *reply, void *arg)
+{
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: moving a sandbox to its tenant's cgroup: %s", err->msg);
+}
+
+/* The launcher moves it; the cgroup's name here is for the OOM report. */
+static void link_set_tenant(sandbox_t *sb, const char *tenant)
+{
+    free(sb->tenant);
+    sb->tenant = xstrdup(tenant);
+    free(sb->cgroup);
+    sb->cgroup = sandbox_cgroup_name(sb->env, tenant, sb->id);
+    link_async(LOP_TENANT, json_pack("{s:s, s:s}", "id", sb->id, "tenant", tenant), -1,
+               tenant_answered, NULL, 0);
+}
+
 static int link_signal(sandbox_t *sb, int sig, sg_error_t **err)
 {
     link_async(LOP_SIGNAL, json_pack("{s:s, s:i}", "id", sb->id, "sig", sig), -1, NULL, NULL, 0);
@@ -623,6 +641,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .start = link_start,
     .pause = link_pause,
     .resume = link_resume,
+    .set_tenant = link_set_tenant,
     .signal = link_signal,
     .stop = link_stop,
     .remove_id = link_remove_id,

@@ -597,6 +597,43 @@ static void runsc_stop(sandbox_t *sb)
     }
 }
 
+/* The bundle's cgroupsPath becomes cgroup: a restore makes it there. */
+static int rewrite_bundle_cgroup(const sandbox_t *sb, const char *cgroup, sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/bundle/config.json", sb->dir);
+    cleanup_free char *tmp = xasprintf("%s/bundle/config.json.tmp", sb->dir);
+    json_t *config = json_load_file(path, 0, NULL);
+    json_t *linux_ = json_object_get(config, "linux");
+    int r = linux_ ? json_object_set_new(linux_, "cgroupsPath", json_string(cgroup)) : -1;
+    if (r == 0)
+        r = json_dump_file(config, tmp, JSON_INDENT(2));
+    json_decref(config);
+    if (r < 0 || rename(tmp, path) < 0)
+        return sg_error_set(err, SG_E_IO, "cannot rewrite %s", path);
+    return 0;
+}
+
+static void runsc_set_tenant(sandbox_t *sb, const char *tenant)
+{
+    free(sb->tenant);
+    sb->tenant = xstrdup(tenant);
+    const char *from = sandbox_cgroup(sb);
+    cleanup_free char *to = sandbox_cgroup_name(sb->env, tenant, sb->id);
+    if (strcmp(from, to) == 0)
+        return;
+    cleanup_error sg_error_t *err = NULL;
+    cgroup_prepare(to);
+    if ((sb->pid > 0 && cgroup_move(from, to, &err) < 0) ||
+        rewrite_bundle_cgroup(sb, to, &err) < 0) {
+        log_warn("sandbox %s: moving to tenant %s's cgroup: %s", sb->id, tenant, err->msg);
+        return;
+    }
+    log_debug("sandbox %s: moved from %s to %s", sb->id, from, to);
+    free(sb->cgroup);
+    sb->cgroup = to;
+    to = NULL; /* sb's */
+}
+
 static json_t *runsc_list(sandbox_env_t *env, sg_error_t **err)
 {
     json_t *ids = json_array();
@@ -640,6 +677,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .start = runsc_start,
     .pause = runsc_pause,
     .resume = runsc_resume,
+    .set_tenant = runsc_set_tenant,
     .signal = runsc_signal_op,
     .stop = runsc_stop,
     .remove_id = runsc_remove_id,
