@@ -16,7 +16,10 @@ no (every sandbox a cgroup of its own under /sandgate, so A's four weigh
 four times B's one).  The windows alternate round by round (--rounds, 3),
 so that a drifting machine biases neither.  During each window the CPU that
 A's and B's sandboxes used (cpuacct.usage of their cgroups) is read, to
-show that A saturated the machine.
+show that A saturated the machine.  Each round ends with a share window
+(--share-seconds, 10): B runs `while True: pass` too, beside A's four, and
+the CPU each tenant got is read — the scheduler's split itself, which
+latency shows only through the noise of everything else.
 
 The daemons run with --cpus 2 (--cpus-per-sandbox): on this 2-core VM no
 sandbox is held back by its CFS quota, so what decides B's latency is the
@@ -24,7 +27,7 @@ scheduler's weights alone, the thing compared.  (A's four single-threaded
 loops ask for four cores either way: with --cpus 1 they would saturate two
 cores too.)
 
-usage: bench/fairshare.py [--runs N] [--busy N] [--rounds N] [--cpus N]
+usage: bench/fairshare.py [--runs N] [--busy N] [--rounds N] [--cpus N] [--share-seconds S]
   SG_BUILDDIR selects the build (default ./build); run as root (runsc).
 Prints a Markdown table and the settings.
 """
@@ -140,11 +143,14 @@ class Setup:
     def ids(self):
         return self.a_ctx + [self.b_ctx]
 
-    def start_busy(self):
-        """A's loops, each on its own connection; returns what stop_busy needs."""
-        clients = [Client(self.d.url, self.key_a, timeout=3600) for _ in self.a_ctx]
+    def start_busy(self, with_b=False):
+        """A's loops (and B's, with_b), each on its own connection; returns
+        what stop_busy needs."""
+        ctxs = self.a_ctx + ([self.b_ctx] if with_b else [])
+        clients = [Client(self.d.url, self.key_b if x == self.b_ctx else self.key_a, timeout=3600)
+                   for x in ctxs]
         threads = []
-        for c, ctx in zip(clients, self.a_ctx):
+        for c, ctx in zip(clients, ctxs):
             def run(c=c, ctx=ctx):
                 try:
                     c.execute(ctx, BUSY_CODE, timeout=3600)
@@ -154,20 +160,21 @@ class Setup:
             t.start()
             threads.append(t)
         # Until every loop runs: A's sandboxes take CPU.
-        before = [cpuacct_ns(x) for x in self.a_ctx]
+        before = [cpuacct_ns(x) for x in ctxs]
         deadline = time.time() + 30
         while time.time() < deadline:
             time.sleep(0.5)
-            now = [cpuacct_ns(x) for x in self.a_ctx]
-            if all(n - b > 0.3e9 for n, b in zip(now, before)):
+            now = [cpuacct_ns(x) for x in ctxs]
+            if all(n - b > 0.1e9 for n, b in zip(now, before)):
                 break
             before = now
-        return clients, threads
+        return clients, threads, ctxs
 
     def stop_busy(self, busy):
-        clients, threads = busy
-        for ctx in self.a_ctx:  # the Jupyter API's interrupt (a context is a kernel)
-            self.d.request("POST", f"/api/kernels/{ctx}/interrupt", token=self.key_a)
+        clients, threads, ctxs = busy
+        for ctx in ctxs:  # the Jupyter API's interrupt (a context is a kernel)
+            key = self.key_b if ctx == self.b_ctx else self.key_a
+            self.d.request("POST", f"/api/kernels/{ctx}/interrupt", token=key)
         for c in clients:
             try:
                 c.conn.sock.shutdown(socket.SHUT_RDWR)
@@ -177,11 +184,11 @@ class Setup:
         for t in threads:
             t.join(timeout=30)
         # Until A's sandboxes are quiet again (the disconnect interrupted them).
-        before = sum(cpuacct_ns(x) for x in self.a_ctx)
+        before = sum(cpuacct_ns(x) for x in ctxs)
         deadline = time.time() + 60
         while time.time() < deadline:
             time.sleep(0.5)
-            now = sum(cpuacct_ns(x) for x in self.a_ctx)
+            now = sum(cpuacct_ns(x) for x in ctxs)
             if now - before < 0.05e9:
                 return
             before = now
@@ -208,6 +215,19 @@ class Setup:
         c.conn.close()
         return times, (a1 - a0) / 1e9 / wall, (b1 - b0) / 1e9 / wall, os.getloadavg()[0]
 
+    def share(self, seconds):
+        """With A's loops and one of B's running: the cores each tenant got."""
+        busy = self.start_busy(with_b=True)
+        try:
+            a0, b0 = sum(cpuacct_ns(x) for x in self.a_ctx), cpuacct_ns(self.b_ctx)
+            w0 = time.perf_counter()
+            time.sleep(seconds)
+            wall = time.perf_counter() - w0
+            a1, b1 = sum(cpuacct_ns(x) for x in self.a_ctx), cpuacct_ns(self.b_ctx)
+        finally:
+            self.stop_busy(busy)
+        return (a1 - a0) / 1e9 / wall, (b1 - b0) / 1e9 / wall
+
     def stop(self):
         self.d.stop()
 
@@ -218,6 +238,8 @@ def main():
     ap.add_argument("--busy", type=int, default=4, help="A's busy sessions")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the windows")
     ap.add_argument("--cpus", default="2", help="the daemons' --cpus (per sandbox)")
+    ap.add_argument("--share-seconds", type=float, default=10,
+                    help="the share window: B runs a loop too, for this long")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="sg-fairshare-bench-")
@@ -247,6 +269,7 @@ def main():
                     rows.setdefault((s.name, "busy"), []).append(s.window(a.runs))
                 finally:
                     s.stop_busy(busy)
+                rows.setdefault((s.name, "share"), []).append(s.share(a.share_seconds))
                 print(f"round {r + 1}/{a.rounds}: {s.name} done", file=sys.stderr)
     finally:
         for s in setups:
@@ -274,6 +297,19 @@ def main():
             load = statistics.median(w[3] for w in ws)
             print(f"| {s.name} | {state} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {ratio50} | "
                   f"{ratio90} | {a_cores:.2f} | {b_cores:.3f} | {load:.1f} |")
+    print()
+    print(f"Both busy: A's {a.busy} loops and one of B's, {a.share_seconds:g} s per round — "
+          "the CPU each tenant got (cores, median of the rounds; range)\n")
+    print("| setup | A, cores | B, cores | B's share |")
+    print("|---|---|---|---|")
+    for s in setups:
+        sh = rows[(s.name, "share")]
+        ac = [x[0] for x in sh]
+        bc = [x[1] for x in sh]
+        fr = [b / (x + b) for x, b in zip(ac, bc) if x + b > 0]
+        print(f"| {s.name} | {statistics.median(ac):.2f} ({min(ac):.2f}-{max(ac):.2f}) | "
+              f"{statistics.median(bc):.2f} ({min(bc):.2f}-{max(bc):.2f}) | "
+              f"{statistics.median(fr):.0%} |")
     print()
     per_round = []
     for s in setups:
