@@ -165,7 +165,8 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
                      "set --egress-allow)");
         return NULL;
     }
-    kernel_t *k = kmgr_start_with(self->kmgr, spec->name, internet, t->name, NULL, NULL, err);
+    kmgr_start_opts_t so = tenant_start_opts(t, internet);
+    kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
     json_object_set_new(

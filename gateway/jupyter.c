@@ -404,8 +404,9 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
     tenant_quota_t quota;
     if (tenant_admit(self->kmgr, t, internet, &quota, err) < 0)
         return NULL;
-    kernel_t *k = kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), internet,
-                                  t->name, NULL, NULL, err);
+    kmgr_start_opts_t so = tenant_start_opts(t, internet);
+    kernel_t *k =
+        kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
     if (username)

@@ -178,7 +178,8 @@ kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_er
     }
     if (tenant_admit(self->kmgr, &t, s->internet, &quota, err) < 0)
         return NULL;
-    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, s->internet, s->owner, NULL, NULL, err);
+    kmgr_start_opts_t so = tenant_start_opts(&t, s->internet);
+    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, &so, NULL, NULL, err);
     if (!k)
         return NULL;
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */

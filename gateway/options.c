@@ -270,6 +270,11 @@ static const opt_t table[] = {
     {"memory", 0, "MIB", UINT(k.sandbox.memory_bytes, 64, 1 << 24, 1 << 20),
      .want = "at least 64 (MiB)", .help = "memory per sandbox (1024)"},
     {"cpus", 0, "N", set_cpus, .help = "CPUs per sandbox (1.0)"},
+    {"tenant-cgroups", 0, "yes|no", set_bool, AT(k.sandbox.tenant_cgroups),
+     .help = "each tenant's sandboxes in a cgroup of its own, all tenants with the same CPU "
+             "weight, so the kernel shares the CPU between tenants first (yes, the default); "
+             "no: every sandbox is a cgroup of its own, a tenant with more busy sandboxes gets "
+             "more CPU (docs/operations.md)"},
     {"processes", 0, "N", UINT(k.sandbox.nproc, 0, 1 << 20, 1),
      .help = "processes per sandbox (64)"},
     {"open-files", 0, "N", UINT(k.sandbox.nofile, 0, 1 << 20, 1),

@@ -48,6 +48,14 @@ const char *tenants_session_owner(void *kmgr, void *kernel)
     return kernel_owner(kernel);
 }
 
+kmgr_start_opts_t tenant_start_opts(const tenant_t *t, bool internet)
+{
+    return (kmgr_start_opts_t){.internet = internet,
+                               .owner = t->name,
+                               .memory_bytes = t->memory_mib << 20,
+                               .cpu_quota_us = (uint64_t)(t->cpus * 100000)};
+}
+
 static bool is_live(const kernel_t *k)
 {
     kernel_state_t st = kernel_state(k);

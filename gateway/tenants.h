@@ -10,6 +10,8 @@
  *                 recently used idle session is paused to make room; 429
  *                 when none can be
  *   internet      whether its sessions may have a network
+ *   memory, cpus  its sandboxes' memory limit and CPU quota, when below the
+ *                 server's --memory and --cpus (tenant_start_opts)
  *
  * An admin (--token, or a key marked admin) has no quota.
  */
@@ -30,6 +32,11 @@ typedef struct {
 
 /* The server-wide defaults (main.c sets them once). */
 void tenants_configure(const tenants_config_t *cfg);
+
+/* What a new session of t's gets (kmgr_start_with): t as its owner, and
+ * the memory= and cpus= of t's line as its sandboxes' ceilings (the lower
+ * of each and the server's --memory and --cpus applies). */
+kmgr_start_opts_t tenant_start_opts(const tenant_t *t, bool internet);
 
 /* A quota that refused: its name as the keys file spells it, and its value. */
 typedef struct {

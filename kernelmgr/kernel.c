@@ -387,8 +387,12 @@ static void death_cause(kernel_t *k, int status, char *buf, size_t size)
     } else {
         proc_status_str(status, st, sizeof st);
     }
+    const char *cgroup = sandbox_cgroup(k->sb);
     cleanup_free char *failcnt_path =
-        xasprintf("/sys/fs/cgroup/memory/sandgate/%s/memory.failcnt", sandbox_id(k->sb));
+        xasprintf("/sys/fs/cgroup/memory%s/memory.failcnt", cgroup ? cgroup : "/-");
+    uint64_t limit = sandbox_env_config(k->env)->memory_bytes;
+    if (k->opts.memory_bytes > 0 && k->opts.memory_bytes < limit)
+        limit = k->opts.memory_bytes;
     FILE *f = fopen(failcnt_path, "re");
     long long failcnt = 0;
     if (f) {
@@ -398,7 +402,7 @@ static void death_cause(kernel_t *k, int status, char *buf, size_t size)
     }
     if (failcnt > 0)
         snprintf(buf, size, "out of memory (limit %llu MiB); the sandbox %s",
-                 (unsigned long long)(sandbox_env_config(k->env)->memory_bytes >> 20), st);
+                 (unsigned long long)(limit >> 20), st);
     else
         snprintf(buf, size, "the kernel's sandbox %s", st);
 }
@@ -567,7 +571,11 @@ static int launch_now(kernel_t *k, sg_error_t **err)
     snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
     k->holds_slot = true;
     starts_active++;
-    k->sb = sandbox_new(k->env, sbid, k->spec, k->opts.internet, k->workspace, err);
+    sandbox_opts_t so = {.internet = k->opts.internet,
+                         .tenant = k->opts.owner,
+                         .memory_bytes = k->opts.memory_bytes,
+                         .cpu_quota_us = k->opts.cpu_quota_us};
+    k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
         return -1;
@@ -839,6 +847,13 @@ void kernel_set_owner(kernel_t *k, const char *owner)
 {
     free((char *)k->opts.owner);
     k->opts.owner = xstrdup(owner ? owner : "admin");
+    if (k->sb) /* its processes join the tenant's cgroup */
+        sandbox_set_tenant(k->sb, k->opts.owner);
+}
+
+const kernel_opts_t *kernel_opts(const kernel_t *k)
+{
+    return &k->opts;
 }
 
 const char *kernel_username(const kernel_t *k)

@@ -55,7 +55,10 @@ typedef struct {
     const char *preload;    /* code run silently once ready, before READY is reported */
     bool hold;              /* start held: nothing runs until kernel_release() (or kernel_fail()) */
     bool internet;          /* the sandbox gets a network (egress.h) */
-    const char *owner;      /* the tenant it belongs to (copied); NULL: "admin" */
+    const char *owner;      /* the tenant it belongs to (copied); NULL: "admin"; with
+                               tenant cgroups its sandboxes go in the tenant's (sandbox.h) */
+    uint64_t memory_bytes;  /* the tenant's ceilings for its sandboxes: the lower of each and */
+    uint64_t cpu_quota_us;  /* the server's applies (sandbox_opts_t); 0: the server's */
     const char *username;   /* who its client says uses it (copied); NULL: not said */
 } kernel_opts_t;
 
@@ -164,6 +167,8 @@ pid_t kernel_pid(const kernel_t *k);
 const kspec_t *kernel_spec(const kernel_t *k);
 const char *kernel_workspace(const kernel_t *k);
 bool kernel_internet(const kernel_t *k); /* its sandbox has a network */
+/* What it was started with (the owner as kernel_owner). */
+const kernel_opts_t *kernel_opts(const kernel_t *k);
 /* The tenant the kernel belongs to ("admin" when none was named). */
 const char *kernel_owner(const kernel_t *k);
 /* A pool kernel claimed by a tenant becomes its. */

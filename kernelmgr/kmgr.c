@@ -85,6 +85,11 @@ static void write_record(kmgr_t *m, entry_t *e)
         kernel_internet(k), "tenant", kernel_owner(k));
     if (kernel_username(k))
         json_object_set_new(rec, "username", json_string(kernel_username(k)));
+    const kernel_opts_t *o = kernel_opts(k);
+    if (o->memory_bytes)
+        json_object_set_new(rec, "memory_bytes", json_integer((json_int_t)o->memory_bytes));
+    if (o->cpu_quota_us)
+        json_object_set_new(rec, "cpu_quota_us", json_integer((json_int_t)o->cpu_quota_us));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -234,8 +239,9 @@ static void on_workspace(const sg_error_t *err, void *arg)
  * without a launcher (tens of ms), or by the launcher, while the kernel
  * starts held and is released when the workspace is there, so nothing on
  * the loop waits for the launcher. */
-static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool, bool internet,
-                        const char *owner, kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
+static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
+                        const kmgr_start_opts_t *so, kernel_event_fn *ev, void *ev_arg,
+                        sg_error_t **err)
 {
     cleanup_free char *ws = workspace_path(m, id);
     entry_t *e = xzalloc(sizeof *e);
@@ -252,8 +258,10 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
      * an execution's first run pays for compiling IPython's machinery. */
     opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
     opts.hold = !e->opened;
-    opts.internet = internet;
-    opts.owner = owner;
+    opts.internet = so->internet;
+    opts.owner = so->owner;
+    opts.memory_bytes = so->memory_bytes;
+    opts.cpu_quota_us = so->cpu_quota_us;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
@@ -284,7 +292,7 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    if (launch(m, spec, id, true, false, NULL, NULL, NULL, &err) == NULL) {
+    if (launch(m, spec, id, true, &(kmgr_start_opts_t){0}, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel: %s", err->msg);
         sg_error_free(&err);
     }
@@ -304,12 +312,27 @@ static size_t running_count(const kmgr_t *m)
 kernel_t *kmgr_start(kmgr_t *m, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err)
 {
-    return kmgr_start_with(m, name, false, NULL, ev, ev_arg, err);
+    return kmgr_start_with(m, name, &(kmgr_start_opts_t){0}, ev, ev_arg, err);
 }
 
-kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, const char *owner,
+/* A tenant's ceiling as it applies: 0 when it is not below the server's. */
+static uint64_t lower(uint64_t tenant, uint64_t server)
+{
+    return tenant > 0 && tenant < server ? tenant : 0;
+}
+
+/* Whether a pool kernel's sandbox is what o's would be (kmgr_start_with). */
+static bool pool_fits(const kmgr_t *m, const kmgr_start_opts_t *o)
+{
+    const sandbox_config_t *c = &m->cfg.sandbox;
+    return !o->internet && !lower(o->memory_bytes, c->memory_bytes) &&
+           !lower(o->cpu_quota_us, c->cpu_quota_us);
+}
+
+kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *o,
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
+    const char *owner = o->owner;
     const kspec_t *spec = kspecs_get(m->kspecs, name);
     if (spec == NULL) {
         sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
@@ -321,8 +344,8 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, const char
     }
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (!internet && e->pool && e->ready && kernel_spec(e->k) == spec &&
-            kernel_state(e->k) == KERNEL_IDLE) { /* pool kernels have no network */
+        if (pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
+            kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
@@ -336,7 +359,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, bool internet, const char
     }
     char id[37];
     replica_uuid(id);
-    kernel_t *k = launch(m, spec, id, false, internet, owner, ev, ev_arg, err);
+    kernel_t *k = launch(m, spec, id, false, o, ev, ev_arg, err);
     fill_pool(m);
     return k;
 }
@@ -569,12 +592,9 @@ static bool process_matches(pid_t pid, const char *needle)
 /* A session paused to disk (or whose sandbox ended while it was being
  * paused: its checkpoint may be complete) stays paused until it is used. */
 static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, const char *ws,
-                              const char *sbid, uint64_t bytes, bool recorded, bool internet,
-                              const char *owner)
+                              const char *sbid, uint64_t bytes, bool recorded,
+                              const kernel_opts_t *opts)
 {
-    kernel_opts_t opts = m->cfg.kernel;
-    opts.internet = internet;
-    opts.owner = owner;
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .ready = true};
     sg_error_t *err = NULL;
@@ -585,8 +605,8 @@ static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, co
         free(e);
         return NULL;
     }
-    e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, 0, bytes, &opts, on_kernel_event, e,
-                        &err);
+    e->k =
+        kernel_adopt(m->loop, m->env, spec, id, ws, sbid, 0, bytes, opts, on_kernel_event, e, &err);
     if (e->k == NULL) {
         if (recorded)
             log_error("kmgr: paused session %s cannot be re-adopted: %s", id, err->msg);
@@ -614,9 +634,16 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     /* Sessions recorded before tenants existed are the admin's. */
     const char *owner = json_string_value(json_object_get(rec, "tenant"));
     const char *username = json_string_value(json_object_get(rec, "username"));
+    kmgr_start_opts_t so = {
+        .internet = internet,
+        .owner = owner,
+        .memory_bytes = (uint64_t)json_integer_value(json_object_get(rec, "memory_bytes")),
+        .cpu_quota_us = (uint64_t)json_integer_value(json_object_get(rec, "cpu_quota_us"))};
     kernel_opts_t opts = m->cfg.kernel;
     opts.internet = internet;
     opts.owner = owner;
+    opts.memory_bytes = so.memory_bytes;
+    opts.cpu_quota_us = so.cpu_quota_us;
     opts.username = username;
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     if (!rec ||
@@ -663,8 +690,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                 json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 0));
         }
     } else if (sandbox_env_can_pause(m->env) &&
-               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, internet,
-                                 owner))) {
+               (k = adopt_paused(m, spec, id, ws, sbid, (uint64_t)bytes, paused, &opts))) {
         kernel_set_username(k, username);
         json_array_append_new(live_ids, json_string(sbid));
     } else {
@@ -673,7 +699,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                  "kernel (its variables are lost)",
                  id);
         sandbox_remove_id(m->env, sbid, true);
-        if (!(k = launch(m, spec, id, false, internet, owner, NULL, NULL, &err))) {
+        if (!(k = launch(m, spec, id, false, &so, NULL, NULL, &err))) {
             log_error("kmgr: cannot restart session %s: %s", id, err->msg);
             sg_error_free(&err);
             unlink(file);

@@ -69,10 +69,21 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown);
  * kernelspec and SG_E_LIMIT at max_kernels. */
 kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *ev_arg,
                      sg_error_t **err);
-/* The same, with internet: a new kernel (never from the pool) whose sandbox
- * has a network (egress.h); owner: the tenant it belongs to (NULL: the
- * admin's), recorded with the session so a restart keeps it. */
-kernel_t *kmgr_start_with(kmgr_t *self, const char *name, bool internet, const char *owner,
+/* Who a session is for, recorded with it so a restart keeps it. */
+typedef struct {
+    bool internet;         /* a new kernel (never from the pool) whose sandbox has a network
+                              (egress.h) */
+    const char *owner;     /* the tenant it belongs to (NULL: the admin's); with tenant
+                              cgroups (sandbox.h), its sandboxes go in the tenant's */
+    uint64_t memory_bytes; /* the tenant's ceilings (kernel_opts_t; 0: the server's) */
+    uint64_t cpu_quota_us;
+} kmgr_start_opts_t;
+
+/* The same for o's tenant.  A pool kernel is claimed only when its sandbox
+ * has the limits the tenant's would (the tenant names no lower ceiling);
+ * pool kernels start as the admin's, and a claimed one's sandbox moves to
+ * its tenant's cgroup (kernel_set_owner, sandbox_set_tenant). */
+kernel_t *kmgr_start_with(kmgr_t *self, const char *name, const kmgr_start_opts_t *o,
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err);
 /* Who the session's client says uses it (Jupyter's KERNEL_USERNAME;
  * kernel_username), recorded with the session so a restart keeps it. */

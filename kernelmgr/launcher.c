@@ -55,6 +55,13 @@ bool launcher_valid_sandbox_id(const char *s)
     return launcher_valid_uuid(uuid);
 }
 
+bool launcher_valid_tenant(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 0 && n <= 63 &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
 /* --- replies -------------------------------------------------------------------------- */
 
 static void send_reply(launcher_t *L, json_t *reply)
@@ -223,7 +230,9 @@ static void made(launcher_t *L, const launcher_req_t *r, sandbox_t *sb, sg_error
         return;
     }
     zhashx_insert(L->sandboxes, r->id, sb);
-    reply_ok(L, r->seq, json_pack("{s:o}", "conn", conn_json(sandbox_conn(sb))));
+    const char *cgroup = sandbox_cgroup(sb);
+    reply_ok(L, r->seq,
+             json_pack("{s:o, s:s?}", "conn", conn_json(sandbox_conn(sb)), "cgroup", cgroup));
 }
 
 static void op_new(launcher_t *L, const launcher_req_t *r)
@@ -244,9 +253,29 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
         refuse(L, r->seq, "new: the workspace is not the sandbox's own");
         return;
     }
+    json_t *tenant = json_object_get(r->body, "tenant");
+    json_t *memory = json_object_get(r->body, "memory");
+    json_t *cpu = json_object_get(r->body, "cpu_quota");
+    if (tenant && !json_is_null(tenant) &&
+        !(json_is_string(tenant) && launcher_valid_tenant(json_string_value(tenant)))) {
+        refuse(L, r->seq, "new: not a tenant's name");
+        return;
+    }
+    /* A tenant's ceilings: 0 (the server's), else at least what the keys
+     * file allows; sandbox_new keeps the lower of each and the server's. */
+    json_int_t mem = json_integer_value(memory), quota = json_integer_value(cpu);
+    if ((memory && !json_is_integer(memory)) || (cpu && !json_is_integer(cpu)) || mem < 0 ||
+        (mem > 0 && mem < (64 << 20)) || quota < 0 || (quota > 0 && quota < 1000)) {
+        refuse(L, r->seq, "new: memory must be 0 or 64 MiB or more, cpu_quota 0 or 1000 or more");
+        return;
+    }
     cleanup_error sg_error_t *err = NULL;
-    bool internet = json_is_true(json_object_get(r->body, "internet"));
-    made(L, r, sandbox_new(L->env, r->id, spec, internet, ws, &err), err);
+    sandbox_opts_t o = {.internet = json_is_true(json_object_get(r->body, "internet")),
+                        .tenant = json_string_value(tenant),
+                        .memory_bytes = (uint64_t)mem,
+                        .cpu_quota_us = (uint64_t)quota};
+    sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
+    made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */
 }
 
 static void op_adopt(launcher_t *L, const launcher_req_t *r)
@@ -262,7 +291,8 @@ static void op_adopt(launcher_t *L, const launcher_req_t *r)
         return;
     }
     cleanup_error sg_error_t *err = NULL;
-    made(L, r, sandbox_adopt(L->env, r->id, (pid_t)pid, &err), err);
+    sandbox_t *sb = sandbox_adopt(L->env, r->id, (pid_t)pid, &err);
+    made(L, r, sb, err); /* not in one call: err is read after sandbox_adopt sets it */
 }
 
 static void op_remove(launcher_t *L, const launcher_req_t *r)
@@ -319,6 +349,19 @@ static void op_keys(launcher_t *L, const launcher_req_t *r)
     reply_ok(L, r->seq,
              json_pack("{s:s%, s:i, s:i}", "text", text, (size_t)n, "mode",
                        (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
+}
+
+/* A pool kernel claimed by a tenant: its sandbox joins the tenant's cgroup
+ * (sandbox_set_tenant logs what fails; the answer says done). */
+static void op_tenant(launcher_t *L, const launcher_req_t *r)
+{
+    const char *tenant = json_string_value(json_object_get(r->body, "tenant"));
+    if (!tenant || !launcher_valid_tenant(tenant)) {
+        refuse(L, r->seq, "tenant: not a tenant's name");
+        return;
+    }
+    sandbox_set_tenant(r->sb, tenant);
+    reply_ok(L, r->seq, NULL);
 }
 
 /* Also after remove, which forgot it already. */
@@ -427,6 +470,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED, op_egress_refused},
     [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
     [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED, op_keys},
+    [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED, op_tenant},
 };
 #undef ENV
 #undef SB

@@ -17,8 +17,9 @@
  * "-<generation>" for a sandbox), paths must be the state directory's own
  * workspace paths for those ids, kernelspecs are looked up in the
  * launcher's own list (the argv never comes from the daemon), signals are
- * INT, TERM or KILL, and every sandbox limit comes from the launcher's
- * configuration.  The operations are one table, launcher_ops below: the
+ * INT, TERM or KILL, tenant names are keys-file names, and every sandbox
+ * limit comes from the launcher's configuration (a tenant's ceilings can
+ * only lower it).  The operations are one table, launcher_ops below: the
  * daemon names a request's op from it (sandbox_link.c) and the launcher
  * finds its checks and its handler in it (launcher.c); docs/architecture.md
  * lists them.
@@ -47,7 +48,8 @@ typedef enum {
     LOP_ENV,             /* is the state directory ready? */
     LOP_WORKSPACE_OPEN,  /* {path}: create/mount a workspace */
     LOP_WORKSPACE_CLOSE, /* {path, remove} */
-    LOP_NEW,             /* {id, kernelspec, workspace, internet}: bundle + connection -> {conn} */
+    LOP_NEW,             /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota}:
+                            bundle + connection -> {conn} */
     LOP_ADOPT,           /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
                             (pid 0: a paused one, whose checkpoint exists) */
     LOP_START,           /* {id}: runsc run -> {pid} when it runs */
@@ -61,6 +63,8 @@ typedef enum {
     LOP_EGRESS_REFUSED,  /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
     LOP_GIVE,            /* one fd: a file of a workspace becomes the sandbox user's */
     LOP_KEYS,            /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
+    LOP_TENANT,          /* {id, tenant}: a claimed pool kernel's sandbox moves to the
+                            tenant's cgroup */
     LOP_COUNT
 } launcher_op_t;
 
@@ -124,5 +128,8 @@ int launcher_drop_privileges(const launcher_config_t *cfg, sg_error_t **err);
 /* Id checks, shared with the tests: a UUID, and a sandbox id (UUID-N). */
 bool launcher_valid_uuid(const char *s);
 bool launcher_valid_sandbox_id(const char *s);
+/* A tenant's name as the keys file has them (gateway/keys.h's
+ * keys_valid_name), or "admin": 1-63 of A-Z a-z 0-9 . _ - */
+bool launcher_valid_tenant(const char *s);
 
 #endif

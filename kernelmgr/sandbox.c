@@ -4,7 +4,10 @@
  * kernels. */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <string.h>
+
 #include "kernelmgr/egress.h"
+#include "kernelmgr/sandbox_cgroup.h"
 
 #include "common/xalloc.h"
 
@@ -24,6 +27,7 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
         .workspace_bytes = 1024ull << 20,
         .tmp_bytes = 256ull << 20,
         .egress_max_conns = 256,
+        .tenant_cgroups = true,
     };
 }
 
@@ -126,12 +130,32 @@ static sandbox_t *alloc(sandbox_env_t *env, const char *id)
     return self;
 }
 
-sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
-                       const char *workspace, sg_error_t **err)
+/* runsc's cgroupsPath for a sandbox (sandbox_cgroup.h); NULL in mode none. */
+char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id)
+{
+    if (env->cfg.mode != SANDBOX_RUNSC)
+        return NULL;
+    if (env->cfg.tenant_cgroups && tenant)
+        return xasprintf("/" CGROUP_TOP "/" CGROUP_TENANT_PREFIX "%s/%s", tenant, id);
+    return xasprintf("/" CGROUP_TOP "/%s", id);
+}
+
+/* A tenant's ceiling, or the server's when it names none or a higher one. */
+static uint64_t ceiling(uint64_t tenant, uint64_t server)
+{
+    return tenant > 0 && tenant < server ? tenant : server;
+}
+
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+                       const sandbox_opts_t *opts, const char *workspace, sg_error_t **err)
 {
     sandbox_t *self = alloc(env, id);
     self->workspace = xstrdup(workspace);
-    self->internet = internet;
+    self->internet = opts && opts->internet;
+    self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
+    self->memory_bytes = ceiling(opts ? opts->memory_bytes : 0, env->cfg.memory_bytes);
+    self->cpu_quota_us = ceiling(opts ? opts->cpu_quota_us : 0, env->cfg.cpu_quota_us);
+    self->cgroup = sandbox_cgroup_name(env, self->tenant, id);
     if (env->ops->prepare(self, spec, err) < 0)
         sandbox_free(&self);
     return self;
@@ -157,6 +181,8 @@ void sandbox_free(sandbox_t **self_p)
     free(self->id);
     free(self->dir);
     free(self->workspace);
+    free(self->tenant);
+    free(self->cgroup);
     free(self->kernelspec);
     kspec_argv_free(self->plain_argv);
     kspec_argv_free(self->plain_env);
@@ -167,6 +193,19 @@ void sandbox_free(sandbox_t **self_p)
 const char *sandbox_id(const sandbox_t *self)
 {
     return self->id;
+}
+
+const char *sandbox_cgroup(sandbox_t *self)
+{
+    if (self->env->cfg.mode != SANDBOX_RUNSC)
+        return NULL;
+    if (!self->cgroup && !sandbox_link_up()) { /* adopted here: its bundle says */
+        cleanup_free char *config = xasprintf("%s/bundle/config.json", self->dir);
+        self->cgroup = cgroup_of_bundle(config);
+    }
+    if (!self->cgroup)
+        self->cgroup = sandbox_cgroup_name(self->env, NULL, self->id);
+    return self->cgroup;
 }
 
 const char *sandbox_dir(const sandbox_t *self)
@@ -218,6 +257,13 @@ int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_
     self->started_cb = cb;
     self->started_arg = arg;
     return self->env->ops->resume(self, err);
+}
+
+void sandbox_set_tenant(sandbox_t *self, const char *tenant)
+{
+    if (self->env->ops->set_tenant && tenant &&
+        (!self->tenant || strcmp(self->tenant, tenant) != 0))
+        self->env->ops->set_tenant(self, tenant);
 }
 
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err)

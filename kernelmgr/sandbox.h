@@ -52,6 +52,8 @@ typedef struct {
     const char *egress_dns;    /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
     unsigned egress_max_conns; /* --egress-max-conns: open connections per sandbox; 0: any */
     uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
+    bool tenant_cgroups;       /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
+                                  own with an equal CPU weight (sandbox_cgroup.h); default true */
 } sandbox_config_t;
 
 /* Documented defaults (see sandgate --help). */
@@ -87,11 +89,27 @@ void sandbox_cancel(uint64_t request);
  * through the launcher). */
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
 
+/* What one sandbox gets beyond the server's configuration. */
+typedef struct {
+    bool internet;         /* a network of its own (egress.h) */
+    const char *tenant;    /* whose it is: with tenant_cgroups, its cgroup is
+                              /sandgate/t-TENANT/ID (sandbox_cgroup.h); NULL: /sandgate/ID */
+    uint64_t memory_bytes; /* its tenant's ceiling: the lower of this and the server's
+                              memory_bytes is its limit; 0: the server's */
+    uint64_t cpu_quota_us; /* the same for cpu_quota_us */
+} sandbox_opts_t;
+
 /* Prepares kernel id's directory, connection file and bundle for spec, with
- * workspace as its home; with internet, its network too (egress.h; an
- * error when the operator allows none).  Does not start anything. */
-sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec, bool internet,
-                       const char *workspace, sg_error_t **err);
+ * workspace as its home; with opts->internet, its network too (egress.h;
+ * an error when the operator allows none).  Does not start anything. */
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+                       const sandbox_opts_t *opts, const char *workspace, sg_error_t **err);
+/* Its tenant is tenant from now on (a pool kernel claimed): with tenant
+ * cgroups, a running sandbox's processes move to the tenant's cgroup with
+ * their limits (sandbox_cgroup.h's cgroup_move), and a paused one is
+ * restored there.  In the background; problems are logged (it stays where
+ * it was). */
+void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
  * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
  * for start-up. */
@@ -101,6 +119,10 @@ void sandbox_free(sandbox_t **self_p);
 
 const char *sandbox_id(const sandbox_t *self);
 const char *sandbox_dir(const sandbox_t *self);
+/* Its cgroup under each hierarchy's mount point, runsc's cgroupsPath:
+ * /sandgate/t-TENANT/ID with tenant_cgroups and a tenant, else
+ * /sandgate/ID (sandbox_cgroup.h); NULL in mode none. */
+const char *sandbox_cgroup(sandbox_t *self);
 /* Host-side connection info (ip = host path of the ipc sockets). */
 const jconn_t *sandbox_conn(const sandbox_t *self);
 /* The process whose exit means the kernel is gone (runsc's sandbox process,

@@ -39,6 +39,10 @@ struct sandbox {
     sandbox_env_t *env;
     char *id, *dir, *workspace;
     bool internet; /* has a network (egress.h): asked for at new, found on disk at adopt */
+    char *tenant;  /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
+    uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
+    char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
+                     an adopted one, read from its bundle or sent by the launcher */
     jconn_t conn;
     pid_t pid;
     sandbox_started_fn *started_cb; /* set by sandbox_start/resume before ops->start/resume */
@@ -94,6 +98,9 @@ struct sandbox_ops {
     int (*pause)(sandbox_t *sb, sg_error_t **err);
     /* sandbox_resume: calls sb->started_cb exactly once if it returns 0. */
     int (*resume)(sandbox_t *sb, sg_error_t **err);
+    /* sandbox_set_tenant: sb->tenant and sb->cgroup are the new ones when it
+     * returns; the move may still be under way.  NULL in mode none. */
+    void (*set_tenant)(sandbox_t *sb, const char *tenant);
     /* sandbox_signal: delivery is asynchronous. */
     int (*signal)(sandbox_t *sb, int sig, sg_error_t **err);
     /* sandbox_remove, before remove_id: no start under way may create the
@@ -120,6 +127,11 @@ extern const sandbox_ops_t sandbox_none_ops;
 /* Whether sandbox_set_launcher was called: then this process's privileged
  * steps are sandbox_link_ops'. */
 bool sandbox_link_up(void);
+
+/* The cgroupsPath of sandbox id of tenant (NULL: none) in env: with
+ * tenant_cgroups /sandgate/t-TENANT/ID, else /sandgate/ID; NULL in mode
+ * none.  A new string. */
+char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id);
 
 /* --- sandbox_host.c: shared by the runsc and none tables -------------------- */
 

@@ -418,6 +418,10 @@ static int link_adopt_startup(sandbox_t *sb, pid_t pid, sg_error_t **err)
     json_t *r =
         link_startup_call(LOP_ADOPT, json_pack("{s:s, s:i}", "id", sb->id, "pid", (int)pid), err);
     int rc = !r || conn_from(&sb->conn, r, err) < 0 ? -1 : 0;
+    /* Where its bundle put it: the daemon cannot read the bundle. */
+    const char *cgroup = json_string_value(json_object_get(r, "cgroup"));
+    if (rc == 0 && cgroup && strncmp(cgroup, "/sandgate/", 10) == 0)
+        sb->cgroup = xstrdup(cgroup);
     json_decref(r);
     return rc;
 }
@@ -469,8 +473,10 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq =
         link_async(LOP_NEW,
-                   json_pack("{s:s, s:s, s:s, s:b}", "id", sb->id, "kernelspec", sb->kernelspec,
-                             "workspace", sb->workspace, "internet", sb->internet),
+                   json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I}", "id", sb->id, "kernelspec",
+                             sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet,
+                             "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
+                             "cpu_quota", (json_int_t)sb->cpu_quota_us),
                    -1, new_answered, sb, 0);
     return 0;
 }
@@ -504,6 +510,24 @@ static int link_resume(sandbox_t *sb, sg_error_t **err)
     sb->start_seq =
         link_async(LOP_RESUME, json_pack("{s:s}", "id", sb->id), -1, start_answered, sb, 0);
     return 0;
+}
+
+static void tenant_answered(json_t *reply, void *arg)
+{
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: moving a sandbox to its tenant's cgroup: %s", err->msg);
+}
+
+/* The launcher moves it; the cgroup's name here is for the OOM report. */
+static void link_set_tenant(sandbox_t *sb, const char *tenant)
+{
+    free(sb->tenant);
+    sb->tenant = xstrdup(tenant);
+    free(sb->cgroup);
+    sb->cgroup = sandbox_cgroup_name(sb->env, tenant, sb->id);
+    link_async(LOP_TENANT, json_pack("{s:s, s:s}", "id", sb->id, "tenant", tenant), -1,
+               tenant_answered, NULL, 0);
 }
 
 static int link_signal(sandbox_t *sb, int sig, sg_error_t **err)
@@ -617,6 +641,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .start = link_start,
     .pause = link_pause,
     .resume = link_resume,
+    .set_tenant = link_set_tenant,
     .signal = link_signal,
     .stop = link_stop,
     .remove_id = link_remove_id,

@@ -184,7 +184,7 @@ static void delete_after_checkpoint(int status, const char *output, void *arg)
     sb->pausing->child = 0;
     if (status != 0)
         log_warn("sandbox %s: runsc delete after checkpoint: %s", sb->id, output);
-    cgroup_remove(sb->id);
+    cgroup_remove(sandbox_cgroup(sb));
     runsc_pausing_end(sb);
     cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
     struct stat st;
@@ -213,10 +213,10 @@ static void checkpoint_done(int status, const char *output, void *arg)
 }
 
 /* The sandbox's memory as its cgroup counts it; 0 when unknown. */
-static uint64_t memory_usage(const sandbox_t *sb)
+static uint64_t memory_usage(sandbox_t *sb)
 {
     cleanup_free char *path =
-        xasprintf("/sys/fs/cgroup/memory/sandgate/%s/memory.usage_in_bytes", sb->id);
+        xasprintf("/sys/fs/cgroup/memory%s/memory.usage_in_bytes", sandbox_cgroup(sb));
     FILE *f = fopen(path, "re");
     unsigned long long v = 0;
     if (f) {
@@ -353,7 +353,8 @@ static void restore_done(int status, const char *output, void *arg)
         return;
     }
     sg_error_t *err = NULL;
-    if (p->cpu_quota > 0 && cgroup_set_cpu(sb->id, p->cpu_quota, p->cpu_period, &err) < 0) {
+    if (p->cpu_quota > 0 &&
+        cgroup_set_cpu(sandbox_cgroup(sb), p->cpu_quota, p->cpu_period, &err) < 0) {
         resume_failed(sb, err); /* the kernel is stopped with the error */
         return;
     }
@@ -421,6 +422,7 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
         return -1;
     cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
     unlink(pidfile);
+    cgroup_prepare(sandbox_cgroup(sb)); /* its tenant's, swept since a restart */
     /* The same global flags as run: restore needs the sandbox it saved. */
     if (sb->internet) { /* its namespace, again after a reboot */
         cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);

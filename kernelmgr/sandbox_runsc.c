@@ -308,12 +308,11 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         (json_int_t)cfg->nofile, "soft", (json_int_t)cfg->nofile, "type", "RLIMIT_NPROC", "hard",
         (json_int_t)cfg->nproc, "soft", (json_int_t)cfg->nproc, "type", "RLIMIT_CORE", "hard",
         (json_int_t)0, "soft", (json_int_t)0, "noNewPrivileges", 1);
-    cleanup_free char *cgroup = xasprintf("/sandgate/%s", sb->id);
     json_t *linux_ = json_pack(
         "{s:s, s:{s:{s:I}, s:{s:I, s:I}, s:{s:I}}, s:[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}],"
         " s:[s, s, s, s], s:[s, s]}",
-        "cgroupsPath", cgroup, "resources", "memory", "limit", (json_int_t)cfg->memory_bytes, "cpu",
-        "quota", (json_int_t)cfg->cpu_quota_us, "period", (json_int_t)100000, "pids", "limit",
+        "cgroupsPath", sb->cgroup, "resources", "memory", "limit", (json_int_t)sb->memory_bytes,
+        "cpu", "quota", (json_int_t)sb->cpu_quota_us, "period", (json_int_t)100000, "pids", "limit",
         (json_int_t)cfg->pids, "namespaces", "type", "pid", "type", "ipc", "type", "uts", "type",
         "mount", "type", "network", "maskedPaths", "/proc/kcore", "/proc/keys", "/proc/timer_list",
         "/sys/firmware", "readonlyPaths", "/proc/sys", "/proc/sysrq-trigger");
@@ -374,6 +373,7 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
     }
     if (host_make_dir(bundle, 0700, err) < 0 || write_bundle(sb, spec, bundle, err) < 0)
         goto fail;
+    cgroup_prepare(sb->cgroup);
     return 0;
 fail:
     sg_error_prefix(err, "preparing sandbox %s", sb->id);
@@ -528,14 +528,23 @@ static int runsc_signal_op(sandbox_t *sb, int sig, sg_error_t **err)
 }
 
 typedef struct {
-    char *dir, *id;
+    char *dir, *id, *cgroup;
 } removal_t;
 
 static void removal_free(removal_t *r)
 {
     free(r->dir);
     free(r->id);
+    free(r->cgroup);
     free(r);
+}
+
+/* Sandbox id's cgroup, as its bundle in dir names it (sandbox_cgroup.h). */
+static char *cgroup_of(const char *dir, const char *id)
+{
+    cleanup_free char *config = xasprintf("%s/bundle/config.json", dir);
+    char *path = cgroup_of_bundle(config);
+    return path ? path : xasprintf("/" CGROUP_TOP "/%s", id);
 }
 
 static void delete_done(int status, const char *output, void *arg)
@@ -543,7 +552,7 @@ static void delete_done(int status, const char *output, void *arg)
     removal_t *r = arg;
     if (status != 0)
         log_warn("sandbox: runsc delete failed: %s", output);
-    cgroup_remove(r->id);
+    cgroup_remove(r->cgroup);
     egress_sandbox_down(r->id, r->dir);
     host_remove_tree(r->dir);
     removal_free(r);
@@ -552,6 +561,7 @@ static void delete_done(int status, const char *output, void *arg)
 static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
 {
     cleanup_free char *dir = xasprintf("%s/kernels/%s", env->state_dir, id);
+    cleanup_free char *cgroup = cgroup_of(dir, id);
     const char *cmd[] = {"delete", "-force", id, NULL};
     if (wait) {
         cleanup_free char *out = NULL;
@@ -559,7 +569,7 @@ static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
         int st = proc_run_sync(runsc_argv(env, cmd), &out, &err);
         if (st != 0 && !strstr(out ? out : "", "does not exist"))
             log_warn("sandbox: runsc delete %s: %s", id, err ? err->msg : out);
-        cgroup_remove(id);
+        cgroup_remove(cgroup);
         egress_sandbox_down(id, dir);
         host_remove_tree(dir);
         return;
@@ -567,6 +577,7 @@ static void runsc_remove_id(sandbox_env_t *env, const char *id, bool wait)
     removal_t *r = xzalloc(sizeof *r);
     r->dir = xstrdup(dir);
     r->id = xstrdup(id);
+    r->cgroup = xstrdup(cgroup);
     cleanup_error sg_error_t *err = NULL;
     if (proc_exec_async(runsc_argv(env, cmd), delete_done, r, &err) < 0) {
         log_warn("sandbox: cannot remove %s: %s", id, err->msg);
@@ -584,6 +595,43 @@ static void runsc_stop(sandbox_t *sb)
         kill(-sb->pending, SIGKILL);
         sb->pending = 0;
     }
+}
+
+/* The bundle's cgroupsPath becomes cgroup: a restore makes it there. */
+static int rewrite_bundle_cgroup(const sandbox_t *sb, const char *cgroup, sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/bundle/config.json", sb->dir);
+    cleanup_free char *tmp = xasprintf("%s/bundle/config.json.tmp", sb->dir);
+    json_t *config = json_load_file(path, 0, NULL);
+    json_t *linux_ = json_object_get(config, "linux");
+    int r = linux_ ? json_object_set_new(linux_, "cgroupsPath", json_string(cgroup)) : -1;
+    if (r == 0)
+        r = json_dump_file(config, tmp, JSON_INDENT(2));
+    json_decref(config);
+    if (r < 0 || rename(tmp, path) < 0)
+        return sg_error_set(err, SG_E_IO, "cannot rewrite %s", path);
+    return 0;
+}
+
+static void runsc_set_tenant(sandbox_t *sb, const char *tenant)
+{
+    free(sb->tenant);
+    sb->tenant = xstrdup(tenant);
+    const char *from = sandbox_cgroup(sb);
+    cleanup_free char *to = sandbox_cgroup_name(sb->env, tenant, sb->id);
+    if (strcmp(from, to) == 0)
+        return;
+    cleanup_error sg_error_t *err = NULL;
+    cgroup_prepare(to);
+    if ((sb->pid > 0 && cgroup_move(from, to, &err) < 0) ||
+        rewrite_bundle_cgroup(sb, to, &err) < 0) {
+        log_warn("sandbox %s: moving to tenant %s's cgroup: %s", sb->id, tenant, err->msg);
+        return;
+    }
+    log_debug("sandbox %s: moved from %s to %s", sb->id, from, to);
+    free(sb->cgroup);
+    sb->cgroup = to;
+    to = NULL; /* sb's */
 }
 
 static json_t *runsc_list(sandbox_env_t *env, sg_error_t **err)
@@ -629,6 +677,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .start = runsc_start,
     .pause = runsc_pause,
     .resume = runsc_resume,
+    .set_tenant = runsc_set_tenant,
     .signal = runsc_signal_op,
     .stop = runsc_stop,
     .remove_id = runsc_remove_id,

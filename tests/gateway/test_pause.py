@@ -44,7 +44,9 @@ def cpu_quotas(cid):
     sandbox cgroup of the context."""
     out = {}
     for f in glob.glob(f"/sys/fs/cgroup/cpu*/sandgate/{cid}-*/cpu.cfs_quota_us") + \
-            glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*/cpu.max"):
+            glob.glob(f"/sys/fs/cgroup/cpu*/sandgate/t-*/{cid}-*/cpu.cfs_quota_us") + \
+            glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*/cpu.max") + \
+            glob.glob(f"/sys/fs/cgroup/sandgate/t-*/{cid}-*/cpu.max"):
         with open(os.path.join(os.path.dirname(f), "cgroup.procs")) as p:
             if not p.read().strip():
                 continue  # an empty one, not the running sandbox's
@@ -179,7 +181,9 @@ try:
     ok(st == 204 and not any(os.path.exists(k) for k in kdirs),
        "deleting a paused session removes its checkpoint", kdirs)
     left = glob.glob(f"/sys/fs/cgroup/*/sandgate/{cid}-*") + \
-        glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*")
+        glob.glob(f"/sys/fs/cgroup/*/sandgate/t-*/{cid}-*") + \
+        glob.glob(f"/sys/fs/cgroup/sandgate/{cid}-*") + \
+        glob.glob(f"/sys/fs/cgroup/sandgate/t-*/{cid}-*")
     ok(not left, "and no cgroup of any of its sandboxes is left", left)
 finally:
     d.stop()

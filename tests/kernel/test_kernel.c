@@ -3,6 +3,7 @@
  * timeouts, interrupts, crash detection and restart; and nothing left over. */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "tests/kernel/harness.h"
@@ -105,6 +106,27 @@ static int count_dir(const char *path, const char *prefix)
             n++;
     closedir(d);
     return n;
+}
+
+/* The first number in a file, -1 without one. */
+static long long read_num(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    long long v = -1;
+    if (f) {
+        if (fscanf(f, "%lld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* The cgroup v1 file of sandbox sbid of tenant (NULL: none) in hierarchy. */
+static char *cg_file(const char *hierarchy, const char *tenant, const char *sbid, const char *file)
+{
+    return tenant
+               ? xasprintf("/sys/fs/cgroup/%s/sandgate/t-%s/%s/%s", hierarchy, tenant, sbid, file)
+               : xasprintf("/sys/fs/cgroup/%s/sandgate/%s/%s", hierarchy, sbid, file);
 }
 
 static bool no_runsc(void *arg)
@@ -228,12 +250,41 @@ int main(void)
         free(output_of(a, "import os; os.remove('big')"));
     }
 
-    /* a second kernel, to show limits hit one session only */
+    /* a second kernel, to show limits hit one session only: another
+     * tenant's, with a lower memory ceiling than the server's */
     watch_t wb;
-    kernel_t *b = start(py, idb, &wb, &o);
+    kernel_opts_t ob = o;
+    ob.owner = "ktest-b";
+    ob.memory_bytes = 512ull << 20;
+    ob.cpu_quota_us = 50000;
+    kernel_t *b = start(py, idb, &wb, &ob);
     run_until(is_ready, &wb, 60000);
     ok(wb.ready == 1, "a second kernel starts");
     check_code(b, "y = 'neighbour'", "", "neighbour has state");
+
+    struct stat cst;
+    if (sandboxed && stat("/sys/fs/cgroup/memory", &cst) == 0 &&
+        stat("/sys/fs/cgroup/cpu", &cst) == 0) {
+        /* cgroup v1: each tenant's sandboxes in its own cgroup (a kernel
+         * with no owner is the admin's), with the tenants' CPU weight. */
+        const char *sa = kernel_sandbox_id(a), *sbb = kernel_sandbox_id(b);
+        cleanup_free char *pa = cg_file("cpu", "admin", sa, "cgroup.procs");
+        cleanup_free char *pb = cg_file("cpu", "ktest-b", sbb, "cgroup.procs");
+        cleanup_free char *ma = cg_file("memory", "admin", sa, "memory.limit_in_bytes");
+        cleanup_free char *mb = cg_file("memory", "ktest-b", sbb, "memory.limit_in_bytes");
+        cleanup_free char *qb = cg_file("cpu", "ktest-b", sbb, "cpu.cfs_quota_us");
+        ok(read_num(pa) > 0 && read_num(pb) > 0,
+           "each sandbox's processes are in its tenant's cgroup: %s, %s", pa, pb);
+        is_int((int)read_num("/sys/fs/cgroup/cpu/sandgate/t-ktest-b/cpu.shares"), 1024,
+               "the tenant's cgroup has the tenants' CPU weight (cpu.shares)");
+        ok(read_num(ma) == (long long)cfg.memory_bytes,
+           "the admin's sandbox has the server's "
+           "memory limit (%lld)",
+           read_num(ma));
+        ok(read_num(mb) == 512ll << 20, "the other tenant's has its lower ceiling (%lld)",
+           read_num(mb));
+        ok(read_num(qb) == 50000, "and its lower CPU quota (%lld)", read_num(qb));
+    }
 
     if (sandboxed) {
         /* A process flood: far more processes than the limit allows. */
@@ -413,7 +464,8 @@ int main(void)
         if (system(ps) != 0)
             diag("none");
         is_int(count_dir("/sys/fs/cgroup/memory/sandgate", ida) +
-                   count_dir("/sys/fs/cgroup/memory/sandgate", idb),
+                   count_dir("/sys/fs/cgroup/memory/sandgate/t-admin", ida) +
+                   count_dir("/sys/fs/cgroup/memory/sandgate/t-ktest-b", idb),
                0, "no cgroups left");
     }
     cleanup_free char *ws1 = xasprintf("%s/workspaces/%s", state_dir, ida);

@@ -188,8 +188,28 @@ int main(void)
                               "python3", "workspace", "/"))),
        "new with / as the workspace is refused");
 
-    json_t *r = call(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", sbid, "kernelspec",
-                               "python3", "workspace", ws));
+    const char *bad_tenants[] = {
+        "", "../x", "a/b", "t x",
+        "0123456789012345678901234567890123456789012345678901234567890123"};
+    for (size_t i = 0; i < sizeof bad_tenants / sizeof bad_tenants[0]; i++)
+        ok(refused(
+               call(json_pack("{s:s, s:s, s:s, s:s, s:s}", "op", "new", "id", sbid, "kernelspec",
+                              "python3", "workspace", ws, "tenant", bad_tenants[i]))),
+           "new with tenant '%.12s' is refused", bad_tenants[i]);
+    ok(refused(call(json_pack("{s:s, s:s, s:s, s:s, s:i}", "op", "new", "id", sbid, "kernelspec",
+                              "python3", "workspace", ws, "tenant", 7))),
+       "new with a tenant that is not a string is refused");
+    ok(refused(call(json_pack("{s:s, s:s, s:s, s:s, s:I}", "op", "new", "id", sbid, "kernelspec",
+                              "python3", "workspace", ws, "memory", (json_int_t)4096))),
+       "new with a memory ceiling of 4 KiB is refused");
+    ok(refused(call(json_pack("{s:s, s:s, s:s, s:s, s:I}", "op", "new", "id", sbid, "kernelspec",
+                              "python3", "workspace", ws, "cpu_quota", (json_int_t)-1))),
+       "new with a negative CPU quota is refused");
+
+    /* A tenant's ceiling above the server's: the server's applies. */
+    json_t *r = call(json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I}", "op", "new", "id", sbid,
+                               "kernelspec", "python3", "workspace", ws, "tenant", "lt-tenant",
+                               "memory", (json_int_t)(1ll << 40), "cpu_quota", (json_int_t)50000));
     const char *key = json_string_value(json_object_get(json_object_get(r, "conn"), "key"));
     ok(key && strlen(key) >= 32, "new prepares a sandbox and answers its connection (key)");
     json_decref(r);
@@ -199,6 +219,17 @@ int main(void)
     ok(json_array_size(args) > 2 &&
            strstr(json_string_value(json_array_get(args, 1)) ?: "", "python"),
        "the bundle's command comes from the launcher's kernelspec");
+    json_t *res = json_object_get(json_object_get(oci, "linux"), "resources");
+    sandbox_config_t dflt;
+    sandbox_config_defaults(&dflt);
+    ok(json_integer_value(json_object_get(json_object_get(res, "memory"), "limit")) ==
+           (json_int_t)dflt.memory_bytes,
+       "a tenant's memory ceiling above the server's gives the server's");
+    ok(json_integer_value(json_object_get(json_object_get(res, "cpu"), "quota")) == 50000,
+       "a lower CPU ceiling is the sandbox's quota");
+    cleanup_free char *cgpath = xasprintf("/sandgate/t-lt-tenant/%s", sbid);
+    is_str(json_string_value(json_object_get(json_object_get(oci, "linux"), "cgroupsPath")), cgpath,
+           "the bundle's cgroupsPath is in the tenant's cgroup");
     json_decref(oci);
     ok(refused(call(json_pack("{s:s, s:s, s:s, s:s}", "op", "new", "id", sbid, "kernelspec",
                               "python3", "workspace", ws))),
