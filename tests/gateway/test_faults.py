@@ -281,15 +281,17 @@ if 4 in PARTS:
 if 5 in PARTS:
     jp = never_ready_kernelspec()
     env = {"JUPYTER_PATH": jp}
-    d = Daemon("--pool-size", "0", "--start-timeout", "5", env=env)
+    # Long enough for a real kernel to start on a loaded machine under
+    # AddressSanitizer (context A's), short enough to wait out for 'sleepy'.
+    d = Daemon("--pool-size", "0", "--start-timeout", "15", env=env)
     try:
         a = context(d, "a = 'kept-a'")
         st, c = d.json("POST", "/contexts", {"language": "sleepy"})
         ok(st == 201, "a context of the kernelspec that never answers is created", (st, c))
         fails_dead(d, c["id"], ("TimeoutError",),
-                   ("did not answer within 5000 ms of starting (kernelspec 'sleepy')",),
+                   ("did not answer within 15000 ms of starting (kernelspec 'sleepy')",),
                    "its first execute: a TimeoutError, the kernel did not answer in "
-                   "--start-timeout (5 s)", 15)
+                   "--start-timeout (15 s)", 30)
         deadline = time.monotonic() + 15  # runsc kill and delete, in the background
         while sandbox_pids(c["id"]) and time.monotonic() < deadline:
             time.sleep(0.2)
