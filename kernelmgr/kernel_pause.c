@@ -88,6 +88,10 @@ int kernel_pause(kernel_t *k, sg_error_t **err)
     if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
                             k->id, kernel_status(k));
+    if (sandbox_exec_count(k->sb) > 0)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "kernel %s has %u command(s) running; it can pause once they end",
+                            k->id, sandbox_exec_count(k->sb));
     k->pause_began = zclock_mono();
     k->state = KERNEL_PAUSING;
     k->resume_wanted = false;

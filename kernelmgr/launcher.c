@@ -29,6 +29,7 @@ struct launcher {
     sg_error_t *env_err; /* why the state directory could not be prepared */
     kspecs_t *kspecs;
     zhashx_t *sandboxes; /* id -> sandbox_t */
+    zhashx_t *execs;     /* "ID/SEQ" of a running exec request -> its handle (sandbox_exec) */
     char *workspaces;    /* STATE/workspaces */
 };
 
@@ -447,6 +448,81 @@ static void op_give(launcher_t *L, const launcher_req_t *r)
     reply_ok(L, r->seq, NULL);
 }
 
+/* A command's end: its exit status, for the request that started it. */
+typedef struct {
+    launcher_t *L;
+    json_int_t seq;
+    char *key; /* in L->execs */
+} exec_later_t;
+
+static void on_exec_done(int status, const sg_error_t *err, void *arg)
+{
+    exec_later_t *st = arg;
+    zhashx_delete(st->L->execs, st->key);
+    if (err)
+        reply_err(st->L, st->seq, err);
+    else
+        reply_ok(st->L, st->seq, json_pack("{s:i}", "status", status));
+    free(st->key);
+    free(st);
+}
+
+/* A JSON array of strings as a NULL-terminated array (borrowed strings);
+ * NULL when it is not one (absent and not required: an empty one). */
+static const char **string_array(json_t *a, bool required)
+{
+    if (!a && !required)
+        return xzalloc(sizeof(char *));
+    if (!json_is_array(a) || json_array_size(a) > 4096)
+        return NULL;
+    const char **v = xzalloc((json_array_size(a) + 1) * sizeof *v);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!(v[i] = json_string_value(json_array_get(a, i)))) {
+            free(v);
+            return NULL;
+        }
+    return v;
+}
+
+/* A command in a running sandbox, as the sandbox user, its stdio the three
+ * fds sent (sandbox_exec checks argv, env and cwd); answered when it ends. */
+static void op_exec(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_free const char **argv = string_array(json_object_get(r->body, "argv"), true);
+    cleanup_free const char **env = string_array(json_object_get(r->body, "env"), false);
+    json_t *cwd = json_object_get(r->body, "cwd");
+    if (!argv || !env || (cwd && !json_is_string(cwd))) {
+        refuse(L, r->seq, "exec: argv and env must be arrays of strings, cwd a string");
+        return;
+    }
+    sandbox_exec_t x = {.argv = argv, .env = env, .cwd = json_string_value(cwd)};
+    exec_later_t *st = xzalloc(sizeof *st);
+    *st = (exec_later_t){L, r->seq, xasprintf("%s/%lld", r->id, (long long)r->seq)};
+    cleanup_error sg_error_t *err = NULL;
+    uint64_t h = sandbox_exec(r->sb, &x, r->fds, on_exec_done, st, &err);
+    if (h == 0) {
+        free(st->key);
+        free(st);
+        reply_err(L, r->seq, err);
+        return;
+    }
+    zhashx_insert(L->execs, st->key, (void *)(uintptr_t)h);
+}
+
+/* {id, exec: the seq of its exec request, sig}. */
+static void op_exec_signal(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_free char *key = xasprintf(
+        "%s/%lld", r->id, (long long)json_integer_value(json_object_get(r->body, "exec")));
+    uintptr_t h = (uintptr_t)zhashx_lookup(L->execs, key);
+    json_int_t sig = json_integer_value(json_object_get(r->body, "sig"));
+    cleanup_error sg_error_t *err = NULL;
+    if (h && sandbox_exec_signal(r->sb, h, (int)sig, &err) < 0)
+        reply_err(L, r->seq, err);
+    else
+        reply_ok(L, r->seq, NULL);
+}
+
 #define ENV LOP_NEEDS_ENV
 #define SB (LOP_NEEDS_ENV | LOP_TAKES_ID | LOP_TAKES_SANDBOX)
 #define ID (LOP_NEEDS_ENV | LOP_TAKES_ID)
@@ -471,6 +547,8 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
     [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED, op_keys},
     [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED, op_tenant},
+    [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC, op_exec},
+    [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED, op_exec_signal},
 };
 #undef ENV
 #undef SB
@@ -496,18 +574,15 @@ static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
         return;
     }
     const launcher_op_desc_t *d = &launcher_ops[op];
-    if (d->flags & LOP_TAKES_FD) {
-        if (nfds != 1) {
-            refuse(L, r.seq, "%s: one file descriptor expected", d->name);
-            return;
-        }
-        r.fd = fds[0];
-    } else if (nfds > 0) {
-        {
-            refuse(L, r.seq, "%s: file descriptors are only taken by give", d->name);
-            return;
-        }
+    int want = (d->flags & LOP_TAKES_FD) ? 1 : (d->flags & LOP_TAKES_STDIO) ? 3 : 0;
+    if (nfds != want) {
+        refuse(L, r.seq, "%s: %d file descriptors expected, %d sent", d->name, want, nfds);
+        return;
     }
+    if (want == 1)
+        r.fd = fds[0];
+    for (int i = 0; want == 3 && i < 3; i++)
+        r.fds[i] = fds[i];
     if ((d->flags & LOP_NEEDS_ENV) && !L->env) {
         reply_err(L, r.seq, L->env_err);
         return;
@@ -606,6 +681,7 @@ int launcher_serve(const launcher_config_t *cfg, int fd)
     launcher_t L = {.cfg = cfg, .fd = fd};
     L.loop = loop_new();
     L.sandboxes = zhashx_new();
+    L.execs = zhashx_new();
     zhashx_set_destructor(L.sandboxes, sandbox_free_fn);
     L.workspaces = xasprintf("%s/workspaces", cfg->state_dir);
     sg_error_t *err = NULL;
@@ -622,6 +698,7 @@ int launcher_serve(const launcher_config_t *cfg, int fd)
         log_error("launcher: %s", err->msg);
     sg_error_free(&err);
     zhashx_destroy(&L.sandboxes); /* handles only: the sandboxes keep running */
+    zhashx_destroy(&L.execs);
     kspecs_destroy(&L.kspecs);
     sandbox_env_destroy(&L.env);
     sg_error_free(&L.env_err);

@@ -65,6 +65,10 @@ typedef enum {
     LOP_KEYS,            /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
     LOP_TENANT,          /* {id, tenant}: a claimed pool kernel's sandbox moves to the
                             tenant's cgroup */
+    LOP_EXEC,            /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a
+                            command in the sandbox as its user -> {status} when it ends */
+    LOP_EXEC_SIGNAL,     /* {id, exec: the seq of its exec, sig}: INT, TERM, HUP or KILL
+                            to the command's process group */
     LOP_COUNT
 } launcher_op_t;
 
@@ -75,11 +79,13 @@ enum {
     LOP_TAKES_PATH = 1 << 1,    /* "path" is exactly STATE/workspaces/<uuid> */
     LOP_TAKES_ID = 1 << 2,      /* "id" is a sandbox id (UUID-N) */
     LOP_TAKES_SANDBOX = 1 << 3, /* ... of a sandbox the launcher holds (new/adopt made it) */
-    LOP_TAKES_FD = 1 << 4,      /* exactly one file descriptor; no other op takes any */
+    LOP_TAKES_FD = 1 << 4,      /* exactly one file descriptor (give) */
     LOP_STARTUP = 1 << 5, /* the daemon may wait for the answer: at start-up and shutdown only */
     LOP_ASYNC = 1 << 6,   /* the daemon may send it while serving; the answer goes to a callback */
     LOP_TIMED = 1 << 7,   /* an async answer is awaited --launcher-timeout at most (otherwise
-                             the kernel's own timeouts bound it: start, pause, resume) */
+                             the kernel's own timeouts bound it: start, pause, resume; a
+                             command's, its caller's) */
+    LOP_TAKES_STDIO = 1 << 8, /* exactly three file descriptors (exec); no other op takes any */
 };
 
 typedef struct launcher launcher_t;
@@ -93,6 +99,7 @@ typedef struct {
     const char *path; /* LOP_TAKES_PATH */
     const char *uuid; /* LOP_TAKES_PATH: the workspace's session id, within path */
     int fd;           /* LOP_TAKES_FD; else -1 */
+    int fds[3];       /* LOP_TAKES_STDIO */
 } launcher_req_t;
 /* Answers the request (at once or later, through reply functions of launcher.c). */
 typedef void(launcher_handler_fn)(launcher_t *L, const launcher_req_t *req);

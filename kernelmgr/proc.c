@@ -200,10 +200,20 @@ pid_t proc_spawn(const proc_spec_t *spec, sg_error_t **err)
         signal(SIGPIPE, SIG_DFL);
         if (spec->new_session)
             setsid();
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(out >= 0 ? out : null, 1);
-        dup2(out >= 0 ? out : null, 2);
+        if (spec->stdio) {
+            /* Above 2 first, so that one of them being 0, 1 or 2 is no problem. */
+            int high[3];
+            for (int i = 0; i < 3; i++)
+                high[i] = fcntl(spec->stdio[i], F_DUPFD_CLOEXEC, 3);
+            for (int i = 0; i < 3; i++)
+                if (high[i] < 0 || dup2(high[i], i) < 0)
+                    _exit(126);
+        } else {
+            int null = open("/dev/null", O_RDWR);
+            dup2(null, 0);
+            dup2(out >= 0 ? out : null, 1);
+            dup2(out >= 0 ? out : null, 2);
+        }
         if (spec->cwd && chdir(spec->cwd) < 0)
             _exit(126);
         if (spec->env)

@@ -26,6 +26,8 @@ typedef struct {
     const char *output;      /* file that gets stdout and stderr (appended); NULL: /dev/null */
     int output_fd;           /* if > 0, used instead of output */
     bool new_session;        /* setsid(), so signals to our group do not reach it */
+    const int *stdio;        /* if not NULL: three fds, the child's 0, 1 and 2 (instead of
+                                /dev/null and output); the caller keeps its own */
 } proc_spec_t;
 
 /* Makes the calling process a child subreaper and reaps on loop's SIGCHLD.

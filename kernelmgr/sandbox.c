@@ -177,6 +177,7 @@ void sandbox_free(sandbox_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     sandbox_t *self = *self_p;
+    sandbox_exec_forget(self);
     self->env->ops->release(self);
     free(self->id);
     free(self->dir);

@@ -153,6 +153,35 @@ bool sandbox_env_can_pause(const sandbox_env_t *env);
 /* Delivers sig to the kernel process (runsc kill, or kill(2)); async. */
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);
 
+/* A command run in a running sandbox, as the sandbox user: `runsc exec`
+ * (through the launcher when there is one), or in mode none a plain process
+ * in the workspace.  It runs under `sandgate-init --group` in a process
+ * group of its own, with the sandbox's environment plus env, its stdin,
+ * stdout and stderr the three fds given (the caller keeps its own, and may
+ * close them once this returns).  Paths are resolved inside the sandbox
+ * (gVisor's view of its files), never on the host. */
+typedef struct {
+    const char *const *argv; /* argv[0]: a path, or a name found in the sandbox's PATH */
+    const char *const *env;  /* "NAME=VALUE" added; NULL: none */
+    const char *cwd;         /* absolute, inside; NULL: /home/user (the workspace) */
+} sandbox_exec_t;
+/* Called once, from the loop, when the command has ended: status is its
+ * wait status as sandgate-init reports it (exit code, 128 + signal), or -1
+ * with err when it could not be run (borrowed). */
+typedef void(sandbox_exec_done_fn)(int status, const sg_error_t *err, void *arg);
+/* Starts x; returns a handle for sandbox_exec_signal (> 0), or 0 with *err
+ * (SG_E_INVALID: a malformed command; SG_E_CONFLICT: the sandbox is not
+ * running). */
+uint64_t sandbox_exec(sandbox_t *self, const sandbox_exec_t *x, const int fds[3],
+                      sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+/* Delivers sig (INT, TERM, HUP or KILL) to the whole process group of the
+ * command exec started; asynchronous, and nothing when it has ended. */
+int sandbox_exec_signal(sandbox_t *self, uint64_t exec, int sig, sg_error_t **err);
+/* How many commands sandbox_exec started on it are still running (a
+ * sandbox with commands cannot be paused: runsc could not save their host
+ * pipes). */
+unsigned sandbox_exec_count(const sandbox_t *self);
+
 /* Kills and removes the sandbox and its directory (not the workspace).
  * Blocking when wait is true (start-up, shutdown, tests), else in the
  * background. */

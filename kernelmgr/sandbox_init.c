@@ -1,6 +1,7 @@
 /* sandgate-init: PID 1 inside each sandbox.
  *
  * usage: sandgate-init PROGRAM [ARGS...]
+ *        sandgate-init --group PROGRAM [ARGS...]
  *
  * A kernel as PID 1 would never reap the orphans of code it runs (every
  * `subprocess` grandchild becomes a zombie and counts against the process
@@ -43,6 +44,12 @@
  *   path.
  * Both are idempotent.  Problems go to stderr (the kernel log) with a
  * "sandgate-init: " prefix; one bad connection never ends init.
+ *
+ * --group: a command run in a running sandbox (`runsc exec`, sandbox_exec in
+ * sandbox.h), not PID 1.  No relay (SANDGATE_RELAY, which every process of
+ * the sandbox inherits, is ignored); every signal is forwarded to the
+ * command's whole process group, and SIGUSR2 kills that group (SIGKILL
+ * cannot be caught, and `runsc kill --pid` reaches one process only).
  *
  * Idle, init is blocked in epoll_wait without a timeout.  Every system call
  * costs ~40 us under gVisor's ptrace platform, so a relayed message costs one
@@ -415,10 +422,14 @@ static void retry_writes(void)
     }
 }
 
+static bool group_mode; /* --group */
+
 static void forward(pid_t child, int sig)
 {
-    if (kill(child, sig) < 0 && errno != ESRCH)
-        warn("kill", "kernel", errno);
+    if (group_mode && sig == SIGUSR2)
+        sig = SIGKILL;
+    if (kill(group_mode ? -child : child, sig) < 0 && errno != ESRCH)
+        warn("kill", group_mode ? "command" : "kernel", errno);
 }
 
 /* Reaps every child that has ended; the kernel's exit status once it has
@@ -464,11 +475,16 @@ static int on_signals(int sfd, pid_t child)
 
 int main(int argc, char **argv)
 {
+    group_mode = argc > 1 && strcmp(argv[1], "--group") == 0;
+    if (group_mode) {
+        argv++;
+        argc--;
+    }
     if (argc < 2) {
-        fprintf(stderr, "usage: sandgate-init PROGRAM [ARGS...]\n");
+        fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");
         return 127;
     }
-    const char *relay_spec = getenv("SANDGATE_RELAY");
+    const char *relay_spec = group_mode ? NULL : getenv("SANDGATE_RELAY");
     if (relay_spec && *relay_spec && parse_relay(relay_spec) < 0)
         return 127;
     unsetenv("SANDGATE_RELAY");

@@ -58,6 +58,7 @@ struct sandbox {
         start_seq; /* the launcher's answer to "new", "start", "pause" or "resume" is awaited */
     /* Local, pause and resume under way: */
     struct pausing *pausing;
+    unsigned execs; /* commands of sandbox_exec still running (sandbox_exec.c) */
 };
 
 /* The operations that differ between doing the work here and asking the
@@ -118,6 +119,12 @@ struct sandbox_ops {
     uint64_t (*log_tail)(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
     /* sandbox_give: the same contract. */
     uint64_t (*give)(int fd, sandbox_given_fn *cb, void *arg);
+    /* sandbox_exec: x is checked (sandbox_exec_check); calls cb exactly once
+     * if it returns a handle (> 0), from the loop, never if 0. */
+    uint64_t (*exec)(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
+                     sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+    /* sandbox_exec_signal: sig is INT, TERM, HUP or KILL. */
+    int (*exec_signal)(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
 };
 
 extern const sandbox_ops_t sandbox_runsc_ops;
@@ -132,6 +139,24 @@ bool sandbox_link_up(void);
  * tenant_cgroups /sandgate/t-TENANT/ID, else /sandgate/ID; NULL in mode
  * none.  A new string. */
 char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id);
+
+/* --- sandbox_exec.c ------------------------------------------------------------ */
+
+/* Whether x is a command sandbox_exec may run: 1 to 1024 arguments, each
+ * without a NUL; env entries NAME=VALUE with a portable NAME; cwd absolute;
+ * at most 256 KiB in all (the launcher checks the same).  -1 with *err
+ * (SG_E_INVALID) if not. */
+int sandbox_exec_check(const sandbox_exec_t *x, sg_error_t **err);
+/* sandbox_free: sb's commands may outlive its handle; their ends no longer
+ * count on it. */
+void sandbox_exec_forget(sandbox_t *sb);
+/* The runsc and none tables' exec and exec_signal, done in this process. */
+uint64_t runsc_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
+                    sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+int runsc_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
+uint64_t none_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
+                   sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+int none_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
 
 /* --- sandbox_host.c: shared by the runsc and none tables -------------------- */
 

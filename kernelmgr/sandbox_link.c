@@ -91,8 +91,8 @@ static json_t *request(launcher_op_t op, json_t *fields)
     return req;
 }
 
-/* Sends req (stolen), with a file descriptor when fd >= 0; returns its seq. */
-static uint64_t link_send(json_t *req, int fd)
+/* Sends req (stolen), with nfds file descriptors (at most 3); returns its seq. */
+static uint64_t link_send(json_t *req, const int *fds, int nfds)
 {
     uint64_t seq = ++link_.seq;
     if (link_.lost) {
@@ -104,18 +104,19 @@ static uint64_t link_send(json_t *req, int fd)
     json_decref(req);
     struct iovec iov = {.iov_base = text, .iov_len = strlen(text)};
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(3 * sizeof(int))];
         struct cmsghdr align;
     } cm;
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
+    if (nfds > 0) {
+        assert(nfds <= 3);
         mh.msg_control = cm.buf;
-        mh.msg_controllen = sizeof cm.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
     }
     if (sendmsg(link_.fd, &mh, MSG_NOSIGNAL) < 0)
         link_down();
@@ -212,7 +213,7 @@ static void on_link(loop_t *loop, int fd, unsigned events, void *arg)
 static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **err)
 {
     assert(launcher_ops[op].flags & LOP_STARTUP);
-    uint64_t seq = link_send(request(op, fields), -1);
+    uint64_t seq = link_send(request(op, fields), NULL, 0);
     int64_t deadline = zclock_mono() + link_.timeout_ms;
     for (;;) {
         if (link_.lost) {
@@ -259,15 +260,15 @@ enum {
     ASYNC_OWNS_ARG = 1, /* arg is the link's to free (after cb, or when cancelled) */
 };
 
-/* A request for op (fields stolen; with fd when >= 0) whose answer goes to
- * cb (or nowhere), from the loop; returns its seq, the request to cancel.
+/* A request for op (fields stolen; with nfds fds) whose answer goes to cb
+ * (or nowhere), from the loop; returns its seq, the request to cancel.
  * When launcher_ops marks op LOP_TIMED, cb gets a timeout error if no
  * answer comes within the link's timeout. */
-static uint64_t link_async(launcher_op_t op, json_t *fields, int fd, reply_fn *cb, void *arg,
-                           unsigned flags)
+static uint64_t link_async_fds(launcher_op_t op, json_t *fields, const int *fds, int nfds,
+                               reply_fn *cb, void *arg, unsigned flags)
 {
     assert(launcher_ops[op].flags & LOP_ASYNC);
-    uint64_t seq = link_send(request(op, fields), fd);
+    uint64_t seq = link_send(request(op, fields), fds, nfds);
     if (!cb) {
         if (flags & ASYNC_OWNS_ARG)
             free(arg);
@@ -285,6 +286,13 @@ static uint64_t link_async(launcher_op_t op, json_t *fields, int fd, reply_fn *c
             loop_timer(link_.loop, link_.lost ? 0 : link_.timeout_ms, 1, on_request_timeout, a);
     zlistx_add_end(link_.waiting, a);
     return seq;
+}
+
+/* link_async_fds with one fd when fd >= 0, else none. */
+static uint64_t link_async(launcher_op_t op, json_t *fields, int fd, reply_fn *cb, void *arg,
+                           unsigned flags)
+{
+    return link_async_fds(op, fields, &fd, fd >= 0 ? 1 : 0, cb, arg, flags);
 }
 
 /* No callback for seq: its arg, when the link owns it, goes with its end. */
@@ -629,6 +637,56 @@ static uint64_t link_give(int fd, sandbox_given_fn *cb, void *arg)
     return link_async(LOP_GIVE, NULL, fd, given, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
+static void exec_answered(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    json_t *status = json_object_get(reply, "status");
+    if (!err && !json_is_integer(status))
+        sg_error_set(&err, SG_E_INTERNAL, "the launcher sent no exit status");
+    ((sandbox_exec_done_fn *)c->fn)(err ? -1 : (int)json_integer_value(status), err, c->arg);
+}
+
+static json_t *strings_json(const char *const *v)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; v && v[i]; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+/* Answered when the command ends: no timeout (its caller has one).  The
+ * handle is the request's seq, which exec_signal names. */
+static uint64_t link_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
+                          sandbox_exec_done_fn *cb, void *arg, sg_error_t **err)
+{
+    json_t *fields = json_pack("{s:s, s:o, s:o}", "id", sb->id, "argv", strings_json(x->argv),
+                               "env", strings_json(x->env));
+    if (!fields) { /* a string that is not UTF-8 */
+        sg_error_set(err, SG_E_INVALID, "a command's arguments and environment must be UTF-8");
+        return 0;
+    }
+    if (x->cwd)
+        json_object_set_new(fields, "cwd", json_string(x->cwd));
+    return link_async_fds(LOP_EXEC, fields, fds, 3, exec_answered,
+                          callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+}
+
+static void exec_signalled(json_t *reply, void *arg)
+{
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: signalling a command: %s", err->msg);
+}
+
+static int link_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
+{
+    link_async(LOP_EXEC_SIGNAL,
+               json_pack("{s:s, s:I, s:i}", "id", sb->id, "exec", (json_int_t)exec, "sig", sig), -1,
+               exec_signalled, NULL, 0);
+    return 0;
+}
+
 const sandbox_ops_t sandbox_link_ops = {
     .env_init = link_env_init,
     .workspace_open = link_workspace_open_startup,
@@ -649,4 +707,6 @@ const sandbox_ops_t sandbox_link_ops = {
     .egress_refused = link_egress_refused,
     .log_tail = link_log_tail,
     .give = link_give,
+    .exec = link_exec,
+    .exec_signal = link_exec_signal,
 };

@@ -168,6 +168,15 @@ int main(void)
     close(f);
     ok(refused(call_fd("list", open("/etc/hostname", O_RDONLY))),
        "a file descriptor with any other op is refused");
+    ok(refused(call_fd("exec", open("/etc/hostname", O_RDONLY))),
+       "exec with one file descriptor instead of three is refused");
+    ok(refused(call(json_pack("{s:s, s:s, s:[s]}", "op", "exec", "id",
+                              "0e3f0c4e-6a4b-4c57-9a3e-000000000001-1", "argv", "id"))),
+       "exec without file descriptors is refused");
+    ok(refused(call(json_pack("{s:s, s:s, s:I, s:i}", "op", "exec_signal", "id",
+                              "0e3f0c4e-6a4b-4c57-9a3e-000000000001-1", "exec", (json_int_t)1,
+                              "sig", 9))),
+       "exec_signal for a sandbox the launcher does not hold is refused");
 
     const char *bad_ids[] = {"../../etc", "x", "0e3f0c4e-6a4b-4c57-9a3e-000000000001",
                              "0e3f0c4e-6a4b-4c57-9a3e-000000000001-1/../..",
