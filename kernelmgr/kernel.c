@@ -818,6 +818,22 @@ const char *kernel_id(const kernel_t *k)
     return k->id;
 }
 
+uint64_t kernel_exec(kernel_t *k, const sandbox_exec_t *x, const int fds[3],
+                     sandbox_exec_done_fn *cb, void *arg, sg_error_t **err)
+{
+    if ((k->state != KERNEL_IDLE && k->state != KERNEL_BUSY) || !k->sb) {
+        sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; commands run while it runs", k->id,
+                     kernel_status(k));
+        return 0;
+    }
+    return sandbox_exec(k->sb, x, fds, cb, arg, err);
+}
+
+int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err)
+{
+    return k->sb ? sandbox_exec_signal(k->sb, exec, sig, err) : 0;
+}
+
 const char *kernel_sandbox_id(const kernel_t *k)
 {
     return k->sb ? sandbox_id(k->sb) : "";

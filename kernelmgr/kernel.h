@@ -161,6 +161,17 @@ void kernel_shutdown(kernel_t **k_p, bool wait);
 /* Frees the handle and leaves the sandbox running (daemon exit). */
 void kernel_detach(kernel_t **k_p);
 
+/* A command in k's sandbox beside the kernel (sandbox.h's sandbox_exec: as
+ * the sandbox user, stdio the three fds, cb at its end).  Only while the
+ * kernel runs (idle or busy): SG_E_CONFLICT when it is starting, paused
+ * (resume it first) or dead.  A restart or shutdown ends its commands with
+ * the old sandbox; a kernel with commands running does not pause. */
+uint64_t kernel_exec(kernel_t *k, const sandbox_exec_t *x, const int fds[3],
+                     sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+/* sandbox_exec_signal for a command kernel_exec started (nothing when it
+ * has ended or its sandbox is gone). */
+int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err);
+
 const char *kernel_id(const kernel_t *k);
 const char *kernel_sandbox_id(const kernel_t *k);
 pid_t kernel_pid(const kernel_t *k);
