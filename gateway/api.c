@@ -146,6 +146,18 @@ static void audit_context(const audit_who_t *who, const char *name, const char *
     audit_event(who, name, json_pack("{s:s}", "context", id));
 }
 
+/* Answers *err, a refusal for a quota (tenant_reply_quota's 429, with
+ * *quota) or another error, and frees it. */
+static enum MHD_Result reply_refused(struct MHD_Connection *conn, const tenant_quota_t *quota,
+                                     sg_error_t **err)
+{
+    if ((*err)->kind != SG_E_QUOTA)
+        return reply_failed(conn, err);
+    enum MHD_Result ret = tenant_reply_quota(conn, quota, *err);
+    sg_error_free(err);
+    return ret;
+}
+
 /* A new context of tenant t's.  NULL with *err; SG_E_QUOTA with *quota
  * saying which (tenants.h). */
 static kernel_t *create_context(api_t *self, const tenant_t *t, const char *language,
@@ -157,7 +169,7 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
     }
-    if (tenant_admit(self->kmgr, t, internet, quota, err) < 0)
+    if (tenant_admit(t, internet, quota, err) < 0)
         return NULL;
     if (internet && !kmgr_has_egress(self->kmgr)) {
         sg_error_set(err, SG_E_INVALID,
@@ -492,6 +504,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     sg_error_t *err = NULL;
     kernel_t *k;
     audit_who_t who;
+    tenant_quota_t quota;
     http_who(call, "rest", &who);
     if (ctx) {
         k = http_resolve(call, "context", json_string_value(ctx));
@@ -500,13 +513,10 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
             goto out;
         }
     } else {
-        tenant_quota_t quota;
         k = default_context(self, call->tenant, lang ? json_string_value(lang) : "python", &who,
                             &quota, &err);
         if (!k) {
-            ret = err->kind == SG_E_QUOTA ? tenant_reply_quota(conn, &quota, err)
-                                          : http_reply_error(conn, err);
-            sg_error_free(&err);
+            ret = reply_refused(conn, &quota, &err);
             goto out;
         }
     }
@@ -528,12 +538,12 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
                      .timeout_ms = (int)(t * 1000),
                      .env = env,
                      .command = s->command,
-                     .who = who};
+                     .who = who,
+                     .quota = &quota};
     s->exec =
         exec_start(k, json_string_value(s->command ? command : code), &o, &exec_events, s, &err);
     if (s->exec == NULL) {
-        ret = http_reply_error(conn, err);
-        sg_error_free(&err);
+        ret = reply_refused(conn, &quota, &err);
         s->refs = 1;
         api_stream_unref(s);
         goto out;
@@ -662,19 +672,22 @@ static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn,
 }
 
 /* POST /contexts/{id}/pause and /resume: answered when the kernel is paused
- * (or resumed), with the context, or with why not. */
+ * (or resumed), with the context, or with why not (a resume within its
+ * owner's max-live, as a new context). */
 static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k,
                                     bool pause, void **req_state)
 {
     sg_error_t *err = NULL;
+    tenant_quota_t quota;
     kernel_state_t st = kernel_state(k);
     if (pause ? st == KERNEL_PAUSED
               : (st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
         return http_reply_json(conn, 200, context_json(self, k));
     if (pause && st == KERNEL_PAUSING)
         return wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
-    if (pause ? kernel_pause(k, &err) < 0 : kernel_resume(k, &err) < 0)
-        return reply_failed(conn, &err);
+    if (pause ? kernel_pause(k, &err) < 0
+              : tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0)
+        return reply_refused(conn, &quota, &err);
     return wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200, req_state);
 }
 
@@ -730,9 +743,7 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
         kernel_t *k = create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
                                      cwd ? json_string_value(cwd) : "/home/user",
                                      json_is_true(internet), false, &who, &quota, &err);
-        ret = k                         ? context_created(self, conn, k, &call->state)
-              : err->kind == SG_E_QUOTA ? tenant_reply_quota(conn, &quota, err)
-                                        : http_reply_error(conn, err);
+        ret = k ? context_created(self, conn, k, &call->state) : reply_refused(conn, &quota, &err);
     }
     sg_error_free(&err);
     json_decref(req);
@@ -781,8 +792,9 @@ static enum MHD_Result context_restart(void *arg, http_req_t *call)
 {
     kernel_t *k = http_arg(call, "context");
     sg_error_t *err = NULL;
-    if (kernel_restart(k, &err) < 0)
-        return reply_failed(call->conn, &err);
+    tenant_quota_t quota; /* a paused or dead context runs again: max-live */
+    if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_restart(k, &err) < 0)
+        return reply_refused(call->conn, &quota, &err);
     audit_who_t who;
     http_who(call, "rest", &who);
     audit_context(&who, "context.restart", kernel_id(k));

@@ -12,6 +12,7 @@
 #include "common/xalloc.h"
 #include "gateway/exec.h"
 #include "gateway/metrics.h"
+#include "gateway/tenants.h"
 #include "gateway/ws.h"
 #include "gateway/wsmsg.h"
 
@@ -352,9 +353,20 @@ static void relayed_timeout(void *arg, const sg_error_t *err)
         tell_error(r, "TimeoutError", err);
 }
 
+/* sandgate answers a request for the kernel: err on the frontend's stderr,
+ * then the execute_reply (ename name) and the idle status every request
+ * gets. */
+static void answer_error(relayed_t *r, const char *name, const sg_error_t *err)
+{
+    tell_error(r, name, err);
+    tell(r, JCHAN_SHELL, "execute_reply",
+         json_pack("{s:s, s:s, s:s, s:[], s:i}", "status", "error", "ename", name, "evalue",
+                   err->msg, "traceback", "execution_count", kernel_execution_count(r->hub->k)));
+    tell(r, JCHAN_IOPUB, "status", json_pack("{s:s}", "execution_state", "idle"));
+}
+
 /* Its end.  When the kernel gave no reply (restarted after a timeout's
- * interrupt failed, died), sandgate answers for it, so that the frontend
- * has the execute_reply and the idle status every request gets. */
+ * interrupt failed, died), sandgate answers for it. */
 static void relayed_done(void *arg, const exec_end_t *end)
 {
     relayed_t *r = arg;
@@ -368,46 +380,72 @@ static void relayed_done(void *arg, const exec_end_t *end)
                 break;
             }
     }
-    if (h && end->reply == NULL && end->err) {
-        tell_error(r, end->error_name, end->err);
-        tell(r, JCHAN_SHELL, "execute_reply",
-             json_pack("{s:s, s:s, s:s, s:[], s:i}", "status", "error", "ename", end->error_name,
-                       "evalue", end->err->msg, "traceback", "execution_count",
-                       kernel_execution_count(h->k)));
-        tell(r, JCHAN_IOPUB, "status", json_pack("{s:s}", "execution_state", "idle"));
-    }
+    if (h && end->reply == NULL && end->err)
+        answer_error(r, end->error_name, end->err);
     relayed_free(r);
 }
 
 static const exec_sink_t relayed_sink = {.on_timeout = relayed_timeout, .on_done = relayed_done};
 
-/* Sends a frontend's message to the kernel; an execute_request is followed
- * to its end (exec.c: the timeout, the audit log, the metrics). */
-static void relay(hub_t *h, jchan_t chan, const jmsg_t *m, const audit_who_t *who)
+static relayed_t *relayed_new(hub_t *h, const jmsg_t *m)
 {
-    sg_error_t *err = NULL;
-    if (kernel_send(h->k, chan, m, &err) < 0) {
-        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
-        sg_error_free(&err);
-        return;
-    }
-    if (chan != JCHAN_SHELL || strcmp(jmsg_type(m), "execute_request") != 0)
-        return;
     relayed_t *r = xzalloc(sizeof *r);
     r->hub = h;
     r->request = jmsg_from_parts(json_deep_copy(jmsg_header(m)), json_object(), json_object(),
                                  json_object());
-    exec_opts_t o = {.policy = h->ch->cfg.exec, .who = *who};
-    r->exec = exec_track(h->k, m, &o, &relayed_sink, r, &err);
-    if (r->exec == NULL) {
-        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
-        sg_error_free(&err);
-        relayed_free(r);
+    return r;
+}
+
+/* A frontend's message the kernel will not get for a quota of its
+ * tenant's: an execute_request is answered with the error (as the kernel's
+ * own errors are); anything else is dropped. */
+static void refuse_message(hub_t *h, jchan_t chan, const jmsg_t *m, const sg_error_t *err)
+{
+    log_warn("channels: kernel %s: %s refused: %s", kernel_id(h->k), jmsg_type(m), err->msg);
+    if (chan != JCHAN_SHELL || strcmp(jmsg_type(m), "execute_request") != 0)
         return;
+    relayed_t *r = relayed_new(h, m);
+    answer_error(r, "QuotaExceeded", err);
+    relayed_free(r);
+}
+
+/* Sends a frontend's message to the kernel; an execute_request is followed
+ * to its end (exec.c: the timeout, the quotas, the audit log, the metrics). */
+static void relay(hub_t *h, jchan_t chan, const jmsg_t *m, const audit_who_t *who)
+{
+    sg_error_t *err = NULL;
+    relayed_t *r = NULL;
+    if (chan == JCHAN_SHELL && strcmp(jmsg_type(m), "execute_request") == 0) {
+        r = relayed_new(h, m);
+        exec_opts_t o = {.policy = h->ch->cfg.exec, .who = *who};
+        r->exec = exec_track(h->k, m, &o, &relayed_sink, r, &err);
+        if (r->exec == NULL) {
+            relayed_free(r);
+            r = NULL;
+            if (err->kind == SG_E_QUOTA) {
+                refuse_message(h, chan, m, err);
+                sg_error_free(&err);
+                return;
+            }
+            /* Not followed (a dead kernel, a msg_id too long to keep): sent
+             * all the same, and kernel_send says why when it cannot be. */
+            log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+            sg_error_free(&err);
+        } else {
+            r->next = h->relayed;
+            h->relayed = r;
+            h->nrelayed++;
+        }
     }
-    r->next = h->relayed;
-    h->relayed = r;
-    h->nrelayed++;
+    if (kernel_send(h->k, chan, m, &err) < 0) {
+        log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
+        /* Its end answers the frontend.  (A send fails only when the
+         * kernel's sockets do: its restart or death clears what it keeps
+         * of the request.) */
+        if (r)
+            exec_fail(&r->exec, err);
+        sg_error_free(&err);
+    }
 }
 
 static void send_early(hub_t *h)
@@ -551,7 +589,15 @@ static void from_frontend(conn_t *c, ws_opcode_t op, const uint8_t *data, size_t
     }
     kernel_state_t st = kernel_state(h->k);
     if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
-        /* A paused kernel wakes up for its frontends; the message waits. */
+        /* A paused kernel wakes up for its frontends, within its tenant's
+         * max-live; the message waits. */
+        tenant_quota_t quota;
+        if (tenant_admit_wake(h->k, &quota, &err) < 0) {
+            refuse_message(h, chan, m, err);
+            sg_error_free(&err);
+            jmsg_destroy(&m);
+            return;
+        }
         if (kernel_resume(h->k, &err) < 0) {
             log_warn("channels: kernel %s: %s", kernel_id(h->k), err->msg);
             sg_error_free(&err);
@@ -756,7 +802,8 @@ void channels_when_ready(channels_t *self, kernel_t *k, channels_ready_fn *fn, v
     }
     if (st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
         sg_error_t *err = NULL;
-        if (kernel_resume(k, &err) < 0) {
+        tenant_quota_t quota;
+        if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0) {
             fn(err, arg);
             sg_error_free(&err);
             return;

@@ -17,6 +17,8 @@ typedef struct {
 
 struct exec {
     kernel_t *k;
+    exec_t *prev, *next; /* on `accepted` from when it is accepted until it ends */
+    bool accepted;
     uint64_t kernel_exec; /* kernel_execute's or kernel_track's id */
     exec_info_t info;
     audit_who_t who;
@@ -33,6 +35,10 @@ struct exec {
     int64_t started;
     char *ename; /* the first exception's name */
 };
+
+/* Every execution accepted and not ended yet, whichever front end asked:
+ * what max-queued counts. */
+static exec_t *accepted;
 
 /* Each observer's callback cb, if it has one, with the arguments after arg. */
 #define NOTIFY(e, cb, ...)                                                                         \
@@ -85,8 +91,25 @@ static exec_t *exec_new(kernel_t *k, const exec_opts_t *opts, exec_kind_t kind)
     return e;
 }
 
+static void enlist(exec_t *e)
+{
+    e->accepted = true;
+    e->next = accepted;
+    if (accepted)
+        accepted->prev = e;
+    accepted = e;
+}
+
 static void exec_free(exec_t *e)
 {
+    if (e->accepted) {
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            accepted = e->next;
+        if (e->next)
+            e->next->prev = e->prev;
+    }
     free(e->env_restore);
     free(e->report);
     free(e->ename);
@@ -247,6 +270,28 @@ static void refuse(exec_t *e, sg_error_t **err)
     sg_error_free(&why);
 }
 
+/* The executions waiting or running in owner's sessions. */
+static int queued_of(const char *owner)
+{
+    int n = 0;
+    for (exec_t *e = accepted; e; e = e->next)
+        n += strcmp(kernel_owner(e->k), owner) == 0;
+    return n;
+}
+
+/* The quotas of k's owner, before k takes one more execution: max-queued,
+ * and max-live when the execution would resume k. */
+static int admit(kernel_t *k, const exec_opts_t *opts, sg_error_t **err)
+{
+    tenant_quota_t scratch, *quota = opts->quota ? opts->quota : &scratch;
+    if (tenant_admit_execution(k, queued_of(kernel_owner(k)), quota, err) < 0)
+        return -1;
+    kernel_state_t st = kernel_state(k);
+    if (st == KERNEL_PAUSED || st == KERNEL_PAUSING)
+        return tenant_admit_wake(k, quota, err);
+    return 0;
+}
+
 exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const exec_sink_t *sink,
                    void *arg, sg_error_t **err)
 {
@@ -262,6 +307,10 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
         sg_error_set(err, SG_E_CONFLICT,
                      "context %s already has %d executions waiting; try again later", kernel_id(k),
                      max_queue);
+        refuse(e, err);
+        return NULL;
+    }
+    if (admit(k, opts, err) < 0) {
         refuse(e, err);
         return NULL;
     }
@@ -291,6 +340,7 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
         refuse(e, err);
         return NULL;
     }
+    enlist(e);
     observe(e, sink, arg);
     return e;
 }
@@ -306,6 +356,10 @@ exec_t *exec_track(kernel_t *k, const jmsg_t *request, const exec_opts_t *opts,
     e->info.silent = json_is_true(json_object_get(jmsg_content(request), "silent"));
     NOTIFY(e, on_start, &e->info);
     e->info.code = NULL;
+    if (admit(k, opts, err) < 0) {
+        refuse(e, err);
+        return NULL;
+    }
     kernel_exec_opts_t o = {.timeout_ms = exec_policy_timeout(opts->policy)};
     kernel_exec_cb_t cb = {
         .on_output = on_output, .on_done = on_done, .on_timeout = on_timeout, .arg = e};
@@ -314,8 +368,19 @@ exec_t *exec_track(kernel_t *k, const jmsg_t *request, const exec_opts_t *opts,
         refuse(e, err);
         return NULL;
     }
+    enlist(e);
     observe(e, sink, arg);
     return e;
+}
+
+void exec_fail(exec_t **e_p, const sg_error_t *err)
+{
+    exec_t *e = *e_p;
+    if (e == NULL)
+        return;
+    *e_p = NULL;
+    kernel_forget(e->k, e->kernel_exec);
+    finish(e, &(exec_end_t){.err = err, .outcome = OUTCOME_KERNEL});
 }
 
 /* The front end is gone: its sink leaves (it is the last observer). */

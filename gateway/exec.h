@@ -8,7 +8,10 @@
  * behave the same for all of them:
  *
  *  - the limits, one exec_policy_t for every front end;
- *  - the context's queue limit (SG_E_CONFLICT past max_queue waiting);
+ *  - the context's queue limit (SG_E_CONFLICT past max_queue waiting), and
+ *    its owner's quotas (tenants.h, SG_E_QUOTA): max-queued, the executions
+ *    waiting or running in all its sessions, counted here; and max-live when
+ *    the execution would resume a paused context;
  *  - env_vars: set by a silent execution before the code, restored after;
  *  - the timeout (the kernel interrupts, then restarts — kernel.h);
  *  - the output limit: stream text is cut where the limit falls (on a UTF-8
@@ -34,6 +37,7 @@
 
 #include "gateway/audit.h"
 #include "gateway/metrics.h"
+#include "gateway/tenants.h"
 #include "kernelmgr/kernel.h"
 
 #define EXEC_ARTIFACT_DIR "output" /* files written here are artifacts */
@@ -64,6 +68,8 @@ typedef struct {
     bool command;                /* code is a shell command: it runs through a runner in the
                                     kernel, whose report {stdout, stderr, exit_code} is on_done's */
     audit_who_t who;             /* who asked, for the audit log (copied) */
+    tenant_quota_t *quota;       /* where a refusal for a quota (SG_E_QUOTA) says which, for
+                                    the front end's answer; may be NULL */
 } exec_opts_t;
 
 /* What an execution is, for its observers (borrowed for the call). */
@@ -116,20 +122,28 @@ typedef struct {
     void (*on_done)(void *arg, const exec_end_t *end);
 } exec_sink_t;
 
-/* Queues code on k.  NULL with *err (SG_E_CONFLICT: the queue is full,
+/* Queues code on k (resuming it when it is paused).  NULL with *err
+ * (SG_E_CONFLICT: the queue is full, SG_E_QUOTA: a quota of k's owner,
  * SG_E_UNAVAILABLE: the kernel is dead).  sink is copied; arg must stay
  * valid until on_done or exec_cancel. */
 exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const exec_sink_t *sink,
                    void *arg, sg_error_t **err);
 
-/* Follows request, an execute_request a Jupyter frontend sent to k itself
- * (kernel_send; borrowed), to its end, as exec_start's executions are
- * followed: the policy's timeout (from when the kernel is busy with it:
- * interrupt, then restart), the observers, the outcome.  opts->timeout_ms
- * and opts->env are not used; the queue limit does not apply (the request
- * is already with the kernel).  NULL with *err when the kernel is dead. */
+/* Follows request, an execute_request a Jupyter frontend is sending to k
+ * itself (borrowed; kernel_send it once this returns an execution, not
+ * when it refuses), to its end, as exec_start's executions are followed:
+ * the policy's timeout (from when the kernel is busy with it: interrupt,
+ * then restart), the observers, the outcome.  opts->timeout_ms and
+ * opts->env are not used; the context's queue limit does not apply (the
+ * kernel queues what frontends send), its owner's max-queued does.  NULL
+ * with *err (SG_E_QUOTA, or the kernel is dead). */
 exec_t *exec_track(kernel_t *k, const jmsg_t *request, const exec_opts_t *opts,
                    const exec_sink_t *sink, void *arg, sg_error_t **err);
+
+/* The request exec_track follows never reached the kernel (kernel_send
+ * failed): the execution ends with err, as a kernel error, heard by every
+ * observer.  Nulls *e. */
+void exec_fail(exec_t **e, const sg_error_t *err);
 
 /* The caller is gone: no callback follows, the code is interrupted, the
  * execution ends cancelled.  Nulls *e. */

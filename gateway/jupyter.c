@@ -402,7 +402,7 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
         return NULL;
     const char *n = json_string_value(name);
     tenant_quota_t quota;
-    if (tenant_admit(self->kmgr, t, internet, &quota, err) < 0)
+    if (tenant_admit(t, internet, &quota, err) < 0)
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
     kernel_t *k =
@@ -597,9 +597,9 @@ static enum MHD_Result post_restart(void *arg, http_req_t *call)
         return resumed(self, call);
     kernel_t *k = http_arg(call, "kernel");
     sg_error_t *err = NULL;
-    if (kernel_restart(k, &err) < 0) {
+    tenant_quota_t quota; /* a paused or dead kernel runs again: max-live */
+    if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_restart(k, &err) < 0)
         return fail_err(call->conn, &err);
-    }
     audit_who_t who;
     http_who(call, "jupyter", &who);
     audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", kernel_id(k)));

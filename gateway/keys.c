@@ -98,6 +98,31 @@ void keys_destroy(keys_t **self_p)
 
 /* --- the file --------------------------------------------------------------------- */
 
+/* A count's value (max-contexts=N...): 1 to 1000000. */
+static bool count_value(const char *v, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    *out = (int)n;
+    return *end == 0 && !errno && n > 0 && n <= 1000000;
+}
+
+/* The count option named opt (nlen bytes) of t, or NULL. */
+static int *count_option(tenant_t *t, const char *opt, size_t nlen)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } counts[] = {{"max-contexts", offsetof(tenant_t, max_contexts)},
+                  {"max-live", offsetof(tenant_t, max_live)},
+                  {"max-queued", offsetof(tenant_t, max_queued)}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (nlen == strlen(counts[i].name) && strncmp(opt, counts[i].name, nlen) == 0)
+            return (int *)((char *)t + counts[i].offset);
+    return NULL;
+}
+
 /* One option of a tenant's line ("admin", "max-live=4"...) into t. */
 static int tenant_option(tenant_t *t, const char *opt, const char **why)
 {
@@ -114,15 +139,9 @@ static int tenant_option(tenant_t *t, const char *opt, const char **why)
         return -1;
     }
     errno = 0;
-    if (nlen == 12 && strncmp(opt, "max-contexts", 12) == 0) {
-        long n = strtol(v, &end, 10);
-        t->max_contexts = (int)n;
-        if (*end == 0 && !errno && n > 0 && n <= 1000000)
-            return 0;
-    } else if (nlen == 8 && strncmp(opt, "max-live", 8) == 0) {
-        long n = strtol(v, &end, 10);
-        t->max_live = (int)n;
-        if (*end == 0 && !errno && n > 0 && n <= 1000000)
+    int *count = count_option(t, opt, nlen);
+    if (count) {
+        if (count_value(v, count))
             return 0;
     } else if (nlen == 6 && strncmp(opt, "memory", 6) == 0) {
         unsigned long long n = strtoull(v, &end, 10);
@@ -278,6 +297,8 @@ static void tenant_line(FILE *f, const tenant_t *t)
         fprintf(f, " max-contexts=%d", t->max_contexts);
     if (t->max_live)
         fprintf(f, " max-live=%d", t->max_live);
+    if (t->max_queued)
+        fprintf(f, " max-queued=%d", t->max_queued);
     if (t->memory_mib)
         fprintf(f, " memory=%llu", (unsigned long long)t->memory_mib);
     if (t->cpus > 0)
@@ -301,8 +322,9 @@ static int keys_save(const keys_t *self, const char *path)
         return -1;
     }
     fputs("# sandgate keys file: NAME sha256:HASH [admin] [max-contexts=N] [max-live=N]\n"
-          "# [memory=MIB] [cpus=N] [internet].  Edit with `sandgate keys`; keys are never\n"
-          "# stored, only their hashes.  SIGHUP makes a running sandgate read it again.\n",
+          "# [max-queued=N] [memory=MIB] [cpus=N] [internet].  Edit with `sandgate keys`;\n"
+          "# keys are never stored, only their hashes.  SIGHUP makes a running sandgate\n"
+          "# read it again.\n",
           f);
     for (size_t i = 0; i < self->n; i++)
         tenant_line(f, &self->tenants[i]);
@@ -329,7 +351,8 @@ static char *new_key(tenant_t *t)
 
 static const char keys_usage[] =
     "usage: sandgate keys add NAME [--admin] [--max-contexts N] [--max-live N]\n"
-    "                        [--memory MIB] [--cpus N] [--internet] --keys-file FILE\n"
+    "                        [--max-queued N] [--memory MIB] [--cpus N] [--internet]\n"
+    "                        --keys-file FILE\n"
     "       sandgate keys rotate NAME --keys-file FILE\n"
     "       sandgate keys remove NAME --keys-file FILE\n"
     "       sandgate keys list --keys-file FILE\n"
@@ -343,6 +366,7 @@ static const char keys_usage[] =
     "  --admin             sees and manages every tenant's sessions\n"
     "  --max-contexts N    contexts, live and paused\n"
     "  --max-live N        live kernels at once\n"
+    "  --max-queued N      executions waiting or running at once, all its sessions\n"
     "  --memory MIB        memory ceiling per sandbox\n"
     "  --cpus N            CPU ceiling per sandbox\n"
     "  --internet          may create contexts with a network (--egress-allow)\n";
@@ -416,21 +440,23 @@ static int keys_remove(keys_t *k, const char *path, const char *name)
 
 static void keys_list(const keys_t *k)
 {
-    printf("%-24s %-5s %12s %8s %10s %6s %8s\n", "TENANT", "ADMIN", "MAX-CONTEXTS", "MAX-LIVE",
-           "MEMORY-MIB", "CPUS", "INTERNET");
+    printf("%-24s %-5s %12s %8s %10s %10s %6s %8s\n", "TENANT", "ADMIN", "MAX-CONTEXTS", "MAX-LIVE",
+           "MAX-QUEUED", "MEMORY-MIB", "CPUS", "INTERNET");
     for (size_t i = 0; i < k->n; i++) {
         const tenant_t *t = &k->tenants[i];
-        char mc[16] = "-", ml[16] = "-", mem[24] = "-", cpus[16] = "-";
+        char mc[16] = "-", ml[16] = "-", mq[16] = "-", mem[24] = "-", cpus[16] = "-";
         if (t->max_contexts)
             snprintf(mc, sizeof mc, "%d", t->max_contexts);
         if (t->max_live)
             snprintf(ml, sizeof ml, "%d", t->max_live);
+        if (t->max_queued)
+            snprintf(mq, sizeof mq, "%d", t->max_queued);
         if (t->memory_mib)
             snprintf(mem, sizeof mem, "%llu", (unsigned long long)t->memory_mib);
         if (t->cpus > 0)
             snprintf(cpus, sizeof cpus, "%g", t->cpus);
-        printf("%-24s %-5s %12s %8s %10s %6s %8s\n", t->name, t->admin ? "yes" : "no", mc, ml, mem,
-               cpus, t->internet ? "yes" : "no");
+        printf("%-24s %-5s %12s %8s %10s %10s %6s %8s\n", t->name, t->admin ? "yes" : "no", mc, ml,
+               mq, mem, cpus, t->internet ? "yes" : "no");
     }
 }
 
@@ -441,13 +467,17 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
                                        {"admin", no_argument, NULL, 'a'},
                                        {"max-contexts", required_argument, NULL, 'c'},
                                        {"max-live", required_argument, NULL, 'l'},
+                                       {"max-queued", required_argument, NULL, 'q'},
                                        {"memory", required_argument, NULL, 'm'},
                                        {"cpus", required_argument, NULL, 'u'},
                                        {"internet", no_argument, NULL, 'i'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-    static const char *const names[] = {
-        ['c'] = "max-contexts", ['l'] = "max-live", ['m'] = "memory", ['u'] = "cpus"};
+    static const char *const names[] = {['c'] = "max-contexts",
+                                        ['l'] = "max-live",
+                                        ['q'] = "max-queued",
+                                        ['m'] = "memory",
+                                        ['u'] = "cpus"};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -460,7 +490,7 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
         else if (c == 'h') {
             fputs(keys_usage, stdout);
             exit(0);
-        } else if (c == 'c' || c == 'l' || c == 'm' || c == 'u') {
+        } else if (c == 'c' || c == 'l' || c == 'q' || c == 'm' || c == 'u') {
             cleanup_free char *opt = xasprintf("%s=%s", names[c], optarg);
             const char *why = NULL;
             if (tenant_option(t, opt, &why) < 0) {
@@ -491,8 +521,9 @@ int keys_main(int argc, char **argv)
     bool needs_name = strcmp(cmd, "list") != 0;
     if (!path || (needs_name && !name) || (!needs_name && name) ||
         (needs_name && optind + 2 < argc) ||
-        (strcmp(cmd, "add") != 0 && (want.admin || want.internet || want.max_contexts ||
-                                     want.max_live || want.memory_mib || want.cpus > 0))) {
+        (strcmp(cmd, "add") != 0 &&
+         (want.admin || want.internet || want.max_contexts || want.max_live || want.max_queued ||
+          want.memory_mib || want.cpus > 0))) {
         fprintf(stderr, "%s",
                 !path ? "sandgate keys: --keys-file FILE (or SANDGATE_KEYS_FILE) "
                         "is needed\n"

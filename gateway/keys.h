@@ -4,7 +4,7 @@
  * and its limits — never a key:
  *
  *   # name   key hash          options
- *   alice    sha256:9f86d08…   max-contexts=20 max-live=4 memory=2048
+ *   alice    sha256:9f86d08…   max-contexts=20 max-live=4 max-queued=16 memory=2048
  *   ops      sha256:60303ae…   admin
  *
  * A client presents its key as a bearer token; sandgate hashes what it was
@@ -33,6 +33,7 @@ typedef struct {
     bool admin;          /* sees and manages every tenant's sessions */
     int max_contexts;    /* contexts live + paused; 0: the server's default */
     int max_live;        /* live kernels at once; 0: the server's default */
+    int max_queued;      /* executions waiting or running at once; 0: the server's default */
     uint64_t memory_mib; /* memory ceiling per sandbox; 0: the server's */
     double cpus;         /* CPU ceiling per sandbox; 0: the server's */
     bool internet;       /* may create contexts with a network */

@@ -248,6 +248,7 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     if (pyscript_load(err) < 0 || !(d->kmgr = kmgr_new(loop, &s->k, err)) ||
         !(d->http = http_server_new(loop, &s->http, err)))
         return -1;
+    tenants_attach(d->kmgr);
     s->api.state_dir = s->k.state_dir;
     s->api.exec = &s->exec;
     d->api = api_new(loop, d->kmgr, &s->api, http_server_wake, d->http);
@@ -277,6 +278,7 @@ static void daemon_stop(daemon_t *d)
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);
+    tenants_attach(NULL);
     kmgr_destroy(&d->kmgr, false);
     keys_destroy(&d->keys);
 }

@@ -176,7 +176,7 @@ kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_er
         sg_error_set(err, SG_E_AUTH, "this session's tenant '%s' has no key any more", s->owner);
         return NULL;
     }
-    if (tenant_admit(self->kmgr, &t, s->internet, &quota, err) < 0)
+    if (tenant_admit(&t, s->internet, &quota, err) < 0)
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(&t, s->internet);
     k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, &so, NULL, NULL, err);

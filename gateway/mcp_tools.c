@@ -402,7 +402,7 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     exec_opts_t o = {.policy = self->cfg.exec, .timeout_ms = (int)(t * 1000), .who = self->who};
     c->exec = exec_start(k, code, &o, &exec_events, c, &err);
     if (c->exec == NULL) {
-        json_t *r = err->kind == SG_E_CONFLICT
+        json_t *r = err->kind == SG_E_CONFLICT || err->kind == SG_E_QUOTA
                         ? tool_text(true, "%s", err->msg)
                         : tool_text(true,
                                     "the kernel cannot run code: %s (restart_kernel gives a "
@@ -570,7 +570,8 @@ static json_t *tool_restart(mcp_t *self, session_t *s)
             return tool_error(&err);
         return tool_text(false, "started a fresh kernel (there was none running)");
     }
-    if (kernel_restart(k, &err) < 0)
+    tenant_quota_t quota; /* a paused or dead kernel runs again: max-live */
+    if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_restart(k, &err) < 0)
         return tool_error(&err);
     audit_event(&self->who, "kernel.restart",
                 json_pack("{s:s, s:s}", "session", s->id, "context", kernel_id(k)));

@@ -224,7 +224,11 @@ static const opt_t table[] = {
     {"tenant-max-live", 0, "N", UINT(tenants.max_live, 0, 1000000, 1),
      .help = "live kernels a tenant may have at once when its line names no max-live (0, the "
              "default: no limit); past it, its least recently used idle session is paused, or "
-             "429 when none can be"},
+             "429 when none can be (so too when one is resumed or restarted)"},
+    {"tenant-max-queued", 0, "N", UINT(tenants.max_queued, 0, 1000000, 1),
+     .help = "executions a tenant may have waiting or running at once, all its sessions "
+             "together, when its line names no max-queued (0, the default: no limit); past it, "
+             "429 naming the quota"},
     {"no-auth", 0, NULL, set_bool, AT(no_auth), .flags = OPT_VALUED,
      .help = "no token (only with a loopback --listen address)"},
     {"replica-id", 0, "ID", set_replica,

@@ -1,18 +1,22 @@
 """Tenants: a key per user or agent, sessions owned by their tenant, quotas.
 
-A keys file made with `sandgate keys` holds three tenants: alice (at most 3
-contexts), bob (at most 1 live kernel) and ops (admin); the daemon also has
+A keys file made with `sandgate keys` holds alice (at most 3 contexts), bob
+(at most 1 live kernel), ops (admin), dave (at most 2 executions waiting or
+running), erin (no limit) and frank (1 live kernel); the daemon also has
 --token, an admin key.  Through every front end — REST contexts, executions,
 files, commands, pause/resume, the Jupyter REST API and its WebSocket, MCP —
 bob cannot see, run in, read, change or delete anything of alice's: her ids
 answer him exactly as ids that do not exist (the same status and body).
 Lists show each tenant its own; an admin sees all, with their tenant.  Then:
 quotas (429 naming the quota; the other tenant unaffected; max-live pauses
-the least recently used idle session), ownership across a restart, SIGHUP
+the least recently used idle session, when a session is created and when
+one is resumed, explicitly or by an execution; max-queued through REST, the
+WebSocket and MCP), ownership across a restart, SIGHUP
 adding and removing keys without touching sessions, a world-readable keys
 file refused at start, every audit line naming its tenant, /metrics for
 admins only, and brute force (30 wrong keys from one address: 429 for it,
 while a right key from another address works).  Needs root and runsc."""
+import http.client
 import json
 import os
 import signal
@@ -20,6 +24,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -47,13 +52,20 @@ ok(r.returncode == 0 and lines and lines[-1].startswith("sgk_") and len(lines[-1
 ALICE = lines[-1]
 BOB = keys("add", "bob", "--max-live", "1").stdout.strip().splitlines()[-1]
 OPS = keys("add", "ops", "--admin").stdout.strip().splitlines()[-1]
+DAVE = keys("add", "dave", "--max-queued", "2").stdout.strip().splitlines()[-1]
+ERIN = keys("add", "erin").stdout.strip().splitlines()[-1]
+FRANK = keys("add", "frank", "--max-live", "1").stdout.strip().splitlines()[-1]
 text = open(KEYS).read()
 ok(ALICE not in text and BOB not in text and OPS not in text and "sha256:" in text,
    "the file holds hashes, never a key")
 ok(stat.S_IMODE(os.stat(KEYS).st_mode) == 0o600, "the file is written mode 0600")
+ok(" max-queued=2" in text, "max-queued is written to the file", text)
 r = keys("list")
 ok(r.returncode == 0 and "alice" in r.stdout and "bob" in r.stdout and ALICE not in r.stdout,
    "keys list shows the tenants, not their keys", r.stdout)
+ok("MAX-QUEUED" in r.stdout and any(l.split()[:1] == ["dave"] and "2" in l.split()[2:]
+                                    for l in r.stdout.splitlines()),
+   "and their max-queued", r.stdout)
 r = keys("add", "alice")
 ok(r.returncode != 0 and "exists" in r.stderr, "a tenant cannot be added twice", r.stderr)
 
@@ -90,6 +102,36 @@ def execute(key, code, **fields):
 
 def stdout_of(lines):
     return "".join(l.get("text", "") for l in lines if l["type"] == "stdout")
+
+
+def stream_start(key, body):
+    """A streamed POST /execute whose lines are read later (stream_end):
+    (status, response, connection); 200 means the execution was accepted."""
+    c = http.client.HTTPConnection(d.url.split("//", 1)[1], timeout=120)
+    c.request("POST", "/execute", json.dumps(body),
+              {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    r = c.getresponse()
+    return r.status, r, c
+
+
+def stream_end(run):
+    _, r, c = run
+    lines = [json.loads(l) for l in r.read().decode().splitlines() if l.strip()]
+    c.close()
+    return lines
+
+
+def wait_states(key, pred, timeout=60):
+    """The states of key's contexts {id: state}, once pred holds of them."""
+    deadline = time.time() + timeout
+    states = {}
+    while time.time() < deadline:
+        st, lst = js(key, "GET", "/contexts")
+        states = {c["id"]: c["state"] for c in lst} if st == 200 else {}
+        if pred(states):
+            break
+        time.sleep(0.3)
+    return states
 
 
 try:
@@ -195,17 +237,108 @@ try:
     st, c3 = js(BOB, "POST", "/contexts", {})
     ok(st == 201, "bob at max-live still creates: his least recently used idle session is paused",
        (st, c3))
-    deadline = time.time() + 60
-    states = {}
-    while time.time() < deadline:
-        st, lst = js(BOB, "GET", "/contexts")
-        states = {c["id"]: c["state"] for c in lst}
-        if states.get(B) == "paused":
-            break
-        time.sleep(0.5)
+    states = wait_states(BOB, lambda s: s.get(B) == "paused")
     ok(states.get(B) == "paused", "B, bob's least recently used, was paused", states)
     st, lines, _ = execute(TOKEN, "print('admin')")
     ok(st == 200 and stdout_of(lines) == "admin\n", "an admin has no quota and runs code", lines)
+
+    # max-queued: dave's executions waiting or running, all his sessions together.
+    st1, d1 = js(DAVE, "POST", "/contexts", {})
+    st2, d2 = js(DAVE, "POST", "/contexts", {})
+    ok(st1 == 201 and st2 == 201, "dave (max-queued 2) creates two contexts", (st1, d1, st2, d2))
+    D1, D2 = d1["id"], d2["id"]
+    SLEEP = "import time; time.sleep(5); print('slept')"
+    runs = [stream_start(DAVE, {"code": SLEEP, "context_id": c}) for c in (D1, D2)]
+    ok([run[0] for run in runs] == [200, 200], "dave streams two executions at once, one in each",
+       [run[0] for run in runs])
+    st, q = js(DAVE, "POST", "/execute", {"code": "print(3)", "context_id": D1})
+    ok(st == 429 and q.get("error") == "quota_exceeded" and q.get("quota") == "max-queued" and
+       q.get("limit") == 2, "his third while they run: 429 naming max-queued and 2", (st, q))
+    ws = WS(d.url, D2, DAVE)
+    reply, iopub = ws.execute("print(3)")
+    ws.close()
+    c = reply["content"]
+    ok(c.get("status") == "error" and c.get("ename") == "QuotaExceeded" and
+       "max-queued (2)" in c.get("evalue", "") and
+       any("max-queued" in m["content"].get("text", "") for m in iopub),
+       "through the Jupyter WebSocket: an error reply (and stderr) naming max-queued", (c, iopub))
+    status, hdrs, ans = mcpraw.post(
+        d, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}},
+        headers={"Authorization": "Bearer " + DAVE})
+    st_m, _, ans_m = mcpraw.post(
+        d, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {"code": "print(3)"}}},
+        session=hdrs.get("Mcp-Session-Id"), accept="application/json",
+        headers={"Authorization": "Bearer " + DAVE})
+    ok(st_m == 200 and ans_m["result"].get("isError") and
+       "max-queued (2)" in mcpraw.text_of(ans_m),
+       "through MCP: execute_python's error names max-queued", ans_m)
+    st, e = js(ERIN, "POST", "/contexts", {})
+    ok(st == 201, "meanwhile erin creates a context", (st, e))
+    st, lines, _ = execute(ERIN, "print('erin runs')", context_id=e["id"])
+    ok(st == 200 and stdout_of(lines) == "erin runs\n", "and runs code in it", (st, lines))
+    ends = [stream_end(run) for run in runs]
+    ok(all(stdout_of(l) == "slept\n" and l[-1]["type"] == "end_of_execution" for l in ends),
+       "dave's two executions ran to their end", ends)
+    st, lines, _ = execute(DAVE, "print('again')", context_id=D1)
+    ok(st == 200 and stdout_of(lines) == "again\n", "once they ended, dave runs code again",
+       (st, lines))
+    st, page = as_(OPS, "GET", "/metrics")
+    ok('sandgate_tenant_quota_refusals_total{tenant="dave",quota="max-queued"} 3\n' in
+       page.decode(), "the three refusals are counted under max-queued",
+       [l for l in page.decode().splitlines() if "quota_refusals" in l])
+
+    # max-live holds when a context is resumed: frank has at most one live.
+    st, f1 = js(FRANK, "POST", "/contexts", {})
+    F1 = f1["id"]
+    st, lines, _ = execute(FRANK, "x = 'kept'; print('f1')", context_id=F1)
+    ok(st == 200 and stdout_of(lines) == "f1\n", "frank (max-live 1) runs code in F1", lines)
+    st, f2 = js(FRANK, "POST", "/contexts", {})
+    F2 = f2["id"]
+    states = wait_states(FRANK, lambda s: s.get(F1) == "paused")
+    ok(st == 201 and states.get(F1) == "paused", "his second context F2 pauses F1", (st, states))
+    st, lines, _ = execute(FRANK, "print('f2')", context_id=F2)
+    ok(st == 200 and stdout_of(lines) == "f2\n", "F2 runs code", lines)
+    live_seen, watching = [], threading.Event()
+
+    def watch():
+        while not watching.is_set():
+            st, lst = js(FRANK, "GET", "/contexts")
+            if st == 200:
+                live = [c["id"] for c in lst if c["state"] not in ("paused", "pausing", "dead")]
+                live_seen.append(live)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        st, r = js(FRANK, "POST", f"/contexts/{F1}/resume")
+        ok(st == 200 and r.get("state") == "running", "frank resumes F1", (st, r))
+        states = wait_states(FRANK, lambda s: s.get(F2) == "paused")
+        ok(states.get(F2) == "paused" and states.get(F1) == "running",
+           "F2, his other live context, was paused to make room", states)
+        st, lines, _ = execute(FRANK, "print(x)", context_id=F1)
+        ok(st == 200 and stdout_of(lines) == "kept\n", "F1 kept its variables", lines)
+        run = stream_start(FRANK, {"code": SLEEP, "context_id": F1})
+        ok(run[0] == 200, "F1 runs a sleep", run[0])
+        st, q = js(FRANK, "POST", f"/contexts/{F2}/resume")
+        ok(st == 429 and q.get("error") == "quota_exceeded" and q.get("quota") == "max-live" and
+           q.get("limit") == 1, "with F1 busy, resuming F2 is 429 naming max-live and 1", (st, q))
+        st, q = js(FRANK, "POST", "/execute", {"code": "print('f2')", "context_id": F2})
+        ok(st == 429 and q.get("quota") == "max-live",
+           "so is an execution that would resume F2", (st, q))
+        stream_end(run)
+        st, lines, _ = execute(FRANK, "print('f2 again')", context_id=F2)
+        states = wait_states(FRANK, lambda s: s.get(F1) == "paused")
+        ok(st == 200 and stdout_of(lines) == "f2 again\n" and states.get(F1) == "paused",
+           "with F1 idle, an execution resumes F2 and pauses F1", (st, lines, states))
+    finally:
+        watching.set()
+        watcher.join()
+    ok(live_seen and max(len(l) for l in live_seen) <= 1,
+       "frank never had more than one live context", [l for l in live_seen if len(l) > 1][:3])
 
     # --- audit and metrics ---------------------------------------------------------------
     events = [json.loads(l) for l in open(AUDIT)]

@@ -24,7 +24,7 @@ export class ConflictError extends SandgateError {}
 export class LimitExceededError extends SandgateError {}
 /** 429 `quota_exceeded`: the key's tenant is at one of its quotas. */
 export class QuotaExceededError extends SandgateError {
-  /** The quota reached: 'max-contexts', 'max-live', 'internet'. */
+  /** The quota reached: 'max-contexts', 'max-live', 'max-queued', 'internet'. */
   quota: string | undefined
   /** Its value for this tenant. */
   limit: number | undefined

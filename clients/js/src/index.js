@@ -44,8 +44,9 @@ export const ConflictError = errorClass('ConflictError', 'conflict', 409)
 export const LimitExceededError = errorClass('LimitExceededError', 'limit_exceeded', 413)
 /**
  * 429 `quota_exceeded`: the key's tenant is at one of its quotas. `quota`
- * names it (max-contexts, max-live, internet) and `limit` is its value;
- * deleting or pausing one of the tenant's contexts makes room, waiting does not.
+ * names it (max-contexts, max-live, max-queued, internet) and `limit` is its
+ * value; deleting or pausing one of the tenant's contexts makes room (for
+ * max-queued: one of its executions ending).
  */
 export class QuotaExceededError extends errorClass('QuotaExceededError', 'quota_exceeded', 429) {
   constructor(message, opts = {}) {
@@ -53,7 +54,7 @@ export class QuotaExceededError extends errorClass('QuotaExceededError', 'quota_
     const quota = typeof body.quota === 'string' ? body.quota : undefined
     super(quota && !message.includes(quota) ? `${message} (quota ${quota}, limit ${body.limit})` : message, opts)
     this.name = 'QuotaExceededError'
-    /** The quota reached: 'max-contexts', 'max-live', 'internet'. */
+    /** The quota reached: 'max-contexts', 'max-live', 'max-queued', 'internet'. */
     this.quota = quota
     /** Its value for this tenant. */
     this.limit = typeof body.limit === 'number' ? body.limit : undefined

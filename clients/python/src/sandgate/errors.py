@@ -78,9 +78,10 @@ class LimitExceededError(SandgateError):
 
 class QuotaExceededError(SandgateError):
     """429 `quota_exceeded`: the key's tenant is at one of its quotas.
-    `quota` names it (max-contexts, max-live, internet: docs/api.md) and
-    `limit` is its value; deleting or pausing one of the tenant's contexts
-    makes room, waiting does not."""
+    `quota` names it (max-contexts, max-live, max-queued, internet:
+    docs/api.md) and `limit` is its value; deleting or pausing one of the
+    tenant's contexts makes room (for max-queued: one of its executions
+    ending)."""
 
     error = "quota_exceeded"
 
