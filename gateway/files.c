@@ -24,7 +24,8 @@
 /* --- paths ------------------------------------------------------------------------ */
 
 /* Normalises a relative path: no leading '/', no empty or '.' components;
- * '..' is refused outright (it never means anything good here). */
+ * '..' is refused outright (it never means anything good here), as is a
+ * component no file system takes (the client's error, not an I/O one). */
 static int clean_path(const char *in, char *out, size_t size, sg_error_t **err)
 {
     size_t n = 0;
@@ -36,6 +37,9 @@ static int clean_path(const char *in, char *out, size_t size, sg_error_t **err)
             break;
         if (len == 2 && in[0] == '.' && in[1] == '.')
             return sg_error_set(err, SG_E_INVALID, "path may not contain '..'");
+        if (len > NAME_MAX)
+            return sg_error_set(err, SG_E_INVALID, "a path component is longer than %d bytes",
+                                NAME_MAX);
         if (!(len == 1 && in[0] == '.')) {
             if (n + len + 2 > size)
                 return sg_error_set(err, SG_E_INVALID, "path longer than %zu bytes", size - 2);
