@@ -93,6 +93,19 @@ def check_spec():
         SPEC_PATH)
     ok(rc == 0, "docs/openapi.yaml validates as OpenAPI 3.1", out[-2000:])
     ok(str(spec.get("openapi", "")).startswith("3.1"), "it says openapi: 3.1.x")
+    # What the HTTP layer answers on any route (http.c, libmicrohttpd), and on
+    # any route that needs a key, each operation must list.
+    lacking = []
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if method not in METHODS:
+                continue
+            public = op.get("security") == []
+            want = {"400", "414", "431"} | (set() if public else {"401", "429"})
+            if want - set(op["responses"]):
+                lacking.append(f"{method.upper()} {path}: {sorted(want - set(op['responses']))}")
+    ok(not lacking, "every operation lists the statuses the HTTP layer can answer on it "
+       "(400 %00, 414, 431; 401 and 429 unless public)", lacking)
     return True
 
 
