@@ -685,6 +685,11 @@ static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, ke
         return http_reply_json(conn, 200, context_json(self, k));
     if (pause && st == KERNEL_PAUSING)
         return wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
+    if (!pause && st == KERNEL_DEAD) /* no event would ever answer the wait */
+        return http_reply_errorf(conn, SG_E_CONFLICT,
+                                 "context %s is dead: POST /contexts/%s/restart gives it a new "
+                                 "kernel",
+                                 kernel_id(k), kernel_id(k));
     if (pause ? kernel_pause(k, &err) < 0
               : tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0)
         return reply_refused(conn, &quota, &err);

@@ -4,7 +4,7 @@
  *                  {context}; the front end's done and registration
  *   api_files.c    /contexts/{context}/files: downloads, listings, deletes,
  *                  streamed uploads
- *   api_metrics.c  GET /health and GET /metrics
+ *   api_metrics.c  GET /health, GET /metrics and GET /openapi.json
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
@@ -50,6 +50,12 @@ typedef struct {
  * the front end's done drops). */
 stream_t *api_stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k);
 void api_stream_unref(stream_t *s);
+
+/* docs/openapi.yaml as JSON (NUL-terminated; the length without it), for
+ * GET /openapi.json: made at build time by scripts/openapi-json.py, so the
+ * daemon parses no YAML. */
+extern const unsigned char api_openapi_json[];
+extern const size_t api_openapi_json_len;
 
 /* Each file registers its own routes, with the front end's shared parts. */
 int api_files_register(api_t *self, http_server_t *http, const http_front_t *front,

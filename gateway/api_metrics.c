@@ -1,5 +1,5 @@
-/* api_metrics: the REST API's GET /health and GET /metrics
- * (api_internal.h). */
+/* api_metrics: the REST API's service routes, GET /health, GET /metrics
+ * and GET /openapi.json (api_internal.h). */
 #include <string.h>
 
 #include "common/log.h"
@@ -106,14 +106,28 @@ static enum MHD_Result health(void *arg, http_req_t *call)
                                      "pool_starting", (json_int_t)st.pool_starting));
 }
 
+/* --- GET /openapi.json ---------------------------------------------------------- */
+
+static enum MHD_Result openapi(void *arg, http_req_t *call)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        api_openapi_json_len, (void *)api_openapi_json, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = http_queue(call->conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 int api_metrics_register(api_t *self, http_server_t *http, const http_front_t *front,
                          sg_error_t **err)
 {
     /* /health answers without the token: load balancers' and orchestrators'
-     * probes carry none. */
+     * probes carry none.  Nor does /openapi.json: the API's description is
+     * no secret, and client generators fetch it without one. */
     static const http_route_t routes[] = {
         {"GET", "/health", health, HTTP_ROUTE_PUBLIC, NULL},
         {"GET", "/metrics", metrics_get, 0, NULL},
+        {"GET", "/openapi.json", openapi, HTTP_ROUTE_PUBLIC, NULL},
     };
     return http_routes(http, front, routes, sizeof routes / sizeof routes[0], err);
 }

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,35 @@
 #define MAX_SNAPSHOT 4096 /* files tracked under output/ */
 #define MAX_DEPTH 64      /* directory nesting walked (remove, snapshot) */
 
+/* --- errors ------------------------------------------------------------------------ */
+
+/* sg_error_errno for the workspace's files.  The sandbox's own code sets
+ * their modes: a permission it took away (a file made mode 000, a directory
+ * made read-only) is the client's 403, not an I/O error of sandgate's. */
+static int fs_errno(sg_error_t **err, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fs_errno(sg_error_t **err, int errnum, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *what = xvasprintf(fmt, ap);
+    va_end(ap);
+    if (errnum == EACCES || errnum == EPERM)
+        sg_error_set(err, SG_E_FORBIDDEN,
+                     "%s: permission denied (the sandbox's files keep the "
+                     "modes its code gave them)",
+                     what);
+    else
+        sg_error_errno(err, errnum, "%s", what);
+    free(what);
+    return -1;
+}
+
 /* --- paths ------------------------------------------------------------------------ */
 
 /* Normalises a relative path: no leading '/', no empty or '.' components;
- * '..' is refused outright (it never means anything good here). */
+ * '..' is refused outright (it never means anything good here), as is a
+ * component no file system takes (the client's error, not an I/O one). */
 static int clean_path(const char *in, char *out, size_t size, sg_error_t **err)
 {
     size_t n = 0;
@@ -36,6 +62,9 @@ static int clean_path(const char *in, char *out, size_t size, sg_error_t **err)
             break;
         if (len == 2 && in[0] == '.' && in[1] == '.')
             return sg_error_set(err, SG_E_INVALID, "path may not contain '..'");
+        if (len > NAME_MAX)
+            return sg_error_set(err, SG_E_INVALID, "a path component is longer than %d bytes",
+                                NAME_MAX);
         if (!(len == 1 && in[0] == '.')) {
             if (n + len + 2 > size)
                 return sg_error_set(err, SG_E_INVALID, "path longer than %zu bytes", size - 2);
@@ -67,7 +96,7 @@ static int open_root(const char *workspace, sg_error_t **err)
 {
     int fd = open(workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return sg_error_errno(err, errno, "cannot open the workspace");
+        return fs_errno(err, errno, "cannot open the workspace");
     return fd;
 }
 
@@ -100,7 +129,7 @@ static int open_beneath(int dirfd, const char *path, int flags, sg_error_t **err
         case ENOSYS:
             return sg_error_set(err, SG_E_INTERNAL,
                                 "openat2 is missing (sandgate needs Linux 5.6 or later)");
-        default: return sg_error_errno(err, errno, "cannot open '%s'", path);
+        default: return fs_errno(err, errno, "cannot open '%s'", path);
         }
     }
 }
@@ -175,7 +204,7 @@ json_t *files_list(int dirfd, const char *path, sg_error_t **err)
     int fd = dup(dirfd);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        sg_error_errno(err, errno, "cannot list '%s'", clean);
+        fs_errno(err, errno, "cannot list '%s'", clean);
         if (fd >= 0)
             close(fd);
         return NULL;
@@ -224,7 +253,7 @@ static int empty_dir(int dirfd, const char *name, int depth, sg_error_t **err)
     if (!d) {
         if (fd >= 0)
             close(fd);
-        return sg_error_errno(err, errno, "cannot open directory '%s'", name);
+        return fs_errno(err, errno, "cannot open directory '%s'", name);
     }
     int rc = 0;
     struct dirent *e;
@@ -238,7 +267,7 @@ static int empty_dir(int dirfd, const char *name, int depth, sg_error_t **err)
             rc = empty_dir(fd, e->d_name, depth + 1, err);
         if (rc == 0 && unlinkat(fd, e->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0 &&
             errno != ENOENT)
-            rc = sg_error_errno(err, errno, "cannot remove '%s'", e->d_name);
+            rc = fs_errno(err, errno, "cannot remove '%s'", e->d_name);
     }
     closedir(d);
     return rc;
@@ -262,7 +291,7 @@ int files_remove(const char *workspace, const char *path, sg_error_t **err)
     else if (S_ISDIR(st.st_mode))
         rc = empty_dir(parent, name, 0, err);
     if (rc == 0 && unlinkat(parent, name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0)
-        rc = sg_error_errno(err, errno, "cannot remove '%s'", name);
+        rc = fs_errno(err, errno, "cannot remove '%s'", name);
     close(parent);
     return rc;
 }
@@ -369,7 +398,7 @@ files_upload_t *files_upload_begin(const char *workspace, const char *path, size
     sodium_bin2hex(u->tmp + off, sizeof u->tmp - (size_t)off, rnd, sizeof rnd);
     u->fd = openat(u->dirfd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0664);
     if (u->fd < 0) {
-        sg_error_errno(err, errno, "cannot create '%s'", u->path);
+        fs_errno(err, errno, "cannot create '%s'", u->path);
         u->tmp[0] = 0;
         goto fail;
     }
@@ -384,7 +413,7 @@ static int write_error(files_upload_t *u, int errnum, sg_error_t **err)
 {
     if (errnum == ENOSPC || errnum == EDQUOT)
         return sg_error_set(err, SG_E_LIMIT, "the workspace is full (writing '%s')", u->path);
-    return sg_error_errno(err, errnum, "cannot write '%s'", u->path);
+    return fs_errno(err, errnum, "cannot write '%s'", u->path);
 }
 
 int files_upload_write(files_upload_t *u, const void *data, size_t n, sg_error_t **err)
@@ -418,8 +447,10 @@ static json_t *rename_into_place(files_upload_t *u, sg_error_t **err)
         }
     }
     if (renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0) {
-        sg_error_set(err, errno == EISDIR ? SG_E_CONFLICT : SG_E_IO, "cannot store '%s': %s",
-                     u->path, strerror(errno));
+        if (errno == EISDIR)
+            sg_error_set(err, SG_E_CONFLICT, "cannot store '%s': %s", u->path, strerror(errno));
+        else
+            fs_errno(err, errno, "cannot store '%s'", u->path);
         return NULL;
     }
     u->tmp[0] = 0; /* nothing left to remove */

@@ -85,6 +85,8 @@ typedef struct {
     void *sink;                           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
     char *method, *path; /* for the audit log's refusals; NULL without one */
+    bool begun;          /* request_begin ran (uri_seen made it before) */
+    bool nul_in_url;     /* its URL has a %00: refused (400), no route sees it */
 } request_t;
 
 void http_config_defaults(http_config_t *cfg)
@@ -619,8 +621,9 @@ const char *http_arg_id(const http_req_t *req, const char *name)
 static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection *conn,
                                      const char *url, const char *method, void **req_cls)
 {
-    request_t *req = xzalloc(sizeof(request_t));
+    request_t *req = *req_cls ? *req_cls : xzalloc(sizeof(request_t));
     *req_cls = req;
+    req->begun = true;
     req->server = self;
     req->started = zclock_mono();
     req->unknown = -1;
@@ -628,6 +631,8 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     req->call.method = req->verb = xstrdup(method);
     req->call.path = req->url = xstrdup(url);
     req->call.body = "";
+    if (req->nul_in_url) /* answered 400 once its body is read: nothing else is done */
+        return MHD_YES;
     match_t m;
     const route_t *r = req->route = route_find(self, method, req->url, &m);
     if (r) {
@@ -700,6 +705,8 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
             req->call.args[k].obj = NULL;
         return r->def.handle(r->front.ctx, &req->call);
     }
+    if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
+        return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
     if (req->blocked)
         return http_reply_errorf(conn, SG_E_TOO_MANY,
                                  "too many failed authentications from this address; retry "
@@ -736,7 +743,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 {
     http_server_t *self = cls;
     request_t *req = *req_cls;
-    if (req == NULL) /* headers only so far */
+    if (req == NULL || !req->begun) /* headers only so far */
         return request_begin(self, conn, url, method, req_cls);
     if (*upload_size) {
         request_body(self, req, upload_data, *upload_size);
@@ -746,12 +753,29 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     return request_end(self, req);
 }
 
+/* libmicrohttpd hands handle() the path unescaped, as a C string, so a %00
+ * would cut it short: "a%00b" would name the file "a".  The raw URI comes
+ * here first, before its headers; what this returns is the request's
+ * *req_cls, so the request is made here, marked when its URI (path or
+ * query) has a %00.  request_begin then refuses it (400). */
+static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    request_t *req = xzalloc(sizeof(request_t));
+    req->nul_in_url = strstr(uri, "%00") != NULL;
+    return req;
+}
+
 static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                       enum MHD_RequestTerminationCode code)
 {
     request_t *req = *req_cls;
     if (req == NULL)
         return;
+    if (!req->begun) { /* ended before its headers were complete */
+        free(req);
+        *req_cls = NULL;
+        return;
+    }
     const route_t *r = req->route;
     if (req->call.state && r->front.done)
         r->front.done(r->front.ctx, req->call.state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
@@ -878,8 +902,9 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
         (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self,
         MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
-        MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_CONNECTION_TIMEOUT,
+        cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         cfg->max_conns_ip ? cfg->max_conns_ip : (cfg->max_conns + 3) / 4, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",

@@ -14,6 +14,8 @@ packages=(
   # build
   build-essential autoconf automake libtool pkg-config
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
+  # ... docs/openapi.yaml becomes the JSON GET /openapi.json serves
+  python3 python3-yaml
   # run: the sandbox, its workspaces' file systems, and the Python kernel.
   # The sandboxes' root is this machine's /usr: what is installed here is
   # what sandboxed code can import.

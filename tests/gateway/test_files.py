@@ -119,6 +119,32 @@ try:
     s, _, body = raw("DELETE", files + "/../" + cid)
     ok(s == 400 and os.path.isdir(ws), "DELETE with '..' is refused", (s, body))
 
+    # --- a NUL, a component no file system takes ----------------------------------------
+    # libmicrohttpd hands sandgate the decoded path as a C string: "nul%00x"
+    # would be "nul" if sandgate took it.
+    s, _, body = raw("PUT", files + "/nul%00x", b"x")
+    s2, _, body2 = raw("PUT", files + "/nul%00x", b"x", token=None)
+    ok(s == 400 and s2 == 400 and err_name(body) == "invalid" and
+       not os.path.exists(os.path.join(ws, "nul")),
+       "a path with %00 is refused with 400 (with or without a token) and writes nothing",
+       (s, body, s2, body2))
+    # --- modes the sandbox's code set: the client's 403, not sandgate's 500 ---------------
+    st, _, _ = d.request("POST", "/execute", {"context_id": cid, "command":
+                         "echo s > shut; chmod 000 shut; mkdir -p shutdir/sub rodir; "
+                         "echo x > shutdir/sub/f; chmod 000 shutdir; echo y > rodir/f; "
+                         "chmod 555 rodir"})
+    for method, path in [("GET", "/shut"), ("GET", "/shutdir"), ("GET", "/shutdir/sub/f"),
+                         ("PUT", "/shutdir/new"), ("PUT", "/rodir/new"), ("DELETE", "/rodir/f"),
+                         ("DELETE", "/shutdir")]:
+        s, _, body = raw(method, files + path, b"x" if method == "PUT" else None)
+        ok(s == 403 and err_name(body) == "forbidden",
+           f"{method} {path}, which the sandbox's code made inaccessible: 403", (st, s, body))
+    long_name = "n" * 256
+    for method in ("PUT", "GET", "DELETE"):
+        s, _, body = raw(method, files + "/" + long_name, b"x" if method == "PUT" else None)
+        ok(s == 400 and err_name(body) == "invalid",
+           f"{method} of a name over 255 bytes is 400 (not an I/O error)", (s, body))
+
     # --- symlinks planted by the sandboxed code ---------------------------------------
     victim = f"/tmp/sg-victim-{secrets.token_hex(4)}"
     with open(victim, "w") as f:

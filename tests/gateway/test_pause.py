@@ -173,6 +173,20 @@ try:
        "the next execute_python resumes it, variables intact", a)
     d.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
 
+    # --- a dead kernel: resuming it says so at once (it waited for ever before) -----------
+    run(d, cid, "import os; os._exit(1)")
+    wait_state(d, cid, "dead", 30)
+    t0 = time.time()
+    try:
+        st, e = d.json("POST", f"/contexts/{cid}/resume", timeout=20)
+    except OSError as exc:  # the request timed out
+        st, e = None, {"message": str(exc)}
+    ok(st == 409 and "restart" in e.get("message", "") and time.time() - t0 < 10,
+       "resuming a session whose kernel died: 409 at once, saying to restart it", (st, e))
+    st, _ = d.json("POST", f"/contexts/{cid}/restart")
+    c = wait_state(d, cid, "running", 60)
+    ok(st == 204 and c.get("state") == "running", "and a restart gives it a new kernel", c)
+
     # --- delete a paused session ---------------------------------------------------------
     st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
     kdirs = glob.glob(f"{d.dir}/kernels/{cid}-*")
