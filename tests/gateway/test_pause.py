@@ -176,12 +176,12 @@ try:
     # --- a dead kernel: resuming it says so at once (it waited for ever before) -----------
     run(d, cid, "import os; os._exit(1)")
     wait_state(d, cid, "dead", 30)
-    t0 = time.time()
     try:
         st, e = d.json("POST", f"/contexts/{cid}/resume", timeout=20)
     except OSError as exc:  # the request timed out
         st, e = None, {"message": str(exc)}
-    ok(st == 409 and "restart" in e.get("message", "") and time.time() - t0 < 10,
+    # A hang (as before) ends in the request's timeout: st None.
+    ok(st == 409 and "restart" in e.get("message", ""),
        "resuming a session whose kernel died: 409 at once, saying to restart it", (st, e))
     st, _ = d.json("POST", f"/contexts/{cid}/restart")
     c = wait_state(d, cid, "running", 60)
@@ -191,7 +191,9 @@ try:
     st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
     kdirs = glob.glob(f"{d.dir}/kernels/{cid}-*")
     st, _ = d.json("DELETE", f"/contexts/{cid}")
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30  # removed in the background
+    while any(os.path.exists(k) for k in kdirs) and time.monotonic() < deadline:
+        time.sleep(0.2)
     ok(st == 204 and not any(os.path.exists(k) for k in kdirs),
        "deleting a paused session removes its checkpoint", kdirs)
     left = glob.glob(f"/sys/fs/cgroup/*/sandgate/{cid}-*") + \
