@@ -178,8 +178,8 @@ int main(void)
     const char *vars[] = {"FOO=bar baz", NULL};
     st = run(sb, envsh, vars, "/tmp", NULL, &out, &errout);
     /* HOME is the sandbox's (mode none: the host's own). */
-    ok(st == 0 && strncmp(out, "bar baz\n/tmp\n", 12) == 0 &&
-           (!sandboxed || strcmp(out + 12, "/home/user\n") == 0),
+    ok(st == 0 && strncmp(out, "bar baz\n/tmp\n", 13) == 0 &&
+           (!sandboxed || strcmp(out + 13, "/home/user\n") == 0),
        "env is added to the sandbox's, cwd is where it runs ('%s')", out);
     free(out), free(errout);
 
