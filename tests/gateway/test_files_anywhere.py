@@ -242,6 +242,15 @@ try:
     s, _, body = req("GET", F + "?path=/tmp&depth=0")
     ok(s == 400, "depth out of range: 400", (s, body))
 
+    # --- a paused context is resumed first ------------------------------------------------
+    s, _, body = req("POST", f"/contexts/{oid}/pause")
+    st, info = d.json("GET", f"/contexts/{oid}", token=ALICE)
+    ok(s == 200 and info.get("state") == "paused", "(the other context is paused)", (s, body, info))
+    s, _, body = req("GET", f"/contexts/{oid}/files?path=/home/user/secret.txt")
+    st, info = d.json("GET", f"/contexts/{oid}", token=ALICE)
+    ok(s == 200 and body == secret and info.get("state") == "running",
+       "a files request on a paused context resumes it and answers", (s, body, info))
+
     # --- python, in a command ---------------------------------------------------------------
     s, _, body = req("POST", "/execute", json.dumps(
         {"context_id": cid, "command": "python -c 'print(1)'"}).encode(),
