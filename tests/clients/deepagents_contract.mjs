@@ -68,13 +68,13 @@ async function contract(box) {
   up = await box.uploadFiles([['/tmp/dc', enc('x')], ['/home/user/dc', enc('x')]])
   check(up.every((u) => u.error === 'is_directory'), 'uploading onto a directory is is_directory', up)
   r = await box.execute('echo secret > /tmp/locked && chmod 000 /tmp/locked && ' +
-    'echo secret > /home/user/locked && chmod 000 /home/user/locked')
+    'echo secret > /home/user/locked && chmod 000 /home/user/locked && mkdir /tmp/ro && chmod 500 /tmp/ro')
   dn = await box.downloadFiles(['/tmp/locked', '/home/user/locked'])
   check(r.exitCode === 0 && dn.every((d) => d.error === 'permission_denied'),
     'reading a mode 0000 file is permission_denied', [r, brief(dn)])
-  up = await box.uploadFiles([['/etc/x', enc('x')], ['/usr/x', enc('x')], ['/tmp/locked', enc('x')]])
+  up = await box.uploadFiles([['/etc/x', enc('x')], ['/usr/x', enc('x')], ['/tmp/ro/x', enc('x')]])
   check(up.every((u) => u.error === 'permission_denied'),
-    'writing /etc/x, /usr/x or a mode 0000 file is permission_denied', up)
+    'writing /etc/x, /usr/x or into a mode 0500 directory is permission_denied', up)
   up = await box.uploadFiles([['/tmp/ok.txt', enc('fine')], ['rel', enc('x')], ['/etc/x', enc('x')]])
   check(JSON.stringify(up.map((u) => u.error)) === JSON.stringify([null, 'invalid_path', 'permission_denied']),
     'partial success: one answer per file, in order', up)
@@ -90,6 +90,34 @@ async function contract(box) {
   check(r.output === 'out\nerr\n' && r.exitCode === 3 && !r.truncated, 'execute: stdout then stderr, the exit code', r)
   r = await box.execute("printf 'a\\0b'")
   check(r.output === 'a\0b' && r.exitCode === 0, 'execute: a NUL byte in the output', r)
+}
+
+// The client's files anywhere in the sandbox, which the backend uses.
+async function clientAnywhere(box) {
+  const { client: c, id: ctx } = box
+  const e = await c.writePath(ctx, '/tmp/cl/a.txt', 'anywhere')
+  check(e.path === '/tmp/cl/a.txt' && e.type === 'file' && e.size === 8 && e.owner,
+    'client: writePath answers the entry', e)
+  check(new TextDecoder().decode(await c.readPath(ctx, '/tmp/cl/a.txt')) === 'anywhere', 'client: readPath')
+  const st = await c.statPath(ctx, '/tmp/cl')
+  check(st.type === 'dir' && typeof st.mode === 'number' && st.permissions, 'client: statPath', st)
+  const d = await c.makeDir(ctx, '/tmp/cl/sub/deeper')
+  const m = await c.movePath(ctx, '/tmp/cl/a.txt', '/tmp/cl/sub/b.txt')
+  const names = (await c.listPath(ctx, '/tmp/cl', { depth: 3 })).map((x) => x.path)
+  check(d.type === 'dir' && m.path === '/tmp/cl/sub/b.txt' &&
+    JSON.stringify(names) === JSON.stringify(['/tmp/cl/sub', '/tmp/cl/sub/b.txt', '/tmp/cl/sub/deeper']),
+  'client: makeDir, movePath, listPath with depth', [d, m, names])
+  await c.removePath(ctx, '/tmp/cl')
+  const cases = [
+    [() => c.readPath(ctx, '/tmp/cl/sub/b.txt'), 'NotFoundError', 'not_found', 'a missing path: NotFoundError, code not_found'],
+    [() => c.readPath(ctx, 'tmp/x'), 'InvalidRequestError', 'invalid_path', 'a relative path: InvalidRequestError, code invalid_path, before any request'],
+    [() => c.readPath(ctx, '/tmp'), 'ConflictError', 'is_directory', 'readPath of a directory: ConflictError, code is_directory'],
+    [() => c.makeDir(ctx, '/tmp/dc/text.txt'), 'ConflictError', 'exists', 'makeDir onto a file: ConflictError, code exists'],
+  ]
+  for (const [call, cls, code, name] of cases) {
+    const got = await Promise.resolve().then(call).then(() => null, (x) => x)
+    check(got?.name === cls && got?.code === code, `client: ${name}`, `${got?.name} ${got?.code} ${got?.message}`)
+  }
 }
 
 // Deep Agents' own BaseSandbox methods (built on execute and the file transfers), over /tmp.
@@ -157,7 +185,7 @@ async function agent(box) {
 
 const client = new Sandgate({ url, apiKey: token })
 const box = await SandgateSandbox.create({ client })
-for (const part of [contract, ownMethods, agent]) {
+for (const part of [contract, clientAnywhere, ownMethods, agent]) {
   try {
     await part(box)
   } catch (e) {

@@ -19,7 +19,7 @@ from deepagents import create_deep_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from sandgate import Sandgate
+from sandgate import ConflictError, InvalidError, NotFoundError, Sandgate
 from sandgate.deepagents import SandgateSandbox
 
 url, token = sys.argv[1:3]
@@ -98,13 +98,14 @@ def contract(box):
     check([u.error for u in up] == ["is_directory"] * 2, "uploading onto a directory is is_directory",
           brief(up))
     r = box.execute("echo secret > /tmp/locked && chmod 000 /tmp/locked && "
-                    "echo secret > /home/user/locked && chmod 000 /home/user/locked")
+                    "echo secret > /home/user/locked && chmod 000 /home/user/locked && "
+                    "mkdir /tmp/ro && chmod 500 /tmp/ro")
     dn = box.download_files(["/tmp/locked", "/home/user/locked"])
     check(r.exit_code == 0 and [d.error for d in dn] == ["permission_denied"] * 2,
           "reading a mode 0000 file is permission_denied", (r, brief(dn)))
-    up = box.upload_files([("/etc/x", b"x"), ("/usr/x", b"x"), ("/tmp/locked", b"x")])
+    up = box.upload_files([("/etc/x", b"x"), ("/usr/x", b"x"), ("/tmp/ro/x", b"x")])
     check([u.error for u in up] == ["permission_denied"] * 3,
-          "writing /etc/x, /usr/x or a mode 0000 file is permission_denied", brief(up))
+          "writing /etc/x, /usr/x or into a mode 0500 directory is permission_denied", brief(up))
     up = box.upload_files([("/tmp/ok.txt", b"fine"), ("rel", b"x"), ("/etc/x", b"x")])
     check([u.error for u in up] == [None, "invalid_path", "permission_denied"],
           "partial success: one answer per file, in order", brief(up))
@@ -122,6 +123,40 @@ def contract(box):
           "execute: stdout then stderr, the exit code", r)
     r = box.execute("printf 'a\\0b'")
     check(r.output == "a\0b" and r.exit_code == 0, "execute: a NUL byte in the output", r)
+
+
+def client_anywhere(box):
+    """The client's files anywhere in the sandbox, which the backend uses."""
+    sg, ctx = box.client, box.id
+    e = sg.write_path(ctx, "/tmp/cl/a.txt", "anywhere")
+    check(e.path == "/tmp/cl/a.txt" and e.type == "file" and e.size == 8 and e.owner,
+          "client: write_path answers the entry", e)
+    check(sg.read_path(ctx, "/tmp/cl/a.txt") == b"anywhere", "client: read_path")
+    st = sg.stat_path(ctx, "/tmp/cl")
+    check(st.type == "dir" and st.mode is not None and st.permissions, "client: stat_path", st)
+    d = sg.make_dir(ctx, "/tmp/cl/sub/deeper")
+    m = sg.move_path(ctx, "/tmp/cl/a.txt", "/tmp/cl/sub/b.txt")
+    names = [x.path for x in sg.list_path(ctx, "/tmp/cl", depth=3)]
+    check(d.type == "dir" and m.path == "/tmp/cl/sub/b.txt" and
+          names == ["/tmp/cl/sub", "/tmp/cl/sub/b.txt", "/tmp/cl/sub/deeper"],
+          "client: make_dir, move_path, list_path with depth", (d, m, names))
+    sg.remove_path(ctx, "/tmp/cl")
+    for call, want, name in (
+            (lambda: sg.read_path(ctx, "/tmp/cl/sub/b.txt"), (NotFoundError, "not_found"),
+             "a missing path: NotFoundError, code not_found"),
+            (lambda: sg.read_path(ctx, "tmp/x"), (InvalidError, "invalid_path"),
+             "a relative path: InvalidError, code invalid_path, before any request"),
+            (lambda: sg.read_path(ctx, "/tmp"), (IsADirectoryError, None),
+             "read_path of a directory: IsADirectoryError"),
+            (lambda: sg.make_dir(ctx, "/tmp/dc/text.txt"), (ConflictError, "exists"),
+             "make_dir onto a file: ConflictError, code exists")):
+        try:
+            call()
+            got = None
+        except Exception as x:  # noqa: BLE001 - the class is what is checked
+            got = x
+        check(isinstance(got, want[0]) and getattr(got, "code", None) == want[1],
+              f"client: {name}", repr(got))
 
 
 def own_methods(box):
@@ -196,7 +231,7 @@ def agent(box):
 def main():
     sg = Sandgate(url, token)
     with SandgateSandbox(sg) as box:
-        for part in (contract, own_methods, agent):
+        for part in (contract, client_anywhere, own_methods, agent):
             try:
                 part(box)
             except Exception:

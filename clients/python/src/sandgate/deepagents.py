@@ -15,10 +15,6 @@ else is `invalid_path`, answered before any request.  Failures are the
 protocol's strings (`file_not_found`, `is_directory`, `permission_denied`,
 `invalid_path`), one per file, never raised.  Contents travel as bytes,
 streamed by the files API: never through a command line."""
-import posixpath
-import shlex
-import uuid
-
 try:
     from deepagents.backends.protocol import (ExecuteResponse, FileDownloadResponse,
                                               FileUploadResponse)
@@ -27,13 +23,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("sandgate.deepagents needs Deep Agents: pip install 'sandgate[deepagents]' "
                       f"({e})") from e
 
-from . import (ConflictError, ForbiddenError, InvalidError, NotFoundError, Sandgate,
-               SandgateConnectionError, SandgateError)
+from . import (ForbiddenError, InvalidError, NotFoundError, Sandgate, SandgateConnectionError,
+               SandgateError)
 
-WORKSPACE = "/home/user"
-# A file outside the workspace passes through the workspace's root on its
-# way in or out, as a hidden file of its own per transfer, removed after it.
-_STAGING = ".sandgate-transfer-"
 _MARKER = "[sandgate: output limit of "
 
 
@@ -93,84 +85,39 @@ class SandgateSandbox(BaseSandbox):
             truncated = True
         return ExecuteResponse(output=output, exit_code=r.exit_code, truncated=truncated)
 
+    # Every path goes through sandgate's files anywhere in the sandbox
+    # (docs/api.md, "?path="): streamed both ways, resolved inside the
+    # sandbox as its user, the workspace (/home/user) included.
     def upload_files(self, files):
         out = []
         for path, content in files:
-            if not _valid(path):
-                out.append(FileUploadResponse(path=path, error="invalid_path"))
-                continue
-            try:
-                rel = _in_workspace(path)
-                if rel is None:
-                    error = self._upload_elsewhere(path, bytes(content))
-                else:
-                    self.client.upload(self.context_id, rel, bytes(content))
+            error = "invalid_path"
+            if _valid(path):
+                try:
+                    self.client.write_path(self.context_id, path, bytes(content))
                     error = None
-            except SandgateConnectionError:
-                raise
-            except SandgateError as e:
-                error = _file_error(e)
+                except SandgateConnectionError:
+                    raise
+                except SandgateError as e:
+                    error = _file_error(e, upload=True)
             out.append(FileUploadResponse(path=path, error=error))
         return out
 
     def download_files(self, paths):
         out = []
         for path in paths:
-            if not _valid(path):
-                out.append(FileDownloadResponse(path=path, error="invalid_path"))
-                continue
-            try:
-                rel = _in_workspace(path)
-                if rel is None:
-                    content, error = self._download_elsewhere(path)
-                elif rel == "":
-                    content, error = None, "is_directory"
-                else:
-                    content, error = self.client.download(self.context_id, rel), None
-            except IsADirectoryError:
-                content, error = None, "is_directory"
-            except SandgateConnectionError:
-                raise
-            except SandgateError as e:
-                content, error = None, _file_error(e)
+            content, error = None, "invalid_path"
+            if _valid(path):
+                try:
+                    content, error = self.client.read_path(self.context_id, path), None
+                except IsADirectoryError:
+                    error = "is_directory"
+                except SandgateConnectionError:
+                    raise
+                except SandgateError as e:
+                    error = _file_error(e, upload=False)
             out.append(FileDownloadResponse(path=path, content=content, error=error))
         return out
-
-    # Outside the workspace (e.g. /tmp), the bytes pass through a file in
-    # the workspace (the files API, streamed) and one short command copies
-    # them across, inside the sandbox and as its user: the path is resolved
-    # there, with that user's permissions.
-    def _upload_elsewhere(self, path, content):
-        stage = _STAGING + uuid.uuid4().hex
-        self.client.upload(self.context_id, stage, content)
-        s, p = shlex.quote(f"{WORKSPACE}/{stage}"), shlex.quote(path)
-        r = self.client.run_command(
-            f"if [ -d {p} ]; then rm -f {s}; exit 3; fi\n"
-            f"mkdir -p -- \"$(dirname -- {p})\" && cp -- {s} {p}\n"
-            f"rc=$?; rm -f -- {s}; exit $rc", context=self.context_id)
-        if r.exit_code == 0:
-            return None
-        return "is_directory" if r.exit_code == 3 else _command_error(r.stderr)
-
-    def _download_elsewhere(self, path):
-        stage = _STAGING + uuid.uuid4().hex
-        s, p = shlex.quote(f"{WORKSPACE}/{stage}"), shlex.quote(path)
-        r = self.client.run_command(
-            f"if [ -d {p} ]; then exit 3; elif [ ! -e {p} ]; then exit 2; "
-            f"elif [ ! -r {p} ] || [ ! -f {p} ]; then exit 4; fi\n"
-            f"cp -- {p} {s} || {{ rc=$?; rm -f -- {s}; exit $rc; }}",
-            context=self.context_id)
-        if r.exit_code != 0:
-            error = {2: "file_not_found", 3: "is_directory", 4: "permission_denied"}.get(
-                r.exit_code) or _command_error(r.stderr)
-            return None, error
-        try:
-            return self.client.download(self.context_id, stage), None
-        finally:
-            try:
-                self.client.delete_file(self.context_id, stage)
-            except SandgateError:
-                pass
 
 
 def _valid(path):
@@ -178,41 +125,23 @@ def _valid(path):
     return isinstance(path, str) and path.startswith("/") and "\0" not in path
 
 
-def _in_workspace(path):
-    """The workspace-relative path of an absolute `path` sandgate's files
-    API can take as it is ('' for the workspace itself), or None for a path
-    elsewhere or one with '.', '..' or '//' in it (resolved in the sandbox)."""
-    if posixpath.normpath(path) != path.rstrip("/") and path != "/":
-        return None
-    if path.rstrip("/") == WORKSPACE:
-        return ""
-    if path.startswith(WORKSPACE + "/"):
-        return path[len(WORKSPACE) + 1:]
-    return None
+# sandgate's codes (docs/api.md) as Deep Agents' FileOperationError strings
+_CODES = {"not_found": "file_not_found", "is_directory": "is_directory",
+          "permission_denied": "permission_denied", "not_regular": "permission_denied",
+          "invalid_path": "invalid_path"}
 
 
-def _file_error(e):
+def _file_error(e, upload):
+    """The protocol's string for a files request's failure (sandgate's
+    message for what the protocol has no string for: a full /tmp, say)."""
+    if e.code == "not_directory":   # a file where a parent directory should be
+        return "invalid_path" if upload else "file_not_found"
+    if e.code in _CODES:
+        return _CODES[e.code]
     if isinstance(e, NotFoundError):
         return "file_not_found"
     if isinstance(e, ForbiddenError):
         return "permission_denied"
     if isinstance(e, InvalidError):
         return "invalid_path"
-    if isinstance(e, ConflictError):
-        return "is_directory"
-    if "permission denied" in e.message.lower():
-        return "permission_denied"
     return str(e)
-
-
-def _command_error(stderr):
-    s = stderr.lower()
-    if "no such file" in s:
-        return "file_not_found"
-    if "permission denied" in s or "read-only" in s or "operation not permitted" in s:
-        return "permission_denied"
-    if "is a directory" in s:
-        return "is_directory"
-    if "not a directory" in s:
-        return "invalid_path"
-    return stderr.strip()[:200] or "failed"
