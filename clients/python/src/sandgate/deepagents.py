@@ -67,7 +67,7 @@ class SandgateSandbox(BaseSandbox):
     def execute(self, command: str, *, timeout: int = None) -> ExecuteResponse:
         """Runs a shell command in the context's sandbox: its output is
         stdout then stderr, its exit code (124 after a timeout) is not
-        raised.  `timeout` in seconds (deepagents 0.3+ passes it)."""
+        raised.  `timeout` in seconds (newer deepagents pass it; 0.2 does not)."""
         try:
             r = self.client.run_command(command, context=self.context_id,
                                         timeout=timeout if timeout is not None else self.timeout)
