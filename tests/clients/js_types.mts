@@ -20,9 +20,16 @@ export async function use(): Promise<number> {
   const cmd = await sg.runCommand('ls', { context: ctx.id })
   const bytes: Uint8Array = await sg.downloadFile(ctx, 'a')
   const entries = await sg.listFiles(ctx)
+  const entry = await sg.writePath(ctx, '/tmp/a', new Uint8Array(1))
+  const anywhere: Uint8Array = await sg.readPath(ctx, '/tmp/a')
+  const perms: string = (await sg.statPath(ctx, '/tmp')).permissions
+  const deeper = await sg.listPath(ctx, '/tmp', { depth: 2 })
+  await sg.movePath(ctx, entry.path, '/tmp/b')
+  await sg.makeDir(ctx, '/tmp/d')
+  await sg.removePath(ctx, '/tmp/d')
   try { await sg.getContext(ctx) } catch (e) {
     if (e instanceof NotFoundError) { const s: number = e.status; void s }
-    if (e instanceof SandgateError) { const k: string = e.kind; void k }
+    if (e instanceof SandgateError) { const k: string = e.kind; const c: string | undefined = e.code; void k; void c }
     if (e instanceof QuotaExceededError) { const q: string | undefined = e.quota; const n: number | undefined = e.limit; void q; void n }
     if (e instanceof TooManyRequestsError) { const s: number = e.status; void s }
   }
@@ -35,6 +42,6 @@ export async function use(): Promise<number> {
   const backend = await SandgateSandbox.create({ client: sg })
   const deep = createDeepAgent({ model: fakeModel(), backend })
   void deep
-  const r = await backend.execute('true')
-  return (main?.length ?? 0) + (err?.length ?? 0) + cmd.exitCode + bytes.length + entries.length + (r.exitCode ?? 0)
+  const r = await backend.execute('true', { timeout: 5 })
+  return anywhere.length + perms.length + deeper.length + entry.mode + (main?.length ?? 0) + (err?.length ?? 0) + cmd.exitCode + bytes.length + entries.length + (r.exitCode ?? 0)
 }

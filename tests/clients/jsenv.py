@@ -14,17 +14,21 @@ PKG = os.path.join(SRC, "clients/js")
 NODE_MODULES = os.path.join(SRC, "tests/node_modules")
 
 
-def project(scripts=()):
+def project(scripts=(), aliases=None):
     """A temporary directory whose node_modules holds a copy of clients/js as
     `sandgate` (what `npm install` of its tarball gives) and links to each
     package tests/ installed, so its peer dependencies resolve as in a
-    user's project; `scripts` (paths under tests/clients) are copied in."""
+    user's project; `scripts` (paths under tests/clients) are copied in.
+    `aliases` maps a package's name to another one tests/ installed, e.g.
+    {"deepagents": "deepagents-oldest"} (an npm alias of an older version):
+    the project imports that one under the name."""
     d = tempfile.mkdtemp(prefix="sg-js-")
     nm = os.path.join(d, "node_modules")
     os.mkdir(nm)
     for name in os.listdir(NODE_MODULES):
         if not name.startswith("."):
-            os.symlink(os.path.join(os.path.abspath(NODE_MODULES), name), os.path.join(nm, name))
+            target = (aliases or {}).get(name, name)
+            os.symlink(os.path.join(os.path.abspath(NODE_MODULES), target), os.path.join(nm, name))
     dest = os.path.join(nm, "sandgate")
     os.mkdir(dest)
     with open(os.path.join(PKG, "package.json")) as f:

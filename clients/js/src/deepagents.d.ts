@@ -6,11 +6,14 @@ export interface SandgateSandboxOptions {
   client: Sandgate
   /** Seconds per command. */
   timeout?: number
-  /** Characters of a command's output kept (default 100000). */
-  maxOutput?: number
+  /** Characters of a command's output kept (default: all that sandgate keeps, its --max-output). */
+  maxOutput?: number | null
 }
 
-/** A Deep Agents sandbox backend on one sandgate context (workspace /home/user). */
+/**
+ * A Deep Agents sandbox backend on one sandgate context (workspace /home/user).
+ * File paths are absolute paths inside the sandbox; a relative one is 'invalid_path'.
+ */
 export class SandgateSandbox extends BaseSandbox {
   constructor(opts: SandgateSandboxOptions & { context: ContextRef; owned?: boolean })
   /** A backend on a new context; close() removes it. */
@@ -18,7 +21,8 @@ export class SandgateSandbox extends BaseSandbox {
   readonly id: string
   client: Sandgate
   contextId: string
-  execute(command: string): Promise<ExecuteResponse>
+  /** A shell command; `options.timeout` (seconds) overrides the backend's. */
+  execute(command: string, options?: { timeout?: number }): Promise<ExecuteResponse>
   uploadFiles(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]>
   downloadFiles(paths: string[]): Promise<FileDownloadResponse[]>
   close(): Promise<void>

@@ -1,27 +1,45 @@
-// A Deep Agents (npm `deepagents`) sandbox backend on one sandgate context:
-// `execute` runs a shell command in the context's sandbox; files go through
-// sandgate's files API when they are in the workspace (/home/user) and
-// through the shell elsewhere (e.g. /tmp). ls, read, write, edit, grep and
-// glob come from deepagents' BaseSandbox, built on these.
+// A Deep Agents (npm `deepagents`, 1.9.0 or later) sandbox backend on one
+// sandgate context: `execute` runs a shell command in the context's sandbox;
+// uploadFiles/downloadFiles move bytes through sandgate's files API anywhere
+// in the sandbox (streamed, never through a command line). ls, read, write,
+// edit, grep and glob come from deepagents' BaseSandbox, built on these.
+//
+// The file contract is Deep Agents' (FileOperationError): paths are absolute
+// paths inside the sandbox (/home/user/..., /tmp/...); anything else is
+// 'invalid_path', answered before any request. Failures are the protocol's
+// strings ('file_not_found', 'is_directory', 'permission_denied',
+// 'invalid_path'), one per file, never thrown.
 import { BaseSandbox } from 'deepagents'
-import {
-  ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, SandgateError,
-} from './index.js'
+import { ForbiddenError, InvalidRequestError, NotFoundError, SandgateError } from './index.js'
 
-const WORKSPACE = '/home/user'
-const DEFAULT_MAX_OUTPUT = 100000
+const MARKER = '[sandgate: output limit of '
 
-function shellQuote(s) {
-  return "'" + String(s).replace(/'/g, "'\\''") + "'"
+/** Deep Agents' contract: an absolute path, without NUL. */
+function validPath(path) {
+  return typeof path === 'string' && path.startsWith('/') && !path.includes('\0')
 }
 
-function fileError(e) {
+// sandgate's codes (docs/api.md) as Deep Agents' FileOperationError strings
+const CODES = {
+  not_found: 'file_not_found',
+  is_directory: 'is_directory',
+  permission_denied: 'permission_denied',
+  not_regular: 'permission_denied',
+  invalid_path: 'invalid_path',
+}
+
+/**
+ * The protocol's string for a files request's failure (sandgate's message
+ * for what the protocol has no string for: a full /tmp, say).
+ */
+function fileError(e, upload) {
+  if (e instanceof SandgateError && e.status === 0) throw e // no server: not a file's fault
+  if (e?.code === 'not_directory') return upload ? 'invalid_path' : 'file_not_found' // a file as a parent
+  if (CODES[e?.code]) return CODES[e.code]
   if (e instanceof NotFoundError) return 'file_not_found'
   if (e instanceof ForbiddenError) return 'permission_denied'
-  if (e instanceof ConflictError) return 'is_directory'
   if (e instanceof InvalidRequestError) return 'invalid_path'
-  if (e instanceof SandgateError && e.status === 0) throw e // no server: not a file's fault
-  return 'permission_denied'
+  return `${e?.name ?? 'Error'}: ${e?.message ?? e}`
 }
 
 export class SandgateSandbox extends BaseSandbox {
@@ -32,9 +50,10 @@ export class SandgateSandbox extends BaseSandbox {
    * @param {import('./index.js').Sandgate} opts.client
    * @param {string|{id: string}} opts.context
    * @param {number} [opts.timeout]    seconds per command (sandgate's default otherwise)
-   * @param {number} [opts.maxOutput]  characters of a command's output kept
+   * @param {number} [opts.maxOutput]  characters of a command's output kept (default:
+   *   all that sandgate keeps, its --max-output)
    */
-  constructor({ client, context, timeout, maxOutput = DEFAULT_MAX_OUTPUT, owned = false } = {}) {
+  constructor({ client, context, timeout, maxOutput = null, owned = false } = {}) {
     super()
     if (!client) throw new TypeError('SandgateSandbox needs { client }')
     const id = typeof context === 'string' ? context : context?.id
@@ -59,62 +78,46 @@ export class SandgateSandbox extends BaseSandbox {
   }
 
   /**
-   * Runs a shell command in the workspace. Output is stdout then stderr;
-   * a non-zero exit (or a timeout: 124) is in exitCode, never thrown.
+   * Runs a shell command in the context's sandbox (in its working
+   * directory). Output is stdout then stderr; a non-zero exit (or a
+   * timeout: 124) is in exitCode, never thrown. `options.timeout` (seconds)
+   * overrides the backend's for this command.
    */
-  async execute(command) {
+  async execute(command, options) {
     let r
     try {
-      r = await this.client.runCommand(command, { context: this.contextId, timeout: this.timeout })
+      r = await this.client.runCommand(command,
+        { context: this.contextId, timeout: options?.timeout ?? this.timeout })
     } catch (e) {
       return { output: `sandgate: ${e?.name ?? 'Error'}: ${e?.message ?? e}`, exitCode: null, truncated: false }
     }
     let output = r.stdout
     if (r.stderr) output += (output && !output.endsWith('\n') ? '\n' : '') + r.stderr
     if (r.error) output += `${output && !output.endsWith('\n') ? '\n' : ''}${r.error.name}: ${r.error.value}\n`
-    let truncated = false
-    if (output.length > this.maxOutput) {
+    let truncated = r.stdout.includes(MARKER) || r.stderr.includes(MARKER)
+    if (this.maxOutput != null && output.length > this.maxOutput) {
       output = output.slice(0, this.maxOutput) + `\n[... output truncated at ${this.maxOutput} characters ...]\n`
       truncated = true
     }
     return { output, exitCode: r.exitCode ?? null, truncated }
   }
 
-  /** The workspace-relative path, or null for a path outside the workspace. */
-  _relative(path) {
-    if (!path.startsWith('/')) return path
-    if (path === WORKSPACE) return ''
-    if (path.startsWith(WORKSPACE + '/')) return path.slice(WORKSPACE.length + 1)
-    return null
-  }
-
+  // Every path goes through sandgate's files anywhere in the sandbox
+  // (docs/api.md, "?path="): streamed both ways, resolved inside the sandbox
+  // as its user, the workspace (/home/user) included.
   async uploadFiles(files) {
     const out = []
     for (const [path, content] of files) {
-      const rel = this._relative(path)
-      if (rel === '' || path.split('/').includes('..')) {
-        out.push({ path, error: 'invalid_path' })
-        continue
-      }
-      try {
-        if (rel !== null) {
-          await this.client.uploadFile(this.contextId, rel, content)
-        } else {
-          // Outside the workspace (e.g. /tmp): through the shell, base64 in the command.
-          const b64 = Buffer.from(content).toString('base64')
-          const dir = path.slice(0, path.lastIndexOf('/')) || '/'
-          const r = await this.client.runCommand(
-            `mkdir -p ${shellQuote(dir)} && printf %s ${shellQuote(b64)} | base64 -d > ${shellQuote(path)}`,
-            { context: this.contextId })
-          if (r.exitCode !== 0) {
-            out.push({ path, error: /Is a directory/.test(r.stderr) ? 'is_directory' : 'permission_denied' })
-            continue
-          }
+      let error = 'invalid_path'
+      if (validPath(path)) {
+        try {
+          await this.client.writePath(this.contextId, path, content)
+          error = null
+        } catch (e) {
+          error = fileError(e, true)
         }
-        out.push({ path, error: null })
-      } catch (e) {
-        out.push({ path, error: fileError(e) })
       }
+      out.push({ path, error })
     }
     return out
   }
@@ -122,37 +125,17 @@ export class SandgateSandbox extends BaseSandbox {
   async downloadFiles(paths) {
     const out = []
     for (const path of paths) {
-      const rel = this._relative(path)
-      if (path.split('/').includes('..')) {
-        out.push({ path, content: null, error: 'invalid_path' })
-        continue
-      }
-      try {
-        if (rel !== null) {
-          // GET on a directory answers its listing, which is no file's
-          // content: look the name up in its parent's listing first.
-          const parts = rel.split('/').filter(Boolean)
-          const name = parts.pop()
-          const entries = name === undefined ? [] : await this.client.listFiles(this.contextId, parts.join('/'))
-          const entry = name === undefined ? { type: 'dir' } : entries.find((e) => e.name === name)
-          if (!entry || entry.type !== 'file') {
-            const error = !entry ? 'file_not_found' : entry.type === 'dir' ? 'is_directory' : 'permission_denied'
-            out.push({ path, content: null, error })
-            continue
-          }
-          out.push({ path, content: await this.client.downloadFile(this.contextId, rel), error: null })
-        } else {
-          const q = shellQuote(path)
-          const r = await this.client.runCommand(
-            `if [ -d ${q} ]; then exit 3; elif [ ! -e ${q} ]; then exit 2; fi; base64 ${q}`,
-            { context: this.contextId })
-          const error = r.exitCode === 0 ? null
-            : { 2: 'file_not_found', 3: 'is_directory' }[r.exitCode] ?? 'permission_denied'
-          out.push({ path, content: error ? null : new Uint8Array(Buffer.from(r.stdout, 'base64')), error })
+      let content = null
+      let error = 'invalid_path'
+      if (validPath(path)) {
+        try {
+          content = await this.client.readPath(this.contextId, path)
+          error = null
+        } catch (e) {
+          error = fileError(e, false)
         }
-      } catch (e) {
-        out.push({ path, content: null, error: fileError(e) })
       }
+      out.push({ path, content, error })
     }
     return out
   }

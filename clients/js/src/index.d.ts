@@ -1,12 +1,18 @@
 /** Any error sandgate answered with: its HTTP status and error kind (docs/api.md). */
 export class SandgateError extends Error {
-  constructor(message: string, opts?: { status?: number; kind?: string; body?: unknown })
+  constructor(message: string, opts?: { status?: number; kind?: string; body?: unknown; code?: string })
   /** The HTTP status; 0 when sandgate could not be reached. */
   status: number
   /** sandgate's `error` field: invalid, unauthorized, not_found, conflict … ('connection' when unreachable). */
   kind: string
   /** The response body, parsed when it was JSON. */
   body: unknown
+  /**
+   * A files request anywhere in the sandbox: the stable reason (not_found, is_directory,
+   * not_directory, permission_denied, not_regular, invalid_path, exists, cross_device,
+   * too_large, no_space, unavailable); undefined otherwise.
+   */
+  code?: string
 }
 /** 400 `invalid` */
 export class InvalidRequestError extends SandgateError {}
@@ -154,6 +160,18 @@ export interface FileEntry {
   modified: string
 }
 
+/** A file, directory or link anywhere in the sandbox (statPath, listPath, writePath …). */
+export interface SandboxEntry extends FileEntry {
+  /** Permission bits (0o644 is 420). */
+  mode: number
+  /** e.g. 'rw-r--r--' */
+  permissions: string
+  owner: string
+  group: string
+  /** A symlink's target (not followed). */
+  symlink_target?: string
+}
+
 export interface SandgateOptions {
   /** Default: env SANDGATE_URL, else http://127.0.0.1:49999 */
   url?: string
@@ -198,6 +216,15 @@ export class Sandgate {
   readFile(context: ContextRef, path: string): Promise<string>
   listFiles(context: ContextRef, path?: string): Promise<FileEntry[]>
   deleteFile(context: ContextRef, path: string): Promise<void>
+  /** Anywhere in the sandbox: `path` absolute (a relative one throws InvalidRequestError, code invalid_path). */
+  writePath(context: ContextRef, path: string, data: UploadData): Promise<SandboxEntry>
+  /** A file's bytes; a directory throws ConflictError (code is_directory). */
+  readPath(context: ContextRef, path: string): Promise<Uint8Array>
+  statPath(context: ContextRef, path: string): Promise<SandboxEntry>
+  listPath(context: ContextRef, path: string, opts?: { depth?: number }): Promise<SandboxEntry[]>
+  removePath(context: ContextRef, path: string): Promise<void>
+  makeDir(context: ContextRef, path: string): Promise<SandboxEntry>
+  movePath(context: ContextRef, from: string, to: string): Promise<SandboxEntry>
 }
 
 export default Sandgate

@@ -6,7 +6,7 @@ const DEFAULT_URL = 'http://127.0.0.1:49999'
 
 /** Any error sandgate answered with (a JSON body {error, message} and a status). */
 export class SandgateError extends Error {
-  constructor(message, { status = 0, kind = 'unknown', body } = {}) {
+  constructor(message, { status = 0, kind = 'unknown', body, code } = {}) {
     super(message)
     this.name = 'SandgateError'
     /** The HTTP status (0 when no answer came). */
@@ -14,6 +14,11 @@ export class SandgateError extends Error {
     /** sandgate's error kind: docs/api.md's `error` field. */
     this.kind = kind
     this.body = body
+    /**
+     * The stable reason of a files request anywhere in the sandbox
+     * (`not_found`, `is_directory`, `permission_denied`, `invalid_path`, …), else undefined.
+     */
+    this.code = code ?? (body && typeof body === 'object' && typeof body.code === 'string' ? body.code : undefined)
   }
 }
 
@@ -165,6 +170,14 @@ function filePath(path) {
     throw new InvalidRequestError(`a file path must not contain '.' or '..' segments: ${path}`)
   }
   return parts.map(encodeURIComponent).join('/')
+}
+
+/** `?path=` for an absolute path in the sandbox; a relative one is refused here. */
+function sandboxPath(path) {
+  if (typeof path !== 'string' || !path.startsWith('/') || path.includes('\0')) {
+    throw new InvalidRequestError(`not an absolute path: ${path}`, { code: 'invalid_path' })
+  }
+  return encodeURIComponent(path).replace(/%2F/g, '/')
 }
 
 /** POST /execute's body: `what` ({code} or {command}) and the options set. */
@@ -384,6 +397,74 @@ export class Sandgate {
   async deleteFile(context, path) {
     await this.request('DELETE',
       `/contexts/${encodeURIComponent(contextId(context))}/files/${filePath(path)}`)
+  }
+
+  // --- files anywhere in the sandbox (absolute paths) -------------------------
+  // Each path is absolute and resolved inside the context's sandbox, as its
+  // user (/tmp/…, /home/user/…, /etc/…); a relative one throws
+  // InvalidRequestError (code 'invalid_path') before any request. Failures
+  // throw the error's class with `code`: not_found (NotFoundError),
+  // is_directory, not_directory, exists, cross_device (ConflictError),
+  // permission_denied, not_regular (ForbiddenError), too_large, no_space
+  // (LimitExceededError). Entries: {name, path, type, size, mode,
+  // permissions, owner, group, modified, symlink_target?}.
+
+  _anywhere(context, path, query = '') {
+    return `/contexts/${encodeURIComponent(contextId(context))}/files?path=${sandboxPath(path)}${query}`
+  }
+
+  /** Writes a file anywhere in the sandbox (parents created, replaced atomically); its entry. */
+  async writePath(context, path, data) {
+    return this._json('PUT', this._anywhere(context, path),
+      { body: data, headers: { 'Content-Type': 'application/octet-stream' }, timeout: 0 })
+  }
+
+  /** A file's bytes from anywhere in the sandbox; a directory throws ConflictError (code is_directory). */
+  async readPath(context, path) {
+    const res = await this.request('GET', this._anywhere(context, path), { timeout: 0 })
+    const bytes = new Uint8Array(await res.arrayBuffer())
+    if ((res.headers.get('content-type') ?? '').startsWith('application/json')) {
+      let doc = null
+      try { doc = JSON.parse(new TextDecoder().decode(bytes)) } catch { /* a JSON file's bytes */ }
+      if (doc && doc.path === path && Array.isArray(doc.entries)) {
+        throw new ConflictError(`${path} is a directory`, { code: 'is_directory' })
+      }
+    }
+    return bytes
+  }
+
+  /** A path's entry (a symlink is described, not followed). */
+  async statPath(context, path) {
+    return this._json('GET', this._anywhere(context, path, '&stat=1'))
+  }
+
+  /** A directory's entries, `depth` levels (1 to 64), sorted by path. */
+  async listPath(context, path, { depth = 1 } = {}) {
+    const r = await this._json('GET', this._anywhere(context, path, `&depth=${Number(depth)}`))
+    if (!r || !Array.isArray(r.entries)) {
+      throw new ConflictError(`${path} is not a directory`, { code: 'not_directory' })
+    }
+    return r.entries
+  }
+
+  /** Removes a file, a link, or a directory with everything in it. */
+  async removePath(context, path) {
+    await this.request('DELETE', this._anywhere(context, path))
+  }
+
+  /** Creates a directory and its parents (an existing one is fine); its entry. */
+  async makeDir(context, path) {
+    sandboxPath(path)
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/files/mkdir`,
+      { json: { path } })
+  }
+
+  /** Renames `from` to `to` (what was there replaced, parents created); the entry at `to`. */
+  async movePath(context, from, to) {
+    sandboxPath(from)
+    sandboxPath(to)
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/files/move`,
+      { json: { from, to } })
   }
 }
 

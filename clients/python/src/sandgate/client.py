@@ -12,7 +12,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from .errors import NotFoundError, ProtocolError, SandgateConnectionError, SandgateError, from_response
+from .errors import (InvalidError, NotFoundError, ProtocolError, SandgateConnectionError,
+                     SandgateError, from_response)
 
 DEFAULT_URL = "http://127.0.0.1:49999"
 # A stream sends a keepalive every 5 s, so a read waits at most that long
@@ -139,11 +140,24 @@ class CommandResult:
 
 @dataclass
 class FileEntry:
+    """A file, directory or link.  The workspace's listings fill the first
+    five; entries anywhere in the sandbox (stat_path, list_path...) all."""
     name: str
     path: str
-    type: str
+    type: str            # file, dir, symlink, other
     size: int
     modified: str
+    mode: Optional[int] = None           # permission bits (0o644)
+    permissions: Optional[str] = None    # "rw-r--r--"
+    owner: Optional[str] = None
+    group: Optional[str] = None
+    symlink_target: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, e):
+        return cls(e.get("name", ""), e.get("path", ""), e.get("type", ""), e.get("size", 0),
+                   e.get("modified", ""), e.get("mode"), e.get("permissions"), e.get("owner"),
+                   e.get("group"), e.get("symlink_target"))
 
 
 def _artifacts(items):
@@ -191,6 +205,27 @@ class Context:
 
     def delete_file(self, path):
         return self.client.delete_file(self.id, path)
+
+    def write_path(self, path, data) -> FileEntry:
+        return self.client.write_path(self.id, path, data)
+
+    def read_path(self, path) -> bytes:
+        return self.client.read_path(self.id, path)
+
+    def stat_path(self, path) -> FileEntry:
+        return self.client.stat_path(self.id, path)
+
+    def list_path(self, path, depth=1) -> List[FileEntry]:
+        return self.client.list_path(self.id, path, depth)
+
+    def remove_path(self, path):
+        return self.client.remove_path(self.id, path)
+
+    def make_dir(self, path) -> FileEntry:
+        return self.client.make_dir(self.id, path)
+
+    def move_path(self, src, dst) -> FileEntry:
+        return self.client.move_path(self.id, src, dst)
 
     def refresh(self):
         self.info = self.client.get_context(self.id).info
@@ -416,13 +451,7 @@ class Sandgate:
         parents are created).  `data`: bytes, str (UTF-8) or a binary file
         object (streamed).  Returns {"path", "size"}."""
         headers = {"Content-Type": "application/octet-stream"}
-        if isinstance(data, str):
-            data = data.encode()
-        elif hasattr(data, "read"):
-            try:
-                headers["Content-Length"] = str(os.fstat(data.fileno()).st_size - data.tell())
-            except (OSError, AttributeError, ValueError):
-                data = data.read()
+        data = _body(data, headers)
         with self._open("PUT", self._files(context, path), data, headers=headers) as r:
             return json.loads(r.read() or b"{}")
 
@@ -444,12 +473,73 @@ class Sandgate:
         doc = self._json("GET", self._files(context, path))
         if not _is_listing(json.dumps(doc).encode(), path):
             raise NotADirectoryError(path)
-        return [FileEntry(e.get("name", ""), e.get("path", ""), e.get("type", ""),
-                          e.get("size", 0), e.get("modified", "")) for e in doc["entries"]]
+        return [FileEntry.from_json(e) for e in doc["entries"]]
 
     def delete_file(self, context, path):
         """Removes a file, or a directory with everything in it."""
         self._json("DELETE", self._files(context, path))
+
+    # --- files anywhere in the sandbox (absolute paths) ------------------------------
+    # Each path is absolute and resolved inside the context's sandbox, as
+    # its user (/tmp/..., /home/user/..., /etc/...).  A relative path raises
+    # InvalidError (code "invalid_path") before any request.  Failures raise
+    # the error's class with `code`: not_found (NotFoundError), is_directory,
+    # not_directory, exists, cross_device (ConflictError), permission_denied,
+    # not_regular (ForbiddenError), too_large, no_space (LimitExceededError).
+
+    def _anywhere(self, context, path, query=""):
+        if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+            raise InvalidError(f"not an absolute path: {path!r}", status=400, error="invalid",
+                               code="invalid_path")
+        return f"/contexts/{_q(_id(context))}/files?path={_q(path, '/')}{query}"
+
+    def write_path(self, context, path, data) -> FileEntry:
+        """Writes a file anywhere in the sandbox (parents created, replaced
+        atomically); `data` as for upload, streamed.  Returns its entry."""
+        headers = {"Content-Type": "application/octet-stream"}
+        data = _body(data, headers)
+        with self._open("PUT", self._anywhere(context, path), data, headers=headers) as r:
+            return FileEntry.from_json(json.loads(r.read() or b"{}"))
+
+    def read_path(self, context, path) -> bytes:
+        """A file's bytes from anywhere in the sandbox.  A directory raises
+        IsADirectoryError."""
+        with self._open("GET", self._anywhere(context, path), headers={"Accept": "*/*"}) as r:
+            data = r.read()
+            ctype = r.headers.get("Content-Type", "")
+        if ctype.startswith("application/json") and _is_listing(data, path, absolute=True):
+            raise IsADirectoryError(path)
+        return data
+
+    def stat_path(self, context, path) -> FileEntry:
+        """The entry of a path (a symlink is described, not followed)."""
+        return FileEntry.from_json(self._json("GET", self._anywhere(context, path, "&stat=1")))
+
+    def list_path(self, context, path, depth=1) -> List[FileEntry]:
+        """A directory's entries (`depth` levels, 1 to 64), sorted by path.
+        A file raises NotADirectoryError."""
+        doc = self._json("GET", self._anywhere(context, path, f"&depth={int(depth)}"))
+        if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+            raise NotADirectoryError(path)
+        return [FileEntry.from_json(e) for e in doc["entries"]]
+
+    def remove_path(self, context, path):
+        """Removes a file, a link, or a directory with everything in it."""
+        self._json("DELETE", self._anywhere(context, path))
+
+    def make_dir(self, context, path) -> FileEntry:
+        """Creates a directory and its parents (an existing one is fine)."""
+        self._anywhere(context, path)
+        return FileEntry.from_json(self._json(
+            "POST", f"/contexts/{_q(_id(context))}/files/mkdir", {"path": path}))
+
+    def move_path(self, context, src, dst) -> FileEntry:
+        """Renames src to dst (what was at dst is replaced, its parents
+        created); returns the entry at dst."""
+        self._anywhere(context, src)
+        self._anywhere(context, dst)
+        return FileEntry.from_json(self._json(
+            "POST", f"/contexts/{_q(_id(context))}/files/move", {"from": src, "to": dst}))
 
     def health(self):
         return self._json("GET", "/health")
@@ -459,11 +549,28 @@ def _q(s, safe=""):
     return urllib.parse.quote(s, safe=safe)
 
 
-def _is_listing(data, path):
-    """Whether a GET's JSON answer is sandgate's directory listing for path."""
+def _body(data, headers):
+    """An upload's body: bytes, or a file object streamed (its length in
+    headers when it has one)."""
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if hasattr(data, "read"):
+        try:
+            headers["Content-Length"] = str(os.fstat(data.fileno()).st_size - data.tell())
+        except (OSError, AttributeError, ValueError):
+            return data.read()
+    return data
+
+
+def _is_listing(data, path, absolute=False):
+    """Whether a GET's JSON answer is sandgate's directory listing for path
+    (a workspace path, or an absolute one)."""
     try:
         doc = json.loads(data)
     except ValueError:
         return False
+    want = path if absolute else path.strip("/")
     return isinstance(doc, dict) and isinstance(doc.get("entries"), list) and \
-        doc.get("path") == path.strip("/")
+        doc.get("path") == want

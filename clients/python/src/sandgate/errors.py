@@ -8,13 +8,18 @@ class SandgateError(Exception):
     (e.g. "not_found"), `message` its explanation."""
 
     error = None
+    # the stable reason of a files request anywhere in the sandbox
+    # (docs/api.md: not_found, is_directory, permission_denied, invalid_path...)
+    code = None
 
-    def __init__(self, message, status=None, error=None):
+    def __init__(self, message, status=None, error=None, code=None):
         super().__init__(message)
         self.message = message
         self.status = status
         if error is not None:
             self.error = error
+        if code is not None:
+            self.code = code
 
     def __str__(self):
         if self.status is None:
@@ -85,8 +90,8 @@ class QuotaExceededError(SandgateError):
 
     error = "quota_exceeded"
 
-    def __init__(self, message, status=None, error=None, quota=None, limit=None):
-        super().__init__(message, status=status, error=error)
+    def __init__(self, message, status=None, error=None, quota=None, limit=None, code=None):
+        super().__init__(message, status=status, error=error, code=code)
         self.quota = quota
         self.limit = limit
 
@@ -139,17 +144,18 @@ def from_response(status, body):
     its status (a proxy in front of sandgate may answer in its own words)."""
     import json
 
-    kind, message, doc = None, None, None
+    kind, message, doc, code = None, None, None, None
     try:
         doc = json.loads(body)
         if isinstance(doc, dict):
-            kind, message = doc.get("error"), doc.get("message")
+            kind, message, code = doc.get("error"), doc.get("message"), doc.get("code")
     except ValueError:
         pass
     if not isinstance(message, str):
         message = body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
     cls = ERRORS.get(kind) or _BY_STATUS.get(status) or SandgateError
-    e = cls(message, status=status, error=kind if isinstance(kind, str) else None)
+    e = cls(message, status=status, error=kind if isinstance(kind, str) else None,
+            code=code if isinstance(code, str) else None)
     if isinstance(e, QuotaExceededError):
         e.quota, e.limit = doc.get("quota"), doc.get("limit")
     return e
