@@ -117,13 +117,15 @@ def spec_routes():
 
 def docs_routes():
     """docs/api.md's routes: its `METHOD /path` headings and the first cell of
-    its route tables, ids named as the spec names them."""
+    its route tables, ids named as the spec names them; a query
+    (`/files?path=/tmp/a.csv`) is a parameter of the path's operation, not
+    a route of its own."""
     found = set()
     for line in open(API_MD, encoding="utf-8"):
         m = (re.match(r"^#+ `(GET|PUT|POST|DELETE|PATCH) (/\S*)`", line) or
              re.match(r"^\| `(GET|PUT|POST|DELETE|PATCH) (/[^\s`]*)", line))
         if m:
-            path = re.sub(r"\{(file|dir|path)\}", "{path}", m.group(2))
+            path = re.sub(r"\{(file|dir|path)\}", "{path}", m.group(2).split("?")[0])
             found.add((m.group(1), path.replace("{id}", "{context}")))
     return found
 
@@ -173,10 +175,14 @@ def schema_for(doc):
     if not isinstance(doc, dict):
         return None
     keys = set(doc)
+    if keys >= {"name", "path", "type", "mode", "permissions"}:
+        return "Entry"
     if "type" in keys:
         return "ExecuteLine"
     if "quota" in keys:
         return "QuotaError"
+    if keys >= {"error", "code", "message"}:
+        return "FilesError"
     if keys >= {"error", "message"}:
         return "Error"
     if "exit_code" in keys:
