@@ -386,10 +386,10 @@ static int route_add(http_server_t *self, const http_front_t *front, const http_
 {
     const http_sink_t *k = def->sink;
     if (!def->method || !*def->method || !def->pattern || !(def->handle || k) ||
-        (k && !(k->open && k->write && k->finish && k->abort)))
+        (k && !(k->open && (k->write || k->take) && k->finish && k->abort)))
         return sg_error_set(err, SG_E_INVALID,
                             "route %s %s: a method, a pattern, a handler or a sink, and a sink's "
-                            "four functions",
+                            "four functions (write or take)",
                             def->method ? def->method : "?", def->pattern ? def->pattern : "?");
     route_t *r = xzalloc(sizeof *r);
     r->method = xstrdup(def->method);
@@ -669,11 +669,15 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     return MHD_YES;
 }
 
-/* A chunk of the body: to the sink, kept (up to max_body), or dropped. */
-static void request_body(http_server_t *self, request_t *req, const char *data, size_t len)
+/* A chunk of the body: to the sink, kept (up to max_body), or dropped.
+ * Returns how much was taken: all of it but for a sink that takes what it
+ * can. */
+static size_t request_body(http_server_t *self, request_t *req, const char *data, size_t len)
 {
     const route_t *r = req->route;
-    if (req->sink) {
+    if (req->sink && r->def.sink->take) {
+        return r->def.sink->take(r->front.ctx, req->sink, data, len);
+    } else if (req->sink) {
         r->def.sink->write(r->front.ctx, req->sink, data, len);
     } else if (req->unknown >= 0) {
         /* answered 404 once the body is read, which is not kept */
@@ -685,6 +689,7 @@ static void request_body(http_server_t *self, request_t *req, const char *data, 
     } else {
         req->too_big = true; /* keep reading, discard, answer 413 at the end */
     }
+    return len;
 }
 
 /* The whole request has come (or a suspended one was resumed): its answer. */
@@ -739,8 +744,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req == NULL) /* headers only so far */
         return request_begin(self, conn, url, method, req_cls);
     if (*upload_size) {
-        request_body(self, req, upload_data, *upload_size);
-        *upload_size = 0;
+        *upload_size -= request_body(self, req, upload_data, *upload_size);
+        /* A sink that took less is full: nothing more is read until it
+         * resumes the connection, and the rest comes again then. */
+        if (*upload_size)
+            MHD_suspend_connection(conn);
         return MHD_YES;
     }
     return request_end(self, req);
