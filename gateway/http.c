@@ -912,9 +912,8 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
         (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self,
         MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
         MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)HTTP_CONN_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT,
-        cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (size_t)HTTP_CONN_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         cfg->max_conns_ip ? cfg->max_conns_ip : (cfg->max_conns + 3) / 4, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",

@@ -10,10 +10,12 @@ struct resp {
     void (*wake)(void *);
     void *wake_arg;
     bool suspended, gone, ended;
-    char *buf; /* written, not yet sent */
-    size_t len, off;
+    char *buf; /* written, not yet sent: buf[off, len), cap allocated */
+    size_t len, off, cap;
     char *keepalive;
     int keepalive_timer;
+    void (*drained)(void *);
+    void *drained_arg;
     bool wrote_since_tick;
 };
 
@@ -57,6 +59,8 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
         size_t n = self->len - self->off < max ? self->len - self->off : max;
         memcpy(out, self->buf + self->off, n);
         self->off += n;
+        if (self->off == self->len && self->drained)
+            self->drained(self->drained_arg);
         return (ssize_t)n;
     }
     if (self->ended)
@@ -95,11 +99,30 @@ void resp_write(resp_t *self, const char *data, size_t n)
         return;
     if (self->off > 0 && self->off == self->len)
         self->off = self->len = 0;
-    self->buf = xrealloc(self->buf, self->len + n + 1);
+    if (self->len + n > self->cap && self->off > 0) { /* what was sent makes room */
+        memmove(self->buf, self->buf + self->off, self->len - self->off);
+        self->len -= self->off;
+        self->off = 0;
+    }
+    if (self->len + n > self->cap) { /* doubling: a stream of small writes copies little */
+        self->cap = self->cap * 2 > self->len + n ? self->cap * 2 : self->len + n;
+        self->buf = xrealloc(self->buf, self->cap);
+    }
     memcpy(self->buf + self->len, data, n);
     self->len += n;
     self->wrote_since_tick = true;
     resume(self);
+}
+
+size_t resp_pending(const resp_t *self)
+{
+    return self->len - self->off;
+}
+
+void resp_on_drained(resp_t *self, void (*fn)(void *arg), void *arg)
+{
+    self->drained = fn;
+    self->drained_arg = arg;
 }
 
 void resp_end(resp_t *self)

@@ -229,9 +229,13 @@ try:
         for method in ("GET", "PUT", "DELETE"):
             s, _, body = req(method, F + "?path=" + (path if "%" in path else q(path)),
                              b"x" if method == "PUT" else None)
+            # A %00 anywhere in a URL is refused by the HTTP layer itself,
+            # before any route (libmicrohttpd would cut the path there).
+            code = "NUL" if name == "NUL" else "invalid_path"
             ok(s == 400 and (js(body) or {}).get("error") == "invalid"
-               and code_of(body) == "invalid_path" and js(body).get("message"),
-               f"{method} with a {name} path: 400 invalid_path with a message", (s, body))
+               and (code_of(body) == code if code != "NUL" else
+                    "NUL" in js(body).get("message", "")) and js(body).get("message"),
+               f"{method} with a {name} path: 400 ({code}) with a message", (s, body))
     s, _, body = req("GET", F + "/x.txt?path=/tmp/a")
     ok(s == 400 and code_of(body) == "invalid_path", "a URL path and ?path= together: 400",
        (s, body))
