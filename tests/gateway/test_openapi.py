@@ -177,6 +177,8 @@ def schema_for(doc):
     keys = set(doc)
     if keys >= {"name", "path", "type", "mode", "permissions"}:
         return "Entry"
+    if doc.get("type") in ("start", "dropped", "exit"):
+        return "CommandLine"
     if "type" in keys:
         return "ExecuteLine"
     if "quota" in keys:
@@ -185,6 +187,10 @@ def schema_for(doc):
         return "FilesError"
     if keys >= {"error", "message"}:
         return "Error"
+    if keys >= {"id", "pid", "cmd", "state"}:
+        return "Command"
+    if keys >= {"id", "pid", "exit_code"}:
+        return "CommandOutput"
     if "exit_code" in keys:
         return "CommandResult"
     if "results" in keys:
@@ -261,6 +267,30 @@ def check_real_answers(d):
     v = validate([("CommandResult", doc)])[0]
     ok(status == 200 and v == "ok" and doc["exit_code"] == 3, "a command's answer is a "
        "CommandResult", f"{doc}: {v}")
+    # /contexts/{context}/commands: a foreground stream, its JSON mode, a
+    # background command and its status.
+    _, ctx = d.json("POST", "/contexts", {})
+    base = f"/contexts/{ctx['id']}/commands"
+    status, _, body = d.request("POST", base, {"cmd": "echo out; echo err >&2; exit 3"})
+    lines = [json.loads(l) for l in body.decode().splitlines() if l.strip()]
+    verdicts = validate([("CommandLine", l) for l in lines])
+    bad = [f"{json.dumps(l)[:120]}: {v}" for l, v in zip(lines, verdicts) if v != "ok"]
+    ok(status == 200 and not bad and [l["type"] for l in lines][::len(lines) - 1] ==
+       ["start", "exit"], f"a command's {len(lines)} NDJSON lines are CommandLines",
+       bad or lines)
+    status, _, body = d.request("POST", base, {"argv": ["echo", "hi"]},
+                                headers={"Accept": "application/json"})
+    doc = json.loads(body)
+    v = validate([("CommandOutput", doc)])[0]
+    ok(status == 200 and v == "ok", "its JSON mode's answer is a CommandOutput", f"{doc}: {v}")
+    status, _, body = d.request("POST", base, {"cmd": "exit 0", "background": True})
+    started = json.loads(body)
+    status2, _, body = d.request("GET", f"{base}/{started.get('id')}?wait=1")
+    ended = json.loads(body)
+    v = validate([("Command", started), ("Command", ended)])
+    ok(status == 201 and status2 == 200 and v == ["ok", "ok"] and ended["state"] == "exited",
+       "a background command, started and ended, is a Command", f"{started} {ended}: {v}")
+    d.request("DELETE", f"/contexts/{ctx['id']}")
 
 
 # --- schemathesis ------------------------------------------------------------------
@@ -294,13 +324,16 @@ def summary(out):
 def check_schemathesis(d):
     _, ctx = d.json("POST", "/contexts", {})
     fixture = ctx["id"]
+    # Its command 1, ended: {command} for the commands routes (a running
+    # one would hold a wait=1 until it ends).
+    d.request("POST", f"/contexts/{fixture}/commands", {"cmd": "echo fixture"})
     examples = int(os.environ.get("SG_OPENAPI_EXAMPLES", "25"))
     # Each context is a sandbox (seconds of CPU): a few creations per phase.
     create = ('[[operations]]\ninclude-operation-id = "createContext"\n'
               'generation.max-examples = 3\nphases.coverage.enabled = false\n')
     fuzz = (f'[[operations]]\ninclude-path-regex = "^/contexts/\\\\{{context\\\\}}"\n'
             f'exclude-operation-id = "deleteContext"\n'
-            f'parameters = {{ "path.context" = "{fixture}" }}\n\n'
+            f'parameters = {{ "path.context" = "{fixture}", "path.command" = "1" }}\n\n'
             f'[[operations]]\ninclude-operation-id = "deleteContext"\n'
             f'parameters = {{ "path.context" = "{MISSING}" }}\n\n' + create)
     with tempfile.TemporaryDirectory(prefix="sg-openapi-") as tmp:
