@@ -316,16 +316,19 @@ static command_t *start(api_t *self, http_req_t *call, kernel_t *k, const start_
                         sg_error_t **err)
 {
     const exec_policy_t *policy = self->cfg.exec;
-    if (s->timeout_s < 0 || s->timeout_s > policy->max_timeout_ms / 1000) {
+    /* Written so that a NaN (?timeout=nan, which strtod takes) is refused. */
+    if (!(s->timeout_s >= 0 && s->timeout_s <= policy->max_timeout_ms / 1000)) {
         sg_error_set(err, SG_E_INVALID, "'timeout' must be in (0, %d] seconds",
                      policy->max_timeout_ms / 1000);
         return NULL;
     }
+    /* A timeout under a millisecond is one: 0 would mean none at all. */
+    int timeout_ms = s->timeout_s * 1000 < 1 ? 1 : (int)(s->timeout_s * 1000);
     command_opts_t o = {.argv = s->argv,
                         .shell = s->shell,
                         .cwd = s->cwd ? s->cwd : api_context_cwd(self, k),
                         .envs = s->envs,
-                        .timeout_ms = s->timeout_s > 0 ? (int)(s->timeout_s * 1000)
+                        .timeout_ms = s->timeout_s > 0 ? timeout_ms
                                       : s->background  ? 0
                                                        : exec_policy_timeout(policy),
                         .stdin_open = s->stdin_open,
@@ -481,7 +484,7 @@ static void *start_open(void *ctx, const http_req_t *req)
                  .timeout_s = timeout ? strtod(timeout, &end) : 0,
                  .stdin_open = true};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, env_arg, s.envs);
-    if (timeout && (!*timeout || *end || s.timeout_s <= 0)) {
+    if (timeout && (!*timeout || *end || !(s.timeout_s > 0))) { /* NaN too */
         sg_error_set(&cr->err, SG_E_INVALID, "'timeout' must be in seconds, above 0");
     } else {
         command_t *c = start(self, (http_req_t *)req, http_arg(req, "context"), &s, &cr->err);

@@ -170,6 +170,16 @@ try:
     ok(ex.get("exit_code") == 124 and ex.get("timed_out") is True and "timeout" in ex.get("error", ""),
        "past its timeout the command is killed: exit 124, timed_out", lines)
     ok(stdout(lines) == "", "it never got to its end", lines)
+    # A timeout under a millisecond was 0 ms, which means none: the command
+    # ran to its end (found checking the OpenAPI spec's timeout > 0).
+    t0 = time.time()
+    lines = run(CTX, "sleep 30; echo after", timeout=1e-7)
+    ok(exit_of(lines).get("timed_out") is True and time.time() - t0 < 15,
+       "a timeout of 1e-7 s is one: the command is killed, not left without a timeout", lines)
+    status, _, data = post(f"/contexts/{CTX}/commands?cmd=echo%20hi&timeout=nan", None,
+                           raw=b"")
+    ok(status == 400, "?timeout=nan is refused (strtod takes it; it was cast to an int)",
+       (status, data[:200]))
 
     # --- stdin streamed from the body ------------------------------------------------
     blob = hashlib.sha256(b"seed").digest() * (5 * 1024 * 1024 // 32)
