@@ -136,17 +136,24 @@ static void put_entry(FILE *f, const char *path, const struct stat *st, const ch
     fputc('}', f);
 }
 
+/* The entry of path, whose lstat is st: a link's target read (none if it
+ * went meanwhile); always written. */
+static void put_entry_of(FILE *f, const char *path, const struct stat *st)
+{
+    char target[PATH_MAX + 1];
+    ssize_t n = S_ISLNK(st->st_mode) ? readlink(path, target, PATH_MAX) : -1;
+    if (n >= 0)
+        target[n] = 0;
+    put_entry(f, path, st, n >= 0 ? target : NULL);
+}
+
 /* path's entry, links not followed; 0, or fail()'s status. */
 static int entry_of(FILE *f, const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0)
         return fail(errno, "stat", path);
-    char target[PATH_MAX + 1];
-    ssize_t n = S_ISLNK(st.st_mode) ? readlink(path, target, PATH_MAX) : -1;
-    if (n >= 0)
-        target[n] = 0;
-    put_entry(f, path, &st, n >= 0 ? target : NULL);
+    put_entry_of(f, path, &st);
     return 0;
 }
 
@@ -193,10 +200,14 @@ static void list_dir(const char *path, unsigned depth)
         if (asprintf(&child, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", e->d_name) <
             0)
             break;
+        /* One lstat: a second one, after the comma, could find the entry
+         * gone (a file removed meanwhile, a process leaving /proc) and leave
+         * the listing a dangling comma, invalid JSON. */
         struct stat st;
         if (lstat(child, &st) == 0) {
             fputs(listed++ ? "," : "", stdout);
-            if (entry_of(stdout, child) == 0 && S_ISDIR(st.st_mode) && depth > 1)
+            put_entry_of(stdout, child, &st);
+            if (S_ISDIR(st.st_mode) && depth > 1)
                 list_dir(child, depth - 1);
         }
         free(child);

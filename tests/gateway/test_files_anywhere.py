@@ -170,6 +170,22 @@ try:
        "the read-only root cannot be written: 403 permission_denied", (s, body))
     s, _, body = req("HEAD", F + "?path=/tmp/ten.bin")
     ok(s == 200 and body == b"", "HEAD answers the headers only", s)
+    # A directory whose entries come and go while it is listed: the helper
+    # stat'ed each entry twice, and one gone by the second left a dangling
+    # comma in the listing (503 for about a third of these before).
+    churn = ("import os\nos.makedirs('/tmp/churn', exist_ok=True)\nwhile True:\n"
+             "    open('/tmp/churn/f', 'w').close()\n    os.remove('/tmp/churn/f')\n")
+    s, _, body = req("POST", f"/contexts/{cid}/commands",
+                     json.dumps({"argv": ["python3", "-c", churn], "background": True}).encode())
+    churner = (js(body) or {}).get("id")
+    deadline = time.time() + 30
+    while req("GET", F + "?path=/tmp/churn&stat=1")[0] != 200 and time.time() < deadline:
+        time.sleep(0.2)
+    statuses = [req("GET", F + "?path=/tmp/churn")[0] for _ in range(30)]
+    req("DELETE", f"/contexts/{cid}/commands/{churner}")
+    ok(s == 201 and statuses == [200] * 30,
+       "30 listings of a directory whose file is created and removed meanwhile all answer 200",
+       (s, statuses))
 
     # --- escapes --------------------------------------------------------------------------
     sandbox_passwd = run("print(open('/etc/passwd').read(), end='')", cid)
