@@ -9,6 +9,8 @@
  *   GET    /contexts/{id}/files[/{path}]   a file, or a directory's listing
  *   PUT    /contexts/{id}/files/{path}     upload (streamed to disk)
  *   DELETE /contexts/{id}/files/{path}
+ *   GET|PUT|DELETE /contexts/{id}/files?path=/abs   anywhere in the sandbox
+ *   POST   /contexts/{id}/files/mkdir, /move        (api_sbfs.c, sbfs.h)
  *   GET    /health (no token), GET /metrics
  *
  * See docs/api.md for the wire format and the errors.

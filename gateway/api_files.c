@@ -1,5 +1,6 @@
 /* api_files: the REST API's files routes (api_internal.h): downloads and
  * listings, deletes, and uploads streamed to disk. */
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -41,12 +42,38 @@ static kernel_t *workspace_of(const http_req_t *call, enum MHD_Result *ret)
     return NULL;
 }
 
-/* DELETE /contexts/{context}/files/{path}: a file or a whole directory. */
+/* A request with ?path=: 1 with *path, 0 without, -1 after answering a
+ * bad one. */
+static int anywhere(const http_req_t *call, const char **path, enum MHD_Result *ret)
+{
+    sg_error_t *err = NULL;
+    int r = api_sbfs_query_path(call->conn, path, &err);
+    if (r > 0 && *call->rest && strcmp(call->rest, "/") != 0) {
+        r = -1;
+        sg_error_set(&err, SG_E_INVALID,
+                     "a path in the URL (workspace-relative) or ?path= (absolute), not both");
+        err->errnum = EINVAL;
+    }
+    if (r < 0) {
+        *ret = api_sbfs_reply_error(call->conn, err);
+        sg_error_free(&err);
+    }
+    return r;
+}
+
+/* DELETE /contexts/{context}/files/{path}: a file or a whole directory;
+ * with ?path=, inside the sandbox. */
 static enum MHD_Result files_delete(void *arg, http_req_t *call)
 {
     struct MHD_Connection *conn = call->conn;
     const char *path = call->rest;
     enum MHD_Result ret;
+    const char *abspath;
+    if (call->state)
+        return api_sbfs_resumed(call);
+    int abs = anywhere(call, &abspath, &ret);
+    if (abs)
+        return abs < 0 ? ret : api_sbfs_delete(arg, call, abspath);
     kernel_t *k = workspace_of(call, &ret);
     if (!k)
         return ret;
@@ -62,12 +89,19 @@ static enum MHD_Result files_delete(void *arg, http_req_t *call)
     return reply_status(conn, 204);
 }
 
-/* GET /contexts/{context}/files[/{path}]: a file, or a directory's listing. */
+/* GET /contexts/{context}/files[/{path}]: a file, or a directory's
+ * listing; with ?path=, inside the sandbox. */
 static enum MHD_Result files_get(void *arg, http_req_t *call)
 {
     struct MHD_Connection *conn = call->conn;
     const char *path = call->rest;
     enum MHD_Result ret;
+    const char *abspath;
+    if (call->state)
+        return api_sbfs_resumed(call);
+    int abs = anywhere(call, &abspath, &ret);
+    if (abs)
+        return abs < 0 ? ret : api_sbfs_get(arg, call, abspath);
     kernel_t *k = workspace_of(call, &ret);
     if (!k)
         return ret;
@@ -97,10 +131,12 @@ static enum MHD_Result files_get(void *arg, http_req_t *call)
 typedef struct {
     api_t *api;
     files_upload_t *up;
-    sg_error_t *err;  /* the first failure; the rest of the body is discarded */
-    size_t unchecked; /* bytes written since the state disk's room was checked */
-    char id[128];     /* the context's, for the audit log */
-    char tenant[64];  /* who uploads, for the audit log */
+    api_sbfs_sink_t *sb; /* ?path=: the upload goes into the sandbox (api_sbfs.c) */
+    bool sbfs_error;     /* err is answered in sbfs's shape */
+    sg_error_t *err;     /* the first failure; the rest of the body is discarded */
+    size_t unchecked;    /* bytes written since the state disk's room was checked */
+    char id[128];        /* the context's, for the audit log */
+    char tenant[64];     /* who uploads, for the audit log */
     /* Once the body is in, the upload is stored when its files are the
      * sandbox user's (files_upload_store: the launcher answers later). */
     struct MHD_Connection *conn; /* suspended until then; NULL: not */
@@ -132,6 +168,8 @@ static int state_disk_room(const api_t *self, sg_error_t **err)
 static void sink_free(sink_t *sink)
 {
     files_upload_abort(&sink->up);
+    if (sink->sb)
+        api_sbfs_sink_free(sink->sb);
     sg_error_free(&sink->err);
     json_decref(sink->info);
     free(sink);
@@ -145,7 +183,19 @@ static void *sink_open(void *arg, const http_req_t *call)
     snprintf(sink->id, sizeof sink->id, "%s", kernel_id(k));
     snprintf(sink->tenant, sizeof sink->tenant, "%s", call->tenant ? call->tenant->name : "");
     sink->api = self;
-    if (!kernel_prepared(k))
+    const char *path = NULL;
+    int abs = api_sbfs_query_path(call->conn, &path, &sink->err);
+    if (abs > 0 && *call->rest && strcmp(call->rest, "/") != 0) {
+        abs = -1;
+        sg_error_set(&sink->err, SG_E_INVALID,
+                     "a path in the URL (workspace-relative) or ?path= (absolute), not both");
+    }
+    sink->sbfs_error = abs != 0;
+    if (abs > 0)
+        sink->sb = api_sbfs_sink_open(self, call, path);
+    else if (abs < 0)
+        ; /* answered by finish */
+    else if (!kernel_prepared(k))
         sg_error_set(&sink->err, SG_E_CONFLICT, "context %s is still being prepared; retry shortly",
                      kernel_id(k));
     else if (state_disk_room(self, &sink->err) == 0)
@@ -154,9 +204,12 @@ static void *sink_open(void *arg, const http_req_t *call)
     return sink;
 }
 
-static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
+static size_t sink_write(void *ctx, void *sink_, struct MHD_Connection *conn, const char *data,
+                         size_t len)
 {
     sink_t *sink = sink_;
+    if (sink->sb)
+        return api_sbfs_sink_write(sink->sb, data, len);
     if (sink->up && (sink->unchecked += len) >= UPLOAD_CHECK_BYTES) {
         sink->unchecked = 0;
         if (state_disk_room(sink->api, &sink->err) < 0)
@@ -164,6 +217,7 @@ static void sink_write(void *ctx, void *sink_, const char *data, size_t len)
     }
     if (sink->up && files_upload_write(sink->up, data, len, &sink->err) < 0)
         files_upload_abort(&sink->up);
+    return len;
 }
 
 static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
@@ -184,6 +238,19 @@ static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
 static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink_p)
 {
     sink_t *sink = *sink_p;
+    enum MHD_Result ret;
+    if (sink->sb) {
+        ret = api_sbfs_sink_finish(sink->sb, sink->tenant, sink->id);
+        if (api_sbfs_sink_waiting(sink->sb))
+            return ret;
+    } else if (sink->sbfs_error) {
+        ret = api_sbfs_reply_error(conn, sink->err);
+    }
+    if (sink->sb || sink->sbfs_error) {
+        *sink_p = NULL;
+        sink_free(sink);
+        return ret;
+    }
     if (sink->up && !sink->storing) {
         sink->storing = true;
         files_upload_store(sink->up, sink_stored, sink);
@@ -194,7 +261,6 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
         }
     }
     json_t *info = sink->info;
-    enum MHD_Result ret;
     if (info) {
         metrics.uploads++;
         metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));
@@ -219,6 +285,11 @@ static void sink_abort(void *ctx, void *sink)
     sink_free(sink);
 }
 
+static void files_done(void *ctx, void *state, bool completed)
+{
+    api_sbfs_req_free(state);
+}
+
 static const http_sink_t upload = {
     .open = sink_open, .write = sink_write, .finish = sink_finish, .abort = sink_abort};
 
@@ -232,5 +303,10 @@ int api_files_register(api_t *self, http_server_t *http, const http_front_t *fro
         {"PUT", "/contexts/{context}/files/*", NULL, 0, &upload},
         {"DELETE", "/contexts/{context}/files/*", files_delete, 0, NULL},
     };
-    return http_routes(http, front, routes, sizeof routes / sizeof routes[0], err);
+    /* Their state is api_sbfs.c's (absolute paths), never a stream_t. */
+    const http_front_t files_front = {
+        .ctx = front->ctx, .done = files_done, .error_response = front->error_response};
+    if (http_routes(http, &files_front, routes, sizeof routes / sizeof routes[0], err) < 0)
+        return -1;
+    return api_sbfs_register(self, http, &files_front, err);
 }

@@ -4,6 +4,8 @@
  *                  {context}; the front end's done and registration
  *   api_files.c    /contexts/{context}/files: downloads, listings, deletes,
  *                  streamed uploads
+ *   api_sbfs.c     the same for an absolute path (?path=), inside the
+ *                  sandbox (sbfs.h); .../files/mkdir and .../files/move
  *   api_metrics.c  GET /health and GET /metrics
  */
 #ifndef SG_API_INTERNAL_H
@@ -54,6 +56,33 @@ void api_stream_unref(stream_t *s);
 /* Each file registers its own routes, with the front end's shared parts. */
 int api_files_register(api_t *self, http_server_t *http, const http_front_t *front,
                        sg_error_t **err);
+int api_sbfs_register(api_t *self, http_server_t *http, const http_front_t *front,
+                      sg_error_t **err);
+
+/* api_sbfs.c, for api_files.c.  A request on an absolute path keeps an
+ * api_sbfs_req_t as its state (freed by api_sbfs_req_free when it ends);
+ * its handler, called again on resume, hands over to api_sbfs_resumed. */
+typedef struct api_sbfs_req api_sbfs_req_t;
+/* The ?path= the request gives: 1 and *path (borrowed), 0 when it gives
+ * none, -1 with *err when it is not one sbfs takes. */
+int api_sbfs_query_path(struct MHD_Connection *conn, const char **path, sg_error_t **err);
+enum MHD_Result api_sbfs_get(api_t *self, http_req_t *call, const char *path);
+enum MHD_Result api_sbfs_delete(api_t *self, http_req_t *call, const char *path);
+enum MHD_Result api_sbfs_resumed(http_req_t *call);
+void api_sbfs_req_free(api_sbfs_req_t *q);
+/* {"error", "code", "message"}: the error's kind and sbfs_error_code. */
+enum MHD_Result api_sbfs_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
+/* An upload to an absolute path (the PUT route's sink hands over): open
+ * never fails (an error is answered by finish); write takes what it can
+ * (less after suspending the connection); finish answers, or suspends and
+ * returns with waiting true, to be called again on resume. */
+typedef struct api_sbfs_sink api_sbfs_sink_t;
+api_sbfs_sink_t *api_sbfs_sink_open(api_t *self, const http_req_t *call, const char *path);
+size_t api_sbfs_sink_write(api_sbfs_sink_t *s, const char *data, size_t len);
+enum MHD_Result api_sbfs_sink_finish(api_sbfs_sink_t *s, const char *tenant, const char *id);
+bool api_sbfs_sink_waiting(const api_sbfs_sink_t *s);
+void api_sbfs_sink_free(api_sbfs_sink_t *s);
+
 int api_metrics_register(api_t *self, http_server_t *http, const http_front_t *front,
                          sg_error_t **err);
 

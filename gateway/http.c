@@ -669,12 +669,14 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     return MHD_YES;
 }
 
-/* A chunk of the body: to the sink, kept (up to max_body), or dropped. */
-static void request_body(http_server_t *self, request_t *req, const char *data, size_t len)
+/* A chunk of the body: to the sink, kept (up to max_body), or dropped.
+ * Returns how much of it was taken (less only from a sink that suspended
+ * the connection). */
+static size_t request_body(http_server_t *self, request_t *req, const char *data, size_t len)
 {
     const route_t *r = req->route;
     if (req->sink) {
-        r->def.sink->write(r->front.ctx, req->sink, data, len);
+        return r->def.sink->write(r->front.ctx, req->sink, req->call.conn, data, len);
     } else if (req->unknown >= 0) {
         /* answered 404 once the body is read, which is not kept */
     } else if (!req->too_big && req->len + len <= self->cfg.max_body) {
@@ -685,6 +687,7 @@ static void request_body(http_server_t *self, request_t *req, const char *data, 
     } else {
         req->too_big = true; /* keep reading, discard, answer 413 at the end */
     }
+    return len;
 }
 
 /* The whole request has come (or a suspended one was resumed): its answer. */
@@ -739,8 +742,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (req == NULL) /* headers only so far */
         return request_begin(self, conn, url, method, req_cls);
     if (*upload_size) {
-        request_body(self, req, upload_data, *upload_size);
-        *upload_size = 0;
+        *upload_size -= request_body(self, req, upload_data, *upload_size);
         return MHD_YES;
     }
     return request_end(self, req);

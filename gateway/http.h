@@ -137,14 +137,19 @@ typedef enum MHD_Result (*http_handle_fn)(void *ctx, http_req_t *req);
  * so max_body does not apply (uploads).  open runs when the headers of an
  * authorised request have come and its {name}s are resolved, and returns
  * the sink, or NULL to have the body read into memory and handed to the
- * handler as usual.  write gets each chunk; finish, after the last one,
+ * handler as usual.  write gets each chunk and says how much of it it
+ * took: all of it, or — backpressure — less after suspending conn, which
+ * it resumes when it can take more (the rest is offered again then; a
+ * sink that took less without suspending is a programmer's error).
+ * finish, after the last one,
  * answers, frees the sink and sets *sink to NULL (so errors found on the
  * way are answered once the body has been read) — or, to answer later,
  * suspends the connection and leaves *sink, and is called again when the
  * connection is resumed; abort frees one whose request broke off. */
 typedef struct {
     void *(*open)(void *ctx, const http_req_t *req);
-    void (*write)(void *ctx, void *sink, const char *data, size_t len);
+    size_t (*write)(void *ctx, void *sink, struct MHD_Connection *conn, const char *data,
+                    size_t len);
     enum MHD_Result (*finish)(void *ctx, struct MHD_Connection *conn, void **sink);
     void (*abort)(void *ctx, void *sink);
 } http_sink_t;

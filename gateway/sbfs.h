@@ -64,9 +64,10 @@ typedef struct {
 } sbfs_cb_t;
 
 /* The stable name of why an operation failed: "not_found",
- * "is_directory", "not_directory", "permission_denied", "invalid_path",
- * "exists", "not_empty", "no_space", "too_large", "unavailable" or
- * "failed"; NULL for NULL. */
+ * "is_directory", "not_directory", "permission_denied", "not_regular" (a
+ * FIFO, a socket, a device: never read), "invalid_path", "exists",
+ * "not_empty", "busy", "cross_device", "no_space", "too_large",
+ * "unavailable" or "failed"; NULL for NULL. */
 const char *sbfs_error_code(const sg_error_t *err);
 
 /* Whether path is one sbfs takes (absolute, not too long, no NUL in its
@@ -93,7 +94,9 @@ sbfs_op_t *sbfs_mkdir(loop_t *loop, kernel_t *k, const char *path, const sbfs_cb
 
 /* Renames from to `to` (rename(2) inside the sandbox: what was at `to` is
  * replaced, a directory only by a directory; missing parents of `to` are
- * created); result the entry at `to`. */
+ * created); result the entry at `to`.  Across file systems (/tmp and the
+ * workspace) a file or symlink is copied, then removed; a directory is
+ * refused (cross_device). */
 sbfs_op_t *sbfs_move(loop_t *loop, kernel_t *k, const char *from, const char *to,
                      const sbfs_cb_t *cb, sg_error_t **err);
 
@@ -117,8 +120,9 @@ ssize_t sbfs_read_pull(sbfs_op_t *op, void *buf, size_t len, sg_error_t **err);
 /* Writes a file: bytes pushed are written to a temporary file beside path
  * (missing parents created), renamed onto path by sbfs_write_end, so no
  * reader ever sees half a file and a write that ends otherwise leaves
- * nothing.  The file gets mode 0644 and belongs to the sandbox user (an
- * existing file's mode is kept).  sbfs_write_push takes up to n bytes and
+ * nothing.  The file belongs to the sandbox user, with the mode the
+ * kernel's own files get (0660: its umask is 007) or, replacing a file,
+ * that file's mode.  sbfs_write_push takes up to n bytes and
  * says how many (0 when the pipe is full: ready follows when it is not), or
  * -1 with *err once the write has failed (over max bytes: too_large, a
  * full /tmp: no_space...; done follows with the error: stop pushing).

@@ -834,6 +834,11 @@ int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err)
     return k->sb ? sandbox_exec_signal(k->sb, exec, sig, err) : 0;
 }
 
+bool kernel_isolated(const kernel_t *k)
+{
+    return sandbox_env_isolated(k->env);
+}
+
 const char *kernel_sandbox_id(const kernel_t *k)
 {
     return k->sb ? sandbox_id(k->sb) : "";

@@ -178,6 +178,7 @@ pid_t kernel_pid(const kernel_t *k);
 const kspec_t *kernel_spec(const kernel_t *k);
 const char *kernel_workspace(const kernel_t *k);
 bool kernel_internet(const kernel_t *k); /* its sandbox has a network */
+bool kernel_isolated(const kernel_t *k); /* its sandbox is gVisor's (not --sandbox none) */
 /* What it was started with (the owner as kernel_owner). */
 const kernel_opts_t *kernel_opts(const kernel_t *k);
 /* The tenant the kernel belongs to ("admin" when none was named). */

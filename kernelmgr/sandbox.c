@@ -241,6 +241,11 @@ bool sandbox_env_can_pause(const sandbox_env_t *env)
     return env->ops->pause != NULL;
 }
 
+bool sandbox_env_isolated(const sandbox_env_t *env)
+{
+    return env->cfg.mode == SANDBOX_RUNSC;
+}
+
 int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err)
 {
     if (!sandbox_env_can_pause(self->env))

@@ -149,6 +149,9 @@ int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t 
 int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
 /* Whether sandboxes of env can be paused (runsc, not mode none). */
 bool sandbox_env_can_pause(const sandbox_env_t *env);
+/* Whether env's sandboxes are gVisor's (runsc): mode none's are plain
+ * processes, whose files are the host's. */
+bool sandbox_env_isolated(const sandbox_env_t *env);
 
 /* Delivers sig to the kernel process (runsc kill, or kill(2)); async. */
 int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);

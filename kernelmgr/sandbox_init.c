@@ -2,6 +2,7 @@
  *
  * usage: sandgate-init PROGRAM [ARGS...]
  *        sandgate-init --group PROGRAM [ARGS...]
+ *        sandgate-init --fs OP ARGS...   (file operations: sandbox_fs.c)
  *
  * A kernel as PID 1 would never reap the orphans of code it runs (every
  * `subprocess` grandchild becomes a zombie and counts against the process
@@ -71,6 +72,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "kernelmgr/sandbox_fs.h"
 
 #define MAX_PORTS 16
 #define BUF_SIZE 65536
@@ -475,6 +478,8 @@ static int on_signals(int sfd, pid_t child)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--fs") == 0)
+        return sandbox_fs_main(argc - 2, argv + 2);
     group_mode = argc > 1 && strcmp(argv[1], "--group") == 0;
     if (group_mode) {
         argv++;

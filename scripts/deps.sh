@@ -18,6 +18,8 @@ packages=(
   # The sandboxes' root is this machine's /usr: what is installed here is
   # what sandboxed code can import.
   runsc e2fsprogs python3 python3-ipykernel python3-jupyter-client
+  # ... `python` as well as `python3` (agents and their tools call `python`)
+  python-is-python3
   # ... the data stack analytics code expects (Debian 12 has no pyarrow)
   python3-numpy python3-pandas python3-scipy python3-matplotlib python3-sklearn
   fonts-dejavu-core

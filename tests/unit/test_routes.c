@@ -222,10 +222,12 @@ static void *sink_open(void *ctx, const http_req_t *req)
     return xzalloc(sizeof(sink_t));
 }
 
-static void sink_write(void *ctx, void *sink, const char *data, size_t len)
+static size_t sink_write(void *ctx, void *sink, struct MHD_Connection *conn, const char *data,
+                         size_t len)
 {
     ((sink_t *)sink)->bytes += len;
     wrote = true;
+    return len;
 }
 
 static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink)
