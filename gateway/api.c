@@ -70,6 +70,7 @@ api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)
     self->wake_arg = wake_arg;
     self->contexts = json_object();
     self->defaults = json_object();
+    self->commands = commands_new(loop, NULL);
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/contexts", cfg->state_dir);
         sg_error_t *err = NULL;
@@ -88,11 +89,24 @@ void api_destroy(api_t **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
         return;
+    commands_destroy(&(*self_p)->commands);
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);
     records_close(&(*self_p)->records);
     free(*self_p);
     *self_p = NULL;
+}
+
+commands_t *api_commands(api_t *self)
+{
+    return self->commands;
+}
+
+const char *api_context_cwd(api_t *self, const kernel_t *k)
+{
+    json_t *meta = json_object_get(self->contexts, kernel_id(k));
+    const char *cwd = json_string_value(json_object_get(meta, "cwd"));
+    return cwd ? cwd : "/home/user";
 }
 
 /* --- contexts ------------------------------------------------------------------ */
@@ -422,8 +436,8 @@ static const exec_sink_t exec_events = {.on_stream = on_stream,
 
 /* --- requests ---------------------------------------------------------------------- */
 
-static json_t *parse_body(struct MHD_Connection *conn, const char *body, size_t len,
-                          enum MHD_Result *ret)
+json_t *api_parse_body(struct MHD_Connection *conn, const char *body, size_t len,
+                       enum MHD_Result *ret)
 {
     json_error_t jerr;
     json_t *j = len ? json_loadb(body, len, 0, &jerr) : json_object();
@@ -441,8 +455,8 @@ static json_t *parse_body(struct MHD_Connection *conn, const char *body, size_t 
 }
 
 /* A field of the wrong type is an error; an absent one is NULL. */
-static bool field(json_t *obj, const char *key, json_type type, json_t **out,
-                  struct MHD_Connection *conn, enum MHD_Result *ret)
+bool api_field(json_t *obj, const char *key, json_type type, json_t **out,
+               struct MHD_Connection *conn, enum MHD_Result *ret)
 {
     json_t *v = json_object_get(obj, key);
     *out = NULL;
@@ -465,16 +479,16 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
 {
     struct MHD_Connection *conn = call->conn;
     enum MHD_Result ret = MHD_NO;
-    json_t *req = parse_body(conn, body, len, &ret);
+    json_t *req = api_parse_body(conn, body, len, &ret);
     if (!req)
         return ret;
     json_t *code, *ctx, *lang, *env, *timeout, *command;
-    if (!field(req, "code", JSON_STRING, &code, conn, &ret) ||
-        !field(req, "context_id", JSON_STRING, &ctx, conn, &ret) ||
-        !field(req, "language", JSON_STRING, &lang, conn, &ret) ||
-        !field(req, "env_vars", JSON_OBJECT, &env, conn, &ret) ||
-        !field(req, "timeout", JSON_REAL, &timeout, conn, &ret) ||
-        !field(req, "command", JSON_STRING, &command, conn, &ret))
+    if (!api_field(req, "code", JSON_STRING, &code, conn, &ret) ||
+        !api_field(req, "context_id", JSON_STRING, &ctx, conn, &ret) ||
+        !api_field(req, "language", JSON_STRING, &lang, conn, &ret) ||
+        !api_field(req, "env_vars", JSON_OBJECT, &env, conn, &ret) ||
+        !api_field(req, "timeout", JSON_REAL, &timeout, conn, &ret) ||
+        !api_field(req, "command", JSON_STRING, &command, conn, &ret))
         goto out;
     if ((code == NULL) == (command == NULL)) {
         ret = http_reply_errorf(conn, SG_E_INVALID, "give either 'code' or 'command'");
@@ -728,13 +742,13 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     audit_who_t who;
     http_who(call, "rest", &who);
-    json_t *req = parse_body(conn, call->body, call->len, &ret);
+    json_t *req = api_parse_body(conn, call->body, call->len, &ret);
     json_t *lang, *cwd, *internet;
     if (!req)
         return ret;
-    if (field(req, "language", JSON_STRING, &lang, conn, &ret) &&
-        field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
-        field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
+    if (api_field(req, "language", JSON_STRING, &lang, conn, &ret) &&
+        api_field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
+        api_field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
         tenant_quota_t quota;
         kernel_t *k = create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
                                      cwd ? json_string_value(cwd) : "/home/user",
@@ -839,6 +853,7 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
                    "no context '%s'", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
         api_files_register(self, http, &front, err) < 0 ||
+        api_commands_register(self, http, err) < 0 ||
         api_metrics_register(self, http, &front, err) < 0)
         return -1;
     return 0;

@@ -11,6 +11,11 @@
  *   DELETE /contexts/{id}/files/{path}
  *   GET|PUT|DELETE /contexts/{id}/files?path=/abs   anywhere in the sandbox
  *   POST   /contexts/{id}/files/mkdir, /move        (api_sbfs.c, sbfs.h)
+ *   POST   /contexts/{id}/commands         start a command beside the kernel:
+ *   GET    /contexts/{id}/commands         NDJSON, JSON, or 201 in the
+ *   GET    /contexts/{id}/commands/{cmd}   background; stdin streamed from
+ *   DELETE /contexts/{id}/commands/{cmd}   the body; output, stdin, signal
+ *   GET    /contexts/{id}/commands/{cmd}/output, POST .../stdin, .../signal
  *   GET    /health (no token), GET /metrics
  *
  * See docs/api.md for the wire format and the errors.
@@ -20,6 +25,7 @@
 
 #include <microhttpd.h>
 
+#include "gateway/commands.h"
 #include "gateway/exec.h"
 #include "gateway/http.h"
 #include "kernelmgr/kmgr.h"
@@ -40,6 +46,10 @@ api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)
 /* Call after the HTTP server is gone: its last completion callbacks still
  * reach the API. */
 void api_destroy(api_t **self_p);
+
+/* The commands of every context (commands.h), for other front ends that
+ * run processes (borrowed; it lives as long as the API). */
+commands_t *api_commands(api_t *self);
 
 /* Registers the routes above with http (self borrowed: it must outlive
  * http).  File uploads are streamed to disk as they arrive (http.h's

@@ -7,12 +7,15 @@
  *   api_sbfs.c     the same for an absolute path (?path=), inside the
  *                  sandbox (sbfs.h); .../files/mkdir and .../files/move
  *   api_metrics.c  GET /health and GET /metrics
+ *   api_commands.c /contexts/{context}/commands: commands beside the kernel
+ *                  (commands.h); the parameter kind {command}
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
 
 #include "common/records.h"
 #include "gateway/api.h"
+#include "gateway/commands.h"
 #include "gateway/exec.h"
 #include "gateway/http.h"
 #include "gateway/resp.h"
@@ -24,6 +27,7 @@ struct api {
     json_t *contexts;   /* id -> {language, cwd}: what the API adds to a session */
     json_t *defaults;   /* language -> id of its default context */
     records_t *records; /* STATE/contexts: both of the above, over a restart */
+    commands_t *commands;
     void (*wake)(void *);
     void *wake_arg;
 };
@@ -85,6 +89,18 @@ void api_sbfs_sink_free(api_sbfs_sink_t *s);
 
 int api_metrics_register(api_t *self, http_server_t *http, const http_front_t *front,
                          sg_error_t **err);
+/* Commands have their own per-request objects: their own front end (its done). */
+int api_commands_register(api_t *self, http_server_t *http, sg_error_t **err);
+
+/* Reads a JSON object body; NULL after answering 400 (*ret). */
+json_t *api_parse_body(struct MHD_Connection *conn, const char *body, size_t len,
+                       enum MHD_Result *ret);
+/* req's field name, if there, of type (JSON_REAL: any number; JSON_TRUE:
+ * a boolean); false after answering 400 (*ret). */
+bool api_field(json_t *req, const char *name, json_type type, json_t **out,
+               struct MHD_Connection *conn, enum MHD_Result *ret);
+/* The cwd a context was created with ("/home/user" when it has none). */
+const char *api_context_cwd(api_t *self, const kernel_t *k);
 
 static inline enum MHD_Result reply_status(struct MHD_Connection *conn, unsigned status)
 {

@@ -47,16 +47,16 @@
  *
  * Standard input, when asked for (stdin_open), is a pipe the caller writes
  * with command_stdin_write: at most COMMANDS_STDIN_BUFFER bytes wait in
- * sandgate; past that the write takes less and the caller waits for
- * on_stdin_room (a streamed upload suspends its connection meanwhile).
+ * sandgate; past that the write takes less and the writer (one at a time,
+ * command_stdin_writer) is told when there is room (a streamed upload
+ * suspends its connection meanwhile).
  * Without stdin_open the command's stdin is at end-of-file from the start.
  * Bytes written after the command stopped reading (it exited, or closed its
  * stdin) are accepted and dropped.
  *
  * Bounds: COMMANDS_MAX_RUNNING commands starting or running per context
- * (SG_E_LIMIT past it), COMMANDS_KEEP_EXITED finished ones kept, max_backlog
- * bytes of unread output and COMMANDS_STDIN_BUFFER of unwritten input per
- * command.
+ * (SG_E_CONFLICT past it, as a full execution queue), COMMANDS_KEEP_EXITED finished ones kept,
+ * max_backlog bytes of unread output and COMMANDS_STDIN_BUFFER of unwritten input per command.
  *
  * Everything runs on the loop thread; callbacks come from it, never from
  * inside the call that caused them unless said.
@@ -117,7 +117,7 @@ typedef struct {
  * one loop callback, and look it up again by id otherwise: a finished
  * command is freed when evicted or when its context goes), or NULL with *err:
  * SG_E_INVALID (no or both of argv and shell, a bad cwd or env name, too
- * long), SG_E_LIMIT (COMMANDS_MAX_RUNNING of k's are running),
+ * long), SG_E_CONFLICT (COMMANDS_MAX_RUNNING of k's are running),
  * SG_E_UNAVAILABLE (the kernel is dead).  A paused kernel is resumed, and a
  * starting one awaited, before the process is started; if that fails the
  * command ends with the error (command_error).  Attach a reader at once,
@@ -158,7 +158,9 @@ json_t *command_json(const command_t *c);
 typedef struct {
     /* A chunk of output, in order.  Return false when the reader is full:
      * no more output until it calls command_reader_ready (its chunks are
-     * never dropped: the command waits). */
+     * never dropped: the command waits).  NULL: an exit watcher (a wait),
+     * which gets no output, leaves the kept output to a reader and never
+     * holds the command back. */
     bool (*on_output)(void *arg, command_t *c, command_stream_t which, const char *data, size_t n);
     /* Output was dropped while no reader was attached (before the reader's
      * first live chunk).  Optional. */
@@ -167,16 +169,13 @@ typedef struct {
      * command_timed_out, command_error say how.  The reader is detached
      * after this returns. */
     void (*on_exit)(void *arg, command_t *c);
-    /* Optional: room for stdin again after command_stdin_write took less
-     * than it was given. */
-    void (*on_stdin_room)(void *arg, command_t *c);
 } command_reader_t;
 
 /* Attaches a reader (at most COMMANDS_MAX_READERS): it gets the kept
  * output first (from inside this call), then the live output, then on_exit.
  * A command that has already ended gives its kept output and on_exit from
- * inside this call, and is not left attached.  SG_E_LIMIT when it has its
- * readers already. */
+ * inside this call, and is not left attached.  Refused when it has its
+ * readers already: SG_E_CONFLICT. */
 int command_attach(command_t *c, const command_reader_t *r, void *arg, sg_error_t **err);
 /* Detaches a reader (its client left); no further callback.  Nothing when
  * it is not attached. */
@@ -185,11 +184,18 @@ void command_detach(command_t *c, const command_reader_t *r, void *arg);
 void command_reader_ready(command_t *c, const command_reader_t *r, void *arg);
 
 /* Queues n bytes for the command's stdin; returns how many it took (fewer
- * than n, maybe 0, when COMMANDS_STDIN_BUFFER bytes wait: the readers'
- * on_stdin_room says when to go on), or -1 with *err: SG_E_CONFLICT when its
+ * than n, maybe 0, when COMMANDS_STDIN_BUFFER bytes wait: the writer's
+ * callback says when to go on), or -1 with *err: SG_E_CONFLICT when its
  * stdin was not opened or has been closed.  Bytes given after the command
  * stopped reading are taken and dropped. */
 ssize_t command_stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err);
+/* The one writer of c's stdin (a streamed upload): fn(arg, c, false) when
+ * there is room again after a command_stdin_write that took less than it
+ * was given, and fn(arg, c, true) once when the command has ended — c must
+ * not be used after that.  fn NULL: the writer is done.  SG_E_CONFLICT
+ * while another writer is set, or when the command has ended. */
+typedef void(command_stdin_fn)(void *arg, command_t *c, bool ended);
+int command_stdin_writer(command_t *c, command_stdin_fn *fn, void *arg, sg_error_t **err);
 /* Closes its stdin once what waits is written (the command reads EOF).
  * Nothing when it is closed already. */
 void command_stdin_close(command_t *c);

@@ -386,10 +386,10 @@ static int route_add(http_server_t *self, const http_front_t *front, const http_
 {
     const http_sink_t *k = def->sink;
     if (!def->method || !*def->method || !def->pattern || !(def->handle || k) ||
-        (k && !(k->open && k->write && k->finish && k->abort)))
+        (k && !(k->open && (k->write || k->take) && k->finish && k->abort)))
         return sg_error_set(err, SG_E_INVALID,
                             "route %s %s: a method, a pattern, a handler or a sink, and a sink's "
-                            "four functions",
+                            "four functions (write or take)",
                             def->method ? def->method : "?", def->pattern ? def->pattern : "?");
     route_t *r = xzalloc(sizeof *r);
     r->method = xstrdup(def->method);
@@ -670,12 +670,18 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
 }
 
 /* A chunk of the body: to the sink, kept (up to max_body), or dropped.
- * Returns how much of it was taken (less only from a sink that suspended
- * the connection). */
+ * Returns how much of it was taken: less only from a sink that is full,
+ * and then the connection is suspended until the sink resumes it (a write
+ * suspends it itself; after a take, this does), and the rest comes again. */
 static size_t request_body(http_server_t *self, request_t *req, const char *data, size_t len)
 {
     const route_t *r = req->route;
-    if (req->sink) {
+    if (req->sink && r->def.sink->take) {
+        size_t took = r->def.sink->take(r->front.ctx, req->sink, data, len);
+        if (took < len)
+            MHD_suspend_connection(req->call.conn);
+        return took;
+    } else if (req->sink) {
         return r->def.sink->write(r->front.ctx, req->sink, req->call.conn, data, len);
     } else if (req->unknown >= 0) {
         /* answered 404 once the body is read, which is not kept */

@@ -96,7 +96,9 @@ const char *http_arg_id(const http_req_t *req, const char *name);
  * NULL when there is none for this request.  req is the request being
  * handled: its caller is who asks, so an owner check belongs here too, and
  * an object the caller may not see comes back NULL, answered exactly as an
- * id that does not exist.  ctx is http_param's. */
+ * id that does not exist.  The {name}s before this one in the pattern are
+ * resolved already (http_arg), so a kind can be scoped by them: a
+ * {command} is looked up within its {context}.  ctx is http_param's. */
 typedef void *(*http_resolve_fn)(void *ctx, const char *id, const http_req_t *req);
 
 /* The tenant an object of a kind belongs to (its name, borrowed), or NULL
@@ -145,13 +147,20 @@ typedef enum MHD_Result (*http_handle_fn)(void *ctx, http_req_t *req);
  * answers, frees the sink and sets *sink to NULL (so errors found on the
  * way are answered once the body has been read) — or, to answer later,
  * suspends the connection and leaves *sink, and is called again when the
- * connection is resumed; abort frees one whose request broke off. */
+ * connection is resumed; abort frees one whose request broke off.
+ *
+ * A sink that feeds something slower than the network (a command's stdin)
+ * has take instead of write: it takes what it can and returns how much;
+ * when that is less than len the connection is suspended — nothing more is
+ * read from the client — until the sink resumes it (MHD_resume_connection,
+ * then http_server_wake), and the rest of the chunk comes again to take. */
 typedef struct {
     void *(*open)(void *ctx, const http_req_t *req);
     size_t (*write)(void *ctx, void *sink, struct MHD_Connection *conn, const char *data,
                     size_t len);
     enum MHD_Result (*finish)(void *ctx, struct MHD_Connection *conn, void **sink);
     void (*abort)(void *ctx, void *sink);
+    size_t (*take)(void *ctx, void *sink, const char *data, size_t len); /* or write */
 } http_sink_t;
 
 /* Route flags. */

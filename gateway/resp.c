@@ -14,6 +14,8 @@ struct resp {
     size_t len, off;
     char *keepalive;
     int keepalive_timer;
+    void (*drained)(void *);
+    void *drained_arg;
     bool wrote_since_tick;
 };
 
@@ -57,6 +59,8 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
         size_t n = self->len - self->off < max ? self->len - self->off : max;
         memcpy(out, self->buf + self->off, n);
         self->off += n;
+        if (self->off == self->len && self->drained)
+            self->drained(self->drained_arg);
         return (ssize_t)n;
     }
     if (self->ended)
@@ -100,6 +104,17 @@ void resp_write(resp_t *self, const char *data, size_t n)
     self->len += n;
     self->wrote_since_tick = true;
     resume(self);
+}
+
+size_t resp_pending(const resp_t *self)
+{
+    return self->len - self->off;
+}
+
+void resp_on_drained(resp_t *self, void (*fn)(void *arg), void *arg)
+{
+    self->drained = fn;
+    self->drained_arg = arg;
 }
 
 void resp_end(resp_t *self)

@@ -33,6 +33,12 @@ void resp_free(resp_t **self_p);
 struct MHD_Response *resp_stream(resp_t *self, const char *keepalive);
 /* Appends n bytes to the body and resumes the connection. */
 void resp_write(resp_t *self, const char *data, size_t n);
+/* Bytes written and not yet handed to libmicrohttpd: a writer with a
+ * producer it can slow down (a command's output) stops past a mark... */
+size_t resp_pending(const resp_t *self);
+/* ...and fn(arg) tells it, each time all that was written has gone out,
+ * to go on.  From libmicrohttpd's content reader: fn must not write. */
+void resp_on_drained(resp_t *self, void (*fn)(void *arg), void *arg);
 /* The body is complete: the stream ends once it is sent. */
 void resp_end(resp_t *self);
 

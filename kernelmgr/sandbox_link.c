@@ -672,18 +672,52 @@ static uint64_t link_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[
                           callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
+/* A signal asked for before runsc exec wrote the command's pid inside
+ * (its first ~50 ms) is refused with SG_E_CONFLICT: it is sent again until
+ * it is delivered, the command has ended, or EXEC_SIGNAL_TRIES passed. */
+#define EXEC_SIGNAL_RETRY_MS 50
+#define EXEC_SIGNAL_TRIES 200
+
+typedef struct {
+    char *id;
+    uint64_t exec;
+    int sig, tries;
+} exec_sig_t;
+
+static void exec_signal_send(exec_sig_t *s);
+
+static void exec_signal_again(loop_t *loop, int timer_id, void *arg)
+{
+    exec_signal_send(arg);
+}
+
 static void exec_signalled(json_t *reply, void *arg)
 {
+    exec_sig_t *s = arg;
     cleanup_error sg_error_t *err = reply_error(reply);
+    if (err && err->kind == SG_E_CONFLICT && ++s->tries < EXEC_SIGNAL_TRIES && !link_.lost) {
+        loop_timer(link_.loop, EXEC_SIGNAL_RETRY_MS, 1, exec_signal_again, s);
+        return;
+    }
     if (err)
         log_warn("sandbox: signalling a command: %s", err->msg);
+    free(s->id);
+    free(s);
+}
+
+static void exec_signal_send(exec_sig_t *s)
+{
+    link_async(
+        LOP_EXEC_SIGNAL,
+        json_pack("{s:s, s:I, s:i}", "id", s->id, "exec", (json_int_t)s->exec, "sig", s->sig), -1,
+        exec_signalled, s, 0);
 }
 
 static int link_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
 {
-    link_async(LOP_EXEC_SIGNAL,
-               json_pack("{s:s, s:I, s:i}", "id", sb->id, "exec", (json_int_t)exec, "sig", sig), -1,
-               exec_signalled, NULL, 0);
+    exec_sig_t *s = xzalloc(sizeof *s);
+    *s = (exec_sig_t){.id = xstrdup(sb->id), .exec = exec, .sig = sig};
+    exec_signal_send(s);
     return 0;
 }
 
