@@ -169,6 +169,10 @@ ${resolvers}frontend sandgate
     http-request set-var(txn.sgid) path,field(3,/) if { path_beg /contexts/ }
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /api/kernels/ /api/sessions/ }
     http-request set-var(txn.sgid) req.hdr(Mcp-Session-Id) if { path /mcp /mcp/ } { req.hdr(Mcp-Session-Id) -m found }
+    # The E2B SDKs' envd calls (files, commands) name their sandbox, a context,
+    # in E2b-Sandbox-Id; debug mode's id and "default" mean the default context.
+    acl envd_path path_beg /files /filesystem.Filesystem/ /process.Process/
+    http-request set-var(txn.sgid) req.hdr(E2b-Sandbox-Id) if envd_path { req.hdr(E2b-Sandbox-Id) -m found } !{ req.hdr(E2b-Sandbox-Id) -m str debug_sandbox_id default }
     # POST /execute names its context in the body: only these requests are
     # buffered (the conditional form of option http-buffer-request).
     acl execute method POST
