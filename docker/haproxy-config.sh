@@ -194,6 +194,9 @@ cat <<'EOF'
     # An id no replica handed out: say so, never guess a replica.
     http-request return status 404 content-type application/json lf-string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: no replica has the tag %[var(txn.tag)] this session id begins with"}}' if has_id !known_tag hex_tag mcp
     http-request return status 404 content-type application/json string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: this session id was not handed out by any replica"}}' if has_id !known_tag mcp
+    # envd's calls (Connect RPC) read their error's kind from "code".
+    http-request return status 404 content-type application/json lf-string '{"code":"not_found","message":"no replica has the tag %[var(txn.tag)] this sandbox id begins with"}' if has_id !known_tag hex_tag envd_path
+    http-request return status 404 content-type application/json string '{"code":"not_found","message":"this sandbox id was not handed out by any replica"}' if has_id !known_tag envd_path
     http-request return status 404 content-type application/json lf-string '{"error":"not_found","message":"no replica has the tag %[var(txn.tag)] this id begins with"}' if has_id !known_tag hex_tag
     http-request return status 404 content-type application/json string '{"error":"not_found","message":"this id was not handed out by any replica"}' if has_id !known_tag
     # A POST /execute body longer than the buffer cannot be searched for its
