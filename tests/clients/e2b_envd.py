@@ -143,11 +143,13 @@ def commands(sbx):
     r = cat.wait()
     check(r.stdout == "to cat", "commands.close_stdin: the command reads its end", r)
     later = sbx.commands.run('read go; echo "later:$go"', background=True, stdin=True, timeout=0)
+    again = sbx.commands.connect(later.pid)
     later.disconnect()
     sbx.commands.send_stdin(later.pid, "now\n")
-    r = sbx.commands.connect(later.pid).wait()
+    r = again.wait()
     check(r.stdout == "later:now\n",
-          "disconnect() leaves it running; commands.connect gets its output", r)
+          "commands.connect: a second handle gets the output; disconnect() leaves the command "
+          "running", r)
 
 
 def contexts_and_keys(sbx):

@@ -136,11 +136,12 @@ try {
   check(r.stdout === 'to cat', 'commands.closeStdin: the command reads its end', r)
   const later = await sbx.commands.run('read go; echo "later:$go"',
     { background: true, stdin: true, timeoutMs: 0 })
+  const again = await sbx.commands.connect(later.pid)
   await later.disconnect()
   await sbx.commands.sendStdin(later.pid, 'now\n')
-  const again = await sbx.commands.connect(later.pid)
   r = await again.wait()
-  check(r.stdout === 'later:now\n', 'disconnect() leaves it running; commands.connect gets its output', r)
+  check(r.stdout === 'later:now\n',
+    'commands.connect: a second handle gets the output; disconnect() leaves the command running', r)
 
   // --- a named context's files and commands --------------------------------------------
   const ctx = await sbx.createCodeContext()
