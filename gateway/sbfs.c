@@ -1,6 +1,6 @@
 /* sbfs: files anywhere inside a context's sandbox (sbfs.h).
  *
- * Each operation is one `/sandgate-init --fs OP ARGS...` (kernelmgr/
+ * Each operation is one `/sandgate-init --group --fs OP ARGS...` (kernelmgr/
  * sandbox_fs.c, which documents the protocol) run by kernel_exec, with
  * three pipes whose daemon ends are non-blocking and watched by the loop
  * only while something is wanted from them.  A read's bytes go from its
@@ -26,7 +26,6 @@
 #define HEAD_MAX 65536       /* a read's entry line, and the first bytes after it */
 #define FRAME_MAX (1u << 20) /* sandbox_fs.c's */
 #define PIPE_BYTES (1 << 20)
-#define INIT "/sandgate-init" /* where every sandbox has it (sandbox_runsc.c) */
 
 typedef enum { OP_SIMPLE, OP_READ, OP_WRITE } op_kind_t;
 enum { IN, OUT, ERR };
@@ -477,11 +476,12 @@ static sbfs_op_t *start(loop_t *loop, kernel_t *k, op_kind_t kind, const char *c
         n++;
     sbfs_op_t *op = xzalloc(sizeof *op);
     *op = (sbfs_op_t){.loop = loop, .kind = kind, .cb = *cb, .fd = {-1, -1, -1}};
-    op->argv = xzalloc((n + 3) * sizeof *op->argv);
-    op->argv[0] = xstrdup(INIT);
-    op->argv[1] = xstrdup("--fs");
+    /* sandbox_exec runs `/sandgate-init --group ARGV`; with ARGV `--fs OP
+     * ...` that init does the operation itself (sandbox_init.c). */
+    op->argv = xzalloc((n + 2) * sizeof *op->argv);
+    op->argv[0] = xstrdup("--fs");
     for (size_t i = 0; i < n; i++)
-        op->argv[i + 2] = xstrdup(args[i]);
+        op->argv[i + 1] = xstrdup(args[i]);
     if (try_run(op, k, err) < 0) {
         op->running = false;
         destroy(op);

@@ -2,7 +2,7 @@
  *
  * usage: sandgate-init PROGRAM [ARGS...]
  *        sandgate-init --group PROGRAM [ARGS...]
- *        sandgate-init --fs OP ARGS...   (file operations: sandbox_fs.c)
+ *        sandgate-init [--group] --fs OP ARGS...   (file operations: sandbox_fs.c)
  *
  * A kernel as PID 1 would never reap the orphans of code it runs (every
  * `subprocess` grandchild becomes a zombie and counts against the process
@@ -478,12 +478,18 @@ static int on_signals(int sfd, pid_t child)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--fs") == 0)
-        return sandbox_fs_main(argc - 2, argv + 2);
     group_mode = argc > 1 && strcmp(argv[1], "--group") == 0;
     if (group_mode) {
         argv++;
         argc--;
+    }
+    /* A file operation is done by this process, also as the command of
+     * --group (`--group --fs OP...`, how sandbox_exec runs sbfs's): no
+     * child, so nothing to group, and a sanitizer build's helper is not
+     * started with the kernel's LD_PRELOAD before its runtime. */
+    if (argc > 1 && strcmp(argv[1], "--fs") == 0) {
+        umask(007); /* what the kernel's files get (below) */
+        return sandbox_fs_main(argc - 2, argv + 2);
     }
     if (argc < 2) {
         fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");

@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -316,8 +317,21 @@ try:
     s2, _, _ = req("GET", F + "?path=/tmp/over.bin&stat=1")
     ok(s == 413 and code_of(body) == "too_large" and s2 == 404,
        "over --max-upload: 413 too_large, nothing stored", (s, body, s2))
-    left = run("import os; print([n for n in os.listdir('/tmp') if 'sandgate' in n])", cid)
-    ok(left.strip() == "[]", "no temporary file is left in /tmp", left)
+    # An upload broken off by its client stores nothing and leaves nothing.
+    sock = socket.create_connection((host.hostname, host.port))
+    sock.sendall((f"PUT {F}?path=/tmp/broken.bin HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {ALICE}\r\nContent-Length: {10 * MiB}\r\n\r\n"
+                  ).encode() + b"y" * (2 * MiB))
+    time.sleep(1)
+    sock.close()
+    for _ in range(100):
+        left = run("import os; print(sorted(n for n in os.listdir('/tmp') if 'sandgate' in n "
+                   "or n == 'broken.bin'))", cid).strip()
+        if left == "[]":
+            break
+        time.sleep(0.2)
+    ok(left == "[]", "an upload the client breaks off stores nothing and leaves no temporary "
+       "file; nor does one over --max-upload", left)
 
     # The daemon and the neighbour context still answer.
     ok(run("print(6 * 7)", oid).strip() == "42", "the neighbour context still runs code")
