@@ -564,6 +564,23 @@ static enum MHD_Result commands_get(void *arg, http_req_t *call)
                            commands_list(self->commands, http_arg(call, "context"), true));
 }
 
+/* A request that reads c's output (stream_reader) or waits for its end
+ * (wait_reader: the status, as JSON). */
+static enum MHD_Result read_command(api_t *self, http_req_t *call, command_t *c,
+                                    const command_reader_t *r)
+{
+    creq_t *cr = creq_new(self, call->conn);
+    if (r == &wait_reader) {
+        cr->json_mode = true;
+        cr->agg = json_object();
+    }
+    call->state = cr;
+    sg_error_t *err = NULL;
+    if (attach(cr, c, r, &err) < 0)
+        return reply_failed(call->conn, &err);
+    return respond(cr);
+}
+
 static enum MHD_Result command_get(void *arg, http_req_t *call)
 {
     creq_t *cr = call->state;
@@ -574,14 +591,7 @@ static enum MHD_Result command_get(void *arg, http_req_t *call)
     if (!wait || strcmp(wait, "0") == 0 || strcmp(wait, "false") == 0 ||
         command_state(c) == COMMAND_EXITED)
         return http_reply_json(call->conn, 200, command_json(c));
-    cr = creq_new(arg, call->conn);
-    cr->json_mode = true;
-    cr->agg = json_object();
-    call->state = cr;
-    sg_error_t *err = NULL;
-    if (attach(cr, c, &wait_reader, &err) < 0)
-        return reply_failed(call->conn, &err);
-    return respond(cr);
+    return read_command(arg, call, c, &wait_reader);
 }
 
 static enum MHD_Result command_output(void *arg, http_req_t *call)
@@ -589,13 +599,7 @@ static enum MHD_Result command_output(void *arg, http_req_t *call)
     creq_t *cr = call->state;
     if (call->resumed)
         return http_reply_json(call->conn, 200, json_incref(cr->agg));
-    command_t *c = http_arg(call, "command");
-    cr = creq_new(arg, call->conn);
-    call->state = cr;
-    sg_error_t *err = NULL;
-    if (attach(cr, c, &stream_reader, &err) < 0)
-        return reply_failed(call->conn, &err);
-    return respond(cr);
+    return read_command(arg, call, http_arg(call, "command"), &stream_reader);
 }
 
 static enum MHD_Result command_signal_post(void *arg, http_req_t *call)
