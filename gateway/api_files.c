@@ -238,7 +238,7 @@ static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
 static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink_p)
 {
     sink_t *sink = *sink_p;
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO; /* set below; gcc -O1 with sanitizers cannot tell */
     if (sink->sb) {
         ret = api_sbfs_sink_finish(sink->sb, sink->tenant, sink->id);
         if (api_sbfs_sink_waiting(sink->sb))
