@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/xalloc.h"
+#include "gateway/audit.h"
 #include "gateway/envd_internal.h"
 #include "gateway/resp.h"
 #include "gateway/sbfs.h"
@@ -101,8 +102,10 @@ typedef enum { FS_STAT, FS_MKDIR, FS_MOVE, FS_LIST, FS_REMOVE } fs_rpc_t;
 typedef struct {
     envd_call_t base;
     envd_t *envd;
-    kernel_t *k; /* borrowed, until the first operation has started */
-    char *kid;   /* MakeDir: its context, for the mkdir after the stat */
+    kernel_t *k;  /* borrowed, until the first operation has started */
+    char *kid;    /* MakeDir: its context, for the mkdir after the stat */
+    char *ctx_id; /* its context, for the audit log */
+    audit_who_t who;
     resp_t *out;
     sbfs_op_t *op;
     fs_rpc_t rpc;
@@ -122,6 +125,7 @@ static void fs_end(envd_call_t *call, bool completed)
     json_decref(c->answer);
     free(c->path);
     free(c->kid);
+    free(c->ctx_id);
     free(c->code);
     free(c->msg);
     free(c);
@@ -183,6 +187,8 @@ static void fs_done(sbfs_op_t *op, const json_t *result, const sg_error_t *err, 
         c->answer = json_pack("{s:o}", "entries", entries);
     } else if (c->rpc == FS_REMOVE) {
         c->answer = json_object();
+        audit_event(&c->who, "file.delete",
+                    json_pack("{s:s, s:s}", "context", c->ctx_id, "path", c->path));
     } else {
         c->answer = json_pack("{s:o}", "entry", envd_entry(result));
     }
@@ -254,6 +260,8 @@ static enum MHD_Result fs_rpc(envd_t *self, http_req_t *req, fs_rpc_t rpc)
     c->envd = self;
     c->k = k;
     c->kid = rpc == FS_MKDIR ? xstrdup(kernel_id(k)) : NULL;
+    c->ctx_id = xstrdup(kernel_id(k));
+    http_who(req, "envd", &c->who);
     c->rpc = rpc;
     c->out = resp_new(self->loop, req->conn, self->wake, self->wake_arg);
     sg_error_t *err = NULL;

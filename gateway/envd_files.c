@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "gateway/audit.h"
 #include "gateway/envd_internal.h"
 #include "gateway/resp.h"
 #include "gateway/sbfs.h"
@@ -144,9 +145,10 @@ typedef struct {
     upload_t *up;
     sbfs_op_t *op; /* NULL once done */
     char *path;
-    char *filename; /* the multipart part's */
-    uint64_t got;   /* bytes of it so far */
-    char *pend;     /* bytes the sandbox has not taken yet */
+    char *filename;  /* the multipart part's */
+    uint64_t got;    /* bytes of it so far */
+    char *pend;      /* bytes the sandbox has not taken yet */
+    json_int_t size; /* once written */
     size_t plen, poff;
     bool ended, end_sent, done;
     json_t *entry;
@@ -155,6 +157,7 @@ typedef struct {
 struct upload {
     envd_t *envd;
     struct MHD_Connection *conn;
+    audit_who_t who;
     char *kid;                    /* the context */
     char *qpath;                  /* ?path=, or NULL */
     struct MHD_PostProcessor *pp; /* multipart; NULL: the body is the file */
@@ -249,6 +252,8 @@ static void part_done(sbfs_op_t *op, const json_t *entry, const sg_error_t *err,
     if (err)
         upload_fail(up, envd_files_status(sbfs_error_code(err), err->kind), err->msg);
     else
+        p->size = json_integer_value(json_object_get(entry, "size"));
+    if (!err)
         p->entry = json_pack("{s:s, s:s, s:s}", "name",
                              json_string_value(json_object_get(entry, "name")) ?: "", "type",
                              "file", "path", p->path);
@@ -349,6 +354,7 @@ static void *upload_open(void *ctx, const http_req_t *req)
     up->envd = self;
     up->conn = req->conn;
     up->kid = xstrdup(kernel_id(k));
+    http_who(req, "envd", &up->who);
     const char *q = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "path");
     up->qpath = q && *q ? xstrdup(q) : NULL;
     const char *type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
@@ -394,8 +400,12 @@ static enum MHD_Result upload_answer(upload_t *up, struct MHD_Connection *conn)
     if (up->nparts == 0)
         return reply_files_error(conn, 400, "no file in the request");
     json_t *list = json_array();
-    for (size_t i = 0; i < up->nparts; i++)
+    for (size_t i = 0; i < up->nparts; i++) {
         json_array_append(list, up->parts[i]->entry);
+        audit_event(&up->who, "file.write",
+                    json_pack("{s:s, s:s, s:I}", "context", up->kid, "path", up->parts[i]->path,
+                              "size", up->parts[i]->size));
+    }
     return http_reply_json(conn, 200, list);
 }
 
