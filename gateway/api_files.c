@@ -238,15 +238,11 @@ static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
 static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void **sink_p)
 {
     sink_t *sink = *sink_p;
-    enum MHD_Result ret = MHD_NO; /* set below; gcc -O1 with sanitizers cannot tell */
-    if (sink->sb) {
-        ret = api_sbfs_sink_finish(sink->sb, sink->tenant, sink->id);
-        if (api_sbfs_sink_waiting(sink->sb))
-            return ret;
-    } else if (sink->sbfs_error) {
-        ret = api_sbfs_reply_error(conn, sink->err);
-    }
     if (sink->sb || sink->sbfs_error) {
+        enum MHD_Result ret = sink->sb ? api_sbfs_sink_finish(sink->sb, sink->tenant, sink->id)
+                                       : api_sbfs_reply_error(conn, sink->err);
+        if (sink->sb && api_sbfs_sink_waiting(sink->sb))
+            return ret;
         *sink_p = NULL;
         sink_free(sink);
         return ret;
@@ -261,6 +257,7 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
         }
     }
     json_t *info = sink->info;
+    enum MHD_Result ret;
     if (info) {
         metrics.uploads++;
         metrics.upload_bytes += (uint64_t)json_integer_value(json_object_get(info, "size"));

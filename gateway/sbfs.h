@@ -2,7 +2,7 @@
  *
  * files.h serves the workspace from the host; this module serves every
  * other path too (/tmp, /home/user, /etc...), and never from the host: each
- * operation is one `sandgate-init --fs OP PATH...` run inside the running
+ * operation is one `sandgate-init --group --fs OP PATH...` run in the running
  * sandbox by kernel_exec (runsc exec, as the sandbox user), so every path is
  * resolved by gVisor in the sandbox's own file system — a symlink planted
  * by sandboxed code, a '..', /proc/1/root all lead only to what the sandbox
