@@ -678,6 +678,14 @@ command_t *commands_find(commands_t *self, const kernel_t *k, const char *id)
     return commands_find_pid(self, k, (uint32_t)n);
 }
 
+command_t *commands_next(commands_t *self, const kernel_t *k, const command_t *prev)
+{
+    if (prev)
+        return prev->next;
+    ctx_t *x = ctx_of(self, k, false);
+    return x ? x->list : NULL;
+}
+
 json_t *commands_list(commands_t *self, const kernel_t *k, bool exited)
 {
     json_t *list = json_array();

@@ -129,8 +129,11 @@ command_t *commands_start(commands_t *self, kernel_t *k, const command_opts_t *o
 command_t *commands_find(commands_t *self, const kernel_t *k, const char *id);
 /* The same by number. */
 command_t *commands_find_pid(commands_t *self, const kernel_t *k, uint32_t pid);
-/* k's commands, oldest first: running ones, then (with exited) the finished
- * ones still kept.  A JSON array of command_json (new reference). */
+/* k's commands, oldest first: the first when prev is NULL, else the one
+ * after prev; NULL at the end (finished ones included: command_state). */
+command_t *commands_next(commands_t *self, const kernel_t *k, const command_t *prev);
+/* k's commands, oldest first, the finished ones only with exited: a JSON
+ * array of command_json (new reference). */
 json_t *commands_list(commands_t *self, const kernel_t *k, bool exited);
 
 /* --- one command ------------------------------------------------------------------- */

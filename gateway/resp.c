@@ -10,8 +10,8 @@ struct resp {
     void (*wake)(void *);
     void *wake_arg;
     bool suspended, gone, ended;
-    char *buf; /* written, not yet sent */
-    size_t len, off;
+    char *buf; /* written, not yet sent: buf[off, len), cap allocated */
+    size_t len, off, cap;
     char *keepalive;
     int keepalive_timer;
     void (*drained)(void *);
@@ -99,7 +99,15 @@ void resp_write(resp_t *self, const char *data, size_t n)
         return;
     if (self->off > 0 && self->off == self->len)
         self->off = self->len = 0;
-    self->buf = xrealloc(self->buf, self->len + n + 1);
+    if (self->len + n > self->cap && self->off > 0) { /* what was sent makes room */
+        memmove(self->buf, self->buf + self->off, self->len - self->off);
+        self->len -= self->off;
+        self->off = 0;
+    }
+    if (self->len + n > self->cap) { /* doubling: a stream of small writes copies little */
+        self->cap = self->cap * 2 > self->len + n ? self->cap * 2 : self->len + n;
+        self->buf = xrealloc(self->buf, self->cap);
+    }
     memcpy(self->buf + self->len, data, n);
     self->len += n;
     self->wrote_since_tick = true;
