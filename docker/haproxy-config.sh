@@ -169,6 +169,10 @@ ${resolvers}frontend sandgate
     http-request set-var(txn.sgid) path,field(3,/) if { path_beg /contexts/ }
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /api/kernels/ /api/sessions/ }
     http-request set-var(txn.sgid) req.hdr(Mcp-Session-Id) if { path /mcp /mcp/ } { req.hdr(Mcp-Session-Id) -m found }
+    # The E2B SDKs' envd calls (files, commands) name their sandbox, a context,
+    # in E2b-Sandbox-Id; debug mode's id and "default" mean the default context.
+    acl envd_path path_beg /files /filesystem.Filesystem/ /process.Process/
+    http-request set-var(txn.sgid) req.hdr(E2b-Sandbox-Id) if envd_path { req.hdr(E2b-Sandbox-Id) -m found } !{ req.hdr(E2b-Sandbox-Id) -m str debug_sandbox_id default }
     # POST /execute names its context in the body: only these requests are
     # buffered (the conditional form of option http-buffer-request).
     acl execute method POST
@@ -190,6 +194,9 @@ cat <<'EOF'
     # An id no replica handed out: say so, never guess a replica.
     http-request return status 404 content-type application/json lf-string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: no replica has the tag %[var(txn.tag)] this session id begins with"}}' if has_id !known_tag hex_tag mcp
     http-request return status 404 content-type application/json string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: this session id was not handed out by any replica"}}' if has_id !known_tag mcp
+    # envd's calls (Connect RPC) read their error's kind from "code".
+    http-request return status 404 content-type application/json lf-string '{"code":"not_found","message":"no replica has the tag %[var(txn.tag)] this sandbox id begins with"}' if has_id !known_tag hex_tag envd_path
+    http-request return status 404 content-type application/json string '{"code":"not_found","message":"this sandbox id was not handed out by any replica"}' if has_id !known_tag envd_path
     http-request return status 404 content-type application/json lf-string '{"error":"not_found","message":"no replica has the tag %[var(txn.tag)] this id begins with"}' if has_id !known_tag hex_tag
     http-request return status 404 content-type application/json string '{"error":"not_found","message":"this id was not handed out by any replica"}' if has_id !known_tag
     # A POST /execute body longer than the buffer cannot be searched for its

@@ -231,6 +231,15 @@ static kernel_t *default_context(api_t *self, const tenant_t *t, const char *lan
     return k;
 }
 
+kernel_t *api_default_context(api_t *self, const http_req_t *req, const char *language,
+                              const char *frontend, sg_error_t **err)
+{
+    audit_who_t who;
+    http_who(req, frontend, &who);
+    tenant_quota_t quota;
+    return default_context(self, req->tenant, language, &who, &quota, err);
+}
+
 /* --- one request that answers later: an execution's stream, or a wait ---------------- */
 
 stream_t *api_stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k)

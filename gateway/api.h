@@ -56,4 +56,11 @@ commands_t *api_commands(api_t *self);
  * sinks), so --max-body does not limit them; --max-upload does. */
 int api_register(api_t *self, http_server_t *http, sg_error_t **err);
 
+/* The tenant of req's default context for language, the one POST /execute
+ * without context_id uses, made (and admitted against the tenant's quotas)
+ * if there is none yet: borrowed, or NULL with *err.  frontend names the
+ * caller in the audit log. */
+kernel_t *api_default_context(api_t *self, const http_req_t *req, const char *language,
+                              const char *frontend, sg_error_t **err);
+
 #endif

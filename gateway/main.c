@@ -15,6 +15,7 @@
 #include "config.h"
 #include "gateway/api.h"
 #include "gateway/audit.h"
+#include "gateway/envd.h"
 #include "gateway/http.h"
 #include "gateway/jupyter.h"
 #include "gateway/keys.h"
@@ -36,6 +37,7 @@ typedef struct {
     api_t *api;
     jupyter_t *jupyter;
     mcp_t *mcp;
+    envd_t *envd;
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -263,10 +265,13 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     mc.max_upload = s->api.max_upload;
     mc.loopback_origins = s->http.token == NULL;
     d->mcp = mcp_new(loop, d->kmgr, &mc, http_server_wake, d->http);
-    /* The three front ends' URLs are disjoint, so the order is free. */
+    envd_config_t ec = {.max_upload = s->api.max_upload};
+    d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);
+    /* The four front ends' URLs are disjoint, so the order is free. */
     return api_register(d->api, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
-                   mcp_register(d->mcp, d->http, err) < 0
+                   mcp_register(d->mcp, d->http, err) < 0 ||
+                   envd_register(d->envd, d->http, err) < 0
                ? -1
                : 0;
 }
@@ -275,6 +280,7 @@ static void daemon_stop(daemon_t *d)
 {
     jupyter_close(d->jupyter);
     http_server_destroy(&d->http);
+    envd_destroy(&d->envd);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);

@@ -47,6 +47,14 @@ printf '\x01\x01\x82\x00\x00\x00\x00a\xc3\x8a\x80\x00\x00\x00\x00\x80\x81\x00\x0
     >"$out/fuzz_ws.seeds/split-character"
 run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/ws.c
 
+# envd's streaming request bodies (first byte odd) and base64 bytes (even):
+# an envelope with a message, one cut short, a base64 string.
+rm -rf "$out/fuzz_envd.seeds" && mkdir -p "$out/fuzz_envd.seeds"
+printf '\x01\x00\x00\x00\x00\x1c{"process":{"pid":1},"x":[]}' >"$out/fuzz_envd.seeds/envelope"
+printf '\x01\x00\x00\x00\x00\x30{"process":' >"$out/fuzz_envd.seeds/short"
+printf '\x00aGVsbG8gd29ybGQ=' >"$out/fuzz_envd.seeds/base64"
+run_harness fuzz_envd tests/fuzz/fuzz_envd.c gateway/envd_proto.c
+
 # Jupyter messages in WebSocket messages, both formats: a v1 message with a
 # buffer, a default-format binary one with a buffer, a text one.  The first
 # byte picks the frame type (bit 0: text).

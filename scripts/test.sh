@@ -16,10 +16,12 @@ slowest() { # build dir: its ten slowest tests, by their logs' times
 phase deps
 scripts/deps.sh --test || { echo "0 passed, 1 failed"; exit 1; }
 
-# The client SDKs the tests drive, pinned by tests/package-lock.json.
-(cd tests && npm ci --no-audit --no-fund --loglevel=error) || { echo "0 passed, 1 failed"; exit 1; }
-# The PyPI packages they use, pinned by tests/requirements.txt.
-scripts/venv.sh || { echo "0 passed, 1 failed"; exit 1; }
+# The client SDKs the tests drive, pinned by tests/package-lock.json, and
+# the PyPI packages they use, pinned by tests/requirements*.txt: fetched
+# while the first build compiles, and waited for before its tests.
+(cd tests && npm ci --no-audit --no-fund --loglevel=error && cd .. && scripts/venv.sh) \
+  >test-deps.log 2>&1 &
+test_deps=$!
 
 passed=0 failed=0
 count() { # build dir: add that build's automake test-suite summary to the totals
@@ -37,6 +39,11 @@ for b in "build" "build-asan --enable-sanitizers"; do
   phase "$dir: build"
   if ! scripts/build.sh "$@"; then
     echo "$dir: build FAILED"; failed=$((failed + 1)); continue
+  fi
+  if [ -n "${test_deps:-}" ]; then
+    wait "$test_deps" || { cat test-deps.log; echo "0 passed, 1 failed"; exit 1; }
+    tail -3 test-deps.log
+    test_deps=
   fi
   phase "$dir: tests"
   rm -f "$dir/test-suite.log"

@@ -308,15 +308,29 @@ try:
     if not os.path.isdir(os.path.join(SRC, "tests/node_modules")):
         diag("tests/node_modules is missing (cd tests && npm ci): the SDK scripts are skipped")
     else:
-        for script, args, least in (("e2b_sdk.mjs", [], 15), ("mcp_sdk.mjs", [], 35)):
+        # e2b_envd.mjs: files.* and commands.* with alice's key (bob's the other
+        # tenant's), its sandboxes on whichever replicas they land.
+        for script, key, args, least in (("e2b_sdk.mjs", TOKEN, [], 15),
+                                         ("mcp_sdk.mjs", TOKEN, [], 35),
+                                         ("e2b_envd.mjs", ALICE, [BOB], 45)):
             r = subprocess.run(["node", os.path.join(SRC, "tests/gateway", script), p.url,
-                                TOKEN, *args], capture_output=True, text=True, timeout=900)
+                                key, *args], capture_output=True, text=True, timeout=900)
             checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
             checks = [c for c in checks if "ok" in c]
             ok(len(checks) >= least, f"{script} through the proxy ran its checks "
                f"({len(checks)})", r.stderr[-2000:])
             for c in checks:
                 ok(c["ok"], f"{script}: {c['name']}", c.get("detail"))
+    py = os.path.join(SRC, "tests", ".venv-e2b", "bin", "python")
+    if os.access(py, os.X_OK):  # the Python SDK's files.* and commands.*
+        r = subprocess.run([py, os.path.join(SRC, "tests/clients/e2b_envd.py"), p.url, ALICE, BOB],
+                           capture_output=True, text=True, timeout=900)
+        checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        ok(len(checks) >= 40, f"e2b_envd.py through the proxy ran its checks ({len(checks)})",
+           r.stderr[-2000:])
+        for c in checks:
+            ok(c["ok"], f"e2b_envd.py: {c['name']}", c.get("detail"))
+    if os.path.isdir(os.path.join(SRC, "tests/node_modules")):
         for mode in ("default", "v1"):  # the WebSocket's JSON format, then v1's
             r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"),
                                 p.url, TOKEN, mode], capture_output=True, text=True, timeout=400)
