@@ -27,14 +27,15 @@ packages=(
   fonts-dejavu-core
   # ... the R kernel (kernelspec ir)
   r-cran-irkernel
-  # ... network egress for contexts that ask (--egress-allow), and pip for them
-  nftables iproute2 python3-pip
+  # ... network egress for contexts that ask (--egress-allow), and pip and
+  # venv (`python -m venv`) for them
+  nftables iproute2 python3-pip python3-venv
   # ... the docs' shell examples (docs/api.md): HTTP and JSON from a shell
   curl jq
 )
 test_packages=(
-  # the tests' own PyPI packages live in virtual environments (scripts/venv.sh)
-  python3-venv
+  # the tests' own PyPI packages live in virtual environments (scripts/venv.sh;
+  # python3-venv, above)
   # the fuzzer (clang + libFuzzer runtime), the Notebook server + browser the
   # Jupyter front-end tests drive, and strace (system calls the kernel makes)
   clang libclang-rt-14-dev python3-notebook chromium strace

@@ -418,6 +418,21 @@ def main():
         r = run(d, plain["id"], pip)
         ok(not r.get("stdout", "").startswith("0\n"),
            "and fails in a context that did not opt in", r.get("stdout", "")[-300:])
+        # `python -m venv` and the venv's own pip, as the sandbox user.
+        venv = (f"import subprocess\n"
+                f"def sh(*a):\n"
+                f"    r = subprocess.run(list(a), capture_output=True, text=True, timeout=240)\n"
+                f"    return r.returncode, (r.stdout + r.stderr)[-300:]\n"
+                f"print(sh('python', '-m', 'venv', '/tmp/venv'))\n"
+                f"print(sh('/tmp/venv/bin/pip', 'install', '--disable-pip-version-check', "
+                f"'--no-cache-dir', '--index-url', 'http://{PUBLIC}:8080/simple/', "
+                f"'--trusted-host', '{PUBLIC}', 'sgdemo'))\n"
+                f"print(sh('/tmp/venv/bin/python', '-c', "
+                f"'import sgdemo, sys; print(\"VALUE\", sgdemo.VALUE, sys.prefix)'))\n")
+        r = run(d, a["id"], venv, timeout=600)
+        out = r.get("stdout", "")
+        ok(out.count("(0, ") == 3 and "VALUE 42 /tmp/venv" in out,
+           "python -m venv makes a virtual environment whose pip installs from the index", out)
 
         # Two opted-in contexts cannot reach each other.
         serve = ("import socket, threading\nsrv = socket.socket()\n"
