@@ -276,7 +276,8 @@ uint64_t none_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
     argv[1] = "--group";
     memcpy(argv + 2, x->argv, nargs * sizeof *argv);
     const char **env = xzalloc((nown + nenv + 1) * sizeof *env);
-    memcpy(env, x->env, nenv * sizeof *env); /* first: the first of a name counts */
+    if (nenv) /* first: the first of a name counts */
+        memcpy(env, x->env, nenv * sizeof *env);
     memcpy(env + nenv, environ, nown * sizeof *env);
     const char *home = "/home/user";
     cleanup_free char *cwd = NULL;
