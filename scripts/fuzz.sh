@@ -81,17 +81,20 @@ mkdir -p "$out/py" && cp gateway/py/*.py "$out/py/"
 printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
 rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
-run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
-    common/loop.c common/records.c proto/jmsg.c proto/jsession.c proto/jconn.c proto/jclient.c \
-    kernelmgr/proc.c kernelmgr/kspec.c kernelmgr/sandbox.c kernelmgr/sandbox_runsc.c kernelmgr/sandbox_pause.c \
-    kernelmgr/sandbox_none.c kernelmgr/sandbox_host.c kernelmgr/sandbox_cgroup.c kernelmgr/launcher.c \
-    kernelmgr/sandbox_link.c kernelmgr/egress.c kernelmgr/kernel.c kernelmgr/kernel_exec.c kernelmgr/kernel_pause.c kernelmgr/kmgr.c \
-    gateway/http.c gateway/api.c gateway/files.c gateway/metrics.c gateway/jupyter.c \
-    gateway/channels.c gateway/ws.c gateway/wsmsg.c gateway/mcp.c gateway/exec.c gateway/resp.c \
-    gateway/audit.c gateway/exec_observers.c gateway/pyscript.c \
-    gateway/api_files.c gateway/api_metrics.c gateway/mcp_tools.c \
-    gateway/keys.c gateway/authlimit.c gateway/tenants.c \
-    $(pkg-config --cflags --libs libmicrohttpd)
+# The daemon's sources come from the build's Makefile (print-daemon-sources),
+# so a new file cannot be missed here; GET /openapi.json's compiled-in spec too.
+builddir=${SG_BUILDDIR:-build}
+if ! all=$(make -s -C "$builddir" print-daemon-sources); then
+    echo "fuzz: fuzz_http needs a configured build in $builddir (scripts/build.sh build)"
+    failed=$((failed + 1))
+else
+    # Its C files but main() and those run_harness adds itself.
+    sources=$(printf '%s\n' $all | grep '\.c$' | grep -vxF -e gateway/main.c $(printf -- '-e %s ' $common))
+    /usr/bin/python3 scripts/openapi-json.py docs/openapi.yaml "$out/openapi_json.c"
+    # shellcheck disable=SC2086 # one word per file
+    run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
+        $sources "$out/openapi_json.c" $(pkg-config --cflags --libs libmicrohttpd)
+fi
 extra_args=""
 
 echo "fuzz: $passed passed, $failed failed"
