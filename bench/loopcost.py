@@ -20,9 +20,11 @@ usage: bench/loopcost.py [--runs N] [--idle N] [--rounds N] [--no-perf]
   --baseline measures a second build in the same run, round by round (e.g.
   the commit before a change: git worktree add /tmp/base REV &&
   /tmp/base/scripts/build.sh), and compares CPU and round trip with it.
-  --keys N measures the build a second way in each round: with --keys-file
-  of N tenants (made with sandgate keys add), authenticating as one of
-  them, against --token.
+  --keys N compares --keys-file of N tenants (made with sandgate keys add),
+  authenticating as one of them, with --token instead: both daemons run side
+  by side (one session each and --idle idle ones) and their windows
+  alternate, pair by pair (--rounds pairs), so drift cancels; it reports the
+  median of the pairs' ratios and their quartiles.
   perf's tracepoint costs sandgate CPU on every system call: --no-perf
   measures the CPU without it (bench/zmqfloor -p and without -p match).
 Prints a Markdown table.
@@ -130,23 +132,20 @@ def make_keys(build, n):
     return path, key
 
 
-def run_build(a, build, rows, keys=None):
-    """One round on one build: a window alone, then with a.idle idle sessions.
-    keys: (keys file, the key to use) — authenticate as a tenant of it."""
+def run_build(a, build, rows):
+    """One round on one build: a window alone, then with a.idle idle sessions."""
     sgd.SANDGATE = os.path.join(build, "sandgate")
-    extra = ["--keys-file", keys[0], "--auth-fail-limit", "0"] if keys else []
     d = sgd.Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
-                   "--max-kernels", str(a.idle + 8), *extra,
+                   "--max-kernels", str(a.idle + 8),
                    env={"SANDGATE_INIT": os.path.join(build, "sandgate-init")})
-    Client.key = keys[1] if keys else TOKEN
-    label_build = f"{build} (--keys-file, {a.keys} keys)" if keys else build
+    Client.key = TOKEN
     try:
         st, ctx = d.json("POST", "/contexts", {}, token=Client.key)
         active = ctx["id"]
 
         def window(label):
             for fmt, as_json in (("NDJSON", False), ("JSON", True)):
-                rows.setdefault((label_build, label, fmt), []).append(
+                rows.setdefault((build, label, fmt), []).append(
                     measure(d, active, a.runs, as_json, not a.no_perf))
 
         window("1 session")
@@ -165,6 +164,64 @@ def run_build(a, build, rows, keys=None):
     finally:
         d.stop()
 
+def compare_keys(a, build, keys):
+    """--token and --keys-file daemons side by side; windows alternate in pairs
+    (the order flips each round).  Prints a table of the pairs' ratios."""
+    daemons = []
+    try:
+        for k in (None, keys):
+            sgd.SANDGATE = os.path.join(build, "sandgate")
+            extra = ["--keys-file", k[0], "--auth-fail-limit", "0"] if k else []
+            d = sgd.Daemon("--sandbox", "none", "--pool-size", "0", "--idle-timeout", "0",
+                           "--max-kernels", str(a.idle + 8), *extra,
+                           env={"SANDGATE_INIT": os.path.join(build, "sandgate-init")})
+            daemons.append(d)
+            key = k[1] if k else TOKEN
+            ctxs = []
+            for _ in range(a.idle + 1):
+                st, c = d.json("POST", "/contexts", {}, token=key)
+                if st not in (200, 201):
+                    raise RuntimeError(f"context: {st} {c}")
+                ctxs.append(c["id"])
+                d.json("POST", "/execute", {"code": "1+1", "context_id": c["id"]},
+                       headers={"Accept": "application/json"}, token=key)
+            d.sg_key, d.sg_ctx = key, ctxs[0]
+        time.sleep(2)
+        pairs = {"NDJSON": [], "JSON": []}
+        for r in range(a.rounds):
+            for fmt, as_json in (("NDJSON", False), ("JSON", True)):
+                got = {}
+                for d in (daemons if r % 2 == 0 else daemons[::-1]):
+                    Client.key = d.sg_key
+                    got[id(d)] = measure(d, d.sg_ctx, a.runs, as_json, not a.no_perf)
+                pairs[fmt].append((got[id(daemons[0])], got[id(daemons[1])]))
+    finally:
+        for d in daemons:
+            d.stop()
+    print(f"--keys-file ({a.keys} keys) against --token — {time.strftime('%Y-%m-%d')}, "
+          f"--sandbox none, 1 session + {a.idle} idle each, both daemons running, `1+1` "
+          f"sequentially over one keep-alive connection, {a.runs} executes per window, "
+          f"{a.rounds} alternating pairs{'' if not a.no_perf and os.geteuid() == 0 else ', perf stat not attached'}\n")
+    print("| format | --token CPU ms / execute | --keys-file CPU ms / execute | CPU ratio, median "
+          "of pairs (quartiles) | --token p50 ms | --keys-file p50 ms | p50 ratio, median of "
+          "pairs (quartiles) | syscalls / execute (token, keys) |")
+    print("|---|---|---|---|---|---|---|---|")
+
+    def q(v):
+        qs = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+        return f"{qs[1]:.3f}x ({qs[0]:.3f}-{qs[2]:.3f})"
+
+    for fmt, ps in pairs.items():
+        cpu = [k[1] / t[1] for t, k in ps]
+        p50 = [k[0] / t[0] for t, k in ps]
+        sc = [statistics.median(m[2].get("all", 0) for m in side) for side in zip(*ps)]
+        sc_text = f"{sc[0]:.1f}, {sc[1]:.1f}" if sc[0] else "-"
+        print(f"| {fmt} | {statistics.median(t[1] for t, _ in ps):.3f} | "
+              f"{statistics.median(k[1] for _, k in ps):.3f} | {q(cpu)} | "
+              f"{statistics.median(t[0] for t, _ in ps):.2f} | "
+              f"{statistics.median(k[0] for _, k in ps):.2f} | {q(p50)} | "
+              f"{sc_text} |")
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -178,20 +235,20 @@ def main():
                     help="another build (e.g. of the previous commit) measured in the same run, "
                          "round by round with SG_BUILDDIR's: the last column compares them")
     ap.add_argument("--keys", type=int, metavar="N",
-                    help="also measure SG_BUILDDIR's build with --keys-file of N tenants (one "
-                         "of them authenticating), round by round with --token: the last "
-                         "column compares them")
+                    help="compare SG_BUILDDIR's build with --keys-file of N tenants (one of "
+                         "them authenticating) against --token: two daemons side by side, "
+                         "--rounds alternating pairs of windows")
     a = ap.parse_args()
     builds = [os.environ["SG_BUILDDIR"]] + ([a.baseline] if a.baseline else [])
-    keys = make_keys(builds[0], a.keys) if a.keys else None
+    if a.keys:
+        compare_keys(a, builds[0], make_keys(builds[0], a.keys))
+        return
     rows = {}
     # Alternate the windows and the builds, so that a machine whose speed
     # drifts (a shared VM does) biases none of them.
     for _ in range(a.rounds):
         for build in builds:
             run_build(a, build, rows)
-        if keys:
-            run_build(a, builds[0], rows, keys)
 
     perf = not a.no_perf and os.geteuid() == 0
     print(f"sandgate's own cost per execute — {time.strftime('%Y-%m-%d')}, --sandbox none, "
@@ -213,7 +270,7 @@ def main():
         wk = statistics.median(m[3] for m in ms)
         lo, hi = min(m[1] for m in ms), max(m[1] for m in ms)
         sc = [f"{cnt[k]:.1f}" if perf else "-" for k in ("all", "epoll_wait", "poll", "getpid")]
-        base_build = a.baseline if a.baseline else os.environ["SG_BUILDDIR"] if a.keys else None
+        base_build = a.baseline
         vs = med.get((base_build, label, fmt)) if base_build else None
         vs_cpu = f"{cpu / vs[0]:.2f}x" if vs else "-"
         vs_p50 = f"{p50 / vs[1]:.2f}x" if vs else "-"
