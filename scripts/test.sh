@@ -1,7 +1,8 @@
 #!/bin/bash
 # Installs dependencies (the tests' too: scripts/deps.sh --test), builds, and
 # runs every test: the whole suite in the normal build, the sanitizer subset
-# (Makefile.am's sanitizer_tests) under ASan + UBSan (LeakSanitizer on), then
+# (Makefile.am's sanitizer_tests) under ASan + UBSan (LeakSanitizer on) — two
+# tests at a time, those timed against the clock (serial_tests) alone — then
 # the fuzzers for FUZZ_SECONDS each (default 30; longer runs: scripts/fuzz.sh SECONDS).  Each phase line says how
 # long the run has taken; the slowest tests of each build are listed.  Ends
 # with "N passed, N failed".
@@ -9,9 +10,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 phase() { echo "=== $* (at $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s)"; }
-slowest() { # build dir: its ten slowest tests, by their logs' times
-  find "$1/tests" -name '*.log' -printf '%T@ %p\n' | sort -n |
-    awk 'NR > 1 { printf "%5.0f s %s\n", $1 - prev, $2 } { prev = $1 }' | sort -rn | head -10
+slowest() { # build dir: its ten slowest tests, each log's last write less its birth
+  find "$1/tests" -name '*.log' -exec stat -c '%Y %W %n' {} + |
+    awk '{ printf "%5.0f s %s\n", $1 - $2, $3 }' | sort -rn | head -10
 }
 phase deps
 scripts/deps.sh --test || { echo "0 passed, 1 failed"; exit 1; }
@@ -24,8 +25,8 @@ scripts/deps.sh --test || { echo "0 passed, 1 failed"; exit 1; }
 test_deps=$!
 
 passed=0 failed=0
-count() { # build dir: add that build's automake test-suite summary to the totals
-  local log=$1/test-suite.log p=0 f=1
+count() { # an automake test-suite summary log: add it to the totals
+  local log=$1 p=0 f=1
   if [ -f "$log" ]; then
     p=$(sed -n 's/^# PASS: *//p' "$log" | head -1)
     f=$(( $(sed -n 's/^# FAIL: *//p' "$log" | head -1) + $(sed -n 's/^# ERROR: *//p' "$log" | head -1) + $(sed -n 's/^# XPASS: *//p' "$log" | head -1) ))
@@ -45,15 +46,26 @@ for b in "build" "build-asan --enable-sanitizers"; do
     tail -3 test-deps.log
     test_deps=
   fi
-  phase "$dir: tests"
-  rm -f "$dir/test-suite.log"
-  make -C "$dir" -k check >"$dir/check.out" 2>&1
-  grep -E '^(FAIL|ERROR|XPASS):' "$dir/check.out"
-  [ -f "$dir/test-suite.log" ] && grep -E '^# (TOTAL|PASS|FAIL|ERROR)' "$dir/test-suite.log"
-  grep -qE '^(FAIL|ERROR)' "$dir/check.out" && [ -f "$dir/test-suite.log" ] && \
-    sed -n '/^FAIL\|^ERROR/,+30p' "$dir/test-suite.log" | head -120
+  # Two tests at a time, then those timed against the clock (Makefile.am's
+  # serial_tests) one at a time; each set has its own summary log.
+  lists=$(make -s -C "$dir" print-tests)
+  all=$(echo "$lists" | tail -2 | head -1) serial=$(echo "$lists" | tail -1)
+  parallel=$(printf '%s\n' $all | grep -vxF $(printf -- '-e %s ' $serial) | tr '\n' ' ')
+  serial=$(printf '%s\n' $all | grep -xF $(printf -- '-e %s ' $serial) | tr '\n' ' ')
+  rm -f "$dir"/test-suite*.log "$dir"/check*.out
+  for set in "parallel -j2" "serial -j1"; do
+    set -- $set
+    phase "$dir: $1 tests"
+    make -C "$dir" -k "$2" check TESTS="${!1}" TEST_SUITE_LOG="test-suite-$1.log" \
+      >"$dir/check-$1.out" 2>&1
+    grep -E '^(FAIL|ERROR|XPASS):' "$dir/check-$1.out"
+    log=$dir/test-suite-$1.log
+    [ -f "$log" ] && grep -E '^# (TOTAL|PASS|FAIL|ERROR)' "$log"
+    grep -qE '^(FAIL|ERROR)' "$dir/check-$1.out" && [ -f "$log" ] && \
+      sed -n '/^FAIL\|^ERROR/,+30p' "$log" | head -120
+    count "$log"
+  done
   slowest "$dir"
-  count "$dir"
 done
 
 phase fuzz
