@@ -25,9 +25,12 @@ EXAMPLE = open(os.path.join(SRC, "contrib/sandgate.conf")).read()
 
 def make_var(builddir, name):
     """A variable of builddir's Makefile, fully expanded."""
+    # Not as a sub-make of the `make check` running this: an inherited
+    # MAKEFLAGS (-j2's jobserver) makes it print its directory.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     r = subprocess.run(["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-",
                         "sg-print"], cwd=builddir, input=f"sg-print:\n\t@echo '$({name})'\n",
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     return r.stdout.strip()
 
 
