@@ -137,7 +137,7 @@ static const char *context_state(const kernel_t *k)
     return kernel_status(k);
 }
 
-static json_t *context_json(api_t *self, kernel_t *k)
+json_t *api_context_json(api_t *self, kernel_t *k)
 {
     json_t *meta = json_object_get(self->contexts, kernel_id(k));
     const char *lang = json_string_value(json_object_get(meta, "language"));
@@ -151,6 +151,9 @@ static json_t *context_json(api_t *self, kernel_t *k)
     if (kernel_state(k) == KERNEL_PAUSED)
         json_object_set_new(j, "checkpoint_bytes",
                             json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));
+    const json_t *lineage = kmgr_lineage(self->kmgr, k);
+    if (lineage && json_array_size(lineage)) /* made from a snapshot of this context */
+        json_object_set_new(j, "parent", json_incref(json_array_get(lineage, 0)));
     return j;
 }
 
@@ -162,8 +165,8 @@ static void audit_context(const audit_who_t *who, const char *name, const char *
 
 /* Answers *err, a refusal for a quota (tenant_reply_quota's 429, with
  * *quota) or another error, and frees it. */
-static enum MHD_Result reply_refused(struct MHD_Connection *conn, const tenant_quota_t *quota,
-                                     sg_error_t **err)
+enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quota_t *quota,
+                                  sg_error_t **err)
 {
     if ((*err)->kind != SG_E_QUOTA)
         return reply_failed(conn, err);
@@ -178,7 +181,23 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
                                 const char *cwd, bool internet, bool implicit,
                                 const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    const kspec_t *spec = spec_for(self, language);
+    return api_create_context(self, t, language, cwd, internet, implicit, NULL, who, quota, err);
+}
+
+kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
+                             bool internet, bool implicit, const kmgr_snapshot_t *snap,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
+{
+    if (snap) { /* the snapshot's context's language and cwd (its kernel keeps its own cwd) */
+        json_t *meta = json_object_get(self->contexts, snap->context_id);
+        const char *l = json_string_value(json_object_get(meta, "language"));
+        const char *c = json_string_value(json_object_get(meta, "cwd"));
+        const kspec_t *ks = kspecs_get(kmgr_kspecs(self->kmgr), snap->kernelspec);
+        language = l ? l : ks ? ks->language : "python";
+        cwd = c ? c : "/home/user";
+    }
+    const kspec_t *spec =
+        snap ? kspecs_get(kmgr_kspecs(self->kmgr), snap->kernelspec) : spec_for(self, language);
     if (spec == NULL) {
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
@@ -192,6 +211,7 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
         return NULL;
     }
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
+    so.snapshot = snap ? snap->id : NULL;
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
@@ -200,10 +220,10 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
         json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
     record_write(self, kernel_id(k));
     audit_event(who, "context.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "context", kernel_id(k), "language",
-                          language, "kernelspec", spec->name, "cwd", cwd, "internet", internet,
-                          "implicit", implicit));
-    if (strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?}", "context", kernel_id(k),
+                          "language", language, "kernelspec", spec->name, "cwd", cwd, "internet",
+                          internet, "implicit", implicit, "snapshot", snap ? snap->id : NULL));
+    if (!snap && strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
         char *code = pyscript(PY_CONTEXT_CWD, json_pack("{s:s}", "cwd", cwd));
         kernel_exec_opts_t o = {.silent = true};
@@ -539,7 +559,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
         k = default_context(self, call->tenant, lang ? json_string_value(lang) : "python", &who,
                             &quota, &err);
         if (!k) {
-            ret = reply_refused(conn, &quota, &err);
+            ret = api_reply_refused(conn, &quota, &err);
             goto out;
         }
     }
@@ -566,7 +586,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     s->exec =
         exec_start(k, json_string_value(s->command ? command : code), &o, &exec_events, s, &err);
     if (s->exec == NULL) {
-        ret = reply_refused(conn, &quota, &err);
+        ret = api_reply_refused(conn, &quota, &err);
         s->refs = 1;
         api_stream_unref(s);
         goto out;
@@ -621,7 +641,7 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     stream_t *s = arg;
     /* A resume that could not restore gives a fresh kernel: RESTARTED. */
     bool failed = ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE ||
-                  (s->wait_for == KERNEL_EV_READY && ev == KERNEL_EV_RESTARTED);
+                  (s->wait_for == KERNEL_EV_READY && ev == KERNEL_EV_RESTARTED && !s->restoring);
     if (ev != s->wait_for && !failed)
         return;
     kernel_unobserve(k, on_context_event, s);
@@ -632,7 +652,7 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
         s->status = sg_error_http_status(err->kind);
     } else if (!failed && s->wait_for != KERNEL_EV_PREPARED) {
         json_decref(s->agg);
-        s->agg = context_json(s->api, k);
+        s->agg = api_context_json(s->api, k);
     }
     if (failed && s->wait_for != KERNEL_EV_PREPARED) {
         sg_error_t *why = NULL;
@@ -675,22 +695,40 @@ static enum MHD_Result wait_event(api_t *self, struct MHD_Connection *conn, kern
                                   kernel_event_t ev, unsigned status, void **req_state)
 {
     stream_t *s = api_stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
-    s->context_wait = s->json_mode = true;
-    s->wait_for = ev;
-    s->agg = context_json(self, k);
+    s->json_mode = true;
+    s->agg = api_context_json(self, k);
     s->status = status;
-    kernel_observe(k, on_context_event, s);
     *req_state = s;
+    api_stream_wait(s, k, ev);
     return resp_wait(s->out);
+}
+
+void api_stream_wait(stream_t *s, kernel_t *k, kernel_event_t ev)
+{
+    s->snapshot_wait = false;
+    s->context_wait = true;
+    s->k = k;
+    s->wait_for = ev;
+    kernel_observe(k, on_context_event, s);
+}
+
+void api_stream_answer(stream_t *s, unsigned status, json_t *answer)
+{
+    json_decref(s->agg);
+    s->agg = answer;
+    s->status = status;
+    s->done = true;
+    resp_ready(s->out);
+    api_stream_unref(s);
 }
 
 /* Answers POST /contexts once k's workspace exists: at once without a
  * launcher, else when the launcher has made it (or failed, or timed out). */
-static enum MHD_Result context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
-                                       void **req_state)
+enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                    void **req_state)
 {
     if (kernel_prepared(k))
-        return http_reply_json(conn, 201, context_json(self, k));
+        return http_reply_json(conn, 201, api_context_json(self, k));
     return wait_event(self, conn, k, KERNEL_EV_PREPARED, 201, req_state);
 }
 
@@ -705,7 +743,7 @@ static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, ke
     kernel_state_t st = kernel_state(k);
     if (pause ? st == KERNEL_PAUSED
               : (st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
-        return http_reply_json(conn, 200, context_json(self, k));
+        return http_reply_json(conn, 200, api_context_json(self, k));
     if (pause && st == KERNEL_PAUSING)
         return wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
     if (!pause && st == KERNEL_DEAD) /* no event would ever answer the wait */
@@ -715,7 +753,7 @@ static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, ke
                                  kernel_id(k), kernel_id(k));
     if (pause ? kernel_pause(k, &err) < 0
               : tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0)
-        return reply_refused(conn, &quota, &err);
+        return api_reply_refused(conn, &quota, &err);
     return wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200, req_state);
 }
 
@@ -745,7 +783,7 @@ static enum MHD_Result contexts_list(void *arg, http_req_t *call)
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
         kernel_t *k = kmgr_at(self->kmgr, i);
         if (tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
-            json_array_append_new(list, context_json(self, k));
+            json_array_append_new(list, api_context_json(self, k));
     }
     return http_reply_json(call->conn, 200, list);
 }
@@ -761,17 +799,29 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     audit_who_t who;
     http_who(call, "rest", &who);
     json_t *req = api_parse_body(conn, call->body, call->len, &ret);
-    json_t *lang, *cwd, *internet;
+    json_t *lang, *cwd, *internet, *snapshot;
+    const kmgr_snapshot_t *snap = NULL;
     if (!req)
         return ret;
     if (api_field(req, "language", JSON_STRING, &lang, conn, &ret) &&
         api_field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
-        api_field(req, "internet", JSON_TRUE, &internet, conn, &ret)) {
-        tenant_quota_t quota;
-        kernel_t *k = create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
-                                     cwd ? json_string_value(cwd) : "/home/user",
-                                     json_is_true(internet), false, &who, &quota, &err);
-        ret = k ? context_created(self, conn, k, &call->state) : reply_refused(conn, &quota, &err);
+        api_field(req, "internet", JSON_TRUE, &internet, conn, &ret) &&
+        api_field(req, "snapshot", JSON_STRING, &snapshot, conn, &ret)) {
+        if (snapshot && !(snap = http_resolve(call, "snapshot", json_string_value(snapshot)))) {
+            ret = http_reply_unknown(call, "snapshot", json_string_value(snapshot));
+        } else if (snap && (lang || cwd || json_is_true(internet))) {
+            ret = http_reply_errorf(conn, SG_E_INVALID,
+                                    "a context made from a snapshot has the snapshot's language, "
+                                    "cwd and network: give \"snapshot\" alone");
+        } else {
+            tenant_quota_t quota;
+            kernel_t *k =
+                api_create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
+                                   cwd ? json_string_value(cwd) : "/home/user",
+                                   json_is_true(internet), false, snap, &who, &quota, &err);
+            ret = k ? api_context_created(self, conn, k, &call->state)
+                    : api_reply_refused(conn, &quota, &err);
+        }
     }
     sg_error_free(&err);
     json_decref(req);
@@ -780,7 +830,7 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
 
 static enum MHD_Result context_get(void *arg, http_req_t *call)
 {
-    return http_reply_json(call->conn, 200, context_json(arg, http_arg(call, "context")));
+    return http_reply_json(call->conn, 200, api_context_json(arg, http_arg(call, "context")));
 }
 
 static enum MHD_Result context_delete(void *arg, http_req_t *call)
@@ -822,7 +872,7 @@ static enum MHD_Result context_restart(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     tenant_quota_t quota; /* a paused or dead context runs again: max-live */
     if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_restart(k, &err) < 0)
-        return reply_refused(call->conn, &quota, &err);
+        return api_reply_refused(call->conn, &quota, &err);
     audit_who_t who;
     http_who(call, "rest", &who);
     audit_context(&who, "context.restart", kernel_id(k));
@@ -838,6 +888,9 @@ static void request_done(void *ctx, void *req_state, bool completed)
          * request's reference then. */
         loop_timer_end(s->api->loop, s->metrics_timer);
         s->metrics_timer = -1;
+        s->done = true;
+    } else if (!s->done && s->snapshot_wait) {
+        /* The snapshot's callback still comes, and drops its reference. */
         s->done = true;
     } else if (!s->done) {
         /* The client went away first: the execution is interrupted, a
@@ -870,6 +923,7 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
                    "no context '%s'", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
         api_files_register(self, http, &front, err) < 0 ||
+        api_snapshots_register(self, http, &front, err) < 0 ||
         api_commands_register(self, http, err) < 0 ||
         api_metrics_register(self, http, &front, err) < 0)
         return -1;

@@ -9,6 +9,8 @@
  *   api_metrics.c  GET /health, GET /metrics and GET /openapi.json
  *   api_commands.c /contexts/{context}/commands: commands beside the kernel
  *                  (commands.h); the parameter kind {command}
+ *   api_snapshots.c snapshots, fork and roll-back; the parameter kind
+ *                  {snapshot}
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
@@ -19,6 +21,7 @@
 #include "gateway/exec.h"
 #include "gateway/http.h"
 #include "gateway/resp.h"
+#include "gateway/tenants.h"
 
 struct api {
     loop_t *loop;
@@ -48,6 +51,8 @@ typedef struct {
     bool command;
     bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
     kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
+    bool restoring;          /* a wait for READY after a roll-back: RESTARTED is expected */
+    bool snapshot_wait;      /* not an execution: a snapshot's callback answers (snapshots) */
     bool metrics;            /* not an execution: GET /metrics waits for the refusal counts */
     int metrics_timer;       /* metrics: answers without them after METRICS_WAIT_MS; -1: none */
 } stream_t;
@@ -56,6 +61,29 @@ typedef struct {
  * the front end's done drops). */
 stream_t *api_stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k);
 void api_stream_unref(stream_t *s);
+
+/* The stream answers once k reports ev (PREPARED: with agg as it is;
+ * READY, PAUSED: with k's context; a failure with its error): it takes the
+ * caller's reference.  api_stream_answer answers at once (answer stolen)
+ * and drops the caller's reference. */
+void api_stream_wait(stream_t *s, kernel_t *k, kernel_event_t ev);
+void api_stream_answer(stream_t *s, unsigned status, json_t *answer);
+
+/* What the contexts' routes share with the snapshots' (api_snapshots.c). */
+json_t *api_context_json(api_t *self, kernel_t *k);
+/* A new context of tenant t's (from snap when not NULL: its language, cwd
+ * and kernelspec); NULL with *err, SG_E_QUOTA with *quota (tenants.h). */
+kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
+                             bool internet, bool implicit, const kmgr_snapshot_t *snap,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err);
+/* Answers POST /contexts: 201 once k's workspace exists. */
+enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                    void **req_state);
+/* Answers *err, a quota's 429 (with *quota) or another error; frees it. */
+enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quota_t *quota,
+                                  sg_error_t **err);
+int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t *front,
+                           sg_error_t **err);
 
 /* docs/openapi.yaml as JSON (NUL-terminated; the length without it), for
  * GET /openapi.json: made at build time by scripts/openapi-json.py, so the

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/commands_internal.h"
+#include "gateway/resp.h"
 #include "kernelmgr/sandbox.h"
 
 #define READ_CHUNK 65536
@@ -738,17 +739,6 @@ uint64_t command_dropped(const command_t *c)
     return c->dropped;
 }
 
-static json_t *iso_time(int64_t ms)
-{
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char when[40];
-    size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + n, sizeof when - n, ".%03dZ", (int)(ms % 1000));
-    return json_string(when);
-}
-
 json_t *command_json(const command_t *c)
 {
     static const char *states[] = {"starting", "running", "exited"};
@@ -765,12 +755,12 @@ json_t *command_json(const command_t *c)
     json_t *j = json_pack("{s:s, s:I, s:s, s:o, s:s, s:s, s:b, s:b, s:o}", "id", c->id, "pid",
                           (json_int_t)c->pid, "cmd", c->shell ? c->shell : line, "argv", argv,
                           "cwd", c->cwd, "state", states[c->state], "background", c->background,
-                          "stdin", c->in_accepting, "started_at", iso_time(c->started_at));
+                          "stdin", c->in_accepting, "started_at", resp_iso_time(c->started_at));
     free(line);
     if (c->state == COMMAND_EXITED) {
         json_object_set_new(j, "exit_code", json_integer(command_exit_code(c)));
         json_object_set_new(j, "timed_out", json_boolean(c->timed_out));
-        json_object_set_new(j, "ended_at", iso_time(c->ended_at));
+        json_object_set_new(j, "ended_at", resp_iso_time(c->ended_at));
         if (c->err)
             json_object_set_new(j, "error", json_string(c->err->msg));
     }

@@ -301,6 +301,10 @@ static const opt_t table[] = {
      .help = "at SIGTERM, pause every idle session first, waiting up to SEC (0, the default: "
              "sessions keep running for the next start); for containers, whose processes end "
              "with them"},
+    {"snapshot-ttl", 0, "SEC", SECONDS_MS(k.snapshot_ttl_ms, 0, 3650 * DAY),
+     .help = "delete snapshots this old (0, the default: kept until deleted)"},
+    {"max-snapshots", 0, "N", UINT(k.max_snapshots, 0, 100000, 1),
+     .help = "snapshots one context may keep at once (32; 0: no limit); past it 429"},
     {"max-kernels", 0, "N", UINT(k.max_kernels, 0, 100000, 1),
      .help = "running session kernels at once (64; paused ones not counted)"},
     {"pool-size", 0, "N", UINT(k.pool_size, 0, 1000, 1),

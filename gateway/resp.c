@@ -1,6 +1,8 @@
 #include "gateway/resp.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/xalloc.h"
 
@@ -155,4 +157,15 @@ void resp_set_gone(resp_t *self)
 bool resp_gone(const resp_t *self)
 {
     return self->gone;
+}
+
+json_t *resp_iso_time(int64_t ms)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char when[40];
+    size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + n, sizeof when - n, ".%03dZ", (int)(ms % 1000));
+    return json_string(when);
 }

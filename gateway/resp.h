@@ -15,7 +15,9 @@
 #ifndef SG_RESP_H
 #define SG_RESP_H
 
+#include <jansson.h>
 #include <microhttpd.h>
+#include <stdint.h>
 
 #include "common/loop.h"
 
@@ -51,5 +53,8 @@ void resp_ready(resp_t *self);
  * nothing is resumed any more. */
 void resp_set_gone(resp_t *self);
 bool resp_gone(const resp_t *self);
+
+/* Unix time ms as an ISO-8601 UTC string with milliseconds ("...T12:00:00.000Z"). */
+json_t *resp_iso_time(int64_t ms);
 
 #endif

@@ -183,6 +183,15 @@ static void become_ready(kernel_t *k)
         emit(k, KERNEL_EV_READY, NULL);
         return;
     }
+    if (k->from_snapshot) {
+        log_info("kernel %s ready (%s, sandbox %s), restored from snapshot %s", k->id,
+                 k->spec->name, sandbox_id(k->sb), k->from_snapshot);
+        free(k->from_snapshot);
+        k->from_snapshot = NULL;
+        pump(k);
+        emit(k, KERNEL_EV_READY, NULL);
+        return;
+    }
     log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, sandbox_id(k->sb));
     if (k->opts.preload && *k->opts.preload) {
         /* First in line, ahead of anything queued during a restart. */
@@ -524,8 +533,9 @@ int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
     k->io_monitor = loop_zsock_add(k->loop, jclient_monitor(k->client), on_monitor, k, err);
     if (k->io_monitor == NULL)
         return -1;
-    k->probe_timer = loop_timer(k->loop, k->resuming ? RESUME_PROBE_INTERVAL_MS : PROBE_INTERVAL_MS,
-                                0, on_probe, k);
+    k->probe_timer = loop_timer(
+        k->loop, k->resuming || k->from_snapshot ? RESUME_PROBE_INTERVAL_MS : PROBE_INTERVAL_MS, 0,
+        on_probe, k);
     k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
     on_probe(k->loop, -1, k);
     return 0;
@@ -574,7 +584,8 @@ static int launch_now(kernel_t *k, sg_error_t **err)
     sandbox_opts_t so = {.internet = k->opts.internet,
                          .tenant = k->opts.owner,
                          .memory_bytes = k->opts.memory_bytes,
-                         .cpu_quota_us = k->opts.cpu_quota_us};
+                         .cpu_quota_us = k->opts.cpu_quota_us,
+                         .snapshot = k->from_snapshot};
     k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
@@ -609,6 +620,8 @@ static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
         k->opts.preload = xstrdup(k->opts.preload);
     k->opts.owner = xstrdup(k->opts.owner ? k->opts.owner : "admin");
     k->opts.username = k->opts.username ? xstrdup(k->opts.username) : NULL;
+    k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
+    k->opts.snapshot = NULL; /* from_snapshot says it, until the kernel runs */
     k->ev = ev;
     k->ev_arg = ev_arg;
     k->start_timer = k->probe_timer = k->hb_timer = k->grace_timer = -1;
@@ -625,6 +638,7 @@ static void kernel_free(void *arg)
     free((char *)k->opts.preload);
     free((char *)k->opts.owner);
     free((char *)k->opts.username);
+    free(k->from_snapshot);
     free(k->observers);
     free(k);
 }
@@ -724,6 +738,19 @@ int kernel_restart(kernel_t *k, sg_error_t **err)
     if (k->held)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is still being prepared", k->id);
     log_info("kernel %s: restarting", k->id);
+    restart_reset(k, "the kernel was restarted; its variables are lost");
+    free(k->from_snapshot); /* a fresh kernel, whatever a failed roll-back wanted */
+    k->from_snapshot = NULL;
+    if (launch(k, err) < 0) {
+        die_msg(k, SG_E_UNAVAILABLE, "restart failed: %s", *err ? (*err)->msg : "?");
+        return -1;
+    }
+    emit(k, KERNEL_EV_RESTARTED, NULL);
+    return 0;
+}
+
+void restart_reset(kernel_t *k, const char *msg)
+{
     k->state = KERNEL_STARTING; /* not DEAD: die() below must not fire */
     k->resuming = k->resume_wanted = k->reattaching = false;
     k->checkpoint_bytes = 0;
@@ -733,7 +760,7 @@ int kernel_restart(kernel_t *k, sg_error_t **err)
         sandbox_free(&k->sb);
     }
     sg_error_t *why = NULL;
-    sg_error_set(&why, SG_E_UNAVAILABLE, "the kernel was restarted; its variables are lost");
+    sg_error_set(&why, SG_E_UNAVAILABLE, "%s", msg);
     /* Executions not yet sent survive into the new kernel; a sent one cannot. */
     exec_t *unsent = NULL, **tail = &unsent;
     exec_t *sent = NULL, **stail = &sent;
@@ -754,12 +781,6 @@ int kernel_restart(kernel_t *k, sg_error_t **err)
     sg_error_free(&why);
     k->execution_count = 0;
     k->published[0] = 0;
-    if (launch(k, err) < 0) {
-        die_msg(k, SG_E_UNAVAILABLE, "restart failed: %s", *err ? (*err)->msg : "?");
-        return -1;
-    }
-    emit(k, KERNEL_EV_RESTARTED, NULL);
-    return 0;
 }
 
 void kernel_shutdown(kernel_t **k_p, bool wait)
@@ -776,6 +797,7 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
         jmsg_destroy(&req);
     }
     k->ev = NULL;
+    snapshot_abort(k);
     emit(k, KERNEL_EV_GONE, NULL);
     k->tap = (kernel_tap_t){0};
     k->nobservers = 0;
@@ -800,6 +822,7 @@ void kernel_detach(kernel_t **k_p)
     kernel_t *k = *k_p;
     *k_p = NULL;
     k->ev = NULL;
+    snapshot_abort(k);
     emit(k, KERNEL_EV_GONE, NULL);
     k->tap = (kernel_tap_t){0};
     k->nobservers = 0;

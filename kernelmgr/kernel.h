@@ -60,6 +60,8 @@ typedef struct {
     uint64_t memory_bytes;  /* the tenant's ceilings for its sandboxes: the lower of each and */
     uint64_t cpu_quota_us;  /* the server's applies (sandbox_opts_t); 0: the server's */
     const char *username;   /* who its client says uses it (copied); NULL: not said */
+    const char *snapshot;   /* kernel_start: start as this snapshot's kernel (sandbox.h; its
+                               workspace restored by the caller); NULL: a fresh kernel */
 } kernel_opts_t;
 
 typedef struct {
@@ -152,6 +154,21 @@ typedef struct {
     uint64_t resumes;                      /* completed resumes of this handle */
 } kernel_pause_info_t;
 kernel_pause_info_t kernel_pause_info(const kernel_t *k);
+/* Snapshots (sandbox.h's): kernel_snapshot saves the kernel as snapshot
+ * sid.  An idle kernel is paused for it and resumed afterwards (executions
+ * sent meanwhile wait for the resume); a paused one stays paused.  cb is
+ * called once with the snapshot's bytes on disk, or why not — after the
+ * resume began, from the loop (or before this returns without a
+ * launcher).  SG_E_CONFLICT at once when the kernel is busy or starting, has
+ * a network, runs without a sandbox, or a snapshot is under way.
+ * kernel_restore_snapshot gives k the snapshot's state: its workspace
+ * becomes a copy of the snapshot's and a new sandbox restores the image
+ * (executions sent to the old one end as in a restart; RESTARTED, then
+ * READY). */
+typedef void(kernel_snapshot_fn)(kernel_t *k, uint64_t bytes, const sg_error_t *err, void *arg);
+int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *arg,
+                    sg_error_t **err);
+int kernel_restore_snapshot(kernel_t *k, const char *sid, sg_error_t **err);
 /* A fresh kernel on the same workspace; pending executions end with an
  * error; variables are lost. */
 int kernel_restart(kernel_t *k, sg_error_t **err);

@@ -96,6 +96,11 @@ struct kernel {
     int64_t last_pause_ms, last_resume_ms;
     uint64_t resumes;
     uint64_t checkpoint_bytes;
+
+    /* snapshots (kernel_snapshot.c) */
+    struct snap *snap;   /* a snapshot under way; NULL: none */
+    char *from_snapshot; /* the next launch restores this snapshot (then NULL) */
+    uint64_t ws_restore; /* its workspace is being restored (sandbox_cancel) */
 };
 
 /* kernel.c */
@@ -111,6 +116,20 @@ int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err);
 void on_exit_(pid_t pid, int status, void *arg);
 void on_start_timeout(loop_t *loop, int timer_id, void *arg);
 void on_heartbeat(loop_t *loop, int timer_id, void *arg);
+
+/* kernel.c: what a restart and a roll-back share — the kernel reconnects
+ * to nothing, its sandbox is removed, executions already sent end with
+ * why, those not sent yet wait for the new kernel. */
+void restart_reset(kernel_t *k, const char *why);
+
+/* kernel_snapshot.c, for kernel_pause.c and kernel.c */
+/* The pause a snapshot asked for ended: saved and resumed, or err (the
+ * snapshot fails with it; the pause's own handling goes on). */
+void snapshot_paused(kernel_t *k);
+void snapshot_failed(kernel_t *k, const sg_error_t *err);
+/* The kernel goes away: a snapshot under way fails, a workspace being
+ * restored calls back no more. */
+void snapshot_abort(kernel_t *k);
 
 /* kernel_exec.c */
 void exec_free(exec_t *e);

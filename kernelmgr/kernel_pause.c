@@ -21,6 +21,10 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         k->published[0] = 0;
         log_info("kernel %s paused in %lld ms (checkpoint %llu KiB)", k->id, (long long)took,
                  (unsigned long long)(bytes >> 10));
+        if (k->snap) { /* paused for a snapshot: saved, then resumed, not reported */
+            snapshot_paused(k);
+            return;
+        }
         emit(k, KERNEL_EV_PAUSED, NULL);
         if (!k->freed && k->state == KERNEL_PAUSED && (k->resume_wanted || k->queue)) {
             sg_error_t *rerr = NULL;
@@ -32,6 +36,8 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         return;
     }
     k->resume_wanted = false;
+    if (k->snap)
+        snapshot_failed(k, err);
     if (alive) {
         /* Nothing was lost, but the relay dropped every connection: fresh
          * sockets, and the kernel is ready again when it answers (a message
@@ -153,6 +159,10 @@ int kernel_resume(kernel_t *k, sg_error_t **err)
     }
     if (k->state != KERNEL_PAUSED)
         return 0;
+    if (k->snap) { /* after the snapshot is saved (kernel_snapshot.c) */
+        k->resume_wanted = true;
+        return 0;
+    }
     k->pause_began = zclock_mono();
     k->state = KERNEL_STARTING;
     k->resuming = true;

@@ -1,4 +1,4 @@
-#include "kernelmgr/kmgr.h"
+#include "kernelmgr/kmgr_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,38 +13,6 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 
-typedef struct entry {
-    kmgr_t *mgr;
-    kernel_t *k;
-    bool pool;  /* warm, unclaimed */
-    bool ready; /* has been ready at least once (pool: claimable) */
-    kernel_event_fn *ev;
-    void *ev_arg;
-    uint64_t opening;        /* the launcher prepares the workspace (sandbox_cancel) */
-    bool opened;             /* launch: the workspace was made before the kernel existed */
-    sg_error_t *open_failed; /* ... or could not be */
-    int64_t pause_retry_at;  /* after a failed automatic pause, not before this */
-    uint64_t resumes;        /* the kernel's resumes counted in the stats */
-    bool draining;           /* kmgr_pause_all waits for its pause */
-    const char *auto_pause;  /* why the manager is pausing it (a literal), or NULL */
-} entry_t;
-
-struct kmgr {
-    loop_t *loop;
-    kmgr_config_t cfg;
-    char *state_dir, *preload;
-    sandbox_env_t *env;
-    kspecs_t *kspecs;
-    entry_t **entries;
-    size_t n, cap;
-    int tick;
-    kmgr_stats_t stats;
-    size_t draining;            /* kmgr_pause_all: pauses not over yet */
-    bool stopping;              /* kmgr_pause_all was called: no new pool kernels */
-    void (*drained)(void *arg); /* called when draining reaches 0 */
-    void *drained_arg;
-};
-
 void kmgr_config_defaults(kmgr_config_t *cfg)
 {
     *cfg = (kmgr_config_t){
@@ -55,6 +23,7 @@ void kmgr_config_defaults(kmgr_config_t *cfg)
         .cull_idle_ms = 3600 * 1000,
         .pause_after_ms = 600 * 1000,
         .max_kernels = 64,
+        .max_snapshots = 32,
     };
     sandbox_config_defaults(&cfg->sandbox);
     kernel_opts_defaults(&cfg->kernel);
@@ -67,12 +36,12 @@ static char *record_path(const kmgr_t *m, const char *id)
     return xasprintf("%s/sessions/%s.json", m->state_dir, id);
 }
 
-static char *workspace_path(const kmgr_t *m, const char *id)
+char *session_workspace(const kmgr_t *m, const char *id)
 {
     return xasprintf("%s/workspaces/%s", m->state_dir, id);
 }
 
-static void write_record(kmgr_t *m, entry_t *e)
+void session_record(kmgr_t *m, entry_t *e)
 {
     kernel_t *k = e->k;
     bool paused = kernel_state(k) == KERNEL_PAUSED;
@@ -90,6 +59,8 @@ static void write_record(kmgr_t *m, entry_t *e)
         json_object_set_new(rec, "memory_bytes", json_integer((json_int_t)o->memory_bytes));
     if (o->cpu_quota_us)
         json_object_set_new(rec, "cpu_quota_us", json_integer((json_int_t)o->cpu_quota_us));
+    if (e->lineage)
+        json_object_set(rec, "lineage", e->lineage);
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -123,9 +94,27 @@ static void drained_one(kmgr_t *m, entry_t *e)
         m->drained(m->drained_arg);
 }
 
+static void entry_free(void *arg)
+{
+    entry_t *e = arg;
+    json_decref(e->lineage);
+    free(e->snap_user);
+    free(e);
+}
+
+/* Its start no longer needs the snapshot it restores. */
+static void snap_done(kmgr_t *m, entry_t *e)
+{
+    if (e->snap_user)
+        snapshot_release(m, e->snap_user);
+    free(e->snap_user);
+    e->snap_user = NULL;
+}
+
 static void drop_entry(kmgr_t *m, entry_t *e)
 {
     drained_one(m, e);
+    snap_done(m, e);
     sandbox_cancel(e->opening);
     e->opening = 0;
     for (size_t i = 0; i < m->n; i++)
@@ -133,10 +122,10 @@ static void drop_entry(kmgr_t *m, entry_t *e)
             m->entries[i] = m->entries[--m->n];
             break;
         }
-    loop_defer(m->loop, free, e);
+    loop_defer(m->loop, entry_free, e);
 }
 
-static entry_t *find(const kmgr_t *m, const char *id)
+entry_t *entry_find(const kmgr_t *m, const char *id)
 {
     for (size_t i = 0; i < m->n; i++)
         if (!m->entries[i]->pool && strcmp(kernel_id(m->entries[i]->k), id) == 0)
@@ -147,7 +136,7 @@ static entry_t *find(const kmgr_t *m, const char *id)
 static void fill_pool(kmgr_t *m);
 
 /* kmgr_notice_fn: fields ("context" is added) are stolen. */
-static void notice(kmgr_t *m, const char *event, const char *id, json_t *fields)
+void kmgr_notice(kmgr_t *m, const char *event, const char *id, json_t *fields)
 {
     if (!m->cfg.notice) {
         json_decref(fields);
@@ -161,6 +150,8 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
 {
     entry_t *e = arg;
     kmgr_t *m = e->mgr;
+    if (ev == KERNEL_EV_READY || ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE)
+        snap_done(m, e);
     if (ev == KERNEL_EV_READY) {
         kernel_pause_info_t pi = kernel_pause_info(k);
         if (pi.resumes > e->resumes) {
@@ -169,7 +160,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
             m->stats.resume_ms_total += (uint64_t)pi.last_resume_ms;
         }
         e->ready = true;
-        write_record(m, e);
+        session_record(m, e);
     }
     if (ev == KERNEL_EV_PAUSED) {
         if (e->auto_pause) {
@@ -177,7 +168,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
                 json_pack("{s:s, s:s}", "reason", e->auto_pause, "outcome", err ? "error" : "ok");
             if (err)
                 json_object_set_new(f, "error", json_string(sg_error_kind_name(err->kind)));
-            notice(m, "context.pause", kernel_id(k), f);
+            kmgr_notice(m, "context.pause", kernel_id(k), f);
             e->auto_pause = NULL;
         }
         if (err) {
@@ -185,7 +176,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         } else {
             m->stats.pauses++;
             m->stats.pause_ms_total += (uint64_t)kernel_pause_info(k).last_pause_ms;
-            write_record(m, e);
+            session_record(m, e);
         }
         drained_one(m, e);
     }
@@ -194,7 +185,7 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
             log_warn("kmgr: pool kernel %s failed: %s", kernel_id(k), err ? err->msg : "?");
             kernel_t *dead = e->k;
             remove_record(m, kernel_id(dead));
-            cleanup_free char *ws = workspace_path(m, kernel_id(dead));
+            cleanup_free char *ws = session_workspace(m, kernel_id(dead));
             kernel_shutdown(&dead, false);
             sandbox_workspace_close(m->env, ws, true);
             drop_entry(m, e);
@@ -207,15 +198,16 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
         return;
     }
     if (ev == KERNEL_EV_DEAD)
-        notice(m, "context.dead", kernel_id(k),
-               json_pack("{s:s}", "error", sg_error_kind_name(err ? err->kind : SG_E_INTERNAL)));
+        kmgr_notice(
+            m, "context.dead", kernel_id(k),
+            json_pack("{s:s}", "error", sg_error_kind_name(err ? err->kind : SG_E_INTERNAL)));
     if (e->ev)
         e->ev(k, ev, err, e->ev_arg);
 }
 
 /* A kernel's workspace is made (or could not be): a held kernel starts, or
  * fails; before the kernel exists (the workspace was made at once, as
- * sandboxes without a launcher make it), launch() reads the outcome. */
+ * sandboxes without a launcher make it), session_launch() reads the outcome. */
 static void on_workspace(const sg_error_t *err, void *arg)
 {
     entry_t *e = arg;
@@ -239,18 +231,28 @@ static void on_workspace(const sg_error_t *err, void *arg)
  * without a launcher (tens of ms), or by the launcher, while the kernel
  * starts held and is released when the workspace is there, so nothing on
  * the loop waits for the launcher. */
-static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
-                        const kmgr_start_opts_t *so, kernel_event_fn *ev, void *ev_arg,
-                        sg_error_t **err)
+kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
+                         const kmgr_start_opts_t *so, kernel_event_fn *ev, void *ev_arg,
+                         sg_error_t **err)
 {
-    cleanup_free char *ws = workspace_path(m, id);
+    cleanup_free char *ws = session_workspace(m, id);
     entry_t *e = xzalloc(sizeof *e);
     *e = (entry_t){.mgr = m, .pool = pool, .ev = ev, .ev_arg = ev_arg};
-    e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
+    if (so->snapshot) { /* its files are the snapshot's, kept until it runs */
+        kmgr_snapshot_t *snap = snapshot_use(m, so->snapshot);
+        e->snap_user = xstrdup(so->snapshot);
+        e->lineage = json_array();
+        json_array_append_new(e->lineage, json_string(snap->context_id));
+        json_array_extend(e->lineage, snap->lineage);
+        e->opening = sandbox_workspace_restore_async(m->env, ws, so->snapshot, on_workspace, e);
+    } else {
+        e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
+    }
     if (e->open_failed) {
         sg_error_set(err, e->open_failed->kind, "%s", e->open_failed->msg);
         sg_error_free(&e->open_failed);
-        free(e);
+        snap_done(m, e);
+        entry_free(e);
         return NULL;
     }
     kernel_opts_t opts = m->cfg.kernel;
@@ -262,11 +264,13 @@ static kernel_t *launch(kmgr_t *m, const kspec_t *spec, const char *id, bool poo
     opts.owner = so->owner;
     opts.memory_bytes = so->memory_bytes;
     opts.cpu_quota_us = so->cpu_quota_us;
+    opts.snapshot = so->snapshot;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
         sandbox_workspace_close(m->env, ws, true);
-        free(e);
+        snap_done(m, e);
+        entry_free(e);
         return NULL;
     }
     add_entry(m, e);
@@ -292,7 +296,7 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    if (launch(m, spec, id, true, &(kmgr_start_opts_t){0}, NULL, NULL, &err) == NULL) {
+    if (session_launch(m, spec, id, true, &(kmgr_start_opts_t){0}, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel: %s", err->msg);
         sg_error_free(&err);
     }
@@ -333,7 +337,12 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
     const char *owner = o->owner;
-    const kspec_t *spec = kspecs_get(m->kspecs, name);
+    const kmgr_snapshot_t *snap = o->snapshot ? kmgr_snapshot_get(m, o->snapshot) : NULL;
+    if (o->snapshot && !snap) {
+        sg_error_set(err, SG_E_NOTFOUND, "no snapshot '%s'", o->snapshot);
+        return NULL;
+    }
+    const kspec_t *spec = kspecs_get(m->kspecs, snap ? snap->kernelspec : name);
     if (spec == NULL) {
         sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
         return NULL;
@@ -344,13 +353,13 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
+        if (!snap && pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
             kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
             kernel_set_owner(e->k, owner);
-            write_record(m, e);
+            session_record(m, e);
             m->stats.claimed_from_pool++;
             log_info("kmgr: session %s claimed from the pool", kernel_id(e->k));
             fill_pool(m);
@@ -359,7 +368,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     char id[37];
     replica_uuid(id);
-    kernel_t *k = launch(m, spec, id, false, o, ev, ev_arg, err);
+    kernel_t *k = session_launch(m, spec, id, false, o, ev, ev_arg, err);
     fill_pool(m);
     return k;
 }
@@ -367,9 +376,9 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
 void kmgr_set_username(kmgr_t *m, kernel_t *k, const char *username)
 {
     kernel_set_username(k, username);
-    entry_t *e = find(m, kernel_id(k));
+    entry_t *e = entry_find(m, kernel_id(k));
     if (e && e->ready) /* else its record is written once it is */
-        write_record(m, e);
+        session_record(m, e);
 }
 
 bool kmgr_has_egress(const kmgr_t *m)
@@ -417,16 +426,16 @@ void kmgr_egress_refused(kmgr_t *m, kmgr_refused_fn *cb, void *arg)
 
 kernel_t *kmgr_get(kmgr_t *m, const char *id)
 {
-    entry_t *e = find(m, id);
+    entry_t *e = entry_find(m, id);
     return e ? e->k : NULL;
 }
 
 int kmgr_shutdown(kmgr_t *m, const char *id, sg_error_t **err)
 {
-    entry_t *e = find(m, id);
+    entry_t *e = entry_find(m, id);
     if (e == NULL)
         return sg_error_set(err, SG_E_NOTFOUND, "no kernel %s", id);
-    cleanup_free char *ws = workspace_path(m, id);
+    cleanup_free char *ws = session_workspace(m, id);
     remove_record(m, id);
     kernel_shutdown(&e->k, false);
     sandbox_workspace_close(m->env, ws, true);
@@ -547,6 +556,7 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
     kmgr_t *m = arg;
     int64_t now = zclock_mono();
     pause_idle(m, now);
+    snapshots_expire(m);
     for (size_t i = 0; m->cfg.cull_idle_ms > 0 && i < m->n; i++) {
         entry_t *e = m->entries[i];
         /* Not idle: starting (a slow start is not idleness), pausing, running or
@@ -559,9 +569,9 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
         log_info("kmgr: culling session %s, idle for %lld ms", id,
                  (long long)(now - kernel_last_activity(e->k)));
         m->stats.culled++;
-        notice(m, "context.delete", id,
-               json_pack("{s:s, s:I}", "reason", "idle (--idle-timeout)", "idle_ms",
-                         (json_int_t)(now - kernel_last_activity(e->k))));
+        kmgr_notice(m, "context.delete", id,
+                    json_pack("{s:s, s:I}", "reason", "idle (--idle-timeout)", "idle_ms",
+                              (json_int_t)(now - kernel_last_activity(e->k))));
         kmgr_shutdown(m, id, NULL);
         i--; /* the array was compacted */
     }
@@ -617,8 +627,8 @@ static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, co
     add_entry(m, e);
     m->stats.adopted++;
     log_info("kmgr: re-adopting paused session %s (sandbox %s)", id, sbid);
-    notice(m, "context.adopt", id,
-           json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 1));
+    kmgr_notice(m, "context.adopt", id,
+                json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 1));
     return e->k;
 }
 
@@ -646,6 +656,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     opts.cpu_quota_us = so.cpu_quota_us;
     opts.username = username;
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
+    json_t *lineage = json_object_get(rec, "lineage");
     if (!rec ||
         json_unpack(rec, "{s:s, s:s, s:s, s:I, s:b, s:s}", "id", &id, "kernelspec", &spec_name,
                     "sandbox_id", &sbid, "pid", &pid, "pool", &pool, "mode", &mode) < 0) {
@@ -656,7 +667,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     }
     const kspec_t *spec = kspecs_get(m->kspecs, spec_name);
     bool same_mode = strcmp(mode, m->cfg.sandbox.mode == SANDBOX_RUNSC ? "runsc" : "none") == 0;
-    cleanup_free char *ws = workspace_path(m, id);
+    cleanup_free char *ws = session_workspace(m, id);
     cleanup_free char *needle = m->cfg.sandbox.mode == SANDBOX_RUNSC
                                     ? xstrdup(sbid)
                                     : xasprintf("%s/kernels/%s/", m->state_dir, sbid);
@@ -685,7 +696,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             json_array_append_new(live_ids, json_string(sbid));
             m->stats.adopted++;
             log_info("kmgr: re-adopting session %s (sandbox %s, pid %d)", id, sbid, (int)pid);
-            notice(
+            kmgr_notice(
                 m, "context.adopt", id,
                 json_pack("{s:s, s:b}", "reason", "recorded by a previous sandgate", "paused", 0));
         }
@@ -699,18 +710,22 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
                  "kernel (its variables are lost)",
                  id);
         sandbox_remove_id(m->env, sbid, true);
-        if (!(k = launch(m, spec, id, false, &so, NULL, NULL, &err))) {
+        if (!(k = session_launch(m, spec, id, false, &so, NULL, NULL, &err))) {
             log_error("kmgr: cannot restart session %s: %s", id, err->msg);
             sg_error_free(&err);
             unlink(file);
         } else {
             kernel_set_username(k, username); /* recorded once it is ready */
             m->stats.restarted_after_restart++;
-            notice(m, "context.restart", id,
-                   json_pack("{s:s}", "reason",
-                             "its sandbox was gone at start; a new kernel, its variables lost"));
+            kmgr_notice(
+                m, "context.restart", id,
+                json_pack("{s:s}", "reason",
+                          "its sandbox was gone at start; a new kernel, its variables lost"));
         }
     }
+    entry_t *e = id ? entry_find(m, id) : NULL;
+    if (e && json_is_array(lineage))
+        e->lineage = json_incref(lineage);
     json_decref(rec);
 }
 
@@ -755,7 +770,7 @@ static void adopt_all(kmgr_t *m)
     cleanup_free char *wdir = xasprintf("%s/workspaces", m->state_dir);
     d = opendir(wdir);
     while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.' || strchr(de->d_name, '.') || find(m, de->d_name))
+        if (de->d_name[0] == '.' || strchr(de->d_name, '.') || entry_find(m, de->d_name))
             continue;
         cleanup_free char *ws = xasprintf("%s/%s", wdir, de->d_name);
         log_info("kmgr: removing the workspace of ended session %s", de->d_name);
@@ -767,8 +782,8 @@ static void adopt_all(kmgr_t *m)
 
 static int make_dirs(const char *state_dir, sg_error_t **err)
 {
-    static const char *sub[] = {"sessions", "workspaces"};
-    for (int i = 0; i < 2; i++) {
+    static const char *sub[] = {"sessions", "workspaces", "snapshots"};
+    for (int i = 0; i < 3; i++) {
         cleanup_free char *p = xasprintf("%s/%s", state_dir, sub[i]);
         if (mkdir(p, 0711) < 0 && errno != EEXIST)
             return sg_error_errno(err, errno, "cannot create %s", p);
@@ -799,6 +814,7 @@ kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
                      "python3-ipykernel)");
         goto fail;
     }
+    snapshots_load(m);
     adopt_all(m);
     m->tick = loop_timer(loop, 1000, 0, on_tick, m);
     fill_pool(m);
@@ -823,16 +839,17 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
         bool discard = shutdown || e->pool; /* pool kernels are not worth re-adopting */
         if (discard) {
             cleanup_free char *id = xstrdup(kernel_id(e->k));
-            cleanup_free char *ws = workspace_path(m, id);
+            cleanup_free char *ws = session_workspace(m, id);
             remove_record(m, id);
             kernel_shutdown(&e->k, true);
             sandbox_workspace_close(m->env, ws, true);
         } else {
             kernel_detach(&e->k);
         }
-        free(e);
+        entry_free(e);
     }
     free(m->entries);
+    snapshots_free(m);
     kspecs_destroy(&m->kspecs);
     sandbox_env_destroy(&m->env);
     free(m->state_dir);

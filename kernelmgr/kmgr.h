@@ -39,6 +39,8 @@ typedef struct {
     int cull_idle_ms;            /* shut down sessions idle this long (paused or not); 0: never */
     int pause_after_ms;          /* pause sessions idle this long; 0: never */
     int max_kernels;             /* running session kernels at once (not the pool, not paused) */
+    int64_t snapshot_ttl_ms;     /* snapshots older than this are deleted; 0: kept until deleted */
+    int max_snapshots;           /* snapshots of one context at once; 0: no limit */
     kmgr_notice_fn *notice;      /* NULL: none */
     void *notice_arg;
 } kmgr_config_t;
@@ -77,6 +79,8 @@ typedef struct {
                               cgroups (sandbox.h), its sandboxes go in the tenant's */
     uint64_t memory_bytes; /* the tenant's ceilings (kernel_opts_t; 0: the server's) */
     uint64_t cpu_quota_us;
+    const char *snapshot; /* the session starts as this snapshot's (kmgr_snapshot_get): its
+                             kernelspec, variables and files; never from the pool */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
@@ -107,6 +111,43 @@ size_t kmgr_count(const kmgr_t *self);
 kernel_t *kmgr_at(const kmgr_t *self, size_t i);
 const kspecs_t *kmgr_kspecs(const kmgr_t *self);
 void kmgr_stats(const kmgr_t *self, kmgr_stats_t *out);
+/* --- snapshots of sessions (kernel.h's kernel_snapshot) ----------------------------
+ * STATE/snapshots/<sid>.json records each (its files are the sandbox
+ * layer's, STATE/snapshot-images/<sid>/): it outlives its session, and a
+ * restart, until deleted or older than snapshot_ttl_ms. */
+typedef struct {
+    char id[37], context_id[37]; /* its id (a UUID) and the session it was taken of */
+    char *name;                  /* given by its client; NULL: none */
+    char *owner;                 /* the tenant's */
+    char *kernelspec;
+    int64_t created_ms; /* Unix time */
+    uint64_t bytes;     /* on disk: the memory image and the workspace's data */
+    json_t *lineage;    /* the session's own ancestors when it was taken */
+    int users;          /* starts and roll-backs restoring it now */
+    bool deleted;       /* gone from the list; its files go when users reach 0 */
+} kmgr_snapshot_t;
+/* cb: the new snapshot (borrowed), or why not; once, from the loop (or
+ * before kmgr_snapshot returns without a launcher). */
+typedef void(kmgr_snapshot_fn)(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg);
+/* Takes a snapshot of session k (kernel_snapshot: an idle one is paused and
+ * resumed, a paused one stays paused).  SG_E_LIMIT: the session has
+ * max_snapshots; SG_E_CONFLICT: as kernel_snapshot. */
+int kmgr_snapshot(kmgr_t *self, kernel_t *k, const char *name, kmgr_snapshot_fn *cb, void *arg,
+                  sg_error_t **err);
+/* NULL for an unknown or deleted id. */
+const kmgr_snapshot_t *kmgr_snapshot_get(const kmgr_t *self, const char *sid);
+size_t kmgr_snapshot_count(const kmgr_t *self);
+const kmgr_snapshot_t *kmgr_snapshot_at(const kmgr_t *self, size_t i); /* deleted ones too */
+/* Deletes it: gone at once for every caller; its files once the starts
+ * restoring it have their own.  SG_E_NOTFOUND. */
+int kmgr_snapshot_delete(kmgr_t *self, const char *sid, sg_error_t **err);
+/* Session k goes back to snapshot sid (kernel_restore_snapshot): only a
+ * snapshot of k itself or of a session k descends from (SG_E_INVALID). */
+int kmgr_restore(kmgr_t *self, kernel_t *k, const char *sid, sg_error_t **err);
+/* The sessions k descends from through snapshots, nearest first (borrowed;
+ * NULL: none). */
+const json_t *kmgr_lineage(const kmgr_t *self, const kernel_t *k);
+
 /* Before a stop (--pause-on-stop): pauses every session that can pause —
  * idle, not a pool kernel, no network — so the next start, even on another
  * machine with the same state directory, resumes it; the pool stops

@@ -270,11 +270,18 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
         refuse(L, r->seq, "new: memory must be 0 or 64 MiB or more, cpu_quota 0 or 1000 or more");
         return;
     }
+    json_t *snapshot = json_object_get(r->body, "snapshot");
+    if (snapshot && !json_is_null(snapshot) &&
+        !(json_is_string(snapshot) && launcher_valid_uuid(json_string_value(snapshot)))) {
+        refuse(L, r->seq, "new: not a snapshot's id");
+        return;
+    }
     cleanup_error sg_error_t *err = NULL;
     sandbox_opts_t o = {.internet = json_is_true(json_object_get(r->body, "internet")),
                         .tenant = json_string_value(tenant),
                         .memory_bytes = (uint64_t)mem,
-                        .cpu_quota_us = (uint64_t)quota};
+                        .cpu_quota_us = (uint64_t)quota,
+                        .snapshot = json_string_value(snapshot)};
     sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
     made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */
 }
@@ -401,6 +408,58 @@ static void op_resume(launcher_t *L, const launcher_req_t *r)
         free(st);
         reply_err(L, r->seq, err);
     }
+}
+
+/* The snapshot's id a request names: a UUID, else NULL after refusing it. */
+static const char *snapshot_id(launcher_t *L, const launcher_req_t *r)
+{
+    const char *sid = json_string_value(json_object_get(r->body, "snapshot"));
+    if (!sid || !launcher_valid_uuid(sid)) {
+        refuse(L, r->seq, "not a snapshot's id");
+        return NULL;
+    }
+    return sid;
+}
+
+static void on_saved(uint64_t bytes, const sg_error_t *err, void *arg)
+{
+    cleanup_free later_t *st = arg;
+    if (err)
+        reply_err(st->L, st->seq, err);
+    else
+        reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
+}
+
+static void op_snapshot_save(launcher_t *L, const launcher_req_t *r)
+{
+    const char *sid = snapshot_id(L, r);
+    if (sid)
+        sandbox_snapshot_save(r->sb, sid, on_saved, later(L, r->seq));
+}
+
+static void op_snapshot_delete(launcher_t *L, const launcher_req_t *r)
+{
+    const char *sid = snapshot_id(L, r);
+    if (!sid)
+        return;
+    sandbox_snapshot_delete(L->env, sid);
+    reply_ok(L, r->seq, NULL);
+}
+
+static void on_restored(const sg_error_t *err, void *arg)
+{
+    cleanup_free later_t *st = arg;
+    if (err)
+        reply_err(st->L, st->seq, err);
+    else
+        reply_ok(st->L, st->seq, NULL);
+}
+
+static void op_workspace_restore(launcher_t *L, const launcher_req_t *r)
+{
+    const char *sid = snapshot_id(L, r);
+    if (sid)
+        sandbox_workspace_restore_async(L->env, r->path, sid, on_restored, later(L, r->seq));
 }
 
 static void op_signal(launcher_t *L, const launcher_req_t *r)
@@ -549,6 +608,11 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED, op_tenant},
     [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC, op_exec},
     [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED, op_exec_signal},
+    /* Copies take as long as the workspace's data: not timed, like pause. */
+    [LOP_SNAPSHOT_SAVE] = {"snapshot_save", SB | LOP_ASYNC, op_snapshot_save},
+    [LOP_SNAPSHOT_DELETE] = {"snapshot_delete", ENV | LOP_ASYNC, op_snapshot_delete},
+    [LOP_WORKSPACE_RESTORE] = {"workspace_restore", ENV | LOP_TAKES_PATH | LOP_ASYNC,
+                               op_workspace_restore},
 };
 #undef ENV
 #undef SB
@@ -651,10 +715,9 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {{"sessions", 0700, true},
-                {"mcp", 0700, true},
-                {"contexts", 0700, true},
-                {"workspaces", 0750, false}};
+    } dirs[] = {{"sessions", 0700, true},         {"mcp", 0700, true},
+                {"contexts", 0700, true},         {"snapshots", 0700, true},
+                {"snapshot-images", 0700, false}, {"workspaces", 0750, false}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||

@@ -45,30 +45,35 @@ typedef struct {
 
 /* The launcher's operations (the "op" of a request). */
 typedef enum {
-    LOP_ENV,             /* is the state directory ready? */
-    LOP_WORKSPACE_OPEN,  /* {path}: create/mount a workspace */
-    LOP_WORKSPACE_CLOSE, /* {path, remove} */
-    LOP_NEW,             /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota}:
-                            bundle + connection -> {conn} */
-    LOP_ADOPT,           /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
-                            (pid 0: a paused one, whose checkpoint exists) */
-    LOP_START,           /* {id}: runsc run -> {pid} when it runs */
-    LOP_PAUSE,           /* {id}: runsc checkpoint -> {bytes}, or an error with "alive" */
-    LOP_RESUME,          /* {id}: runsc restore -> {pid} when it runs */
-    LOP_SIGNAL,          /* {id, sig}: INT, TERM or KILL */
-    LOP_REMOVE,          /* {id, wait}: kill and delete (a known or listed id) */
-    LOP_FREE,            /* {id}: forget the handle; the sandbox keeps running */
-    LOP_LIST,            /* -> {ids}: runsc's containers */
-    LOP_LOG,             /* {id, max} -> {text}: the tail of kernel.log */
-    LOP_EGRESS_REFUSED,  /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
-    LOP_GIVE,            /* one fd: a file of a workspace becomes the sandbox user's */
-    LOP_KEYS,            /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
-    LOP_TENANT,          /* {id, tenant}: a claimed pool kernel's sandbox moves to the
-                            tenant's cgroup */
-    LOP_EXEC,            /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a
-                            command in the sandbox as its user -> {status} when it ends */
-    LOP_EXEC_SIGNAL,     /* {id, exec: the seq of its exec, sig}: INT, TERM, HUP or KILL
-                            to the command's process group */
+    LOP_ENV,               /* is the state directory ready? */
+    LOP_WORKSPACE_OPEN,    /* {path}: create/mount a workspace */
+    LOP_WORKSPACE_CLOSE,   /* {path, remove} */
+    LOP_NEW,               /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota,
+                              snapshot}: bundle + connection -> {conn} (the snapshot's) */
+    LOP_ADOPT,             /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
+                              (pid 0: a paused one, whose checkpoint exists) */
+    LOP_START,             /* {id}: runsc run -> {pid} when it runs */
+    LOP_PAUSE,             /* {id}: runsc checkpoint -> {bytes}, or an error with "alive" */
+    LOP_RESUME,            /* {id}: runsc restore -> {pid} when it runs */
+    LOP_SIGNAL,            /* {id, sig}: INT, TERM or KILL */
+    LOP_REMOVE,            /* {id, wait}: kill and delete (a known or listed id) */
+    LOP_FREE,              /* {id}: forget the handle; the sandbox keeps running */
+    LOP_LIST,              /* -> {ids}: runsc's containers */
+    LOP_LOG,               /* {id, max} -> {text}: the tail of kernel.log */
+    LOP_EGRESS_REFUSED,    /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
+    LOP_GIVE,              /* one fd: a file of a workspace becomes the sandbox user's */
+    LOP_KEYS,              /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
+    LOP_TENANT,            /* {id, tenant}: a claimed pool kernel's sandbox moves to the
+                              tenant's cgroup */
+    LOP_EXEC,              /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a
+                              command in the sandbox as its user -> {status} when it ends */
+    LOP_EXEC_SIGNAL,       /* {id, exec: the seq of its exec, sig}: INT, TERM, HUP or KILL
+                              to the command's process group */
+    LOP_SNAPSHOT_SAVE,     /* {id, snapshot}: a paused sandbox saved as snapshot (a UUID)
+                              -> {bytes} */
+    LOP_SNAPSHOT_DELETE,   /* {snapshot}: its files removed */
+    LOP_WORKSPACE_RESTORE, /* {path, snapshot}: the workspace becomes a copy of the
+                              snapshot's, then opened */
     LOP_COUNT
 } launcher_op_t;
 

@@ -153,6 +153,12 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->workspace = xstrdup(workspace);
     self->internet = opts && opts->internet;
     self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
+    self->snapshot = opts && opts->snapshot ? xstrdup(opts->snapshot) : NULL;
+    if (self->snapshot && !sandbox_env_can_pause(env)) {
+        sg_error_set(err, SG_E_CONFLICT, "snapshots need sandboxes (not --sandbox none)");
+        sandbox_free(&self);
+        return NULL;
+    }
     self->memory_bytes = ceiling(opts ? opts->memory_bytes : 0, env->cfg.memory_bytes);
     self->cpu_quota_us = ceiling(opts ? opts->cpu_quota_us : 0, env->cfg.cpu_quota_us);
     self->cgroup = sandbox_cgroup_name(env, self->tenant, id);
@@ -183,6 +189,7 @@ void sandbox_free(sandbox_t **self_p)
     free(self->dir);
     free(self->workspace);
     free(self->tenant);
+    free(self->snapshot);
     free(self->cgroup);
     free(self->kernelspec);
     kspec_argv_free(self->plain_argv);
@@ -263,6 +270,36 @@ int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_
     self->started_cb = cb;
     self->started_arg = arg;
     return self->env->ops->resume(self, err);
+}
+
+void sandbox_snapshot_save(sandbox_t *self, const char *sid, sandbox_saved_fn *cb, void *arg)
+{
+    if (!self->env->ops->snapshot_save) {
+        cb(0,
+           &(sg_error_t){.kind = SG_E_CONFLICT,
+                         .msg = "snapshots need sandboxes (not --sandbox none)"},
+           arg);
+        return;
+    }
+    self->env->ops->snapshot_save(self, sid, cb, arg);
+}
+
+void sandbox_snapshot_delete(sandbox_env_t *env, const char *sid)
+{
+    if (env->ops->snapshot_delete)
+        env->ops->snapshot_delete(env, sid);
+}
+
+uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *path,
+                                         const char *sid, sandbox_opened_fn *cb, void *arg)
+{
+    if (!env->ops->workspace_restore) {
+        cb(&(sg_error_t){.kind = SG_E_CONFLICT,
+                         .msg = "snapshots need sandboxes (not --sandbox none)"},
+           arg);
+        return 0;
+    }
+    return env->ops->workspace_restore(env, path, sid, cb, arg);
 }
 
 void sandbox_set_tenant(sandbox_t *self, const char *tenant)

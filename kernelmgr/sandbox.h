@@ -97,6 +97,8 @@ typedef struct {
     uint64_t memory_bytes; /* its tenant's ceiling: the lower of this and the server's
                               memory_bytes is its limit; 0: the server's */
     uint64_t cpu_quota_us; /* the same for cpu_quota_us */
+    const char *snapshot;  /* a snapshot's id (sandbox_snapshot_save): the sandbox starts as
+                              the snapshot's kernel, restored from its image; NULL: fresh */
 } sandbox_opts_t;
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with
@@ -147,6 +149,26 @@ typedef void(sandbox_paused_fn)(sandbox_t *sb, uint64_t bytes, sg_error_t *err, 
                                 void *arg);
 int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
 int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+/* Snapshots (runsc only): STATE/snapshot-images/<sid>/ holds a paused
+ * sandbox's checkpoint.img (hard-linked: taking it copies nothing), its
+ * connection.json (the kernel's ports and key live in its memory) and a
+ * copy of its workspace: workspace.img, sparse (reflinked where the file
+ * system can), or workspace/ when workspaces have no size limit.  sid is a
+ * UUID.  sandbox_snapshot_save saves paused sb (its checkpoint exists) as
+ * sid: cb gets the snapshot's bytes on disk or why not, exactly once,
+ * perhaps before this returns (the copy is made while the caller, or the
+ * launcher, waits: as mkfs for a new workspace).  A sandbox made with
+ * sandbox_opts_t.snapshot starts from one; its workspace comes from
+ * sandbox_workspace_restore_async. */
+typedef void(sandbox_saved_fn)(uint64_t bytes, const sg_error_t *err, void *arg);
+void sandbox_snapshot_save(sandbox_t *self, const char *sid, sandbox_saved_fn *cb, void *arg);
+/* Removes snapshot sid's files (in the background through the launcher). */
+void sandbox_snapshot_delete(sandbox_env_t *env, const char *sid);
+/* The workspace at path becomes a copy of snapshot sid's (unmounted first
+ * if mounted; what it held is gone) and is opened: as
+ * sandbox_workspace_open_async otherwise. */
+uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *path,
+                                         const char *sid, sandbox_opened_fn *cb, void *arg);
 /* Whether sandboxes of env can be paused (runsc, not mode none). */
 bool sandbox_env_can_pause(const sandbox_env_t *env);
 /* Whether env's sandboxes are gVisor's (runsc): mode none's are plain

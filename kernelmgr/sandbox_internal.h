@@ -38,8 +38,9 @@ struct sandbox_env {
 struct sandbox {
     sandbox_env_t *env;
     char *id, *dir, *workspace;
-    bool internet; /* has a network (egress.h): asked for at new, found on disk at adopt */
-    char *tenant;  /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
+    bool internet;  /* has a network (egress.h): asked for at new, found on disk at adopt */
+    char *tenant;   /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
+    char *snapshot; /* sandbox_opts_t's: started from it (NULL: fresh); sent with "new" */
     uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
     char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
                      an adopted one, read from its bundle or sent by the launcher */
@@ -119,6 +120,13 @@ struct sandbox_ops {
     uint64_t (*log_tail)(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
     /* sandbox_give: the same contract. */
     uint64_t (*give)(int fd, sandbox_given_fn *cb, void *arg);
+    /* sandbox_snapshot_save (sb paused), sandbox_snapshot_delete and
+     * sandbox_workspace_restore_async (sid a UUID): the same contracts.
+     * NULL where sandboxes cannot be saved (pause is NULL). */
+    void (*snapshot_save)(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg);
+    void (*snapshot_delete)(sandbox_env_t *env, const char *sid);
+    uint64_t (*workspace_restore)(const sandbox_env_t *env, const char *path, const char *sid,
+                                  sandbox_opened_fn *cb, void *arg);
     /* sandbox_exec: x is checked (sandbox_exec_check); calls cb exactly once
      * if it returns a handle (> 0), from the loop, never if 0. */
     uint64_t (*exec)(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
@@ -186,6 +194,20 @@ void host_workspace_close(const sandbox_env_t *env, const char *path, bool remov
 int host_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err);
 uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
 uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg);
+
+/* --- sandbox_snapshot.c: the runsc table's snapshots ------------------------------- */
+
+/* STATE/snapshot-images/<sid> (a new string). */
+char *host_snapshot_dir(const sandbox_env_t *env, const char *sid);
+/* runsc_prepare for a sandbox with a snapshot: its connection record
+ * becomes the snapshot's (sb->conn's ports and key; the host path stays
+ * sb's) and the snapshot's image is linked in as its checkpoint, so that
+ * starting it is a restore. */
+int snapshot_attach(sandbox_t *sb, sg_error_t **err);
+void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg);
+void host_snapshot_delete(sandbox_env_t *env, const char *sid);
+uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
+                                sandbox_opened_fn *cb, void *arg);
 
 /* --- sandbox_runsc.c and sandbox_pause.c ------------------------------------------- */
 

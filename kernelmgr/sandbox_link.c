@@ -479,13 +479,13 @@ static void start_answered(json_t *reply, void *arg)
 /* "new", then "start" from its answer (new_answered, start_answered). */
 static int link_start(sandbox_t *sb, sg_error_t **err)
 {
-    sb->start_seq =
-        link_async(LOP_NEW,
-                   json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I}", "id", sb->id, "kernelspec",
-                             sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet,
-                             "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
-                             "cpu_quota", (json_int_t)sb->cpu_quota_us),
-                   -1, new_answered, sb, 0);
+    sb->start_seq = link_async(LOP_NEW,
+                               json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?}", "id", sb->id,
+                                         "kernelspec", sb->kernelspec, "workspace", sb->workspace,
+                                         "internet", sb->internet, "tenant", sb->tenant, "memory",
+                                         (json_int_t)sb->memory_bytes, "cpu_quota",
+                                         (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot),
+                               -1, new_answered, sb, 0);
     return 0;
 }
 
@@ -518,6 +518,40 @@ static int link_resume(sandbox_t *sb, sg_error_t **err)
     sb->start_seq =
         link_async(LOP_RESUME, json_pack("{s:s}", "id", sb->id), -1, start_answered, sb, 0);
     return 0;
+}
+
+static void saved_answered(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    uint64_t bytes = (uint64_t)json_integer_value(json_object_get(reply, "bytes"));
+    ((sandbox_saved_fn *)c->fn)(err ? 0 : bytes, err, c->arg);
+}
+
+static void link_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg)
+{
+    link_async(LOP_SNAPSHOT_SAVE, json_pack("{s:s, s:s}", "id", sb->id, "snapshot", sid), -1,
+               saved_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+}
+
+static void snapshot_deleted(json_t *reply, void *arg)
+{
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: deleting a snapshot: %s", err->msg);
+}
+
+static void link_snapshot_delete(sandbox_env_t *env, const char *sid)
+{
+    link_async(LOP_SNAPSHOT_DELETE, json_pack("{s:s}", "snapshot", sid), -1, snapshot_deleted, NULL,
+               0);
+}
+
+static uint64_t link_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
+                                       sandbox_opened_fn *cb, void *arg)
+{
+    return link_async(LOP_WORKSPACE_RESTORE, json_pack("{s:s, s:s}", "path", path, "snapshot", sid),
+                      -1, workspace_opened, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 static void tenant_answered(json_t *reply, void *arg)
@@ -743,4 +777,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .give = link_give,
     .exec = link_exec,
     .exec_signal = link_exec_signal,
+    .snapshot_save = link_snapshot_save,
+    .snapshot_delete = link_snapshot_delete,
+    .workspace_restore = link_workspace_restore,
 };

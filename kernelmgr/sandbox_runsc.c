@@ -373,6 +373,8 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
     }
     if (host_make_dir(bundle, 0700, err) < 0 || write_bundle(sb, spec, bundle, err) < 0)
         goto fail;
+    if (sb->snapshot && snapshot_attach(sb, err) < 0)
+        goto fail;
     cgroup_prepare(sb->cgroup);
     return 0;
 fail:
@@ -486,6 +488,8 @@ static void run_exited(pid_t pid, int status, void *arg)
 
 static int runsc_start(sandbox_t *sb, sg_error_t **err)
 {
+    if (sb->snapshot) /* prepared as the snapshot's paused sandbox (snapshot_attach) */
+        return runsc_resume(sb, err);
     cleanup_free char *log = xasprintf("%s/kernel.log", sb->dir);
     cleanup_free char *bundle = xasprintf("%s/bundle", sb->dir);
     const char *cmd[] = {"--platform",
@@ -687,4 +691,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .egress_refused = runsc_egress_refused,
     .log_tail = host_log_tail,
     .give = host_give,
+    .snapshot_save = runsc_snapshot_save,
+    .snapshot_delete = host_snapshot_delete,
+    .workspace_restore = host_workspace_restore,
 };

@@ -1,0 +1,155 @@
+/* kernel_snapshot: a kernel's snapshots and roll-backs (kernel.h), over
+ * sandbox_snapshot_save and sandbox_workspace_restore_async.
+ *
+ * runsc saves only a stopped sandbox, so a running kernel's snapshot is a
+ * pause (kernel_pause.c, which hands the paused kernel back here instead of
+ * reporting it), the save, and a resume.  While the snapshot is under way a
+ * resume asked for (an execution sent) waits for the save. */
+#include "kernelmgr/kernel_internal.h"
+
+#include "common/log.h"
+#include "common/xalloc.h"
+
+struct snap {
+    kernel_t *k; /* NULL once the kernel went away: the save's answer is dropped */
+    char *id;
+    kernel_snapshot_fn *cb;
+    void *arg;
+    bool resume; /* the kernel was paused for it */
+    int64_t began;
+};
+
+static void snap_free(struct snap *s)
+{
+    free(s->id);
+    free(s);
+}
+
+static void on_saved(uint64_t bytes, const sg_error_t *err, void *arg)
+{
+    struct snap *s = arg;
+    kernel_t *k = s->k;
+    if (k == NULL) {
+        snap_free(s);
+        return;
+    }
+    k->snap = NULL;
+    bool resume = s->resume || k->resume_wanted || k->queue;
+    if (err == NULL)
+        log_info("kernel %s: snapshot %s taken in %lld ms", k->id, s->id,
+                 (long long)(zclock_mono() - s->began));
+    if (resume && k->state == KERNEL_PAUSED) {
+        k->resume_wanted = false;
+        sg_error_t *rerr = NULL;
+        if (kernel_resume(k, &rerr) < 0) {
+            log_warn("kernel %s: resuming after its snapshot: %s", k->id, rerr->msg);
+            sg_error_free(&rerr);
+        }
+    }
+    s->cb(k, bytes, err, s->arg);
+    snap_free(s);
+}
+
+void snapshot_paused(kernel_t *k)
+{
+    sandbox_snapshot_save(k->sb, k->snap->id, on_saved, k->snap);
+}
+
+void snapshot_failed(kernel_t *k, const sg_error_t *err)
+{
+    struct snap *s = k->snap;
+    k->snap = NULL;
+    s->cb(k, 0, err, s->arg);
+    snap_free(s);
+}
+
+void snapshot_abort(kernel_t *k)
+{
+    sandbox_cancel(k->ws_restore);
+    k->ws_restore = 0;
+    struct snap *s = k->snap;
+    if (s == NULL)
+        return;
+    k->snap = NULL;
+    s->k = NULL; /* the save's answer, if one is awaited, frees it */
+    s->cb(k, 0, &(sg_error_t){.kind = SG_E_UNAVAILABLE, .msg = "the kernel was shut down"}, s->arg);
+    s->cb = NULL;
+}
+
+int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *arg,
+                    sg_error_t **err)
+{
+    if (k->snap)
+        return sg_error_set(err, SG_E_CONFLICT, "a snapshot of kernel %s is under way", k->id);
+    if (!sandbox_env_can_pause(k->env))
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions cannot be snapshotted without a sandbox (--sandbox none)");
+    if (k->opts.internet)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions with a network (\"internet\": true) cannot be snapshotted: "
+                            "runsc cannot save their TCP connections");
+    bool paused = k->state == KERNEL_PAUSED;
+    if (!paused && (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || !k->sb))
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "kernel %s is %s; a snapshot is taken of an idle or paused kernel "
+                            "(retry once its execution has ended)",
+                            k->id, kernel_status(k));
+    struct snap *s = xzalloc(sizeof *s);
+    *s = (struct snap){.k = k,
+                       .id = xstrdup(sid),
+                       .cb = cb,
+                       .arg = arg,
+                       .resume = !paused,
+                       .began = zclock_mono()};
+    k->snap = s;
+    if (paused) {
+        snapshot_paused(k);
+        return 0;
+    }
+    if (kernel_pause(k, err) < 0) {
+        k->snap = NULL;
+        snap_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_workspace_restored(const sg_error_t *err, void *arg)
+{
+    kernel_t *k = arg;
+    k->ws_restore = 0;
+    if (k->freed)
+        return;
+    sg_error_t *lerr = NULL;
+    if (err) {
+        sg_error_set(&lerr, err->kind, "rolling back to snapshot %s: %s",
+                     k->from_snapshot ? k->from_snapshot : "?", err->msg);
+        die(k, lerr);
+        sg_error_free(&lerr);
+        return;
+    }
+    if (launch(k, &lerr) < 0) {
+        die_msg(k, SG_E_UNAVAILABLE, "rolling back failed: %s", lerr ? lerr->msg : "?");
+        sg_error_free(&lerr);
+        return;
+    }
+    emit(k, KERNEL_EV_RESTARTED, NULL);
+}
+
+int kernel_restore_snapshot(kernel_t *k, const char *sid, sg_error_t **err)
+{
+    if (!sandbox_env_can_pause(k->env))
+        return sg_error_set(err, SG_E_CONFLICT, "snapshots need sandboxes (not --sandbox none)");
+    if (k->held || k->snap || k->ws_restore || k->state == KERNEL_PAUSING)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; retry once that has ended", k->id,
+                            k->snap ? "being snapshotted" : kernel_status(k));
+    log_info("kernel %s: rolling back to snapshot %s", k->id, sid);
+    restart_reset(k, "the context was rolled back to a snapshot; the execution's state is gone");
+    free(k->from_snapshot);
+    k->from_snapshot = xstrdup(sid);
+    /* The sandbox above is being removed: the launcher unmounts the
+     * workspace it used and puts the snapshot's copy in its place. */
+    k->ws_restore =
+        sandbox_workspace_restore_async(k->env, k->workspace, sid, on_workspace_restored, k);
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* kmgr_internal: what kmgr.c shares with kmgr_snapshots.c (not for other
+ * modules). */
+#ifndef SG_KMGR_INTERNAL_H
+#define SG_KMGR_INTERNAL_H
+
+#include "kernelmgr/kmgr.h"
+
+typedef struct entry {
+    kmgr_t *mgr;
+    kernel_t *k;
+    bool pool;  /* warm, unclaimed */
+    bool ready; /* has been ready at least once (pool: claimable) */
+    kernel_event_fn *ev;
+    void *ev_arg;
+    uint64_t opening;        /* the launcher prepares the workspace (sandbox_cancel) */
+    bool opened;             /* launch: the workspace was made before the kernel existed */
+    sg_error_t *open_failed; /* ... or could not be */
+    int64_t pause_retry_at;  /* after a failed automatic pause, not before this */
+    uint64_t resumes;        /* the kernel's resumes counted in the stats */
+    bool draining;           /* kmgr_pause_all waits for its pause */
+    const char *auto_pause;  /* why the manager is pausing it (a literal), or NULL */
+    json_t *lineage;         /* the contexts it descends from (snapshots), nearest first */
+    char *snap_user;         /* the snapshot its start restores: kept until it runs */
+} entry_t;
+
+struct kmgr {
+    loop_t *loop;
+    kmgr_config_t cfg;
+    char *state_dir, *preload;
+    sandbox_env_t *env;
+    kspecs_t *kspecs;
+    entry_t **entries;
+    size_t n, cap;
+    int tick;
+    kmgr_stats_t stats;
+    size_t draining;            /* kmgr_pause_all: pauses not over yet */
+    bool stopping;              /* kmgr_pause_all was called: no new pool kernels */
+    void (*drained)(void *arg); /* called when draining reaches 0 */
+    void *drained_arg;
+    kmgr_snapshot_t **snaps; /* kmgr_snapshots.c */
+    size_t nsnaps, capsnaps;
+};
+
+/* kmgr.c */
+entry_t *entry_find(const kmgr_t *m, const char *id);
+char *session_workspace(const kmgr_t *m, const char *id);
+void session_record(kmgr_t *m, entry_t *e);
+void kmgr_notice(kmgr_t *m, const char *event, const char *id, json_t *fields);
+kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool pool,
+                         const kmgr_start_opts_t *so, kernel_event_fn *ev, void *ev_arg,
+                         sg_error_t **err);
+
+/* kmgr_snapshots.c */
+/* The snapshot records under STATE/snapshots, at start-up. */
+void snapshots_load(kmgr_t *m);
+void snapshots_free(kmgr_t *m);
+/* A start or roll-back restores sid: its files are kept until release. */
+kmgr_snapshot_t *snapshot_use(kmgr_t *m, const char *sid);
+void snapshot_release(kmgr_t *m, const char *sid);
+/* Snapshots past snapshot_ttl_ms are deleted (on the manager's tick). */
+void snapshots_expire(kmgr_t *m);
+
+#endif

@@ -1,0 +1,197 @@
+/* sandbox_snapshot: snapshots of paused runsc sandboxes and sandboxes
+ * started from them (sandbox.h), for sandbox_runsc.c's table.
+ *
+ * A snapshot is what a resume needs, kept apart from the sandbox it came
+ * from: runsc's image of the paused sandbox, the kernel's connection record
+ * (its ports and HMAC key are in the image) and a copy of the workspace,
+ * taken while nothing writes to it (the sandbox is paused; the host's
+ * dirty pages are flushed first).  A sandbox started from it gets its own
+ * workspace (a copy of the snapshot's), conn/ directory, cgroup and id:
+ * `runsc restore` of the same image with its own bundle, so several run
+ * from one snapshot at once, each writing only its own files.  (runsc
+ * 2022-12-19's `checkpoint --leave-running` restores into the same sandbox
+ * and loses its file proxy: a running sandbox is paused and resumed
+ * instead, by the kernel layer.) */
+#include "kernelmgr/sandbox_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "kernelmgr/proc.h"
+
+char *host_snapshot_dir(const sandbox_env_t *env, const char *sid)
+{
+    return xasprintf("%s/snapshot-images/%s", env->state_dir, sid);
+}
+
+/* A sandbox's workspace: STATE/workspaces/<kernel uuid> (its id is the
+ * uuid and "-<generation>"). */
+static char *workspace_of(const sandbox_t *sb)
+{
+    return sb->workspace ? xstrdup(sb->workspace)
+                         : xasprintf("%s/workspaces/%.36s", sb->env->state_dir, sb->id);
+}
+
+static bool is_mountpoint(const char *path)
+{
+    struct stat a, b;
+    cleanup_free char *parent = xasprintf("%s/..", path);
+    return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+/* cp, waited for: its output in the error when it fails. */
+static int copy(const char *const *argv, const char *what, sg_error_t **err)
+{
+    cleanup_free char *out = NULL;
+    int status = proc_run_sync(argv, &out, err);
+    if (status < 0)
+        return -1;
+    if (status != 0)
+        return sg_error_set(err, out && strstr(out, "No space left") ? SG_E_NOSPACE : SG_E_IO,
+                            "copying %s: %s", what, out ? out : "cp failed");
+    return 0;
+}
+
+/* The workspace's files as of now: a sparse copy of its filesystem image
+ * (or of the directory when workspaces have no size limit) at dest. */
+static int copy_workspace(const sandbox_env_t *env, const char *ws, const char *dest_img,
+                          const char *dest_dir, sg_error_t **err)
+{
+    cleanup_free char *img = xasprintf("%s.img", ws);
+    if (access(img, F_OK) == 0) {
+        /* What the host has not written back of the mounted image yet. */
+        int fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            syncfs(fd);
+            close(fd);
+        }
+        const char *cp[] = {"/bin/cp", "--sparse=always", "--reflink=auto", img, dest_img, NULL};
+        return copy(cp, "the workspace", err);
+    }
+    const char *cp[] = {"/bin/cp", "-a", "--reflink=auto", "-T", ws, dest_dir, NULL};
+    return copy(cp, "the workspace", err);
+}
+
+static uint64_t tree_bytes;
+static int add_bytes(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)path, (void)flag, (void)ftw;
+    tree_bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+/* What dir takes on disk (allocated blocks: sparse files count their data). */
+static uint64_t disk_bytes(const char *dir)
+{
+    tree_bytes = 0;
+    nftw(dir, add_bytes, 16, FTW_PHYS | FTW_MOUNT);
+    return tree_bytes;
+}
+
+void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg)
+{
+    cleanup_error sg_error_t *err = NULL;
+    cleanup_free char *image = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
+    cleanup_free char *dir = host_snapshot_dir(sb->env, sid);
+    cleanup_free char *ws = workspace_of(sb);
+    cleanup_free char *to_image = xasprintf("%s/checkpoint.img", dir);
+    cleanup_free char *to_conn = xasprintf("%s/connection.json", dir);
+    cleanup_free char *to_ws_img = xasprintf("%s/workspace.img", dir);
+    cleanup_free char *to_ws_dir = xasprintf("%s/workspace", dir);
+    if (sb->pid > 0 || sb->pausing) {
+        sg_error_set(&err, SG_E_CONFLICT, "sandbox %s is not paused", sb->id);
+    } else if (access(image, R_OK) < 0) {
+        sg_error_errno(&err, errno, "sandbox %s has no checkpoint (%s)", sb->id, image);
+    } else if (access(dir, F_OK) == 0) {
+        sg_error_set(&err, SG_E_CONFLICT, "snapshot %s exists", sid);
+    } else if (host_make_dir(dir, 0700, &err) == 0) {
+        if (link(image, to_image) < 0)
+            sg_error_errno(&err, errno, "cannot link %s to %s", image, to_image);
+        else if (jconn_write(&sb->conn, to_conn, &err) == 0)
+            copy_workspace(sb->env, ws, to_ws_img, to_ws_dir, &err);
+        if (err)
+            host_remove_tree(dir);
+    }
+    if (err) {
+        sg_error_prefix(&err, "snapshot of sandbox %s", sb->id);
+        cb(0, err, arg);
+        return;
+    }
+    uint64_t bytes = disk_bytes(dir);
+    log_info("sandbox %s: snapshot %s saved (%llu KiB)", sb->id, sid,
+             (unsigned long long)(bytes >> 10));
+    cb(bytes, NULL, arg);
+}
+
+void host_snapshot_delete(sandbox_env_t *env, const char *sid)
+{
+    cleanup_free char *dir = host_snapshot_dir(env, sid);
+    host_remove_tree(dir);
+}
+
+int snapshot_attach(sandbox_t *sb, sg_error_t **err)
+{
+    cleanup_free char *dir = host_snapshot_dir(sb->env, sb->snapshot);
+    cleanup_free char *conn = xasprintf("%s/connection.json", dir);
+    cleanup_free char *image = xasprintf("%s/checkpoint.img", dir);
+    cleanup_free char *record = xasprintf("%s/connection.json", sb->dir);
+    cleanup_free char *cpdir = xasprintf("%s/checkpoint", sb->dir);
+    cleanup_free char *to_image = xasprintf("%s/checkpoint.img", cpdir);
+    jconn_t saved;
+    if (access(image, R_OK) < 0)
+        return sg_error_set(err, SG_E_NOTFOUND, "no snapshot %s", sb->snapshot);
+    if (jconn_read(&saved, conn, err) < 0)
+        return -1;
+    /* The kernel's ports and key are the snapshot's; the host path of its
+     * sockets is this sandbox's own conn/. */
+    memcpy(sb->conn.ports, saved.ports, sizeof sb->conn.ports);
+    memcpy(sb->conn.key, saved.key, sizeof sb->conn.key);
+    if (jconn_write(&sb->conn, record, err) < 0 || host_make_dir(cpdir, 0700, err) < 0)
+        return -1;
+    unlink(to_image);
+    if (link(image, to_image) < 0)
+        return sg_error_errno(err, errno, "cannot link %s to %s", image, to_image);
+    return 0;
+}
+
+/* The workspace is replaced here and now (the caller, or the launcher,
+ * waits for the copy): there is never a request to cancel. */
+uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
+                                sandbox_opened_fn *cb, void *arg)
+{
+    cleanup_error sg_error_t *err = NULL;
+    cleanup_free char *dir = host_snapshot_dir(env, sid);
+    cleanup_free char *from_img = xasprintf("%s/workspace.img", dir);
+    cleanup_free char *from_dir = xasprintf("%s/workspace", dir);
+    cleanup_free char *img = xasprintf("%s.img", path);
+    cleanup_free char *fresh = xasprintf("%s.img.new", path);
+    /* A sandbox still running on the old one keeps it until it ends. */
+    if (is_mountpoint(path) && umount2(path, MNT_DETACH) < 0)
+        log_warn("sandbox: cannot unmount %s: %s", path, strerror(errno));
+    if (access(from_img, R_OK) == 0) {
+        const char *cp[] = {"/bin/cp", "--sparse=always", "--reflink=auto", from_img, fresh, NULL};
+        unlink(fresh);
+        if (copy(cp, "the snapshot's workspace", &err) == 0 && rename(fresh, img) < 0)
+            sg_error_errno(&err, errno, "cannot rename %s to %s", fresh, img);
+        if (err)
+            unlink(fresh);
+    } else if (access(from_dir, R_OK) == 0) {
+        host_remove_tree(path);
+        const char *cp[] = {"/bin/cp", "-a", "--reflink=auto", "-T", from_dir, path, NULL};
+        copy(cp, "the snapshot's workspace", &err);
+    } else {
+        sg_error_set(&err, SG_E_NOTFOUND, "no snapshot %s", sid);
+    }
+    if (!err)
+        host_workspace_open(env, path, &err);
+    cb(err, arg);
+    return 0;
+}
