@@ -130,7 +130,7 @@ typedef struct {
  * before kmgr_snapshot returns without a launcher). */
 typedef void(kmgr_snapshot_fn)(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg);
 /* Takes a snapshot of session k (kernel_snapshot: an idle one is paused and
- * resumed, a paused one stays paused).  SG_E_LIMIT: the session has
+ * resumed, a paused one stays paused).  SG_E_QUOTA: the session has
  * max_snapshots; SG_E_CONFLICT: as kernel_snapshot. */
 int kmgr_snapshot(kmgr_t *self, kernel_t *k, const char *name, kmgr_snapshot_fn *cb, void *arg,
                   sg_error_t **err);

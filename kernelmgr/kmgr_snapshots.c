@@ -256,7 +256,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     for (size_t i = 0; i < m->nsnaps; i++)
         have += !m->snaps[i]->deleted && strcmp(m->snaps[i]->context_id, kernel_id(k)) == 0;
     if (m->cfg.max_snapshots > 0 && have >= m->cfg.max_snapshots)
-        return sg_error_set(err, SG_E_LIMIT,
+        return sg_error_set(err, SG_E_QUOTA,
                             "context %s has %d snapshots, the most one context may keep "
                             "(--max-snapshots); delete one first",
                             kernel_id(k), have);

@@ -452,6 +452,12 @@ def main():
         st, e = d.json("POST", f"/contexts/{a['id']}/pause")
         ok(st == 409 and "network" in e.get("message", ""),
            "pausing a context with a network: 409, with the reason", (st, e))
+        st, e = d.json("POST", f"/contexts/{a['id']}/snapshots", {})
+        ok(st == 409 and "network" in e.get("message", ""),
+           "a snapshot of a context with a network: 409, with the reason", (st, e))
+        st, e = d.json("POST", f"/contexts/{a['id']}/fork", {})
+        ok(st == 409 and "network" in e.get("message", ""),
+           "forking a context with a network: 409, with the reason", (st, e))
 
 
         # Deleting a context removes its namespace and veth.
