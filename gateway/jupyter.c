@@ -401,10 +401,23 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
         kernel_username_of(env, &username, err) < 0)
         return NULL;
     const char *n = json_string_value(name);
+    /* KERNEL_SNAPSHOT: a kernel with a snapshot's state (the REST API's
+     * snapshots; Jupyter Server's --gateway-url forwards KERNEL_ env). */
+    json_t *snap_v = json_object_get(env, "KERNEL_SNAPSHOT");
+    const char *sid = json_string_value(snap_v);
+    const kmgr_snapshot_t *snap = sid && *sid ? kmgr_snapshot_get(self->kmgr, sid) : NULL;
+    if ((snap_v && !json_is_null(snap_v) && !sid) || (sid && *sid && !snap) ||
+        (snap && !tenant_sees(t, snap->owner))) {
+        sg_error_set(err, sid ? SG_E_NOTFOUND : SG_E_INVALID,
+                     sid ? "KERNEL_SNAPSHOT: no snapshot '%s'" : "KERNEL_SNAPSHOT must be a string",
+                     sid);
+        return NULL;
+    }
     tenant_quota_t quota;
     if (tenant_admit(t, internet, &quota, err) < 0)
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
+    so.snapshot = snap ? snap->id : NULL;
     kernel_t *k =
         kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), &so, NULL, NULL, err);
     if (k == NULL)

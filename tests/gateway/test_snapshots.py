@@ -167,6 +167,18 @@ try:
     ok(st == 201 and out(d, pchild.get("id"), CHECK) == EXPECTED,
        "a context from a paused context's snapshot has its state", (st, pchild))
 
+    # --- the Jupyter API: KERNEL_SNAPSHOT -------------------------------------------
+    st, jk = d.json("POST", "/api/kernels", {"name": "python3", "env": {"KERNEL_SNAPSHOT": sid}},
+                    token=ALICE, timeout=180)
+    ok(st == 201 and out(d, jk.get("id"), CHECK) == EXPECTED,
+       "POST /api/kernels with env KERNEL_SNAPSHOT: a kernel with the snapshot's state",
+       (st, jk))
+    if st == 201:
+        d.json("DELETE", "/api/kernels/" + jk["id"], token=ALICE)
+    st, e = d.json("POST", "/api/kernels", {"env": {"KERNEL_SNAPSHOT": sid}}, token=BOB)
+    ok(st == 404 and sid in e.get("message", ""),
+       "another tenant's KERNEL_SNAPSHOT: 404, as an unknown one", (st, e))
+
     # --- refusals ------------------------------------------------------------------
     st, e = d.json("POST", f"/contexts/{cid}/restore", {"snapshot": psnap["id"]}, token=ALICE)
     ok(st == 400 and e.get("error") == "invalid" and "neither" in e.get("message", ""),
