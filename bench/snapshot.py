@@ -5,8 +5,8 @@ own floor measured in the same run.
 An idle numpy session (`arr = np.arange(10**6)`, a 10^6-element list) is
 snapshotted, forked, rolled back and cloned, --rounds times each:
   snapshot      POST /contexts/{id}/snapshots, and how long the context did
-                not answer meanwhile (a second client runs `1` in it in a
-                loop: the longest of its round trips that overlapped)
+                not answer meanwhile (a second client runs `1` in it 50 ms
+                after the snapshot began: until its result)
   from snapshot POST /contexts {snapshot} to its first result
   fork          POST /contexts/{id}/fork to the new context's first result
   roll back     POST /contexts/{id}/restore to the context's next result
@@ -99,25 +99,6 @@ def runsc_floor(rounds):
     return cps, rss
 
 
-class Prober:
-    """Runs `1` in a context in a loop: the round trips, with their times."""
-
-    def __init__(self, d, ctx):
-        self.d, self.ctx, self.stop, self.trips = d, ctx, False, []
-        self.t = threading.Thread(target=self.loop, daemon=True)
-        self.t.start()
-
-    def loop(self):
-        while not self.stop:
-            t0 = time.perf_counter()
-            run(self.d, self.ctx)
-            self.trips.append((t0, time.perf_counter()))
-
-    def longest_during(self, a, b):
-        """The longest round trip that overlapped [a, b], ms."""
-        return max(((e - s) * 1000 for s, e in self.trips if e >= a and s <= b), default=0)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
@@ -134,18 +115,24 @@ def main():
         run(d, ctx)
         snaps, unresp, sizes = [], [], []
         for _ in range(n):
-            prober = Prober(d, ctx)
             time.sleep(0.5)
+            probe = {}
+
+            def second_client():  # runs `1` once the snapshot is under way
+                time.sleep(0.05)
+                run(d, ctx)
+                probe["end"] = time.perf_counter()
+
+            t = threading.Thread(target=second_client)
             t0 = time.perf_counter()
+            t.start()
             st, s = d.json("POST", f"/contexts/{ctx}/snapshots", {}, timeout=300)
             t1 = time.perf_counter()
-            time.sleep(0.3)  # the context answers again; the prober's trips so far
-            prober.stop = True
-            prober.t.join()
+            t.join()
             if st != 201:
                 raise RuntimeError(f"snapshot: {st} {s}")
             snaps.append((t1 - t0) * 1000)
-            unresp.append(prober.longest_during(t0, t1))
+            unresp.append((probe["end"] - t0) * 1000)
             sizes.append(s["bytes"])
             last = s["id"]
         rows["snapshot (201)"] = (snaps, "checkpoint + restore", [
