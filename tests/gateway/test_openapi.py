@@ -199,6 +199,8 @@ def schema_for(doc):
         return "ExecuteRequest"
     if keys >= {"id", "language", "state"}:
         return "Context"
+    if keys >= {"id", "context_id", "created", "bytes"}:
+        return "Snapshot"
     return None
 
 
