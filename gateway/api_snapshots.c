@@ -17,7 +17,7 @@
 
 static json_t *snapshot_json(const kmgr_snapshot_t *s)
 {
-    return json_pack("{s:s, s:s, s:s?, s:o, s:I, s:s}", "id", s->id, "context_id", s->context_id,
+    return json_pack("{s:s, s:s, s:s*, s:o, s:I, s:s}", "id", s->id, "context_id", s->context_id,
                      "name", s->name, "created", resp_iso_time(s->created_ms), "bytes",
                      (json_int_t)s->bytes, "tenant", s->owner);
 }

@@ -5,7 +5,8 @@ notebook and an R notebook (kernelspec ir) run cells in sandgate kernels and
 their rendered outputs are checked (text, a PNG figure, an error); the
 kernels must be sandgate sessions (GET /contexts) running under gVisor, and
 be gone once JupyterLab has stopped (it deletes its gateway kernels on
-shutdown).
+shutdown).  A second JupyterLab server, with KERNEL_SNAPSHOT in its
+environment, starts its kernels from that snapshot.
 
 SG_SCREENSHOT=path keeps the screenshot (docs/jupyterlab-gateway.png is made so)."""
 import json
@@ -151,6 +152,35 @@ try:
     if keep and os.path.exists(shot):
         shutil.copy(shot, keep)
         diag(f"screenshot kept in {keep}")
+
+    # A kernel from a snapshot: a JupyterLab server with KERNEL_SNAPSHOT in
+    # its environment forwards it (with its other KERNEL_* variables) in
+    # every kernel start it sends the gateway.
+    st, c = d.json("POST", "/contexts", {}, timeout=180)
+    d.json("POST", "/execute", {"code": "snapvar = 'from the snapshot'", "context_id": c["id"]},
+           headers={"Accept": "application/json"}, timeout=180)
+    st, snap = d.json("POST", f"/contexts/{c['id']}/snapshots", {}, timeout=180)
+    os.environ["KERNEL_SNAPSHOT"] = snap.get("id", "")
+    try:
+        lab2 = Lab(os.path.join(tmp, "snap"), f"--gateway-url={d.url}",
+                   f"--GatewayClient.auth_token={TOKEN}", "--GatewayClient.request_timeout=120")
+    finally:
+        del os.environ["KERNEL_SNAPSHOT"]
+    try:
+        req = urllib.request.Request(f"{lab2.url}/api/kernels?token={LAB_TOKEN}",
+                                     data=json.dumps({"name": "python3"}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=180) as r:
+            kid2 = json.load(r)["id"]
+        st, res = d.json("POST", "/execute", {"code": "print(snapvar)", "context_id": kid2},
+                         headers={"Accept": "application/json"}, timeout=180)
+        ok(st == 200 and res.get("stdout") == "from the snapshot\n",
+           "JupyterLab with KERNEL_SNAPSHOT set starts its kernels from that snapshot", res)
+    except (OSError, KeyError) as e:
+        ok(False, "JupyterLab with KERNEL_SNAPSHOT set starts its kernels from that snapshot",
+           repr(e) + lab2.output()[-2000:])
+    finally:
+        lab2.stop()
 
     lab.stop()
     st, after = d.json("GET", "/api/kernels")
