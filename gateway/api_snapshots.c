@@ -39,7 +39,7 @@ static void audit_snapshot(const http_req_t *call, const char *event, const char
 {
     audit_who_t who;
     http_who(call, "rest", &who);
-    audit_event(&who, event, json_pack("{s:s?, s:s}", "context", ctx, "snapshot", sid));
+    audit_event(&who, event, json_pack("{s:s?, s:s?}", "context", ctx, "snapshot", sid));
 }
 
 /* A snapshot or fork under way: the request waits on s for kmgr's callback. */

@@ -161,6 +161,12 @@ static void session_end(mcp_t *self, session_t *s, const char *why)
  * kernel it had is gone (variables lost). */
 kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
 {
+    return mcp_session_kernel_from(self, s, NULL, note, err);
+}
+
+kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot_t *snap,
+                                  const char **note, sg_error_t **err)
+{
     *note = NULL;
     kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
     if (k)
@@ -179,18 +185,21 @@ kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_er
     if (tenant_admit(&t, s->internet, &quota, err) < 0)
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(&t, s->internet);
-    k = kmgr_start_with(self->kmgr, self->cfg.kernelspec, &so, NULL, NULL, err);
+    so.snapshot = snap ? snap->id : NULL;
+    k = kmgr_start_with(self->kmgr, snap ? snap->kernelspec : self->cfg.kernelspec, &so, NULL, NULL,
+                        err);
     if (!k)
         return NULL;
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */
     s->kernel_id = xstrdup(kernel_id(k));
     record_write(self, s);
     audit_event(&self->who, "kernel.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b}", "session", s->id, "context", s->kernel_id,
-                          "language", kernel_spec(k)->language, "kernelspec", kernel_spec(k)->name,
-                          "internet", s->internet));
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:s?}", "session", s->id, "context",
+                          s->kernel_id, "language", kernel_spec(k)->language, "kernelspec",
+                          kernel_spec(k)->name, "internet", s->internet, "snapshot",
+                          snap ? snap->id : NULL));
     log_info("mcp: session %s has kernel %s", s->id, s->kernel_id);
-    if (s->kernel_lost)
+    if (s->kernel_lost && !snap)
         *note = "[sandgate: this session's previous kernel is gone (removed, or idle past the "
                 "timeout); this is a fresh one: earlier variables and workspace files are lost]";
     s->kernel_lost = false;

@@ -5,8 +5,8 @@
  *                sessions and their kernels, one POST's answers, the routes
  *   mcp_tools.c  the tools: execute_python (an execution's output as
  *                content blocks and progress notifications), list_files,
- *                read_file, write_file, restart_kernel, and their
- *                descriptions
+ *                read_file, write_file, restart_kernel, snapshot, restore,
+ *                and their descriptions
  */
 #ifndef SG_MCP_INTERNAL_H
 #define SG_MCP_INTERNAL_H
@@ -91,6 +91,10 @@ void mcp_post_call_over(post_t *p);
 /* The session's kernel, started when there is none (borrowed).  *note says
  * so when a kernel it had is gone (variables lost). */
 kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err);
+/* The same, started as snapshot snap's (its variables and files) when there
+ * is none. */
+kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot_t *snap,
+                                  const char **note, sg_error_t **err);
 /* The same for a file tool: its workspace must exist as well. */
 kernel_t *mcp_files_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err);
 

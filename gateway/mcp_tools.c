@@ -580,6 +580,103 @@ static json_t *tool_restart(mcp_t *self, session_t *s)
                             "the workspace are kept");
 }
 
+/* --- snapshots ------------------------------------------------------------------ */
+
+/* A snapshot call: answered from kmgr's callback, or at once when that
+ * comes before kmgr_snapshot returns (then `now` holds the result). */
+typedef struct {
+    post_t *post;
+    json_t *id;
+    char session[37];
+    bool calling;
+    json_t *now;
+} taking_t;
+
+static void on_taken(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg)
+{
+    taking_t *t = arg;
+    json_t *r =
+        err ? tool_text(true, "no snapshot was taken: %s", err->msg)
+            : tool_text(false,
+                        "snapshot %s taken (%llu bytes): the restore tool with this id brings "
+                        "back this session's variables and workspace files as they are now",
+                        snap->id, (unsigned long long)snap->bytes);
+    if (t->calling) {
+        t->now = r;
+        return;
+    }
+    post_t *p = t->post;
+    session_t *s = zhashx_lookup(p->mcp->sessions, t->session);
+    if (s) {
+        s->calls--;
+        s->last_seen = zclock_mono();
+    }
+    mcp_post_send(p, mcp_rpc_result(t->id, r));
+    json_decref(t->id);
+    free(t);
+    mcp_post_call_over(p);
+}
+
+static json_t *tool_snapshot(mcp_t *self, post_t *p, session_t *s, const json_t *id, json_t *args)
+{
+    json_t *name = json_object_get(args, "name");
+    if (name && !json_is_string(name))
+        return tool_text(true, "'name' must be a string");
+    const char *note;
+    sg_error_t *err = NULL;
+    kernel_t *k = mcp_files_kernel(self, s, &note, &err);
+    if (!k)
+        return tool_error(&err);
+    taking_t *t = xzalloc(sizeof *t);
+    *t = (taking_t){.post = p, .id = json_deep_copy(id), .calling = true};
+    snprintf(t->session, sizeof t->session, "%s", s->id);
+    int r = kmgr_snapshot(self->kmgr, k, json_string_value(name), on_taken, t, &err);
+    t->calling = false;
+    json_t *now = t->now;
+    if (r < 0 || now) {
+        json_decref(t->id);
+        free(t);
+        return r < 0 ? tool_error(&err) : now;
+    }
+    audit_event(&self->who, "snapshot.create",
+                json_pack("{s:s, s:s}", "session", s->id, "context", kernel_id(k)));
+    s->calls++;
+    p->pending++;
+    p->refs++;
+    return NULL;
+}
+
+/* The session back at one of its tenant's snapshots: its kernel rolled back,
+ * or (without one) started from it.  Another tenant's is an unknown id. */
+static json_t *tool_restore(mcp_t *self, session_t *s, json_t *args)
+{
+    const char *sid = json_string_value(json_object_get(args, "snapshot_id"));
+    if (!sid)
+        return tool_text(true, "'snapshot_id' (a string: the snapshot tool's id) is required");
+    const kmgr_snapshot_t *snap = kmgr_snapshot_get(self->kmgr, sid);
+    if (!snap || strcmp(snap->owner, s->owner) != 0)
+        return tool_text(true, "no snapshot '%s'", sid);
+    kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
+    sg_error_t *err = NULL;
+    const char *note;
+    tenant_quota_t quota; /* a paused or dead kernel runs again: max-live */
+    if (!k) {
+        if (!mcp_session_kernel_from(self, s, snap, &note, &err))
+            return tool_error(&err);
+    } else if (tenant_admit_wake(k, &quota, &err) < 0 ||
+               kmgr_restore(self->kmgr, k, snap->id, &err) < 0) {
+        return tool_error(&err);
+    }
+    audit_event(
+        &self->who, "context.restore",
+        json_pack("{s:s, s:s, s:s}", "session", s->id, "context", s->kernel_id, "snapshot", sid));
+    log_info("mcp: session %s restored snapshot %s", s->id, sid);
+    return tool_text(false,
+                     "this session is back at snapshot %s: its variables and workspace files "
+                     "are as they were then",
+                     sid);
+}
+
 /* --- the tools' descriptions ---------------------------------------------------- */
 
 json_t *mcp_tools_json(const mcp_config_t *cfg, bool internet)
@@ -627,6 +724,21 @@ json_t *mcp_tools_json(const mcp_config_t *cfg, bool internet)
         "import is lost, workspace files are kept. Use it when the kernel is stuck or dead.\","
         " \"inputSchema\": {\"type\": \"object\", \"properties\": {},"
         "  \"additionalProperties\": false},"
+        " \"annotations\": {\"destructiveHint\": true}},"
+        "{\"name\": \"snapshot\", \"title\": \"Save the session's state\","
+        " \"description\": \"Saves this session's variables, imports and workspace files as "
+        "a snapshot and returns its id: the restore tool brings that state back later (say, "
+        "before trying something risky). The kernel must be idle.\","
+        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
+        "  \"name\": {\"type\": \"string\", \"description\": \"a label for it\"}},"
+        "  \"additionalProperties\": false}},"
+        "{\"name\": \"restore\", \"title\": \"Go back to a snapshot\","
+        " \"description\": \"Rolls this session back to a snapshot the snapshot tool took of "
+        "it: variables, imports and workspace files become the snapshot's; what changed since "
+        "is lost.\","
+        " \"inputSchema\": {\"type\": \"object\", \"properties\": {"
+        "  \"snapshot_id\": {\"type\": \"string\", \"description\": \"the id the snapshot "
+        "tool returned\"}}, \"required\": [\"snapshot_id\"], \"additionalProperties\": false},"
         " \"annotations\": {\"destructiveHint\": true}}"
         "]",
         internet ? "whose network reaches what the server allows (the internet; never private "
@@ -658,6 +770,10 @@ json_t *mcp_tools_call(mcp_t *self, post_t *p, session_t *s, const json_t *id, c
         return tool_write(self, s, args);
     if (strcmp(name, "restart_kernel") == 0)
         return tool_restart(self, s);
+    if (strcmp(name, "snapshot") == 0)
+        return tool_snapshot(self, p, s, id, args);
+    if (strcmp(name, "restore") == 0)
+        return tool_restore(self, s, args);
     *unknown = true;
     return NULL;
 }

@@ -102,6 +102,37 @@ try {
   ex = await c.execute("'in_ctx' in dir()", { context: ctx })
   check(ex.text === 'False', 'restartContext gives a fresh kernel', ex.results)
 
+  // --- snapshots, fork, roll-back ----------------------------------------------
+  await c.execute("snap_v = 'saved'\nopen('s.txt', 'w').write('saved')", { context: ctx })
+  const snap = await c.snapshotContext(ctx, { name: 'js' })
+  check(typeof snap.id === 'string' && snap.context_id === ctx.id && snap.name === 'js' && snap.bytes > 0 &&
+    typeof snap.created === 'string', 'snapshotContext: {id, context_id, name, created, bytes}', snap)
+  const fromSnap = await c.createContext({ snapshot: snap })
+  ex = await c.execute("snap_v + open('s.txt').read()", { context: fromSnap })
+  check(ex.text === "'savedsaved'" && fromSnap.parent === ctx.id,
+    'createContext({snapshot}): its variables and files, parent set', [ex.results, fromSnap])
+  const fork = await c.forkContext(ctx)
+  check(typeof fork.id === 'string' && fork.id !== ctx.id && fork.snapshot_id === null, 'forkContext', fork)
+  await c.execute("snap_v = 'fork'", { context: fork })
+  await c.execute("snap_v = 'changed'", { context: ctx })
+  ex = await c.execute('snap_v', { context: fork })
+  const exCtx = await c.execute('snap_v', { context: ctx })
+  check(ex.text === "'fork'" && exCtx.text === "'changed'", 'a fork changes apart from its origin',
+    [ex.results, exCtx.results])
+  const rolled = await c.restoreContext(ctx, snap.id)
+  ex = await c.execute('snap_v', { context: ctx })
+  check(rolled.id === ctx.id && ex.text === "'saved'", 'restoreContext brings the variable back', [rolled, ex.results])
+  check((await c.listSnapshots(ctx)).map((x) => x.id).join() === snap.id &&
+    (await c.listSnapshots()).some((x) => x.id === snap.id), 'listSnapshots (of a context, of the tenant)', null)
+  check((await c.getSnapshot(snap)).id === snap.id, 'getSnapshot', null)
+  await c.deleteSnapshot(snap)
+  let se = await rejects(c.getSnapshot(snap.id))
+  check(isErr(se, sg.NotFoundError, 404, 'not_found'), 'deleteSnapshot; getSnapshot then is NotFoundError', `${se}`)
+  se = await rejects(c.restoreContext(ctx, snap))
+  check(isErr(se, sg.NotFoundError, 404, 'not_found'), 'restoring a deleted snapshot is NotFoundError', `${se}`)
+  await c.removeContext(fromSnap)
+  await c.removeContext(fork)
+
   // --- commands -------------------------------------------------------------
   let r = await c.runCommand('echo hi; echo err >&2; exit 3', { context: ctx })
   check(r.stdout === 'hi\n' && r.stderr === 'err\n' && r.exitCode === 3 && r.error === null &&

@@ -1,6 +1,6 @@
 // Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
 // package's type declarations as a TypeScript user (an ES module) sees them.
-import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context } from 'sandgate'
+import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot } from 'sandgate'
 import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { createAgent } from 'langchain'
@@ -34,6 +34,14 @@ export async function use(): Promise<number> {
     if (e instanceof TooManyRequestsError) { const s: number = e.status; void s }
   }
   void key
+  const snap: Snapshot = await sg.snapshotContext(ctx, { name: 'n' })
+  const forked = await sg.forkContext(ctx, { keepSnapshot: true })
+  const kept: string | null = forked.snapshot_id
+  const fromSnap: Context = await sg.createContext({ snapshot: snap })
+  const rolled: Context = await sg.restoreContext(fromSnap, snap.id)
+  const snaps: Snapshot[] = await sg.listSnapshots(ctx)
+  await sg.deleteSnapshot((await sg.getSnapshot(snap)).id)
+  void kept; void rolled; void snaps
   const python = executePythonTool({ client: sg, timeout: 10 })
   const [py, sh] = sandgateTools({ client: sg })
   const agent = createAgent({ model: fakeModel(), tools: [python, runCommandTool({ client: sg }), py, sh] })

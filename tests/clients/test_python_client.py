@@ -3,8 +3,9 @@ environment works and its core imports with no third-party module; then the
 client (run from that venv, as a user would) against a real daemon with real
 sandboxed kernels: streaming callbacks, rich results, errors in the code,
 contexts (create, list, get, restart, pause, resume, delete, the throwaway
-context manager), commands, files, artifacts, and one exception class per
-kind of HTTP error.  Then tenants (the daemon has a keys file from `sandgate
+context manager), snapshots (a context from one, fork, roll-back, list, get,
+delete; another tenant's are unknown), commands, files, artifacts, and one
+exception class per kind of HTTP error.  Then tenants (the daemon has a keys file from `sandgate
 keys add`): each client works with its tenant's key (api_key=, token=,
 SANDGATE_API_KEY over SANDGATE_TOKEN, sandgate-cli --api-key), one tenant's
 context is a NotFoundError to the other, a tenant at --max-contexts 1 gets
@@ -134,6 +135,43 @@ check(ctx.state == "running" and ctx.execute("only_here").text == "1",
       "resume: the variables are back", ctx.info)
 ctx.restart()
 check(ctx.execute("'only_here' in dir()").text == "False", "restart loses the variables")
+
+# --- snapshots, fork, roll-back -----------------------------------------------------------
+ctx.execute("snap_v = 'saved'\nopen('s.txt', 'w').write('saved')")
+snap = ctx.snapshot("py")
+check(isinstance(snap, Snapshot) and snap.context_id == ctx.id and snap.name == "py" and
+      snap.bytes > 0 and snap.created, "Context.snapshot(name): a Snapshot", snap)
+with sg.context(snapshot=snap) as child:
+    check(child.execute("snap_v + open('s.txt').read()").text == "'savedsaved'" and
+          child.info.get("parent") == ctx.id,
+          "a context from the snapshot (context(snapshot=)) has its variables and files",
+          child.info)
+fork = ctx.fork()
+check(fork.id != ctx.id and fork.info.get("snapshot_id") is None and
+      fork.execute("snap_v").text == "'saved'", "Context.fork(): a copy", fork.info)
+fork.execute("snap_v = 'fork'")
+ctx.execute("snap_v = 'changed'")
+check(fork.execute("snap_v").text == "'fork'" and ctx.execute("snap_v").text == "'changed'",
+      "the fork and its origin change apart")
+check(ctx.restore(snap.id) is ctx and ctx.execute("snap_v").text == "'saved'",
+      "Context.restore(id) brings the variable back", ctx.info)
+try:
+    fork.restore(fork.snapshot())
+    check(fork.execute("snap_v").text == "'fork'", "a fork restores its own snapshot")
+except SandgateError as e:
+    check(False, "a fork restores its own snapshot", e)
+check([s.id for s in ctx.snapshots()] == [snap.id] and
+      snap.id in [s.id for s in sg.snapshots()] and sg.snapshot(snap.id).name == "py",
+      "Context.snapshots(), Sandgate.snapshots(), Sandgate.snapshot(id)")
+for s in sg.snapshots():
+    sg.delete_snapshot(s)
+check(sg.snapshots() == [], "delete_snapshot")
+try:
+    sg.snapshot(snap)
+    check(False, "a deleted snapshot raises NotFoundError")
+except NotFoundError as e:
+    check(e.status == 404, "a deleted snapshot raises NotFoundError")
+fork.delete()
 sg.delete_context(ctx)
 check(ctx.id not in [c.id for c in sg.list_contexts()], "delete_context")
 with sg.context() as tmp:
@@ -242,6 +280,14 @@ check(alice.execute("who", context=ca).text == "'alice'" and
       alice.download(ca, "mine.txt") == b"alice's", "the owner's context is untouched")
 check(ca.id in [c.id for c in Sandgate().list_contexts()], "the admin's --token sees it")
 
+sa = ca.snapshot()
+for what, fn in (("snapshot", lambda: bob.snapshot(sa)),
+                 ("create_context(snapshot=)", lambda: bob.create_context(snapshot=sa.id)),
+                 ("delete_snapshot", lambda: bob.delete_snapshot(sa))):
+    raises(NotFoundError, fn, "another tenant's snapshot: " + what, 404)
+check(sa.id not in [s.id for s in bob.snapshots()] and sa.tenant == "alice" and
+      [s.id for s in alice.snapshots()] == [sa.id], "each tenant lists its own snapshots")
+alice.delete_snapshot(sa)
 cb = bob.create_context()
 check(bob.execute("6 * 7", context=cb).text == "42", "the other tenant works with its key")
 try:

@@ -1,19 +1,25 @@
 """MCP over Streamable HTTP: the official SDK as a client, then the protocol's
-edges by hand (malformed JSON-RPC, batches, sessions, headers), a restart of
+edges by hand (malformed JSON-RPC, batches, sessions, headers), the snapshot
+and restore tools (another tenant's snapshot is an unknown id), a restart of
 sandgate in the middle of a session, and idle culling."""
 import json
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 import time
 
-from sgd import Daemon, TOKEN
+from sgd import Daemon, TOKEN, add_key
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
 from mcpraw import JSON_AND_SSE, post, initialize, call, text_of, err_code
 
 
-d = Daemon("--pool-size", "1")
+KEYS = os.path.join(tempfile.mkdtemp(prefix="sgt-mcp-"), "keys")
+KEY_A = add_key(KEYS, "alice")
+d = Daemon("--pool-size", "1", "--keys-file", KEYS)
 try:
     # --- the official SDK ---------------------------------------------------------
     r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/mcp_sdk.mjs"), d.url, TOKEN],
@@ -167,6 +173,47 @@ try:
     ok(status == 200 and len(answer) == 1 and len(text_of(answer[0])) == 100001,
        "a 100 kB output comes back whole", status)
 
+    # --- snapshot and restore --------------------------------------------------------------
+    call(d, sid, "execute_python", {"code": "snap_v = 1\nopen('m.txt', 'w').write('one')"})
+    status, answer = call(d, sid, "snapshot", {"name": "mcp"})
+    m = re.search(r"[0-9a-f]{8}-[0-9a-f-]{27}", text_of(answer))
+    snap = m.group(0) if m else "none"
+    status, snaps = d.json("GET", "/snapshots")
+    ok(m and not answer["result"]["isError"] and
+       [(x["id"], x.get("name")) for x in snaps] == [(snap, "mcp")],
+       "snapshot: its id, listed by GET /snapshots with its name", (answer, snaps))
+    call(d, sid, "execute_python", {"code": "snap_v = 2\nopen('m.txt', 'w').write('two')"})
+    status, answer = call(d, sid, "restore", {"snapshot_id": snap})
+    ok(not answer["result"]["isError"] and snap in text_of(answer), "restore", answer)
+    status, answer = call(d, sid, "execute_python", {"code": "snap_v, open('m.txt').read()"})
+    ok(text_of(answer) == "(1, 'one')", "after restore: the variable and the file as they were",
+       answer)
+    unknown = "00000000-0000-4000-8000-000000000000"
+    status, answer = call(d, sid, "restore", {"snapshot_id": unknown})
+    ok(answer["result"]["isError"] and unknown in text_of(answer),
+       "restore of an unknown snapshot is isError", answer)
+    status, answer = call(d, sid, "snapshot", {"name": 5})
+    ok(answer["result"]["isError"] and "name" in text_of(answer),
+       "snapshot with a name that is not a string is isError", answer)
+    alice = {"Authorization": "Bearer " + KEY_A}
+    status, hdrs, _ = post(d, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "raw", "version": "0"}}},
+                           headers=alice)
+    asid = hdrs.get("Mcp-Session-Id")
+    got = {}
+    for sid_ in (unknown, snap):
+        status, _, got[sid_] = post(d, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                        "params": {"name": "restore",
+                                                   "arguments": {"snapshot_id": sid_}}},
+                                    session=asid, headers=alice, accept="application/json")
+    ok(asid and got[snap]["result"]["isError"] and
+       text_of(got[snap]).replace(snap, "ID") == text_of(got[unknown]).replace(unknown, "ID"),
+       "another tenant's session: the snapshot is the same error as an unknown id", got)
+    d.request("DELETE", "/mcp", headers=dict(alice, **{"Mcp-Session-Id": asid}))
+    status, _, _ = d.request("DELETE", "/snapshots/" + snap)
+    ok(status == 204, "the snapshot is deleted over REST", status)
+
     # --- a restart of sandgate keeps the session ----------------------------------------
     status, answer = call(d, sid, "execute_python", {"code": "kept = 'across restarts'"})
     d.restart()
@@ -185,6 +232,7 @@ try:
        "the deleted session's kernel is gone (only the SDK's second session is left)", ctxs)
 finally:
     d.stop()
+    shutil.rmtree(os.path.dirname(KEYS), ignore_errors=True)
 
 # --- idle sessions end, and their kernels with them ---------------------------------------
 d = Daemon("--pool-size", "0", "--idle-timeout", "4")

@@ -56,10 +56,28 @@ export interface Context {
   state: ContextState
   internet: boolean
   checkpoint_bytes?: number
+  /** The context it was made from (a snapshot's or a fork's). */
+  parent?: string
 }
 
 /** A context, or its id. */
 export type ContextRef = string | { id: string }
+
+/** A context's saved variables and workspace files. */
+export interface Snapshot {
+  id: string
+  /** The context it was taken of. */
+  context_id: string
+  name?: string
+  /** ISO 8601 */
+  created: string
+  /** On disk: the memory image and the workspace's data. */
+  bytes: number
+  tenant: string
+}
+
+/** A snapshot, or its id. */
+export type SnapshotRef = string | { id: string }
 
 export interface ExecutionError {
   name: string
@@ -198,13 +216,25 @@ export class Sandgate {
   }): Promise<Response>
   health(): Promise<{ status: string; version: string; [k: string]: unknown }>
 
-  createContext(opts?: { language?: string; cwd?: string; internet?: boolean }): Promise<Context>
+  /** With `snapshot`, the context starts with its state (give no other option). */
+  createContext(opts?: { language?: string; cwd?: string; internet?: boolean; snapshot?: SnapshotRef }): Promise<Context>
   listContexts(): Promise<Context[]>
   getContext(context: ContextRef): Promise<Context>
   removeContext(context: ContextRef): Promise<void>
   restartContext(context: ContextRef): Promise<void>
   pauseContext(context: ContextRef): Promise<Context>
   resumeContext(context: ContextRef): Promise<Context>
+
+  /** Saves the context's variables and workspace files. */
+  snapshotContext(context: ContextRef, opts?: { name?: string }): Promise<Snapshot>
+  /** A new context with a copy of its state; `snapshot_id` is null unless keepSnapshot. */
+  forkContext(context: ContextRef, opts?: { keepSnapshot?: boolean }): Promise<Context & { snapshot_id: string | null }>
+  /** Rolls the context back to a snapshot of itself or of a context it was made from. */
+  restoreContext(context: ContextRef, snapshot: SnapshotRef): Promise<Context>
+  /** The tenant's snapshots; of one context when given. */
+  listSnapshots(context?: ContextRef): Promise<Snapshot[]>
+  getSnapshot(snapshot: SnapshotRef): Promise<Snapshot>
+  deleteSnapshot(snapshot: SnapshotRef): Promise<void>
 
   /** Streams the output to the callbacks; an exception in the code is `error`, not thrown. */
   execute(code: string, opts?: ExecuteOptions): Promise<Execution>

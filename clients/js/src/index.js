@@ -152,12 +152,15 @@ export class Execution {
   }
 }
 
-function contextId(context) {
+function contextId(context, what = 'context') {
   if (context == null) return undefined
   if (typeof context === 'string') return context
   if (typeof context.id === 'string') return context.id
-  throw new TypeError('context must be a context id or an object with an id')
+  throw new TypeError(`${what} must be a ${what} id or an object with an id`)
 }
+
+/** The id of a snapshot (or a snapshot object). */
+const snapshotId = (snapshot) => contextId(snapshot, 'snapshot')
 
 /**
  * A workspace path as URL segments: each part percent-encoded, a leading /
@@ -259,12 +262,17 @@ export class Sandgate {
 
   // --- contexts -------------------------------------------------------------
 
-  /** A new context: its own sandboxed kernel and workspace. */
-  async createContext({ language, cwd, internet } = {}) {
+  /**
+   * A new context: its own sandboxed kernel and workspace. With `snapshot`
+   * (a snapshot or its id) it starts with the snapshot's variables and
+   * files, and its context's language, cwd and network (give none of those).
+   */
+  async createContext({ language, cwd, internet, snapshot } = {}) {
     const json = {}
     if (language !== undefined) json.language = language
     if (cwd !== undefined) json.cwd = cwd
     if (internet !== undefined) json.internet = internet
+    if (snapshot !== undefined) json.snapshot = snapshotId(snapshot)
     return this._json('POST', '/contexts', { json })
   }
 
@@ -293,6 +301,52 @@ export class Sandgate {
 
   async resumeContext(context) {
     return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/resume`)
+  }
+
+  // --- snapshots, fork, roll-back --------------------------------------------
+
+  /**
+   * Saves the context's variables and workspace files: {id, context_id,
+   * name?, created, bytes, tenant}. ConflictError while it runs code (or has
+   * a network); QuotaExceededError past the server's --max-snapshots.
+   */
+  async snapshotContext(context, { name } = {}) {
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/snapshots`,
+      { json: name !== undefined ? { name } : {} })
+  }
+
+  /**
+   * A new context with a copy of the context's state. The snapshot it is
+   * made from is deleted unless `keepSnapshot` (then its id is `snapshot_id`).
+   */
+  async forkContext(context, { keepSnapshot = false } = {}) {
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/fork`,
+      { json: keepSnapshot ? { keep_snapshot: true } : {} })
+  }
+
+  /**
+   * Rolls the context back to a snapshot of itself or of a context it was
+   * made from (else InvalidRequestError); resolves to the context.
+   */
+  async restoreContext(context, snapshot) {
+    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/restore`,
+      { json: { snapshot: snapshotId(snapshot) } })
+  }
+
+  /** The tenant's snapshots; of one context when given. */
+  async listSnapshots(context) {
+    const id = contextId(context)
+    return this._json('GET', id === undefined ? '/snapshots' : `/contexts/${encodeURIComponent(id)}/snapshots`)
+  }
+
+  /** One snapshot (NotFoundError when unknown or deleted). */
+  async getSnapshot(snapshot) {
+    return this._json('GET', `/snapshots/${encodeURIComponent(snapshotId(snapshot))}`)
+  }
+
+  /** Deletes a snapshot; contexts made from it keep their state. */
+  async deleteSnapshot(snapshot) {
+    await this.request('DELETE', `/snapshots/${encodeURIComponent(snapshotId(snapshot))}`)
   }
 
   // --- executions -----------------------------------------------------------

@@ -165,7 +165,25 @@ def _artifacts(items):
             for a in items or []]
 
 
+@dataclass
+class Snapshot:
+    """A context's saved state (variables and workspace files): start new
+    contexts from it, or roll its context (or one made from it) back to it."""
+    id: str
+    context_id: str
+    name: Optional[str]
+    created: str
+    bytes: int
+    tenant: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, s):
+        return cls(s.get("id", ""), s.get("context_id", ""), s.get("name"), s.get("created", ""),
+                   s.get("bytes", 0), s.get("tenant"))
+
+
 def _id(context):
+    """The id of a context or a snapshot (either object, or its id)."""
     if context is None or isinstance(context, str):
         return context
     return context.id
@@ -242,6 +260,23 @@ class Context:
 
     def delete(self):
         self.client.delete_context(self.id)
+
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """Saves this context's variables and files (see Sandgate.snapshot_context)."""
+        return self.client.snapshot_context(self.id, name)
+
+    def fork(self, keep_snapshot: bool = False) -> "Context":
+        """A new context with this one's state, each going its own way after."""
+        return self.client.fork_context(self.id, keep_snapshot)
+
+    def restore(self, snapshot) -> "Context":
+        """Rolls this context back to `snapshot` (a Snapshot or its id)."""
+        self.info = self.client.restore_context(self.id, snapshot).info
+        return self
+
+    def snapshots(self) -> List[Snapshot]:
+        """The snapshots taken of this context."""
+        return self.client.list_snapshots(self.id)
 
 
 def api_key_from(api_key=None, token=None, environ=None):
@@ -322,9 +357,12 @@ class Sandgate:
 
     # --- contexts ------------------------------------------------------------------
 
-    def create_context(self, language=None, cwd=None, internet=None) -> Context:
-        body = {k: v for k, v in (("language", language), ("cwd", cwd), ("internet", internet))
-                if v is not None}
+    def create_context(self, language=None, cwd=None, internet=None, snapshot=None) -> Context:
+        """A new context.  With `snapshot` (a Snapshot or its id), it starts
+        with the snapshot's variables and files, and its context's language,
+        cwd and network (give none of those with it)."""
+        body = {k: v for k, v in (("language", language), ("cwd", cwd), ("internet", internet),
+                                  ("snapshot", _id(snapshot))) if v is not None}
         return Context(self, self._json("POST", "/contexts", body))
 
     def list_contexts(self) -> List[Context]:
@@ -346,14 +384,59 @@ class Sandgate:
         return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/resume"))
 
     @contextlib.contextmanager
-    def context(self, language=None, cwd=None, internet=None):
+    def context(self, language=None, cwd=None, internet=None, snapshot=None):
         """A throwaway context: created on entry, deleted on exit."""
-        ctx = self.create_context(language=language, cwd=cwd, internet=internet)
+        ctx = self.create_context(language=language, cwd=cwd, internet=internet,
+                                  snapshot=snapshot)
         try:
             yield ctx
         finally:
             with contextlib.suppress(NotFoundError, SandgateConnectionError):
                 self.delete_context(ctx.id)
+
+    # --- snapshots, fork, roll-back -------------------------------------------------
+
+    def snapshot_context(self, context, name: Optional[str] = None) -> Snapshot:
+        """Saves a context's variables and workspace files.  ConflictError
+        while it runs code (or has a network); QuotaExceededError past the
+        server's --max-snapshots."""
+        body = {"name": name} if name is not None else None
+        return Snapshot.from_json(
+            self._json("POST", f"/contexts/{_q(_id(context))}/snapshots", body))
+
+    def fork_context(self, context, keep_snapshot: bool = False) -> Context:
+        """A new context with a copy of the context's state.  The snapshot it
+        is made from is deleted unless `keep_snapshot` (then its id is the
+        new context's info["snapshot_id"])."""
+        body = {"keep_snapshot": True} if keep_snapshot else None
+        return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/fork", body))
+
+    def restore_context(self, context, snapshot) -> Context:
+        """Rolls a context back to a snapshot (a Snapshot or its id) of
+        itself or of a context it was made from (else InvalidError)."""
+        return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/restore",
+                                        {"snapshot": _id(snapshot)}))
+
+    def list_snapshots(self, context=None) -> List[Snapshot]:
+        """The tenant's snapshots; of one context when given."""
+        path = f"/contexts/{_q(_id(context))}/snapshots" if context is not None else "/snapshots"
+        return [Snapshot.from_json(s) for s in self._json("GET", path)]
+
+    def snapshots(self) -> List[Snapshot]:
+        """The tenant's snapshots (list_snapshots())."""
+        return self.list_snapshots()
+
+    def snapshot(self, snapshot) -> Snapshot:
+        """One snapshot, by id (NotFoundError when unknown or deleted)."""
+        return Snapshot.from_json(self._json("GET", "/snapshots/" + _q(_id(snapshot))))
+
+    def get_snapshot(self, snapshot) -> Snapshot:
+        """The same as snapshot()."""
+        return self.snapshot(snapshot)
+
+    def delete_snapshot(self, snapshot):
+        """Deletes a snapshot; contexts made from it keep their state."""
+        self._json("DELETE", "/snapshots/" + _q(_id(snapshot)))
 
     # --- executions ----------------------------------------------------------------
 

@@ -59,11 +59,16 @@ class ThreadContexts:
     without a thread id, one per LangGraph thread id.  Created on first
     use; a context that disappeared (deleted, culled) is replaced and the
     tool says so.  Share one between tools so that they see the same
-    kernel and files; `close()` deletes the contexts it made."""
+    kernel and files; `close()` deletes the contexts it made.  With
+    `snapshot` (a Snapshot or its id; create's), each new context starts
+    from it: its variables and files, its context's language and cwd."""
 
     def __init__(self, client, language="python", context=None, **create):
         self.client = client
         self.language = language
+        snap = create.get("snapshot")
+        if snap is not None:  # the snapshot's language and cwd: nothing else with it
+            self.language, create = None, {"snapshot": snap if isinstance(snap, str) else snap.id}
         self.create = create
         self.fixed = context if isinstance(context, (str, type(None))) else context.id
         self.by_thread = {}
@@ -160,7 +165,7 @@ def execute_python_tool(client=None, *, context=None, contexts=None, name="execu
     that runs code in sandgate.  `context`: always use this context; else
     `contexts` (a ThreadContexts, to share with other tools) or a new one
     (contexts per thread id, created with `language` and `create`'s
-    cwd/internet).  `timeout`: the default per call, in seconds."""
+    cwd/internet, or from `create`'s snapshot).  `timeout`: the default per call, in seconds."""
     if client is None:
         from . import Sandgate
         client = Sandgate()
@@ -232,6 +237,6 @@ def sandgate_tools(client=None, **kw):
         from . import Sandgate
         client = Sandgate()
     pool = ThreadContexts(client, context=kw.pop("context", None),
-                          **{k: kw.pop(k) for k in ("cwd", "internet") if k in kw})
+                          **{k: kw.pop(k) for k in ("cwd", "internet", "snapshot") if k in kw})
     return [execute_python_tool(client, contexts=pool, **kw),
             execute_command_tool(client, contexts=pool, **kw)]
