@@ -181,8 +181,13 @@ static void become_ready(kernel_t *k)
         k->reattaching = false;
         pump(k);
         emit(k, KERNEL_EV_READY, NULL);
+        if (!k->freed)
+            snapshot_ready(k, NULL); /* one asked for while it resumed */
         return;
     }
+    snapshot_ready(k, &(sg_error_t){.kind = SG_E_UNAVAILABLE,
+                                    .msg = "the context has a fresh kernel (it could not be "
+                                           "resumed): nothing to snapshot"});
     if (k->from_snapshot) {
         log_info("kernel %s ready (%s, sandbox %s), restored from snapshot %s", k->id,
                  k->spec->name, sandbox_id(k->sb), k->from_snapshot);
@@ -359,6 +364,7 @@ void die(kernel_t *k, sg_error_t *err)
     if (k->state == KERNEL_DEAD)
         return;
     log_warn("kernel %s died: %s", k->id, err->msg);
+    snapshot_ready(k, err);
     k->state = KERNEL_DEAD;
     free(k->death);
     k->death = xstrdup(err->msg);
@@ -751,6 +757,7 @@ int kernel_restart(kernel_t *k, sg_error_t **err)
 
 void restart_reset(kernel_t *k, const char *msg)
 {
+    snapshot_ready(k, &(sg_error_t){.kind = SG_E_UNAVAILABLE, .msg = (char *)msg});
     k->state = KERNEL_STARTING; /* not DEAD: die() below must not fire */
     k->resuming = k->resume_wanted = k->reattaching = false;
     k->checkpoint_bytes = 0;

@@ -127,6 +127,10 @@ void restart_reset(kernel_t *k, const char *why);
  * snapshot fails with it; the pause's own handling goes on). */
 void snapshot_paused(kernel_t *k);
 void snapshot_failed(kernel_t *k, const sg_error_t *err);
+/* A snapshot asked for while the kernel resumed waits for it to answer:
+ * why NULL, the kernel answers (it starts now); else it fails with why.
+ * Nothing when none waits. */
+void snapshot_ready(kernel_t *k, const sg_error_t *why);
 /* The kernel goes away: a snapshot under way fails, a workspace being
  * restored calls back no more. */
 void snapshot_abort(kernel_t *k);

@@ -15,7 +15,8 @@ struct snap {
     char *id;
     kernel_snapshot_fn *cb;
     void *arg;
-    bool resume; /* the kernel was paused for it */
+    bool resume;   /* the kernel was paused for it */
+    bool deferred; /* asked for while the kernel resumed: starts once it answers */
     int64_t began;
 };
 
@@ -63,6 +64,27 @@ void snapshot_failed(kernel_t *k, const sg_error_t *err)
     snap_free(s);
 }
 
+void snapshot_ready(kernel_t *k, const sg_error_t *why)
+{
+    struct snap *s = k->snap;
+    if (s == NULL || !s->deferred)
+        return;
+    s->deferred = false;
+    sg_error_t *err = NULL;
+    if (why) {
+        snapshot_failed(k, why);
+    } else if (k->state != KERNEL_IDLE || k->queue || k->tracked) {
+        sg_error_set(&err, SG_E_CONFLICT,
+                     "kernel %s is busy; a snapshot is taken of an idle or paused kernel "
+                     "(retry once its execution has ended)",
+                     k->id);
+        snapshot_failed(k, err);
+    } else if (kernel_pause(k, &err) < 0) {
+        snapshot_failed(k, err);
+    }
+    sg_error_free(&err);
+}
+
 void snapshot_abort(kernel_t *k)
 {
     sandbox_cancel(k->ws_restore);
@@ -89,7 +111,10 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
                             "sessions with a network (\"internet\": true) cannot be snapshotted: "
                             "runsc cannot save their TCP connections");
     bool paused = k->state == KERNEL_PAUSED;
-    if (!paused && (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || !k->sb))
+    /* Resuming (after a snapshot, say): the snapshot waits for it. */
+    bool resuming = k->state == KERNEL_STARTING && k->resuming && !k->reattaching && k->sb;
+    if (!paused && !resuming &&
+        (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || !k->sb))
         return sg_error_set(err, SG_E_CONFLICT,
                             "kernel %s is %s; a snapshot is taken of an idle or paused kernel "
                             "(retry once its execution has ended)",
@@ -100,8 +125,11 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
                        .cb = cb,
                        .arg = arg,
                        .resume = !paused,
+                       .deferred = resuming,
                        .began = zclock_mono()};
     k->snap = s;
+    if (resuming) /* snapshot_ready starts it */
+        return 0;
     if (paused) {
         snapshot_paused(k);
         return 0;

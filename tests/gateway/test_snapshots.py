@@ -69,6 +69,12 @@ try:
        snap.get("bytes", 0) > 1 << 20 and snap.get("created", "").endswith("Z"),
        f"POST /contexts/{{id}}/snapshots: 201 with its id, context, name and bytes "
        f"({snap.get('bytes', 0) >> 20} MiB, {took:.2f} s)", (st, snap))
+    # At once, while the context still resumes from the first: it waits for it.
+    st, again = d.json("POST", f"/contexts/{pid}/snapshots", {}, token=ALICE, timeout=180)
+    ok(st == 201 and again.get("id") != sid,
+       "a second snapshot at once, while the context resumes: 201", (st, again))
+    if st == 201:
+        d.json("DELETE", f"/snapshots/{again['id']}", token=ALICE)
     ok(out(d, pid, CHECK) == EXPECTED, "the context runs on with everything intact",
        out(d, pid, CHECK))
     st, one = d.json("GET", f"/snapshots/{sid}", token=ALICE)
