@@ -50,7 +50,16 @@ struct pausing {
     int waited_ms;
     long long cpu_quota, cpu_period; /* to put back after a restore; 0: none */
     pid_t child;                     /* the runsc command under way; 0: none */
+    int64_t began;                   /* zclock_mono() of the step under way */
 };
+
+/* The step that just ended, for the debug log: how long it took. */
+static void step_done(sandbox_t *sb, const char *what)
+{
+    int64_t now = zclock_mono();
+    log_debug("sandbox %s: %s in %lld ms", sb->id, what, (long long)(now - sb->pausing->began));
+    sb->pausing->began = now;
+}
 
 /* STATE/workspaces/<kernel uuid>: the sandbox id is the uuid and "-<generation>". */
 static char *workspace_of(const sandbox_t *sb)
@@ -182,6 +191,7 @@ static void delete_after_checkpoint(int status, const char *output, void *arg)
 {
     sandbox_t *sb = arg;
     sb->pausing->child = 0;
+    step_done(sb, "runsc delete");
     if (status != 0)
         log_warn("sandbox %s: runsc delete after checkpoint: %s", sb->id, output);
     cgroup_remove(sandbox_cgroup(sb));
@@ -197,6 +207,7 @@ static void checkpoint_done(int status, const char *output, void *arg)
 {
     sandbox_t *sb = arg;
     sb->pausing->child = 0;
+    step_done(sb, "runsc checkpoint");
     sg_error_t *err = NULL;
     if (status != 0) {
         /* runsc's message ends with a Go stack: its first line says it. */
@@ -260,6 +271,7 @@ static void on_detach_poll(loop_t *loop, int timer_id, void *arg)
     if (relay_detached(sb)) {
         loop_timer_end(loop, p->timer);
         p->timer = -1;
+        step_done(sb, "the relay's detach");
         relay_unlink(sb);
         checkpoint(sb);
         return;
@@ -290,7 +302,8 @@ int runsc_pause(sandbox_t *sb, sg_error_t **err)
     unlink(stale);
     relay_refused(sb);
     sb->pausing = xzalloc(sizeof *sb->pausing);
-    *sb->pausing = (struct pausing){.sb = sb, .step = P_DETACH, .timer = -1};
+    *sb->pausing =
+        (struct pausing){.sb = sb, .step = P_DETACH, .timer = -1, .began = zclock_mono()};
     runsc_signal(sb, SIGUSR1);
     sb->pausing->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_detach_poll, sb);
     return 0;
@@ -309,6 +322,7 @@ static void on_attach_poll(loop_t *loop, int timer_id, void *arg)
     struct pausing *p = sb->pausing;
     sg_error_t *err = NULL;
     if (relay_attached(sb)) {
+        step_done(sb, "the relay's attach");
         /* runsc restore wrote the sandbox's pid (--pid-file). */
         cleanup_free char *pidfile = xasprintf("%s/restore.pid", sb->dir);
         FILE *f = fopen(pidfile, "re");
@@ -344,6 +358,7 @@ static void restore_done(int status, const char *output, void *arg)
     sandbox_t *sb = arg;
     struct pausing *p = sb->pausing;
     p->child = 0;
+    step_done(sb, "runsc restore");
     if (status != 0) {
         const char *nl = strchr(output, '\n');
         sg_error_t *err = NULL;
@@ -444,8 +459,12 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
                          sb->id,
                          NULL};
     sb->pausing = xzalloc(sizeof *sb->pausing);
-    *sb->pausing = (struct pausing){
-        .sb = sb, .step = R_RESTORE, .timer = -1, .cpu_quota = quota, .cpu_period = period};
+    *sb->pausing = (struct pausing){.sb = sb,
+                                    .step = R_RESTORE,
+                                    .timer = -1,
+                                    .cpu_quota = quota,
+                                    .cpu_period = period,
+                                    .began = zclock_mono()};
     if (run_step(sb, cmd, restore_done, err) < 0) {
         runsc_pausing_end(sb);
         return -1;
