@@ -6,7 +6,9 @@ snapshot run at once; a roll-back restores variables and files; snapshots
 survive a restart of sandgate; every refusal has its status and message;
 another tenant sees none of it."""
 import concurrent.futures
+import glob
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -299,6 +301,48 @@ try:
     ok(st == 201 and st2 == 404, "--snapshot-ttl: an old snapshot is deleted", (st, s, st2))
 finally:
     d.stop()
+
+# --- a disk that cannot hold the snapshot ------------------------------------------------
+# Room for the pause's checkpoint (its check asks for the sandbox's memory
+# and 32 MiB) but not for the workspace's 300 MiB of data as well (written
+# from the host, so that the sandbox's memory does not count them).
+mnt = tempfile.mkdtemp(prefix="sg-small-", dir="/tmp")
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500m,mode=0755", "tmpfs", mnt], check=True)
+try:
+    d = Daemon("--pool-size", "0", "--pause-after", "0", "--workspace-size", "512", parent=mnt)
+    try:
+        st, c = d.json("POST", "/contexts", {})
+        ctx = c["id"]
+        st, r = d.json("POST", "/execute", {"code": "kept = 7", "context_id": ctx},
+                       headers={"Accept": "application/json"}, timeout=180)
+        with open(os.path.join(d.dir, "workspaces", ctx, "big"), "wb") as f:
+            for _ in range(300):
+                f.write(os.urandom(1 << 20))
+        usage = [int(open(f).read()) for f in
+                 glob.glob(f"/sys/fs/cgroup/memory/sandgate/**/{ctx}-1/memory.usage_in_bytes",
+                           recursive=True)]
+        need = (max(usage) if usage else 512 << 20) + (32 << 20) + (48 << 20)
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:
+            chunk = b"\1" * (1 << 20)
+            for _ in range(max(0, (free - need) >> 20)):
+                f.write(chunk)
+        st, e = d.json("POST", f"/contexts/{ctx}/snapshots", {}, timeout=180)
+        left = os.listdir(os.path.join(d.dir, "snapshot-images"))
+        ok(st == 507 and "space" in e.get("message", "") and left == [],
+           "a snapshot the disk cannot hold: 507, nothing half-written", (st, e, left))
+        st, r = d.json("POST", "/execute", {"code": "print(kept)", "context_id": ctx},
+                       headers={"Accept": "application/json"}, timeout=180)
+        st2, snaps = d.json("GET", "/snapshots")
+        ok(st == 200 and r.get("stdout") == "7\n" and snaps == [],
+           "the context runs on with its variables; no snapshot is listed", (r, snaps))
+        os.unlink(filler)
+    finally:
+        d.stop()
+finally:
+    subprocess.run(["umount", "-l", mnt])
+    os.rmdir(mnt)
 
 # --- --sandbox none ------------------------------------------------------------------------
 d = Daemon("--pool-size", "0", "--sandbox", "none")
