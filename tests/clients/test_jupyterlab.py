@@ -170,8 +170,8 @@ try:
         req = urllib.request.Request(f"{lab2.url}/api/kernels?token={LAB_TOKEN}",
                                      data=json.dumps({"name": "python3"}).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=180) as r:
-            kid2 = json.load(r)["id"]
+        with urllib.request.urlopen(req, timeout=180) as answer:
+            kid2 = json.load(answer)["id"]
         st, res = d.json("POST", "/execute", {"code": "print(snapvar)", "context_id": kid2},
                          headers={"Accept": "application/json"}, timeout=180)
         ok(st == 200 and res.get("stdout") == "from the snapshot\n",
