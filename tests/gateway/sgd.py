@@ -1,4 +1,5 @@
 """Starts a sandgate daemon for a test and talks to it."""
+import contextlib
 import glob
 import json
 import os
@@ -27,6 +28,32 @@ def sandbox_pids(ctx):
         if argv and argv[0].endswith(b"runsc-sandbox") and any(ctx.encode() in a for a in argv):
             pids.append(int(p.split("/")[2]))
     return pids
+
+
+@contextlib.contextmanager
+def small_disk(size):
+    """A tmpfs of size (e.g. "400m") on a new directory under /tmp, for a
+    state directory whose disk fills: yields its path; unmounted after."""
+    mnt = tempfile.mkdtemp(prefix="sg-small-", dir="/tmp")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", mnt],
+                   check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+        os.rmdir(mnt)
+
+
+def fill_disk(path, leave):
+    """Fills path's file system to leave bytes free (a file "filler" in
+    path, made of non-zero bytes: no holes); returns its path."""
+    st = os.statvfs(path)
+    filler = os.path.join(path, "filler")
+    with open(filler, "wb") as f:
+        chunk = b"\1" * (1 << 20)
+        for _ in range(max(0, (st.f_bavail * st.f_frsize - leave) >> 20)):
+            f.write(chunk)
+    return filler
 
 
 def never_ready_kernelspec():

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 import mcpraw
-from sgd import Daemon, TOKEN, of_type, stdout
+from sgd import Daemon, TOKEN, fill_disk, of_type, small_disk, stdout
 from tap import ok, diag, done
 
 SETUP = ("import json, numpy as np\n"
@@ -221,21 +221,13 @@ finally:
     d.stop()
 
 # --- a disk that cannot hold the checkpoint -----------------------------------------------
-mnt = tempfile.mkdtemp(prefix="sg-small-", dir="/tmp")
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m,mode=0755", "tmpfs", mnt], check=True)
-try:
+with small_disk("400m") as mnt:
     d = Daemon("--pool-size", "0", "--pause-after", "0", "--workspace-size", "64", parent=mnt)
     try:
         st, ctx = d.json("POST", "/contexts", {})
         cid = ctx["id"]
         st, r = run(d, cid, SETUP)
-        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
-        filler = os.path.join(mnt, "filler")
-        with open(filler, "wb") as f:  # leave 8 MiB
-            f.truncate(0)
-            chunk = b"\0" * (1 << 20)
-            for _ in range(max(0, (free >> 20) - 8)):
-                f.write(chunk)
+        filler = fill_disk(mnt, 8 << 20)
         st, e = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
         ok(st == 507 and "free" in e.get("message", ""),
            "a pause the disk cannot hold: 507 with the reason", (st, e))
@@ -250,9 +242,6 @@ try:
         ok("sandgate_pause_failures_total 1" in page.decode(), "/metrics counts the failed pause")
     finally:
         d.stop()
-finally:
-    subprocess.run(["umount", "-l", mnt])
-    os.rmdir(mnt)
 
 # --- --pause-on-stop: what a container's restart needs ------------------------------------------
 # A container's processes end with it, sandboxes included: a stop pauses every

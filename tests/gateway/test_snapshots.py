@@ -8,12 +8,11 @@ another tenant sees none of it."""
 import concurrent.futures
 import glob
 import os
-import subprocess
 import tempfile
 import threading
 import time
 
-from sgd import Daemon, add_key
+from sgd import Daemon, add_key, fill_disk, small_disk
 from tap import ok, diag, done
 
 SETUP = ("import os, json, numpy as np\n"
@@ -306,9 +305,7 @@ finally:
 # Room for the pause's checkpoint (its check asks for the sandbox's memory
 # and 32 MiB) but not for the workspace's 300 MiB of data as well (written
 # from the host, so that the sandbox's memory does not count them).
-mnt = tempfile.mkdtemp(prefix="sg-small-", dir="/tmp")
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500m,mode=0755", "tmpfs", mnt], check=True)
-try:
+with small_disk("1500m") as mnt:
     d = Daemon("--pool-size", "0", "--pause-after", "0", "--workspace-size", "512", parent=mnt)
     try:
         st, c = d.json("POST", "/contexts", {})
@@ -321,13 +318,7 @@ try:
         usage = [int(open(f).read()) for f in
                  glob.glob(f"/sys/fs/cgroup/memory/sandgate/**/{ctx}-1/memory.usage_in_bytes",
                            recursive=True)]
-        need = (max(usage) if usage else 512 << 20) + (32 << 20) + (48 << 20)
-        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
-        filler = os.path.join(mnt, "filler")
-        with open(filler, "wb") as f:
-            chunk = b"\1" * (1 << 20)
-            for _ in range(max(0, (free - need) >> 20)):
-                f.write(chunk)
+        filler = fill_disk(mnt, (max(usage) if usage else 512 << 20) + (80 << 20))
         st, e = d.json("POST", f"/contexts/{ctx}/snapshots", {}, timeout=180)
         left = os.listdir(os.path.join(d.dir, "snapshot-images"))
         ok(st == 507 and "space" in e.get("message", "") and left == [],
@@ -340,9 +331,6 @@ try:
         os.unlink(filler)
     finally:
         d.stop()
-finally:
-    subprocess.run(["umount", "-l", mnt])
-    os.rmdir(mnt)
 
 # --- --sandbox none ------------------------------------------------------------------------
 d = Daemon("--pool-size", "0", "--sandbox", "none")
