@@ -2,6 +2,7 @@
 #include "kernelmgr/sandbox_cgroup.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -189,6 +190,17 @@ static void tenant_in(const char *mnt, bool v2, const char *opts, void *arg)
         log_warn("sandbox: tenant %s's CPU weight: %s", tenant, err->msg);
 }
 
+/* The tenant's directory in every hierarchy has just been used: another
+ * sandgate's start-up sweep (sweep_dir) leaves it alone for a minute, while
+ * runsc makes the sandbox's cgroup in it. */
+static void touch_tenant_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    (void)v2, (void)opts;
+    cleanup_free char *dir =
+        xasprintf("%s/" CGROUP_TOP "/" CGROUP_TENANT_PREFIX "%s", mnt, (const char *)arg);
+    utimensat(AT_FDCWD, dir, NULL, 0);
+}
+
 void cgroup_prepare(const char *path)
 {
     static const char top[] = "/" CGROUP_TOP "/" CGROUP_TENANT_PREFIX;
@@ -200,6 +212,7 @@ void cgroup_prepare(const char *path)
         return;
     *slash = 0;
     each_cgroup_mount(tenant_in, tenant);
+    each_cgroup_mount(touch_tenant_in, tenant);
 }
 
 struct move {
