@@ -87,6 +87,7 @@ struct end {
     uint32_t events; /* the interest epoll has now, to skip needless epoll_ctl */
     struct port *port;
     struct pair *pair;
+    bool gone; /* hung up while what it sent was still being written out: not watched */
 };
 
 struct port {
@@ -178,7 +179,7 @@ bad:
 
 static void set_events(struct end *e, uint32_t events)
 {
-    if (e->events == events)
+    if (e->events == events || e->gone)
         return;
     struct epoll_event ev = {.events = events, .data.ptr = e};
     if (epoll_ctl(epfd, EPOLL_CTL_MOD, e->fd, &ev) < 0)
@@ -384,11 +385,32 @@ static void relay(struct end *e, uint32_t events)
     pair_dirs(e, &peer, &from, &to);
     if ((events & EPOLLOUT) && to->len && flush(e, to) < 0)
         goto close;
+    /* The peer hung up while e was slow: the rest of what it sent is
+     * written out (and read, once its buffer is), then the pair closes. */
+    while (peer->gone && !to->len) {
+        ssize_t n = recv(peer->fd, to->buf, BUF_SIZE, 0);
+        if (n <= 0)
+            goto close;
+        to->off = 0;
+        to->len = (size_t)n;
+        if (flush(e, to) < 0)
+            goto close;
+    }
+    if (peer->gone) { /* what e sends has nowhere to go */
+        update_interest(e->pair);
+        return;
+    }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         /* Only a hang-up or an error is reported while from is full (no
-         * EPOLLIN interest then); level-triggered, it would come back forever. */
-        if (from->len)
-            goto close;
+         * EPOLLIN interest then); level-triggered, it would come back
+         * forever: e is no longer watched, and its peer's EPOLLOUT writes
+         * out what it sent first (above). */
+        if (from->len) {
+            e->gone = true;
+            epoll_ctl(epfd, EPOLL_CTL_DEL, e->fd, NULL);
+            update_interest(e->pair);
+            return;
+        }
         ssize_t n = recv(e->fd, from->buf, BUF_SIZE, 0);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             goto close;
