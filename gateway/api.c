@@ -151,6 +151,8 @@ json_t *api_context_json(api_t *self, kernel_t *k)
     if (kernel_state(k) == KERNEL_PAUSED)
         json_object_set_new(j, "checkpoint_bytes",
                             json_integer((json_int_t)kernel_pause_info(k).checkpoint_bytes));
+    if (kernel_opts(k)->template)
+        json_object_set_new(j, "template", json_string(kernel_opts(k)->template));
     const json_t *lineage = kmgr_lineage(self->kmgr, k);
     if (lineage && json_array_size(lineage)) /* made from a snapshot of this context */
         json_object_set_new(j, "parent", json_incref(json_array_get(lineage, 0)));
@@ -181,13 +183,25 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
                                 const char *cwd, bool internet, bool implicit,
                                 const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    return api_create_context(self, t, language, cwd, internet, implicit, NULL, who, quota, err);
+    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, who, quota,
+                              err);
 }
 
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
-                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
+                             const char *template, const audit_who_t *who, tenant_quota_t *quota,
+                             sg_error_t **err)
 {
+    const sandbox_template_t *tpl = template ? kmgr_template(self->kmgr, template) : NULL;
+    if (template && !tpl) {
+        sg_error_set(err, SG_E_NOTFOUND, "no template '%s' (GET /templates lists them)", template);
+        return NULL;
+    }
+    if (tpl) { /* the template's kernelspec's language */
+        const kspec_t *ks =
+            kspecs_get(kmgr_kspecs(self->kmgr), tpl->kernelspec ? tpl->kernelspec : "python3");
+        language = ks ? ks->language : language;
+    }
     if (snap) { /* the snapshot's context's language and cwd (its kernel keeps its own cwd) */
         json_t *meta = json_object_get(self->contexts, snap->context_id);
         const char *l = json_string_value(json_object_get(meta, "language"));
@@ -197,7 +211,9 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
         cwd = c ? c : "/home/user";
     }
     const kspec_t *spec =
-        snap ? kspecs_get(kmgr_kspecs(self->kmgr), snap->kernelspec) : spec_for(self, language);
+        snap  ? kspecs_get(kmgr_kspecs(self->kmgr), snap->kernelspec)
+        : tpl ? kspecs_get(kmgr_kspecs(self->kmgr), tpl->kernelspec ? tpl->kernelspec : "python3")
+              : spec_for(self, language);
     if (spec == NULL) {
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
@@ -212,6 +228,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     }
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
     so.snapshot = snap ? snap->id : NULL;
+    so.template = template;
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
@@ -220,9 +237,10 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
         json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
     record_write(self, kernel_id(k));
     audit_event(who, "context.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?}", "context", kernel_id(k),
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?, s:s?}", "context", kernel_id(k),
                           "language", language, "kernelspec", spec->name, "cwd", cwd, "internet",
-                          internet, "implicit", implicit, "snapshot", snap ? snap->id : NULL));
+                          internet, "implicit", implicit, "snapshot", snap ? snap->id : NULL,
+                          "template", template));
     if (!snap && strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
         char *code = pyscript(PY_CONTEXT_CWD, json_pack("{s:s}", "cwd", cwd));
@@ -799,26 +817,31 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     audit_who_t who;
     http_who(call, "rest", &who);
     json_t *req = api_parse_body(conn, call->body, call->len, &ret);
-    json_t *lang, *cwd, *internet, *snapshot;
+    json_t *lang, *cwd, *internet, *snapshot, *template;
     const kmgr_snapshot_t *snap = NULL;
     if (!req)
         return ret;
     if (api_field(req, "language", JSON_STRING, &lang, conn, &ret) &&
         api_field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
         api_field(req, "internet", JSON_TRUE, &internet, conn, &ret) &&
-        api_field(req, "snapshot", JSON_STRING, &snapshot, conn, &ret)) {
+        api_field(req, "snapshot", JSON_STRING, &snapshot, conn, &ret) &&
+        api_field(req, "template", JSON_STRING, &template, conn, &ret)) {
         if (snapshot && !(snap = http_resolve(call, "snapshot", json_string_value(snapshot)))) {
             ret = http_reply_unknown(call, "snapshot", json_string_value(snapshot));
-        } else if (snap && (lang || cwd || json_is_true(internet))) {
+        } else if (snap && (lang || cwd || json_is_true(internet) || template)) {
             ret = http_reply_errorf(conn, SG_E_INVALID,
                                     "a context made from a snapshot has the snapshot's language, "
-                                    "cwd and network: give \"snapshot\" alone");
+                                    "cwd, template and network: give \"snapshot\" alone");
+        } else if (template && lang) {
+            ret = http_reply_errorf(conn, SG_E_INVALID,
+                                    "a template names its kernel: give \"template\" or "
+                                    "\"language\", not both");
         } else {
             tenant_quota_t quota;
-            kernel_t *k =
-                api_create_context(self, call->tenant, lang ? json_string_value(lang) : "python",
-                                   cwd ? json_string_value(cwd) : "/home/user",
-                                   json_is_true(internet), false, snap, &who, &quota, &err);
+            kernel_t *k = api_create_context(
+                self, call->tenant, lang ? json_string_value(lang) : "python",
+                cwd ? json_string_value(cwd) : "/home/user", json_is_true(internet), false, snap,
+                json_string_value(template), &who, &quota, &err);
             ret = k ? api_context_created(self, conn, k, &call->state)
                     : api_reply_refused(conn, &quota, &err);
         }

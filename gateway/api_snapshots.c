@@ -1,4 +1,5 @@
-/* api_snapshots: snapshots, fork and roll-back over REST (api_internal.h):
+/* api_snapshots: snapshots, fork, roll-back and templates over REST
+ * (api_internal.h):
  *
  *   POST   /contexts/{context}/snapshots   {"name"?} -> 201 the snapshot
  *   GET    /contexts/{context}/snapshots   the context's snapshots
@@ -7,7 +8,8 @@
  *   DELETE /snapshots/{snapshot}           204
  *   POST   /contexts/{context}/fork        {"keep_snapshot"?, "name"?} -> 201 a new context
  *   POST   /contexts/{context}/restore     {"snapshot"} -> 200 the context, rolled back
- * (and POST /contexts {"snapshot"}: api.c).  A snapshot is its tenant's:
+ *   GET    /templates                      the configured templates (--template)
+ * (and POST /contexts {"snapshot"} or {"template"}: api.c).  A snapshot is its tenant's:
  * {snapshot} resolves only the caller's (kmgr.h's kmgr_snapshot_t.owner). */
 #include "gateway/api_internal.h"
 
@@ -58,7 +60,7 @@ static void fork_from(taking_t *t, const kmgr_snapshot_t *snap)
     tenant_quota_t quota;
     sg_error_t *err = NULL;
     kernel_t *k = api_create_context(self, t->tenant, "python", "/home/user", false, false, snap,
-                                     &t->who, &quota, &err);
+                                     NULL, &t->who, &quota, &err);
     cleanup_free char *sid = xstrdup(snap->id);
     if (!t->keep) /* its files stay until the new context runs (kmgr.h) */
         kmgr_snapshot_delete(self->kmgr, sid, NULL);
@@ -237,6 +239,29 @@ static enum MHD_Result context_restore(void *arg, http_req_t *call)
     return ret;
 }
 
+/* Templates are the server's, the same for every tenant; where their roots
+ * live on the host is the operator's business, not a tenant's. */
+static enum MHD_Result templates_list(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    const sandbox_config_t *sc = &kmgr_config(self->kmgr)->sandbox;
+    json_t *list = json_array();
+    for (size_t i = 0; i < sc->ntemplates; i++) {
+        const sandbox_template_t *t = &sc->templates[i];
+        const char *specname = t->kernelspec ? t->kernelspec : "python3";
+        const kspec_t *ks = kspecs_get(kmgr_kspecs(self->kmgr), specname);
+        json_array_append_new(
+            list, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:I}", "name", t->name, "kernelspec",
+                            specname, "language", ks ? ks->language : "", "root",
+                            t->image  ? "image"
+                            : t->root ? "directory"
+                                      : "host",
+                            "preload", t->preload != NULL, "pool_size", t->pool_size, "pool_ready",
+                            (json_int_t)kmgr_pool_ready(self->kmgr, t->name)));
+    }
+    return http_reply_json(call->conn, 200, list);
+}
+
 int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t *front,
                            sg_error_t **err)
 {
@@ -248,6 +273,7 @@ int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t 
         {"GET", "/snapshots", snapshots_list, 0, NULL},
         {"GET", "/snapshots/{snapshot}", snapshot_get, 0, NULL},
         {"DELETE", "/snapshots/{snapshot}", snapshot_delete, 0, NULL},
+        {"GET", "/templates", templates_list, 0, NULL},
     };
     if (http_param(http, "snapshot", resolve_snapshot, snapshot_owner, self->kmgr,
                    "no snapshot '%s'", err) < 0)

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "gateway/audit.h"
 #include "gateway/http.h"
+#include "gateway/jupyter_kernelspecs.h"
 #include "gateway/pyscript.h"
 #include "gateway/resp.h"
 #include "gateway/tenants.h"
@@ -176,52 +177,16 @@ static json_t *kernel_model(kernel_t *k)
 {
     char when[32];
     iso_time(zclock_time() - (zclock_mono() - kernel_last_activity(k)), when);
-    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", kernel_id(k), "name", kernel_spec(k)->name,
-                     "last_activity", when, "execution_state", kernel_execution_state(k),
-                     "connections", kernel_connections(k));
-}
-
-static bool resource_name(const char *f)
-{
-    size_t n = strlen(f);
-    if (strchr(f, '/') || f[0] == '.' || n > 64)
-        return false;
-    return (strncmp(f, "logo-", 5) == 0 && n > 9 &&
-            (strcmp(f + n - 4, ".png") == 0 || strcmp(f + n - 4, ".svg") == 0)) ||
-           strcmp(f, "kernel.js") == 0 || strcmp(f, "kernel.css") == 0;
-}
-
-static json_t *kernelspec_model(const kspec_t *s)
-{
-    json_t *res = json_object();
-    DIR *d = opendir(s->dir);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (!resource_name(de->d_name))
-            continue;
-        char *key = xstrdup(de->d_name);
-        if (strncmp(key, "logo-", 5) == 0)
-            *strrchr(key, '.') = 0; /* "logo-64x64", as jupyter_server names it */
-        json_object_set_new(res, key, json_sprintf("/kernelspecs/%s/%s", s->name, de->d_name));
-        free(key);
-    }
-    if (d)
-        closedir(d);
-    json_t *spec = json_deep_copy(s->json);
-    if (!json_is_object(json_object_get(spec, "metadata")))
-        json_object_set_new(spec, "metadata", json_object());
-    if (!json_object_get(spec, "interrupt_mode"))
-        json_object_set_new(spec, "interrupt_mode",
-                            json_string(s->interrupt_message ? "message" : "signal"));
-    return json_pack("{s:s, s:o, s:o}", "name", s->name, "spec", spec, "resources", res);
+    const char *template = kernel_opts(k)->template; /* a template is a kernelspec here */
+    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", kernel_id(k), "name",
+                     template ? template : kernel_spec(k)->name, "last_activity", when,
+                     "execution_state", kernel_execution_state(k), "connections",
+                     kernel_connections(k));
 }
 
 static const char *default_kernelspec(jupyter_t *self)
 {
-    const kspecs_t *ks = kmgr_kspecs(self->kmgr);
-    if (kspecs_get(ks, "python3"))
-        return "python3";
-    return kspecs_count(ks) ? kspecs_at(ks, 0)->name : "python3";
+    return jks_default(self->kmgr);
 }
 
 static json_t *session_model(jupyter_t *self, json_t *s)
@@ -418,6 +383,7 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
     so.snapshot = snap ? snap->id : NULL;
+    so.template = n && kmgr_template(self->kmgr, n) ? n : NULL; /* jupyter_kernelspecs.h */
     kernel_t *k =
         kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), &so, NULL, NULL, err);
     if (k == NULL)
@@ -823,18 +789,13 @@ static enum MHD_Result patch_session(void *arg, http_req_t *call)
 static enum MHD_Result list_kernelspecs(void *arg, http_req_t *call)
 {
     jupyter_t *self = arg;
-    const kspecs_t *ks = kmgr_kspecs(self->kmgr);
-    json_t *all = json_object();
-    for (size_t i = 0; i < kspecs_count(ks); i++)
-        json_object_set_new(all, kspecs_at(ks, i)->name, kernelspec_model(kspecs_at(ks, i)));
-    return http_reply_json(
-        call->conn, 200,
-        json_pack("{s:s, s:o}", "default", default_kernelspec(self), "kernelspecs", all));
+    return http_reply_json(call->conn, 200, jks_list(self->kmgr));
 }
 
 static enum MHD_Result get_kernelspec(void *arg, http_req_t *call)
 {
-    return http_reply_json(call->conn, 200, kernelspec_model(http_arg(call, "kernelspec")));
+    jupyter_t *self = arg;
+    return http_reply_json(call->conn, 200, jks_model(self->kmgr, http_arg_id(call, "kernelspec")));
 }
 
 /* GET /kernelspecs/{kernelspec}/{file}: a logo or other resource of a
@@ -845,7 +806,7 @@ static enum MHD_Result get_resource(void *arg, http_req_t *call)
     const kspec_t *s = http_arg(call, "kernelspec");
     const char *name = s->name;
     const char *file = call->rest[0] == '/' ? call->rest + 1 : call->rest;
-    if (!resource_name(file))
+    if (!jks_resource_name(file))
         return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
     char *path = xasprintf("%s/%s", s->dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -923,7 +884,7 @@ static void *resolve_session(void *arg, const char *id, const http_req_t *call)
 static void *resolve_kernelspec(void *arg, const char *id, const http_req_t *call)
 {
     jupyter_t *self = arg;
-    return (void *)kspecs_get(kmgr_kspecs(self->kmgr), id);
+    return (void *)jks_spec(self->kmgr, id);
 }
 
 int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)

@@ -191,6 +191,124 @@ static int set_log_level(settings_t *s, const opt_t *o, const char *v)
     return bad(o, v, "debug, info, warn or error");
 }
 
+/* --template NAME=SPEC, SPEC being KEY=VALUE pairs split at commas:
+ * root=DIR, image=PATH[:TAG], kernelspec=NAME, preload-file=FILE, and
+ * preload=CODE, which takes the rest of SPEC, commas and all (so it comes
+ * last).  A name given again replaces what it said before (the command
+ * line overrides the config file). */
+static bool valid_name(const char *v, size_t n)
+{
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)v[i]) && !strchr("._-", v[i]))
+            return false;
+    return true;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, 0, f);
+    fclose(f);
+    if (n < 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static int template_key(settings_t *s, const opt_t *o, const char *v, sandbox_template_t *t,
+                        const char *key, size_t klen, const char *val)
+{
+    char **own = &s->template_text[s->ntemplate_text++];
+    *own = xstrdup(val);
+    if (klen == 4 && strncmp(key, "root", 4) == 0 && **own == '/')
+        t->root = *own;
+    else if (klen == 5 && strncmp(key, "image", 5) == 0 && **own == '/')
+        t->image = *own;
+    else if (klen == 10 && strncmp(key, "kernelspec", 10) == 0 && **own)
+        t->kernelspec = *own;
+    else if (klen == 7 && strncmp(key, "preload", 7) == 0)
+        t->preload = *own;
+    else if (klen == 12 && strncmp(key, "preload-file", 12) == 0) {
+        char *text = read_text(*own);
+        if (!text) {
+            fprintf(stderr, "sandgate: %s%s--template: cannot read preload-file %s: %s\n", origin,
+                    *origin ? ": " : "", *own, strerror(errno));
+            return -1;
+        }
+        free(*own);
+        t->preload = *own = text;
+    } else
+        return bad(o, v,
+                   "NAME=KEY=VALUE,...: root=/DIR, image=/PATH[:TAG], kernelspec=NAME, "
+                   "preload-file=/FILE, preload=CODE (last)");
+    return 0;
+}
+
+static int set_template(settings_t *s, const opt_t *o, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    if (!eq || !valid_name(v, (size_t)(eq - v)))
+        return bad(o, v, "NAME=SPEC, NAME 1-63 of A-Z, a-z, 0-9, '.', '_', '-'");
+    if (s->ntemplates == SETTINGS_MAX_TEMPLATES ||
+        s->ntemplate_text + 6 > sizeof s->template_text / sizeof *s->template_text)
+        return bad(o, v, "at most 32 templates of 5 keys each");
+    sandbox_template_t t = {.name = xstrndup(v, (size_t)(eq - v))};
+    s->template_text[s->ntemplate_text++] = (char *)t.name;
+    int keys = 0;
+    for (const char *p = eq + 1; *p;) {
+        size_t n = strcspn(p, ",");
+        if (++keys > 5)
+            return bad(o, v, "at most 5 keys");
+        const char *keq = memchr(p, '=', n);
+        if (!keq)
+            return bad(o, v, "KEY=VALUE pairs after NAME=");
+        size_t klen = (size_t)(keq - p);
+        bool rest = klen == 7 && strncmp(p, "preload", 7) == 0;
+        cleanup_free char *val = rest ? xstrdup(keq + 1) : xstrndup(keq + 1, n - klen - 1);
+        if (template_key(s, o, v, &t, p, klen, val) < 0)
+            return -1;
+        p = rest ? p + strlen(p) : p + n + (p[n] == ',');
+    }
+    if (t.root && t.image)
+        return bad(o, v, "root= or image=, not both");
+    size_t i = 0;
+    while (i < s->ntemplates && strcmp(s->templates[i].name, t.name) != 0)
+        i++;
+    t.pool_size = i < s->ntemplates ? s->templates[i].pool_size : 0;
+    s->templates[i] = t;
+    s->ntemplates += i == s->ntemplates;
+    return 0;
+}
+
+/* --pool-size N (the server's python3 pool) or NAME=N (a template's). */
+static int set_pool_size(settings_t *s, const opt_t *o, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    const char *num = eq ? eq + 1 : v;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(num, &end, 10);
+    if (*num == 0 || *end || *num == '-' || errno || n > 1000 ||
+        (eq && !valid_name(v, (size_t)(eq - v))))
+        return bad(o, v, "N or NAME=N, N from 0 to 1000");
+    if (!eq) {
+        s->k.pool_size = (int)n;
+        return 0;
+    }
+    if (s->npools == SETTINGS_MAX_TEMPLATES)
+        return bad(o, v, "at most 32 templates");
+    s->pools[s->npools].name = xstrndup(v, (size_t)(eq - v));
+    s->pools[s->npools++].size = (int)n;
+    return 0;
+}
+
 /* The field a row sets, for set_str, set_uint and set_bool. */
 #define AT(f) .off = offsetof(settings_t, f), .width = sizeof(((settings_t *)0)->f)
 #define UINT(f, lo, hi, mul) .set = set_uint, AT(f), .min = (lo), .max = (hi), .scale = (mul)
@@ -307,8 +425,16 @@ static const opt_t table[] = {
      .help = "snapshots one context may keep at once (32; 0: no limit); past it 429"},
     {"max-kernels", 0, "N", UINT(k.max_kernels, 0, 100000, 1),
      .help = "running session kernels at once (64; paused ones not counted)"},
-    {"pool-size", 0, "N", UINT(k.pool_size, 0, 1000, 1),
-     .help = "warm python3 kernels kept ready (1)"},
+    {"pool-size", 0, "[NAME=]N", set_pool_size,
+     .help = "warm python3 kernels kept ready (1); NAME=N: warm kernels of template NAME "
+             "(0), repeatable"},
+    {"template", 0, "NAME=SPEC", set_template,
+     .help = "a template for new sessions (POST /contexts {\"template\": NAME}; a kernelspec "
+             "NAME in the Jupyter API), repeatable; SPEC is KEY=VALUE pairs split at commas: "
+             "root=/DIR (a root file system), image=/PATH[:TAG] (an OCI image layout directory "
+             "or archive, unpacked once with umoci), kernelspec=NAME (python3), "
+             "preload-file=/FILE, preload=CODE (run by each new kernel before use; it takes "
+             "the rest of SPEC, so it comes last). docs/operations.md#templates"},
     {"preload", 0, "CODE", set_str, AT(k.pool_preload),
      .help = "code pool kernels run before use (e.g. 'import pandas, matplotlib')"},
     {"user", 0, "UID", UINT(uid, 1, 0xfffffffe, 1), .want = "a uid other than 0",
@@ -601,6 +727,19 @@ static int derive(settings_t *s)
         s->state_abs = xasprintf("%s/%s", cwd, s->k.state_dir);
         s->k.state_dir = s->state_abs;
     }
+    for (size_t i = 0; i < s->npools; i++) {
+        size_t j = 0;
+        while (j < s->ntemplates && strcmp(s->templates[j].name, s->pools[i].name) != 0)
+            j++;
+        if (j == s->ntemplates) {
+            fprintf(stderr, "sandgate: --pool-size %s=%d: no --template %s\n", s->pools[i].name,
+                    s->pools[i].size, s->pools[i].name);
+            return -1;
+        }
+        s->templates[j].pool_size = s->pools[i].size;
+    }
+    s->k.sandbox.templates = s->templates;
+    s->k.sandbox.ntemplates = s->ntemplates;
     if (s->no_auth && s->keys_file) {
         fprintf(stderr, "sandgate: --no-auth and --keys-file exclude each other\n");
         return -1;
@@ -649,4 +788,8 @@ void settings_free(settings_t *s)
     free(s->config_text);
     free(s->token_arg);
     free(s->state_abs);
+    for (size_t i = 0; i < s->ntemplate_text; i++)
+        free(s->template_text[i]);
+    for (size_t i = 0; i < s->npools; i++)
+        free(s->pools[i].name);
 }

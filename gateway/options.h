@@ -22,6 +22,8 @@
 #include "gateway/tenants.h"
 #include "kernelmgr/kmgr.h"
 
+#define SETTINGS_MAX_TEMPLATES 32
+
 typedef struct {
     char host[256];
     sg_loglevel_t level;
@@ -44,6 +46,15 @@ typedef struct {
     int auth_block_ms;        /* how long an address past it is refused */
     tenants_config_t tenants; /* quotas of tenants whose line names none */
     audit_code_t audit_code;
+    sandbox_template_t templates[SETTINGS_MAX_TEMPLATES]; /* --template */
+    size_t ntemplates;
+    char *template_text[SETTINGS_MAX_TEMPLATES * 7]; /* what templates' strings point into */
+    size_t ntemplate_text;
+    struct {
+        char *name;
+        int size;
+    } pools[SETTINGS_MAX_TEMPLATES]; /* --pool-size NAME=N, applied once all are read */
+    size_t npools;
 } settings_t;
 
 /* Fills s from the config file, the environment and argv, in that order,

@@ -591,7 +591,8 @@ static int launch_now(kernel_t *k, sg_error_t **err)
                          .tenant = k->opts.owner,
                          .memory_bytes = k->opts.memory_bytes,
                          .cpu_quota_us = k->opts.cpu_quota_us,
-                         .snapshot = k->from_snapshot};
+                         .snapshot = k->from_snapshot,
+                         .template = k->opts.template};
     k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
@@ -626,6 +627,7 @@ static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
         k->opts.preload = xstrdup(k->opts.preload);
     k->opts.owner = xstrdup(k->opts.owner ? k->opts.owner : "admin");
     k->opts.username = k->opts.username ? xstrdup(k->opts.username) : NULL;
+    k->opts.template = k->opts.template ? xstrdup(k->opts.template) : NULL;
     k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
     k->opts.snapshot = NULL; /* from_snapshot says it, until the kernel runs */
     k->ev = ev;
@@ -644,6 +646,7 @@ static void kernel_free(void *arg)
     free((char *)k->opts.preload);
     free((char *)k->opts.owner);
     free((char *)k->opts.username);
+    free((char *)k->opts.template);
     free(k->from_snapshot);
     free(k->observers);
     free(k);

@@ -62,6 +62,8 @@ typedef struct {
     const char *username;   /* who its client says uses it (copied); NULL: not said */
     const char *snapshot;   /* kernel_start: start as this snapshot's kernel (sandbox.h; its
                                workspace restored by the caller); NULL: a fresh kernel */
+    const char *template;   /* its sandboxes' root is this template's (copied; sandbox.h);
+                               NULL: the server's */
 } kernel_opts_t;
 
 typedef struct {

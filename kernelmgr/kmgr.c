@@ -61,6 +61,8 @@ void session_record(kmgr_t *m, entry_t *e)
         json_object_set_new(rec, "cpu_quota_us", json_integer((json_int_t)o->cpu_quota_us));
     if (e->lineage)
         json_object_set(rec, "lineage", e->lineage);
+    if (o->template)
+        json_object_set_new(rec, "template", json_string(o->template));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -257,8 +259,14 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     }
     kernel_opts_t opts = m->cfg.kernel;
     /* A pool kernel runs something before it is claimable, if only "None":
-     * an execution's first run pays for compiling IPython's machinery. */
-    opts.preload = pool ? (m->preload ? m->preload : "None") : NULL;
+     * an execution's first run pays for compiling IPython's machinery.  A
+     * template's kernel runs its preload, pooled or not (not when restored
+     * from a snapshot: that ran it before). */
+    const sandbox_template_t *t = kmgr_template(m, so->template);
+    e->template = t ? t->name : NULL;
+    const char *preload = t ? t->preload : m->preload;
+    opts.preload = so->snapshot ? NULL : pool ? (preload ? preload : "None") : t ? preload : NULL;
+    opts.template = e->template;
     opts.hold = !e->opened;
     opts.internet = so->internet;
     opts.owner = so->owner;
@@ -278,28 +286,65 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     return e->k;
 }
 
+/* Warm kernels of one pool (a template's, or the server's: NULL), ready
+ * or starting. */
+static size_t pool_count(const kmgr_t *m, const char *template, bool ready_only)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const entry_t *e = m->entries[i];
+        n += e->pool && (!ready_only || e->ready) &&
+             (template && e->template ? strcmp(template, e->template) == 0
+                                      : template == e->template);
+    }
+    return n;
+}
+
+size_t kmgr_pool_ready(const kmgr_t *m, const char *template)
+{
+    return pool_count(m, template, true);
+}
+
+/* Starts one pool kernel where a pool is short: the server's first, then
+ * each template's in order. */
 static void fill_pool(kmgr_t *m)
 {
-    const kspec_t *spec = kspecs_get(m->kspecs, m->cfg.pool_kernelspec);
-    if (spec == NULL || m->cfg.pool_size <= 0 || m->stopping)
+    if (m->stopping)
         return;
-    size_t have = 0;
-    for (size_t i = 0; i < m->n; i++) {
-        if (!m->entries[i]->pool)
-            continue;
-        if (!m->entries[i]->ready)
+    for (size_t i = 0; i < m->n; i++)
+        if (m->entries[i]->pool && !m->entries[i]->ready)
             return; /* one start at a time: starts are CPU-heavy */
-        have++;
+    const sandbox_config_t *sc = &m->cfg.sandbox;
+    const char *template = NULL, *specname = m->cfg.pool_kernelspec;
+    bool short_ = m->cfg.pool_size > 0 && pool_count(m, NULL, false) < (size_t)m->cfg.pool_size;
+    for (size_t i = 0; !short_ && i < sc->ntemplates; i++) {
+        const sandbox_template_t *t = &sc->templates[i];
+        template = t->name;
+        specname = t->kernelspec ? t->kernelspec : "python3";
+        short_ = t->pool_size > 0 && pool_count(m, t->name, false) < (size_t)t->pool_size;
     }
-    if (have >= (size_t)m->cfg.pool_size)
+    const kspec_t *spec = kspecs_get(m->kspecs, specname);
+    if (!short_ || spec == NULL)
         return;
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    if (session_launch(m, spec, id, true, &(kmgr_start_opts_t){0}, NULL, NULL, &err) == NULL) {
-        log_error("kmgr: cannot start a pool kernel: %s", err->msg);
+    if (session_launch(m, spec, id, true, &(kmgr_start_opts_t){.template = template}, NULL, NULL,
+                       &err) == NULL) {
+        log_error("kmgr: cannot start a pool kernel%s%s: %s", template ? " of template " : "",
+                  template ? template : "", err->msg);
         sg_error_free(&err);
     }
+}
+
+const kmgr_config_t *kmgr_config(const kmgr_t *m)
+{
+    return &m->cfg;
+}
+
+const sandbox_template_t *kmgr_template(const kmgr_t *m, const char *name)
+{
+    return sandbox_template_find(&m->cfg.sandbox, name);
 }
 
 /* --- public API ---------------------------------------------------------------- */
@@ -342,6 +387,14 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
         sg_error_set(err, SG_E_NOTFOUND, "no snapshot '%s'", o->snapshot);
         return NULL;
     }
+    const char *template = snap ? snap->template : o->template;
+    const sandbox_template_t *t = kmgr_template(m, template);
+    if (template && !t) {
+        sg_error_set(err, SG_E_NOTFOUND, "no template '%s'", template);
+        return NULL;
+    }
+    if (t)
+        name = t->kernelspec ? t->kernelspec : "python3";
     const kspec_t *spec = kspecs_get(m->kspecs, snap ? snap->kernelspec : name);
     if (spec == NULL) {
         sg_error_set(err, SG_E_NOTFOUND, "no kernelspec named '%s'", name);
@@ -354,7 +407,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
         if (!snap && pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
-            kernel_state(e->k) == KERNEL_IDLE) {
+            e->template == (t ? t->name : NULL) && kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
@@ -368,7 +421,9 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     char id[37];
     replica_uuid(id);
-    kernel_t *k = session_launch(m, spec, id, false, o, ev, ev_arg, err);
+    kmgr_start_opts_t so = *o;
+    so.template = t ? t->name : NULL;
+    kernel_t *k = session_launch(m, spec, id, false, &so, ev, ev_arg, err);
     fill_pool(m);
     return k;
 }
@@ -606,7 +661,7 @@ static kernel_t *adopt_paused(kmgr_t *m, const kspec_t *spec, const char *id, co
                               const kernel_opts_t *opts)
 {
     entry_t *e = xzalloc(sizeof *e);
-    *e = (entry_t){.mgr = m, .ready = true};
+    *e = (entry_t){.mgr = m, .ready = true, .template = opts->template};
     sg_error_t *err = NULL;
     /* Its files stay reachable while it sleeps (after a reboot: mounted again). */
     if (sandbox_workspace_open(m->env, ws, &err) < 0) {
@@ -649,7 +704,13 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
         .owner = owner,
         .memory_bytes = (uint64_t)json_integer_value(json_object_get(rec, "memory_bytes")),
         .cpu_quota_us = (uint64_t)json_integer_value(json_object_get(rec, "cpu_quota_us"))};
+    /* A template no longer configured: the session goes on without it
+     * (a running or paused sandbox keeps the root its bundle names). */
+    const sandbox_template_t *t =
+        kmgr_template(m, json_string_value(json_object_get(rec, "template")));
+    so.template = t ? t->name : NULL;
     kernel_opts_t opts = m->cfg.kernel;
+    opts.template = so.template;
     opts.internet = internet;
     opts.owner = owner;
     opts.memory_bytes = so.memory_bytes;
@@ -682,7 +743,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
         unlink(file);
     } else if (alive) {
         entry_t *e = xzalloc(sizeof *e);
-        *e = (entry_t){.mgr = m};
+        *e = (entry_t){.mgr = m, .template = opts.template};
         if (sandbox_workspace_open(m->env, ws, &err) < 0 ||
             !(e->k = kernel_adopt(m->loop, m->env, spec, id, ws, sbid, (pid_t)pid, 0, &opts,
                                   on_kernel_event, e, &err))) {
@@ -813,6 +874,22 @@ kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
                      "no Jupyter kernelspecs found (install "
                      "python3-ipykernel)");
         goto fail;
+    }
+    for (size_t i = 0; i < cfg->sandbox.ntemplates; i++) {
+        const sandbox_template_t *t = &cfg->sandbox.templates[i];
+        const char *spec = t->kernelspec ? t->kernelspec : "python3";
+        if (!kspecs_get(m->kspecs, spec)) {
+            sg_error_set(err, SG_E_INVALID, "template '%s': no kernelspec named '%s'", t->name,
+                         spec);
+            goto fail;
+        }
+        if (kspecs_get(m->kspecs, t->name)) {
+            sg_error_set(err, SG_E_INVALID,
+                         "template '%s': a kernelspec has that name (the Jupyter API offers "
+                         "each template as a kernelspec of its name); choose another",
+                         t->name);
+            goto fail;
+        }
     }
     snapshots_load(m);
     adopt_all(m);

@@ -33,7 +33,8 @@ typedef struct {
     sandbox_config_t sandbox;
     const char *kernelspec_path; /* NULL: the Jupyter defaults */
     kernel_opts_t kernel;        /* timeouts; preload is ignored (see pool_preload) */
-    int pool_size;               /* warm kernels per pooled kernelspec */
+    int pool_size;               /* warm kernels per pooled kernelspec (templates: their own,
+                                    sandbox.templates' pool_size) */
     const char *pool_kernelspec; /* which kernelspec is pooled ("python3") */
     const char *pool_preload;    /* code a pool kernel runs before it is claimable */
     int cull_idle_ms;            /* shut down sessions idle this long (paused or not); 0: never */
@@ -46,6 +47,13 @@ typedef struct {
 } kmgr_config_t;
 
 typedef struct kmgr kmgr_t;
+
+/* Its configuration (the copy it keeps). */
+const kmgr_config_t *kmgr_config(const kmgr_t *self);
+/* The configured template called name (sandbox.h); NULL: none. */
+const sandbox_template_t *kmgr_template(const kmgr_t *self, const char *name);
+/* Warm kernels of template name (NULL: the server's own pool) ready now. */
+size_t kmgr_pool_ready(const kmgr_t *self, const char *template);
 
 typedef struct {
     size_t sessions, starting, idle, busy, dead, pausing, paused, pool_ready, pool_starting;
@@ -80,7 +88,10 @@ typedef struct {
     uint64_t memory_bytes; /* the tenant's ceilings (kernel_opts_t; 0: the server's) */
     uint64_t cpu_quota_us;
     const char *snapshot; /* the session starts as this snapshot's (kmgr_snapshot_get): its
-                             kernelspec, variables and files; never from the pool */
+                             kernelspec, template, variables and files; never from the pool */
+    const char *template; /* a configured template's (sandbox_template_t): its kernelspec
+                             (the name given is not used), root and preload; from its pool
+                             when one is ready */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
@@ -120,6 +131,7 @@ typedef struct {
     char *name;                  /* given by its client; NULL: none */
     char *owner;                 /* the tenant's */
     char *kernelspec;
+    char *template;     /* the session's template; NULL: none */
     int64_t created_ms; /* Unix time */
     uint64_t bytes;     /* on disk: the memory image and the workspace's data */
     json_t *lineage;    /* the session's own ancestors when it was taken */

@@ -8,8 +8,9 @@
 typedef struct entry {
     kmgr_t *mgr;
     kernel_t *k;
-    bool pool;  /* warm, unclaimed */
-    bool ready; /* has been ready at least once (pool: claimable) */
+    bool pool;            /* warm, unclaimed */
+    bool ready;           /* has been ready at least once (pool: claimable) */
+    const char *template; /* its template's name (the configuration's); NULL: none */
     kernel_event_fn *ev;
     void *ev_arg;
     uint64_t opening;        /* the launcher prepares the workspace (sandbox_cancel) */

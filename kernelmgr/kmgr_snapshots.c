@@ -31,6 +31,7 @@ static void snap_free(kmgr_snapshot_t *s)
     free(s->name);
     free(s->owner);
     free(s->kernelspec);
+    free(s->template);
     json_decref(s->lineage);
     free(s);
 }
@@ -54,10 +55,11 @@ static kmgr_snapshot_t *lookup(const kmgr_t *m, const char *sid)
 
 static int write_snap(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
 {
-    json_t *rec = json_pack("{s:s, s:s, s:s?, s:s, s:s, s:I, s:I, s:O}", "id", s->id, "context_id",
-                            s->context_id, "name", s->name, "tenant", s->owner, "kernelspec",
-                            s->kernelspec, "created_ms", (json_int_t)s->created_ms, "bytes",
-                            (json_int_t)s->bytes, "lineage", s->lineage);
+    json_t *rec =
+        json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:I, s:O}", "id", s->id, "context_id",
+                  s->context_id, "name", s->name, "tenant", s->owner, "kernelspec", s->kernelspec,
+                  "template", s->template, "created_ms", (json_int_t)s->created_ms, "bytes",
+                  (json_int_t)s->bytes, "lineage", s->lineage);
     cleanup_free char *path = record_path(m, s->id);
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     int r = json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0 ? -1 : 0;
@@ -106,6 +108,8 @@ static kmgr_snapshot_t *load_one(const char *path)
     s->name = name ? xstrdup(name) : NULL;
     s->owner = xstrdup(owner);
     s->kernelspec = xstrdup(spec);
+    const char *template = json_string_value(json_object_get(rec, "template"));
+    s->template = template ? xstrdup(template) : NULL;
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
@@ -266,6 +270,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     s->name = name ? xstrdup(name) : NULL;
     s->owner = xstrdup(kernel_owner(k));
     s->kernelspec = xstrdup(kernel_spec(k)->name);
+    s->template = kernel_opts(k)->template ? xstrdup(kernel_opts(k)->template) : NULL;
     s->created_ms = now_ms();
     s->lineage = e->lineage ? json_copy(e->lineage) : json_array();
     taking_t *t = xzalloc(sizeof *t);

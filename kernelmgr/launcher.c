@@ -276,12 +276,19 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
         refuse(L, r->seq, "new: not a snapshot's id");
         return;
     }
+    /* Only a configured template's name (sandbox_new refuses others). */
+    json_t *template = json_object_get(r->body, "template");
+    if (template && !json_is_null(template) && !json_is_string(template)) {
+        refuse(L, r->seq, "new: not a template's name");
+        return;
+    }
     cleanup_error sg_error_t *err = NULL;
     sandbox_opts_t o = {.internet = json_is_true(json_object_get(r->body, "internet")),
                         .tenant = json_string_value(tenant),
                         .memory_bytes = (uint64_t)mem,
                         .cpu_quota_us = (uint64_t)quota,
-                        .snapshot = json_string_value(snapshot)};
+                        .snapshot = json_string_value(snapshot),
+                        .template = json_string_value(template)};
     sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
     made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */
 }

@@ -55,6 +55,15 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
     self->state_dir = xstrdup(state_dir);
     /* Mode none runs plain processes: nothing to ask the launcher for. */
     self->ops = mode_ops(cfg->mode);
+    for (size_t i = 0; i < cfg->ntemplates && cfg->mode == SANDBOX_NONE; i++)
+        if (cfg->templates[i].root || cfg->templates[i].image) {
+            sg_error_set(err, SG_E_INVALID,
+                         "template '%s' has a root of its own: that needs sandboxes (not "
+                         "--sandbox none)",
+                         cfg->templates[i].name);
+            sandbox_env_destroy(&self);
+            return NULL;
+        }
     if (self->ops->env_init(self, err) < 0)
         sandbox_env_destroy(&self);
     return self;
@@ -72,6 +81,7 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->init);
     free(self->preload);
     free(self->launcher_py);
+    template_roots_free(self);
     if (self->egress) {
         egress_teardown();
         free(self->egress);
@@ -146,6 +156,14 @@ static uint64_t ceiling(uint64_t tenant, uint64_t server)
     return tenant > 0 && tenant < server ? tenant : server;
 }
 
+const sandbox_template_t *sandbox_template_find(const sandbox_config_t *cfg, const char *name)
+{
+    for (size_t i = 0; name && i < cfg->ntemplates; i++)
+        if (strcmp(cfg->templates[i].name, name) == 0)
+            return &cfg->templates[i];
+    return NULL;
+}
+
 sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
                        const sandbox_opts_t *opts, const char *workspace, sg_error_t **err)
 {
@@ -154,6 +172,12 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->internet = opts && opts->internet;
     self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
     self->snapshot = opts && opts->snapshot ? xstrdup(opts->snapshot) : NULL;
+    self->template = opts && opts->template ? xstrdup(opts->template) : NULL;
+    if (self->template && !sandbox_template_find(&env->cfg, self->template)) {
+        sg_error_set(err, SG_E_NOTFOUND, "no template '%s'", self->template);
+        sandbox_free(&self);
+        return NULL;
+    }
     if (self->snapshot && !sandbox_env_can_pause(env)) {
         sg_error_set(err, SG_E_CONFLICT, "snapshots need sandboxes (not --sandbox none)");
         sandbox_free(&self);
@@ -190,6 +214,7 @@ void sandbox_free(sandbox_t **self_p)
     free(self->workspace);
     free(self->tenant);
     free(self->snapshot);
+    free(self->template);
     free(self->cgroup);
     free(self->kernelspec);
     kspec_argv_free(self->plain_argv);

@@ -35,6 +35,20 @@
 
 typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
 
+/* A template (--template NAME=SPEC): a named environment for new sessions.
+ * The sandbox layer uses its root; the manager (kmgr.h) its kernelspec,
+ * preload and pool.  With neither root nor image, sandboxes get the host's
+ * /usr as any other. */
+typedef struct {
+    const char *name;       /* 1-63 of A-Za-z0-9._- */
+    const char *root;       /* a root directory used as it is (its mount points there) */
+    const char *image;      /* an OCI image layout directory or archive, "PATH[:TAG]":
+                               unpacked once under STATE/templates/NAME (sandbox_template.c) */
+    const char *kernelspec; /* NULL: "python3" */
+    const char *preload;    /* code each new kernel runs before it is used; NULL: none */
+    int pool_size;          /* warm kernels of it kept ready (--pool-size NAME=N) */
+} sandbox_template_t;
+
 typedef struct {
     sandbox_mode_t mode;
     const char *runsc;         /* runsc binary (default /usr/bin/runsc) */
@@ -54,10 +68,14 @@ typedef struct {
     uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
     bool tenant_cgroups;       /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
                                   own with an equal CPU weight (sandbox_cgroup.h); default true */
+    const sandbox_template_t *templates; /* borrowed; roots prepared by sandbox_env_new */
+    size_t ntemplates;
 } sandbox_config_t;
 
 /* Documented defaults (see sandgate --help). */
 void sandbox_config_defaults(sandbox_config_t *cfg);
+/* The configured template called name; NULL when there is none. */
+const sandbox_template_t *sandbox_template_find(const sandbox_config_t *cfg, const char *name);
 
 typedef struct sandbox_env sandbox_env_t;
 typedef struct sandbox sandbox_t;
@@ -99,6 +117,8 @@ typedef struct {
     uint64_t cpu_quota_us; /* the same for cpu_quota_us */
     const char *snapshot;  /* a snapshot's id (sandbox_snapshot_save): the sandbox starts as
                               the snapshot's kernel, restored from its image; NULL: fresh */
+    const char *template;  /* a configured template's name: its root is the sandbox's /;
+                              NULL: the server's */
 } sandbox_opts_t;
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with

@@ -32,6 +32,8 @@ struct sandbox_env {
     char *preload;     /* sandgate-preload.so beside init; NULL: none */
     char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
+    char **template_roots;   /* local: each template's root directory (cfg.templates' order),
+                                NULL where it has none (sandbox_template.c) */
     egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
 };
 
@@ -41,6 +43,7 @@ struct sandbox {
     bool internet;  /* has a network (egress.h): asked for at new, found on disk at adopt */
     char *tenant;   /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
     char *snapshot; /* sandbox_opts_t's: started from it (NULL: fresh); sent with "new" */
+    char *template; /* sandbox_opts_t's: its root is the template's (NULL: the server's) */
     uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
     char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
                      an adopted one, read from its bundle or sent by the launcher */
@@ -194,6 +197,15 @@ void host_workspace_close(const sandbox_env_t *env, const char *path, bool remov
 int host_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err);
 uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
 uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg);
+
+/* --- sandbox_template.c: the runsc table's template roots -------------------------- */
+
+/* env->template_roots: each template's root ready (images unpacked once).
+ * Blocking: at start-up. */
+int template_roots_init(sandbox_env_t *env, sg_error_t **err);
+void template_roots_free(sandbox_env_t *env);
+/* Template name's root directory; NULL: it has none (the server's root). */
+const char *template_root_dir(const sandbox_env_t *env, const char *name);
 
 /* --- sandbox_snapshot.c: the runsc table's snapshots ------------------------------- */
 

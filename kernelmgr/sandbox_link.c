@@ -479,13 +479,13 @@ static void start_answered(json_t *reply, void *arg)
 /* "new", then "start" from its answer (new_answered, start_answered). */
 static int link_start(sandbox_t *sb, sg_error_t **err)
 {
-    sb->start_seq = link_async(LOP_NEW,
-                               json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?}", "id", sb->id,
-                                         "kernelspec", sb->kernelspec, "workspace", sb->workspace,
-                                         "internet", sb->internet, "tenant", sb->tenant, "memory",
-                                         (json_int_t)sb->memory_bytes, "cpu_quota",
-                                         (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot),
-                               -1, new_answered, sb, 0);
+    sb->start_seq = link_async(
+        LOP_NEW,
+        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?}", "id", sb->id, "kernelspec",
+                  sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet, "tenant",
+                  sb->tenant, "memory", (json_int_t)sb->memory_bytes, "cpu_quota",
+                  (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot, "template", sb->template),
+        -1, new_answered, sb, 0);
     return 0;
 }
 

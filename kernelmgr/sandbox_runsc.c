@@ -201,7 +201,8 @@ static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
     if (egress_init(env, kernels, err) < 0)
         goto fail;
     if (build_etc(env->etc_dir, err) < 0 || write_resolver(env, err) < 0 ||
-        (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0))
+        (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0) ||
+        template_roots_init(env, err) < 0)
         goto fail;
     env->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
     if (access(env->init, X_OK) != 0) {
@@ -231,6 +232,12 @@ static json_t *oci_mount(const char *dest, const char *type, const char *source,
 static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
 {
     const sandbox_config_t *cfg = &sb->env->cfg;
+    /* A root of its own (--rootfs, a template's) brings its /usr and /etc,
+     * and perhaps a libc sandgate-preload.so was not built for. */
+    const char *root = template_root_dir(sb->env, sb->template);
+    bool own = root || cfg->rootfs;
+    root = root ? root : sb->env->rootfs_dir;
+    const char *preload = own ? NULL : sb->env->preload;
     char **argv = host_kernel_argv(spec, "/conn/kernel.json",
                                    sb->env->launcher_py ? "/sandgate-kernel.py" : NULL);
     json_t *args = json_pack("[s]", "/sandgate-init");
@@ -242,7 +249,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "[s, s, s, s, s, s, s, s]", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",
         "USER=user", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/matplotlib", "IPYTHONDIR=/tmp/ipython",
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
-    if (sb->env->preload)
+    if (preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
     /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
      * relays the host's sockets in /conn to them (sandbox_init.c). */
@@ -270,7 +277,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     json_array_append_new(
         mounts, oci_mount("/tmp", "tmpfs", "tmpfs",
                           json_pack("[s, s, s, s]", "nosuid", "nodev", "mode=1777", tmpopt)));
-    if (!cfg->rootfs) {
+    if (!own) {
         json_array_append_new(
             mounts, oci_mount("/usr", "bind", "/usr",
                               json_pack("[s, s, s, s]", "rbind", "ro", "nosuid", "nodev")));
@@ -284,8 +291,8 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     }
     json_array_append_new(mounts, oci_mount("/sandgate-init", "bind", sb->env->init,
                                             json_pack("[s, s, s]", "bind", "ro", "nodev")));
-    if (sb->env->preload)
-        json_array_append_new(mounts, oci_mount("/sandgate-preload.so", "bind", sb->env->preload,
+    if (preload)
+        json_array_append_new(mounts, oci_mount("/sandgate-preload.so", "bind", preload,
                                                 json_pack("[s, s, s]", "bind", "ro", "nodev")));
     if (sb->env->launcher_py)
         json_array_append_new(mounts, oci_mount("/sandgate-kernel.py", "bind", sb->env->launcher_py,
@@ -324,8 +331,8 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
                 json_object_set_new(ns, "path", json_sprintf("/var/run/netns/sandgate-%s", sb->id));
     }
     return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process",
-                     process, "root", "path", sb->env->rootfs_dir, "readonly", 1, "hostname",
-                     "sandbox", "mounts", mounts, "linux", linux_);
+                     process, "root", "path", root, "readonly", 1, "hostname", "sandbox", "mounts",
+                     mounts, "linux", linux_);
 }
 
 /* Mode none: our environment plus the kernelspec's, with private IPython and
