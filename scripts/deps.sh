@@ -32,6 +32,9 @@ packages=(
   nftables iproute2 python3-pip python3-venv
   # ... the docs' shell examples (docs/api.md): HTTP and JSON from a shell
   curl jq
+  # ... templates made from OCI images (--template NAME=image=PATH): umoci
+  # unpacks them
+  umoci
 )
 test_packages=(
   # the tests' own PyPI packages live in virtual environments (scripts/venv.sh;
