@@ -163,7 +163,7 @@ static enum MHD_Result list(api_t *self, http_req_t *call, const char *ctx)
     json_t *out = json_array();
     for (size_t i = 0; i < kmgr_snapshot_count(self->kmgr); i++) {
         const kmgr_snapshot_t *s = kmgr_snapshot_at(self->kmgr, i);
-        if (!s->deleted && http_may_see(call, s->owner) &&
+        if (!s->deleted && !s->template_of && http_may_see(call, s->owner) &&
             (!ctx || strcmp(ctx, s->context_id) == 0))
             json_array_append_new(out, snapshot_json(s));
     }
@@ -250,14 +250,14 @@ static enum MHD_Result templates_list(void *arg, http_req_t *call)
         const sandbox_template_t *t = &sc->templates[i];
         const char *specname = t->kernelspec ? t->kernelspec : "python3";
         const kspec_t *ks = kspecs_get(kmgr_kspecs(self->kmgr), specname);
+        const char *root = t->image ? "image" : t->root ? "directory" : "host";
         json_array_append_new(
-            list, json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:I}", "name", t->name, "kernelspec",
-                            specname, "language", ks ? ks->language : "", "root",
-                            t->image  ? "image"
-                            : t->root ? "directory"
-                                      : "host",
-                            "preload", t->preload != NULL, "pool_size", t->pool_size, "pool_ready",
-                            (json_int_t)kmgr_pool_ready(self->kmgr, t->name)));
+            list,
+            json_pack("{s:s, s:s, s:s, s:s, s:b, s:i, s:I, s:I}", "name", t->name, "kernelspec",
+                      specname, "language", ks ? ks->language : "", "root", root, "preload",
+                      t->preload != NULL, "pool_size", t->pool_size, "pool_ready",
+                      (json_int_t)kmgr_pool_ready(self->kmgr, t->name), "snapshot_bytes",
+                      (json_int_t)kmgr_template_snapshot_bytes(self->kmgr, t->name)));
     }
     return http_reply_json(call->conn, 200, list);
 }

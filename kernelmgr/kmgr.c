@@ -195,8 +195,10 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
              * or the next tick retries. */
             return;
         }
-        if (ev == KERNEL_EV_READY)
+        if (ev == KERNEL_EV_READY) {
+            template_snapshot_maybe(m, e);
             fill_pool(m);
+        }
         return;
     }
     if (ev == KERNEL_EV_DEAD)
@@ -243,9 +245,11 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     if (so->snapshot) { /* its files are the snapshot's, kept until it runs */
         kmgr_snapshot_t *snap = snapshot_use(m, so->snapshot);
         e->snap_user = xstrdup(so->snapshot);
-        e->lineage = json_array();
-        json_array_append_new(e->lineage, json_string(snap->context_id));
-        json_array_extend(e->lineage, snap->lineage);
+        if (!snap->template_of) { /* a template's own is no session's ancestor */
+            e->lineage = json_array();
+            json_array_append_new(e->lineage, json_string(snap->context_id));
+            json_array_extend(e->lineage, snap->lineage);
+        }
         e->opening = sandbox_workspace_restore_async(m->env, ws, so->snapshot, on_workspace, e);
     } else {
         e->opening = sandbox_workspace_open_async(m->env, ws, on_workspace, e);
@@ -329,8 +333,9 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    if (session_launch(m, spec, id, true, &(kmgr_start_opts_t){.template = template}, NULL, NULL,
-                       &err) == NULL) {
+    const kmgr_snapshot_t *ts = template_snapshot(m, template); /* kmgr_templates.c */
+    kmgr_start_opts_t so = {.template = template, .snapshot = ts ? ts->id : NULL};
+    if (session_launch(m, spec, id, true, &so, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel%s%s: %s", template ? " of template " : "",
                   template ? template : "", err->msg);
         sg_error_free(&err);
@@ -423,6 +428,11 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     replica_uuid(id);
     kmgr_start_opts_t so = *o;
     so.template = t ? t->name : NULL;
+    /* No pool kernel: the template's snapshot, when it has one, is a restore
+     * instead of a start plus its preload (kmgr_templates.c). */
+    const kmgr_snapshot_t *ts = snap || o->internet ? NULL : template_snapshot(m, so.template);
+    if (ts)
+        so.snapshot = ts->id;
     kernel_t *k = session_launch(m, spec, id, false, &so, ev, ev_arg, err);
     fill_pool(m);
     return k;
@@ -892,6 +902,7 @@ kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
         }
     }
     snapshots_load(m);
+    templates_check(m);
     adopt_all(m);
     m->tick = loop_timer(loop, 1000, 0, on_tick, m);
     fill_pool(m);
@@ -927,6 +938,7 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
     }
     free(m->entries);
     snapshots_free(m);
+    json_decref(m->tsnap_taking);
     kspecs_destroy(&m->kspecs);
     sandbox_env_destroy(&m->env);
     free(m->state_dir);

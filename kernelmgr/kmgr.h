@@ -54,6 +54,9 @@ const kmgr_config_t *kmgr_config(const kmgr_t *self);
 const sandbox_template_t *kmgr_template(const kmgr_t *self, const char *name);
 /* Warm kernels of template name (NULL: the server's own pool) ready now. */
 size_t kmgr_pool_ready(const kmgr_t *self, const char *template);
+/* Template name's own snapshot, taken after its preload ran (kmgr_templates.c):
+ * its bytes, 0 while there is none. */
+uint64_t kmgr_template_snapshot_bytes(const kmgr_t *self, const char *name);
 
 typedef struct {
     size_t sessions, starting, idle, busy, dead, pausing, paused, pool_ready, pool_starting;
@@ -137,6 +140,9 @@ typedef struct {
     json_t *lineage;    /* the session's own ancestors when it was taken */
     int users;          /* starts and roll-backs restoring it now */
     bool deleted;       /* gone from the list; its files go when users reach 0 */
+    char *template_of;  /* a template's own (kmgr_templates.c): not the API's to list, use or
+                           delete; NULL for the sessions' snapshots */
+    char *key;          /* template_of's: what it was taken of (template_key) */
 } kmgr_snapshot_t;
 /* cb: the new snapshot (borrowed), or why not; once, from the loop (or
  * before kmgr_snapshot returns without a launcher). */
@@ -146,10 +152,11 @@ typedef void(kmgr_snapshot_fn)(const kmgr_snapshot_t *snap, const sg_error_t *er
  * max_snapshots; SG_E_CONFLICT: as kernel_snapshot. */
 int kmgr_snapshot(kmgr_t *self, kernel_t *k, const char *name, kmgr_snapshot_fn *cb, void *arg,
                   sg_error_t **err);
-/* NULL for an unknown or deleted id. */
+/* NULL for an unknown or deleted id, and a template's own. */
 const kmgr_snapshot_t *kmgr_snapshot_get(const kmgr_t *self, const char *sid);
 size_t kmgr_snapshot_count(const kmgr_t *self);
-const kmgr_snapshot_t *kmgr_snapshot_at(const kmgr_t *self, size_t i); /* deleted ones too */
+/* Deleted ones and templates' own too. */
+const kmgr_snapshot_t *kmgr_snapshot_at(const kmgr_t *self, size_t i);
 /* Deletes it: gone at once for every caller; its files once the starts
  * restoring it have their own.  SG_E_NOTFOUND. */
 int kmgr_snapshot_delete(kmgr_t *self, const char *sid, sg_error_t **err);

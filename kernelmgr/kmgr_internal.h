@@ -40,6 +40,7 @@ struct kmgr {
     void *drained_arg;
     kmgr_snapshot_t **snaps; /* kmgr_snapshots.c */
     size_t nsnaps, capsnaps;
+    json_t *tsnap_taking; /* kmgr_templates.c: template name -> true while its snapshot is taken */
 };
 
 /* kmgr.c */
@@ -60,5 +61,21 @@ kmgr_snapshot_t *snapshot_use(kmgr_t *m, const char *sid);
 void snapshot_release(kmgr_t *m, const char *sid);
 /* Snapshots past snapshot_ttl_ms are deleted (on the manager's tick). */
 void snapshots_expire(kmgr_t *m);
+/* A record written (sid's), and one taken out of the list and freed,
+ * its files deleted unless users > 0. */
+void snapshot_add(kmgr_t *m, kmgr_snapshot_t *s);
+int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err);
+void snapshot_drop(kmgr_t *m, kmgr_snapshot_t *s);
+void snapshot_free(kmgr_snapshot_t *s);
+
+/* kmgr_templates.c */
+/* At start-up, after snapshots_load: a template's snapshot of something
+ * else than the template is now (its key differs, or it is gone) is dropped. */
+void templates_check(kmgr_t *m);
+/* A pool kernel of a template with preload code is ready: the template's
+ * snapshot is taken of it unless there is one. */
+void template_snapshot_maybe(kmgr_t *m, entry_t *e);
+/* Template name's snapshot ready to start from; NULL: none. */
+const kmgr_snapshot_t *template_snapshot(const kmgr_t *m, const char *name);
 
 #endif

@@ -26,17 +26,19 @@ static char *record_path(const kmgr_t *m, const char *sid)
     return xasprintf("%s/snapshots/%s.json", m->state_dir, sid);
 }
 
-static void snap_free(kmgr_snapshot_t *s)
+void snapshot_free(kmgr_snapshot_t *s)
 {
     free(s->name);
     free(s->owner);
     free(s->kernelspec);
     free(s->template);
+    free(s->template_of);
+    free(s->key);
     json_decref(s->lineage);
     free(s);
 }
 
-static void add(kmgr_t *m, kmgr_snapshot_t *s)
+void snapshot_add(kmgr_t *m, kmgr_snapshot_t *s)
 {
     if (m->nsnaps == m->capsnaps) {
         m->capsnaps = m->capsnaps ? m->capsnaps * 2 : 16;
@@ -53,7 +55,7 @@ static kmgr_snapshot_t *lookup(const kmgr_t *m, const char *sid)
     return NULL;
 }
 
-static int write_snap(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
+int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
 {
     json_t *rec =
         json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:I, s:O}", "id", s->id, "context_id",
@@ -70,7 +72,7 @@ static int write_snap(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
 }
 
 /* Its record and files go (the files once nothing restores it). */
-static void drop(kmgr_t *m, kmgr_snapshot_t *s)
+void snapshot_drop(kmgr_t *m, kmgr_snapshot_t *s)
 {
     cleanup_free char *path = record_path(m, s->id);
     unlink(path);
@@ -83,7 +85,7 @@ static void drop(kmgr_t *m, kmgr_snapshot_t *s)
             m->snaps[i] = m->snaps[--m->nsnaps];
             break;
         }
-    snap_free(s);
+    snapshot_free(s);
 }
 
 static kmgr_snapshot_t *load_one(const char *path)
@@ -110,6 +112,11 @@ static kmgr_snapshot_t *load_one(const char *path)
     s->kernelspec = xstrdup(spec);
     const char *template = json_string_value(json_object_get(rec, "template"));
     s->template = template ? xstrdup(template) : NULL;
+    json_t *of = json_object_get(rec, "template_of");
+    const char *of_name = json_string_value(json_object_get(of, "name"));
+    const char *of_key = json_string_value(json_object_get(of, "key"));
+    s->template_of = of_name && of_key ? xstrdup(of_name) : NULL;
+    s->key = of_name && of_key ? xstrdup(of_key) : NULL;
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
@@ -131,7 +138,7 @@ void snapshots_load(kmgr_t *m)
         cleanup_free char *path = xasprintf("%s/%s", dir, de->d_name);
         kmgr_snapshot_t *s = load_one(path);
         if (s) {
-            add(m, s);
+            snapshot_add(m, s);
         } else {
             log_warn("kmgr: ignoring unreadable snapshot record %s", path);
             unlink(path);
@@ -145,7 +152,7 @@ void snapshots_load(kmgr_t *m)
 void snapshots_free(kmgr_t *m)
 {
     for (size_t i = 0; i < m->nsnaps; i++)
-        snap_free(m->snaps[i]);
+        snapshot_free(m->snaps[i]);
     free(m->snaps);
     m->snaps = NULL;
     m->nsnaps = m->capsnaps = 0;
@@ -163,7 +170,7 @@ void snapshot_release(kmgr_t *m, const char *sid)
 {
     kmgr_snapshot_t *s = lookup(m, sid);
     if (s && s->users > 0 && --s->users == 0 && s->deleted)
-        drop(m, s);
+        snapshot_drop(m, s);
 }
 
 void snapshots_expire(kmgr_t *m)
@@ -173,14 +180,14 @@ void snapshots_expire(kmgr_t *m)
     int64_t now = now_ms();
     for (size_t i = 0; i < m->nsnaps; i++) {
         kmgr_snapshot_t *s = m->snaps[i];
-        if (s->deleted || now - s->created_ms < m->cfg.snapshot_ttl_ms)
+        if (s->deleted || s->template_of || now - s->created_ms < m->cfg.snapshot_ttl_ms)
             continue;
         log_info("kmgr: snapshot %s expired (--snapshot-ttl)", s->id);
         kmgr_notice(
             m, "snapshot.delete", s->context_id,
             json_pack("{s:s, s:s}", "snapshot", s->id, "reason", "expired (--snapshot-ttl)"));
         bool stays = s->users > 0;
-        drop(m, s);
+        snapshot_drop(m, s);
         if (!stays)
             i--; /* the array was compacted */
     }
@@ -191,7 +198,7 @@ void snapshots_expire(kmgr_t *m)
 const kmgr_snapshot_t *kmgr_snapshot_get(const kmgr_t *m, const char *sid)
 {
     kmgr_snapshot_t *s = lookup(m, sid);
-    return s && !s->deleted ? s : NULL;
+    return s && !s->deleted && !s->template_of ? s : NULL;
 }
 
 size_t kmgr_snapshot_count(const kmgr_t *m)
@@ -207,10 +214,10 @@ const kmgr_snapshot_t *kmgr_snapshot_at(const kmgr_t *m, size_t i)
 int kmgr_snapshot_delete(kmgr_t *m, const char *sid, sg_error_t **err)
 {
     kmgr_snapshot_t *s = lookup(m, sid);
-    if (!s || s->deleted)
+    if (!s || s->deleted || s->template_of)
         return sg_error_set(err, SG_E_NOTFOUND, "no snapshot '%s'", sid);
     log_info("kmgr: snapshot %s deleted", sid);
-    drop(m, s);
+    snapshot_drop(m, s);
     return 0;
 }
 
@@ -235,8 +242,8 @@ static void on_taken(kernel_t *k, uint64_t bytes, const sg_error_t *err, void *a
     sg_error_t *werr = NULL;
     if (!err) {
         s->bytes = bytes;
-        if (write_snap(t->m, s, &werr) == 0) {
-            add(t->m, s);
+        if (snapshot_write(t->m, s, &werr) == 0) {
+            snapshot_add(t->m, s);
             t->cb(s, NULL, t->arg);
             free(t);
             return;
@@ -246,7 +253,7 @@ static void on_taken(kernel_t *k, uint64_t bytes, const sg_error_t *err, void *a
     }
     t->cb(NULL, err, t->arg);
     sg_error_free(&werr);
-    snap_free(s);
+    snapshot_free(s);
     free(t);
 }
 
@@ -258,7 +265,8 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
         return sg_error_set(err, SG_E_NOTFOUND, "no session %s", kernel_id(k));
     int have = 0;
     for (size_t i = 0; i < m->nsnaps; i++)
-        have += !m->snaps[i]->deleted && strcmp(m->snaps[i]->context_id, kernel_id(k)) == 0;
+        have += !m->snaps[i]->deleted && !m->snaps[i]->template_of &&
+                strcmp(m->snaps[i]->context_id, kernel_id(k)) == 0;
     if (m->cfg.max_snapshots > 0 && have >= m->cfg.max_snapshots)
         return sg_error_set(err, SG_E_QUOTA,
                             "context %s has %d snapshots, the most one context may keep "
@@ -276,7 +284,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     taking_t *t = xzalloc(sizeof *t);
     *t = (taking_t){m, s, cb, arg};
     if (kernel_snapshot(k, s->id, on_taken, t, err) < 0) {
-        snap_free(s);
+        snapshot_free(s);
         free(t);
         return -1;
     }
