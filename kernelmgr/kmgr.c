@@ -290,14 +290,14 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     return e->k;
 }
 
-/* Warm kernels of one pool (a template's, or the server's: NULL), ready
- * or starting. */
+/* Warm kernels of one pool (a template's, or the server's: NULL): all, or
+ * those a claim would take now (ready and idle). */
 static size_t pool_count(const kmgr_t *m, const char *template, bool ready_only)
 {
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++) {
         const entry_t *e = m->entries[i];
-        n += e->pool && (!ready_only || e->ready) &&
+        n += e->pool && (!ready_only || (e->ready && kernel_state(e->k) == KERNEL_IDLE)) &&
              (template && e->template ? strcmp(template, e->template) == 0
                                       : template == e->template);
     }

@@ -62,6 +62,9 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
                   s->context_id, "name", s->name, "tenant", s->owner, "kernelspec", s->kernelspec,
                   "template", s->template, "created_ms", (json_int_t)s->created_ms, "bytes",
                   (json_int_t)s->bytes, "lineage", s->lineage);
+    if (s->template_of)
+        json_object_set_new(rec, "template_of",
+                            json_pack("{s:s, s:s}", "name", s->template_of, "key", s->key));
     cleanup_free char *path = record_path(m, s->id);
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     int r = json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0 ? -1 : 0;

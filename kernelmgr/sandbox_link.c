@@ -209,12 +209,15 @@ static void on_link(loop_t *loop, int fd, unsigned events, void *arg)
  * loop serves no one: the reply (NULL with *err when the launcher refused,
  * failed, or did not answer within the timeout — then the late answer is
  * dropped when it comes).  Other answers arriving meanwhile are dispatched
- * on the next loop pass.  op must be one launcher_ops marks LOP_STARTUP. */
-static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **err)
+ * on the next loop pass.  op must be one launcher_ops marks LOP_STARTUP.
+ * wait_ms: how long to wait, when longer than the link's timeout. */
+static json_t *link_startup_wait(launcher_op_t op, json_t *fields, int wait_ms, sg_error_t **err)
 {
     assert(launcher_ops[op].flags & LOP_STARTUP);
     uint64_t seq = link_send(request(op, fields), NULL, 0);
-    int64_t deadline = zclock_mono() + link_.timeout_ms;
+    if (wait_ms < link_.timeout_ms)
+        wait_ms = link_.timeout_ms;
+    int64_t deadline = zclock_mono() + wait_ms;
     for (;;) {
         if (link_.lost) {
             sg_error_set(err, SG_E_UNAVAILABLE, LOST_MSG);
@@ -232,7 +235,7 @@ static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **
                 json_string_value(json_object_get(json_object_get(late, "error"), "message")));
             json_decref(late);
             log_error("sandbox: the launcher did not answer '%s' (request %llu) within %d ms",
-                      launcher_ops[op].name, (unsigned long long)seq, link_.timeout_ms);
+                      launcher_ops[op].name, (unsigned long long)seq, wait_ms);
             return NULL;
         }
         json_t *reply = link_recv(true);
@@ -352,6 +355,11 @@ static sg_error_t *reply_error(json_t *reply)
 
 /* --- the operations ------------------------------------------------------------ */
 
+static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **err)
+{
+    return link_startup_wait(op, fields, 0, err);
+}
+
 /* A start-up request whose answer says only "done". */
 static int link_startup_do(launcher_op_t op, json_t *fields, sg_error_t **err)
 {
@@ -361,10 +369,17 @@ static int link_startup_do(launcher_op_t op, json_t *fields, sg_error_t **err)
 }
 
 /* The launcher prepares the state directory when it starts; "env" asks
- * whether that worked. */
+ * whether that worked.  That includes unpacking templates' images the
+ * first time (sandbox_template.c): with any, the answer may take minutes. */
 static int link_env_init(sandbox_env_t *env, sg_error_t **err)
 {
-    return link_startup_do(LOP_ENV, NULL, err);
+    int wait_ms = 0;
+    for (size_t i = 0; i < env->cfg.ntemplates; i++)
+        if (env->cfg.templates[i].image)
+            wait_ms = 30 * 60 * 1000;
+    json_t *ok = link_startup_wait(LOP_ENV, NULL, wait_ms, err);
+    json_decref(ok);
+    return ok ? 0 : -1;
 }
 
 /* Re-adopted sessions' workspaces, at start-up. */

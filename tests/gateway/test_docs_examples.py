@@ -163,7 +163,8 @@ marked_other = [f"{p}:{line}: {lang or 'plain'}" for p, line, lang, mark, _ in f
                 if mark and lang not in CODE]
 ok(not marked_other, "marks are on code blocks only", "\n".join(marked_other))
 
-d = Daemon("--pool-size", "1")
+# docs/api.md's and operations.md's template examples use "pandas".
+d = Daemon("--pool-size", "1", "--template", "pandas=preload=import pandas as pd")
 try:
     n = 0
     for path, line, lang, mark, code in examples:
