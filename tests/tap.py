@@ -32,3 +32,22 @@ def skip(name, reason):
     global _n
     _n += 1
     print("ok", _n, "-", name, "# SKIP", reason, flush=True)
+
+
+def relay(run, least, who="browser"):
+    """Relays the TAP a script printed (run: its subprocess.run, output
+    captured as text): one check that it ran at least `least` checks and
+    exited 0, then one for each of its checks; its "# KEY VALUE" lines are
+    diagnostics, returned as {KEY: VALUE}."""
+    checks = [l for l in run.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
+    ok(run.returncode == 0 and len(checks) >= least,
+       f"the {who} ran {len(checks)} checks, all passed", run.stdout[-3000:] + run.stderr[-2000:])
+    for line in checks:
+        ok(line.startswith("ok "), f"{who}: " + line.split(" - ", 1)[-1])
+    info = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("#"):
+            diag(line[1:].strip())
+            key, _, value = line[1:].strip().partition(" ")
+            info[key] = value
+    return info

@@ -1,18 +1,31 @@
-// A person's use of JupyterLab 4, in headless Chromium: open a Python
-// notebook, type and run cells (a value, a matplotlib figure, an exception,
-// where the kernel runs), then open an R notebook (kernelspec ir) beside it
-// and do the same in R; check what the page renders.  JupyterLab runs its
-// kernels wherever it is configured to (with --gateway-url: sandgate).
+// A person's use of JupyterLab 4, in headless Chromium, in steps named on
+// the command line (python and r when none are):
+//   python      open a Python notebook, type and run cells (a value, a
+//               matplotlib figure, an exception, where the kernel runs);
+//   r           open an R notebook (kernelspec ir) beside it, the same in R;
+//   template=T  open a New Launcher (the tab bar's +), click the Notebook card
+//               of the kernelspec of sandgate's template T (the one whose
+//               spec.metadata.sandgate.template is T, display name "... (T)")
+//               and run `pd.__version__` in it, with no import: the
+//               caller's template preloads pandas as pd (after python or
+//               snapshot: in the JupyterLab page they opened);
+//   snapshot    open a Python notebook and run print(snapvar), which only a
+//               kernel started from the caller's snapshot has defined.
+// Each step checks what the page renders.  JupyterLab runs its kernels
+// wherever it is configured to (with --gateway-url: sandgate).
 // JupyterLab must run with --LabApp.expose_app_in_browser=True (the script
 // reads the kernels' ids and states from window.jupyterapp).
-// usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png
-// Prints TAP, and "# kernel-python ID", "# where-python CWD RELEASE PID" (and
-// the same for r) for the caller; exits 0 only when every check passed.
+// usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png [STEP...]
+// Prints TAP, and "# kernel-STEP ID" for each step, "# where-python CWD
+// RELEASE PID" (and the same for r) for the caller; exits 0 only when every
+// check passed.
 import { chromium } from "playwright-core";
 
-const [labUrl, token, shot] = process.argv.slice(2);
-if (!shot) {
-  console.error("usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png");
+const [labUrl, token, shot, ...argSteps] = process.argv.slice(2);
+const steps = argSteps.length ? argSteps : ["python", "r"];
+if (!shot || !steps.every((s) => /^(python|r|snapshot|template=.+)$/.test(s))) {
+  console.error("usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png " +
+    "[python|r|template=NAME|snapshot ...]");
   process.exit(2);
 }
 const base = labUrl.replace(/\/+$/, "");
@@ -45,20 +58,25 @@ const notebook = (name, language) => ({
   },
 });
 
-// Waits until the notebook panel `id` has a kernel in state idle; returns
+// Waits until the notebook panel `id` has a kernel in state idle, checks
+// its kernelspec (name) and language, prints "# kernel-STEP ID"; returns
 // {id, name, lang} of that kernel.
-async function idleKernel(page, id) {
+async function idleKernel(id, name, lang, what, step) {
   await page.waitForFunction((id) => {
     const w = window.jupyterapp.shell.widgets("main");
     for (const p of w) if (p.id === id) return p.sessionContext?.session?.kernel?.status === "idle";
     return false;
   }, id, { timeout: LIMIT, polling: 200 });
-  return page.evaluate(async (id) => {
+  const kernel = await page.evaluate(async (id) => {
     const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
     const k = p.sessionContext.session.kernel;
     const info = await k.info;
     return { id: k.id, name: k.name, lang: info?.language_info?.name };
   }, id);
+  ok(kernel.id && kernel.name === name && kernel.lang === lang,
+    `${what} and its ${name} kernel becomes idle`, JSON.stringify(kernel));
+  console.log(`# kernel-${step} ${kernel.id}`);
+  return kernel;
 }
 
 // Types code into cell `index` of the panel and runs it with Shift+Enter;
@@ -89,6 +107,128 @@ const ANY = ".jp-OutputArea-output";
 const STDOUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]';
 const ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]';
 
+
+let auth;
+
+// Writes a notebook with kernelspec `name` (PUT /api/contents).
+async function put(path, name, lang) {
+  const r = await page.request.put(`${base}/api/contents/${path}`,
+    { headers: auth, data: notebook(name, lang) });
+  ok(r.status() === 201, `${path} with kernelspec ${name} (PUT /api/contents)`,
+    `${r.status()} ${await r.text()}`);
+}
+
+// Opens the notebook by its URL, as a person would; returns its panel's id.
+async function openByUrl(path) {
+  await page.goto(`${base}/lab/tree/${path}?token=${token}`);
+  await page.waitForFunction((path) => window.jupyterapp?.shell?.currentWidget?.context?.path ===
+    path, path, { timeout: LIMIT, polling: 200 });
+  return page.evaluate(() => {
+    window.jupyterapp.shell.collapseLeft();
+    return window.jupyterapp.shell.currentWidget.id;
+  });
+}
+
+async function prompts(panel, count, what) {
+  const got = await panel.locator(".jp-InputPrompt").allInnerTexts();
+  const want = Array.from({ length: count }, (_, i) => `[${i + 1}]:`).join(" ");
+  ok(got.slice(0, count).map((p) => p.replace(/\s/g, "")).join(" ") === want,
+    `the ${what} prompts count the executions 1 to ${count}`, got.join(" | "));
+}
+
+let pyId;  // the Python notebook's panel, in front for the screenshot
+
+const STEPS = {
+  async python() {
+    await put("python.ipynb", "python3", "python");
+    pyId = await openByUrl("python.ipynb");
+    const py = page.locator(`[id="${pyId}"]`);
+    await idleKernel(pyId, "python3", "python", "the Python notebook opens", "python");
+
+    let c = await run(py, page, 0, "x = 6 * 7\nx");
+    let t = await text(c, RESULT);
+    ok(t === "42", "Python cell 1 (x = 6 * 7; x) renders 42", t);
+    c = await run(py, page, 1, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.title('sandgate in JupyterLab'); plt.show()");
+    const im = await png(c);
+    ok(im.src.startsWith("data:image/png;base64,") && im.width > 100,
+      `Python cell 2 renders the matplotlib figure as a PNG (${im.width} px wide)`, im.src.slice(0, 60));
+    c = await run(py, page, 2, "1/0");
+    t = await text(c, ERROR);
+    ok(/ZeroDivisionError/.test(t) && /division by zero/.test(t),
+      "Python cell 3 (1/0) renders the ZeroDivisionError traceback", t);
+    c = await run(py, page, 3, "import os, platform\nprint(os.getcwd(), platform.release(), os.getpid())");
+    t = await text(c, STDOUT);
+    ok(/^\S+ \S+ \d+$/.test(t), `Python cell 4 reports where the kernel runs: ${t}`, t);
+    console.log(`# where-python ${t}`);
+    await prompts(py, 4, "Python");
+  },
+
+  async r() {
+    await put("r.ipynb", "ir", "R");
+    // Opened beside the current notebook.
+    const rId = await page.evaluate(async () => {
+      const w = await window.jupyterapp.commands.execute("docmanager:open",
+        { path: "r.ipynb", options: { mode: "split-right" } });
+      return w.id;
+    });
+    const rp = page.locator(`[id="${rId}"]`);
+    await idleKernel(rId, "ir", "R", "the R notebook opens beside it", "r");
+    let c = await run(rp, page, 0, "x <- 6 * 7\nx");
+    let t = await text(c, ANY);  // IRkernel shows a value as display_data
+    ok(/^(\[1\] )?42$/.test(t), `R cell 1 (x <- 6 * 7; x) renders 42 (${t})`, t);
+    c = await run(rp, page, 1, "plot(1:10, main = 'R in sandgate')");
+    const im = await png(c);
+    ok(im.src.startsWith("data:image/png;base64,") && im.width > 100,
+      `R cell 2 renders the plot as a PNG (${im.width} px wide)`, im.src.slice(0, 60));
+    c = await run(rp, page, 2, "f <- function() stop('boom')\nf()");
+    t = await text(c, ERROR);
+    ok(/boom/.test(t), "R cell 3 (stop('boom')) renders the error", t);
+    c = await run(rp, page, 3, "cat(getwd(), Sys.info()['release'], Sys.getpid())");
+    t = await text(c, STDOUT);
+    ok(/^\S+ \S+ \d+$/.test(t), `R cell 4 reports where the kernel runs: ${t}`, t);
+    console.log(`# where-r ${t}`);
+    await prompts(rp, 4, "R");
+  },
+
+  async template(name) {
+    const spec = await page.evaluate(async (name) => {
+      const ks = window.jupyterapp.serviceManager.kernelspecs;
+      await ks.ready;
+      return Object.values(ks.specs?.kernelspecs || {}).find(
+        (s) => s?.metadata?.sandgate?.template === name) || null;
+    }, name);
+    ok(spec && spec.name === name && spec.display_name.endsWith(` (${name})`),
+      `JupyterLab offers template ${name} as a kernelspec: ${spec?.display_name}`,
+      JSON.stringify(spec));
+    const before = await page.evaluate(() =>
+      [...window.jupyterapp.shell.widgets("main")].map((w) => w.id));
+    await page.locator("#jp-main-dock-panel .lm-TabBar-addButton").first().click();
+    await page.locator(`.jp-LauncherCard[data-category="Notebook"]` +
+      `[title=${JSON.stringify(spec.display_name)}]`).click({ timeout: LIMIT });
+    const id = await page.waitForFunction((before) => {
+      const w = window.jupyterapp.shell.currentWidget;
+      return w?.context?.path?.endsWith(".ipynb") && !before.includes(w.id) && w.id;
+    }, before, { timeout: LIMIT, polling: 200 }).then((h) => h.jsonValue());
+    await idleKernel(id, name, "python",
+      `the New Launcher's "${spec.display_name}" card opens a notebook`, "template");
+    const c = await run(page.locator(`[id="${id}"]`), page, 0, "pd.__version__");
+    const t = await text(c, ANY);
+    const version = /^'\d+\.\d+\S*'$/.test(t);
+    ok(version, `pd.__version__, with no import, renders pandas' version${version ? ` (${t})` : ""}` +
+      ": the template preloaded it", t);
+  },
+
+  async snapshot() {
+    await put("snapshot.ipynb", "python3", "python");
+    const id = await openByUrl("snapshot.ipynb");
+    await idleKernel(id, "python3", "python", "the Python notebook opens", "snapshot");
+    const c = await run(page.locator(`[id="${id}"]`), page, 0, "print(snapvar)");
+    const t = await text(c, ANY);
+    ok(t === "from the snapshot",
+      'print(snapvar) renders "from the snapshot": the kernel started from the snapshot', t);
+  },
+};
+
 try {
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -97,78 +237,16 @@ try {
   page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
-  const auth = { Authorization: `token ${token}` };
+  auth = { Authorization: `token ${token}` };
 
-  for (const [path, name, lang] of [["python.ipynb", "python3", "python"], ["r.ipynb", "ir", "R"]]) {
-    const r = await page.request.put(`${base}/api/contents/${path}`,
-      { headers: auth, data: notebook(name, lang) });
-    ok(r.status() === 201, `${path} with kernelspec ${name} (PUT /api/contents)`,
-      `${r.status()} ${await r.text()}`);
+  for (const step of steps) {
+    const [name, arg] = step.split("=");
+    await STEPS[name](arg);
   }
 
-  // The Python notebook, opened by its URL as a person would.
-  await page.goto(`${base}/lab/tree/python.ipynb?token=${token}`);
-  await page.waitForFunction(() => window.jupyterapp?.shell?.currentWidget?.context?.path ===
-    "python.ipynb", null, { timeout: LIMIT, polling: 200 });
-  const pyId = await page.evaluate(() => {
-    window.jupyterapp.shell.collapseLeft();
-    return window.jupyterapp.shell.currentWidget.id;
-  });
-  const py = page.locator(`[id="${pyId}"]`);
-  let kernel = await idleKernel(page, pyId);
-  ok(kernel.id && kernel.name === "python3" && kernel.lang === "python",
-    "the Python notebook opens and its python3 kernel becomes idle", JSON.stringify(kernel));
-  console.log(`# kernel-python ${kernel.id}`);
-
-  let c = await run(py, page, 0, "x = 6 * 7\nx");
-  let t = await text(c, RESULT);
-  ok(t === "42", "Python cell 1 (x = 6 * 7; x) renders 42", t);
-  c = await run(py, page, 1, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.title('sandgate in JupyterLab'); plt.show()");
-  let im = await png(c);
-  ok(im.src.startsWith("data:image/png;base64,") && im.width > 100,
-    `Python cell 2 renders the matplotlib figure as a PNG (${im.width} px wide)`, im.src.slice(0, 60));
-  c = await run(py, page, 2, "1/0");
-  t = await text(c, ERROR);
-  ok(/ZeroDivisionError/.test(t) && /division by zero/.test(t),
-    "Python cell 3 (1/0) renders the ZeroDivisionError traceback", t);
-  c = await run(py, page, 3, "import os, platform\nprint(os.getcwd(), platform.release(), os.getpid())");
-  t = await text(c, STDOUT);
-  ok(/^\S+ \S+ \d+$/.test(t), `Python cell 4 reports where the kernel runs: ${t}`, t);
-  console.log(`# where-python ${t}`);
-  let prompts = await py.locator(".jp-InputPrompt").allInnerTexts();
-  ok(prompts.slice(0, 4).map((p) => p.replace(/\s/g, "")).join(" ") === "[1]: [2]: [3]: [4]:",
-    "the Python prompts count the executions 1 to 4", prompts.join(" | "));
-
-  // The R notebook, opened beside it.
-  const rId = await page.evaluate(async () => {
-    const w = await window.jupyterapp.commands.execute("docmanager:open",
-      { path: "r.ipynb", options: { mode: "split-right" } });
-    return w.id;
-  });
-  const rp = page.locator(`[id="${rId}"]`);
-  kernel = await idleKernel(page, rId);
-  ok(kernel.id && kernel.name === "ir" && kernel.lang === "R",
-    "the R notebook opens beside it and its ir kernel becomes idle", JSON.stringify(kernel));
-  console.log(`# kernel-r ${kernel.id}`);
-  c = await run(rp, page, 0, "x <- 6 * 7\nx");
-  t = await text(c, ANY);  // IRkernel shows a value as display_data
-  ok(/^(\[1\] )?42$/.test(t), `R cell 1 (x <- 6 * 7; x) renders 42 (${t})`, t);
-  c = await run(rp, page, 1, "plot(1:10, main = 'R in sandgate')");
-  im = await png(c);
-  ok(im.src.startsWith("data:image/png;base64,") && im.width > 100,
-    `R cell 2 renders the plot as a PNG (${im.width} px wide)`, im.src.slice(0, 60));
-  c = await run(rp, page, 2, "f <- function() stop('boom')\nf()");
-  t = await text(c, ERROR);
-  ok(/boom/.test(t), "R cell 3 (stop('boom')) renders the error", t);
-  c = await run(rp, page, 3, "cat(getwd(), Sys.info()['release'], Sys.getpid())");
-  t = await text(c, STDOUT);
-  ok(/^\S+ \S+ \d+$/.test(t), `R cell 4 reports where the kernel runs: ${t}`, t);
-  console.log(`# where-r ${t}`);
-  prompts = await rp.locator(".jp-InputPrompt").allInnerTexts();
-  ok(prompts.slice(0, 4).map((p) => p.replace(/\s/g, "")).join(" ") === "[1]: [2]: [3]: [4]:",
-    "the R prompts count the executions 1 to 4", prompts.join(" | "));
-
   ok(errors.length === 0, "no errors in the page", errors.join("\n"));
+  if (pyId)
+    await page.evaluate((id) => window.jupyterapp.shell.activateById(id), pyId);
   await page.mouse.click(1, 1);  // no cursor blinking in a cell
   await page.screenshot({ path: shot });
   ok(true, `screenshot written to ${shot}`);

@@ -5,8 +5,14 @@ notebook and an R notebook (kernelspec ir) run cells in sandgate kernels and
 their rendered outputs are checked (text, a PNG figure, an error); the
 kernels must be sandgate sessions (GET /contexts) running under gVisor, and
 be gone once JupyterLab has stopped (it deletes its gateway kernels on
-shutdown).  A second JupyterLab server, with KERNEL_SNAPSHOT in its
-environment, starts its kernels from that snapshot.
+shutdown).  sandgate runs with a template, pd (--template
+'pd=preload=import pandas as pd'): the browser opens a New Launcher, clicks
+the template's kernelspec's card ("Python 3 (ipykernel) (pd)") and runs
+pd.__version__ with no import, which renders pandas' version; its kernel is
+a sandgate session of template pd (GET /contexts/{id}).  A second
+JupyterLab server, with KERNEL_SNAPSHOT in its environment, starts its
+kernels from that snapshot: in the browser a Python notebook's
+print(snapvar) renders the value the snapshotted context had set.
 
 SG_SCREENSHOT=path keeps the screenshot (docs/jupyterlab-gateway.png is made so)."""
 import json
@@ -21,7 +27,7 @@ import urllib.error
 import urllib.request
 
 from sgd import Daemon, TOKEN
-from tap import ok, diag, done
+from tap import ok, diag, done, relay
 
 SRC = os.environ.get("SG_SRCDIR", ".")
 VENV = os.path.join(SRC, "tests", ".venv-jupyterlab")
@@ -94,6 +100,16 @@ class Lab:
                 self.proc.wait()
 
 
+def browse(lab, shot, least, *steps):
+    """Runs jupyterlab_browser.mjs's steps on lab and relays its checks;
+    returns the run and its "# KEY VALUE" lines as {KEY: VALUE}."""
+    diag(f"the browser's steps: {' '.join(steps)}")
+    r = subprocess.run(["node", os.path.join(SRC, "tests/clients/jupyterlab_browser.mjs"),
+                        lab.url, LAB_TOKEN, shot, *steps],
+                       capture_output=True, text=True, timeout=300)
+    return r, relay(r, least)
+
+
 if not os.access(os.path.join(VENV, "bin", "jupyter-lab"), os.X_OK):
     ok(False, "tests/.venv-jupyterlab has JupyterLab (run scripts/venv.sh)")
     done()
@@ -103,7 +119,7 @@ tmp = tempfile.mkdtemp(prefix="sg-lab-", dir="/tmp")
 d = lab = None
 started = time.time()
 try:
-    d = Daemon("--pool-size", "1")
+    d = Daemon("--pool-size", "1", "--template", "pd=preload=import pandas as pd")
     diag(f"sandgate at {d.url}")
     lab = Lab(tmp, f"--gateway-url={d.url}", f"--GatewayClient.auth_token={TOKEN}",
               "--GatewayClient.request_timeout=120", "--GatewayClient.connect_timeout=60")
@@ -118,19 +134,7 @@ try:
     diag(f"JupyterLab up after {time.time() - started:.1f} s")
 
     shot = os.path.join(tmp, "lab.png")
-    r = subprocess.run(["node", os.path.join(SRC, "tests/clients/jupyterlab_browser.mjs"),
-                        lab.url, LAB_TOKEN, shot], capture_output=True, text=True, timeout=240)
-    checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
-    ok(r.returncode == 0 and len(checks) >= 16,
-       f"the browser ran {len(checks)} checks, all passed", r.stdout[-3000:] + r.stderr[-2000:])
-    for line in checks:
-        ok(line.startswith("ok "), "browser: " + line.split(" - ", 1)[-1])
-    info = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("#"):
-            diag(line[1:].strip())
-            key, _, value = line[1:].strip().partition(" ")
-            info[key] = value
+    r, info = browse(lab, shot, 19, "python", "template=pd", "r")
     diag(f"the browser done after {time.time() - started:.1f} s")
 
     st, kernels = d.json("GET", "/api/kernels")
@@ -145,6 +149,12 @@ try:
         ok(len(where) == 3 and where[0].startswith(home) and where[1] == "4.4.0",
            f"the {lang} cells ran in sandgate's workspace under gVisor (kernel release 4.4.0)",
            where)
+
+    kernel = info.get("kernel-template", "")
+    st, ctx = d.json("GET", f"/contexts/{kernel}") if kernel else (None, None)
+    ok(st == 200 and ctx.get("template") == "pd" and ctx.get("language") == "python",
+       f"the notebook from the template's card has a kernel of template pd ({kernel}, "
+       "GET /contexts/{id})", ctx)
 
     ok(os.path.exists(shot) and open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
        "the screenshot is a PNG")
@@ -167,18 +177,15 @@ try:
     finally:
         del os.environ["KERNEL_SNAPSHOT"]
     try:
-        req = urllib.request.Request(f"{lab2.url}/api/kernels?token={LAB_TOKEN}",
-                                     data=json.dumps({"name": "python3"}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=180) as answer:
-            kid2 = json.load(answer)["id"]
-        st, res = d.json("POST", "/execute", {"code": "print(snapvar)", "context_id": kid2},
-                         headers={"Accept": "application/json"}, timeout=180)
-        ok(st == 200 and res.get("stdout") == "from the snapshot\n",
-           "JupyterLab with KERNEL_SNAPSHOT set starts its kernels from that snapshot", res)
-    except (OSError, KeyError) as e:
-        ok(False, "JupyterLab with KERNEL_SNAPSHOT set starts its kernels from that snapshot",
-           repr(e) + lab2.output()[-2000:])
+        ok(lab2.up, "a second JupyterLab starts with KERNEL_SNAPSHOT in its environment",
+           lab2.output()[-3000:])
+        r2, info2 = browse(lab2, os.path.join(tmp, "snap.png"), 5, "snapshot")
+        kernel = info2.get("kernel-snapshot", "")
+        st, ctx = d.json("GET", f"/contexts/{kernel}") if kernel else (None, None)
+        ok(st == 200 and ctx.get("language") == "python",
+           f"its notebook's kernel {kernel} is a sandgate session (GET /contexts/{{id}})", ctx)
+        if r2.returncode != 0:
+            diag(lab2.output()[-3000:])
     finally:
         lab2.stop()
 
@@ -186,7 +193,7 @@ try:
     st, after = d.json("GET", "/api/kernels")
     ids = [k["id"] for k in after or []]
     ok(st == 200 and info.get("kernel-python") and not any(
-        info.get(f"kernel-{lang}") in ids for lang in ("python", "r")),
+        info.get(f"kernel-{step}") in ids for step in ("python", "r", "template")),
        "JupyterLab's shutdown deletes its kernels in sandgate", after)
     if r.returncode != 0:
         diag(lab.output()[-3000:])

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 from sgd import Daemon, TOKEN
-from tap import ok, diag, done
+from tap import ok, diag, done, relay
 
 SRC = os.environ.get("SG_SRCDIR", ".")
 REFERENCE = os.environ.get("SG_REFERENCE", "")
@@ -162,17 +162,7 @@ try:
     r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/notebook_browser.mjs"),
                         f"{nb.url}/?token={NB_TOKEN}", shot],
                        capture_output=True, text=True, timeout=240)
-    checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
-    ok(r.returncode == 0 and len(checks) >= 8,
-       f"the browser ran {len(checks)} checks, all passed", r.stdout[-2000:] + r.stderr[-2000:])
-    for line in checks:
-        ok(line.startswith("ok "), "browser: " + line.split(" - ", 1)[-1])
-    info = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("#"):
-            diag(line[1:].strip())
-            key, _, value = line[1:].strip().partition(" ")
-            info[key] = value
+    info = relay(r, 8)
     kernel, where = info.get("kernel", ""), info.get("where", "").split()
 
     st, kernels = gw.kernels()
