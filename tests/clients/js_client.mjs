@@ -1,6 +1,7 @@
 // sandgate's JS client (clients/js, npm `sandgate`) against a real daemon.
 // usage: node js_client.mjs URL TOKEN KEY_A KEY_B — prints one JSON line per check: {ok, name, detail}
-// The daemon runs with --max-upload 400000 (for a 413) and a keys file whose
+// The daemon runs with --max-upload 400000 (for a 413), --template
+// pd=preload=import pandas as pd, and a keys file whose
 // tenants have the keys KEY_A (alice) and KEY_B (bob, --max-contexts 1);
 // TOKEN is the admin's --token.
 import * as sg from 'sandgate'
@@ -133,6 +134,23 @@ try {
   await c.removeContext(fromSnap)
   await c.removeContext(fork)
 
+  // --- templates ------------------------------------------------------------------
+  const tpls = await c.listTemplates()
+  check(str(tpls) === str([{ name: 'pd', kernelspec: 'python3', language: 'python', root: 'host', preload: true,
+    pool_size: 0, pool_ready: 0 }]), 'listTemplates: the daemon\'s --template with its fields', tpls)
+  const tc = await c.createContext({ template: 'pd' })
+  check(tc.template === 'pd' && tc.language === 'python' && (await c.getContext(tc)).template === 'pd',
+    'createContext({template}): the context names its template', tc)
+  ex = await c.execute('pd.__version__', { context: tc })
+  check(ex.error === null && /^'\d/.test(ex.text ?? ''), 'a context from the template has its preload (pd without an import)',
+    ex)
+  await c.removeContext(tc)
+  let te = await rejects(c.createContext({ template: 'no-such-template' }))
+  check(isErr(te, sg.NotFoundError, 404, 'not_found') && te.message.includes('no-such-template'),
+    'an unknown template is NotFoundError naming it', `${te}`)
+  te = await rejects(c.createContext({ template: 'pd', language: 'python' }))
+  check(isErr(te, sg.InvalidRequestError, 400, 'invalid'), 'template with language is InvalidRequestError', `${te}`)
+
   // --- commands -------------------------------------------------------------
   let r = await c.runCommand('echo hi; echo err >&2; exit 3', { context: ctx })
   check(r.stdout === 'hi\n' && r.stderr === 'err\n' && r.exitCode === 3 && r.error === null &&
@@ -245,6 +263,13 @@ try {
   check((await c.listContexts()).some((x) => x.id === ca.id && x.tenant === 'alice'),
     "the admin's token sees it, with its tenant", null)
 
+  check(str(await bob.listTemplates()) === str(await alice.listTemplates()) &&
+    (await bob.listTemplates()).map((x) => x.name).join() === 'pd', 'every tenant sees the same templates', null)
+  const tb = await bob.createContext({ template: 'pd' })
+  ex = await bob.execute('pd.__name__', { context: tb })
+  check(tb.template === 'pd' && tb.tenant === 'bob' && ex.text === "'pandas'",
+    'another tenant makes a context from the template, with its preload', [tb, ex.results])
+  await bob.removeContext(tb)
   const cb = await bob.createContext()
   ex = await bob.execute('6 * 7', { context: cb })
   check(ex.text === '42', 'the other tenant works with its key', ex.results)

@@ -132,6 +132,19 @@ try {
   const so = await solo.invoke({ name: 'run_command', args: { command: 'echo solo' }, id: 'c5', type: 'tool_call' })
   check(/stdout:\nsolo\n/.test(so.content) && /exit code: 0/.test(so.content), 'runCommandTool on its own', so.content)
 
+  // --- tools on a template: each conversation's context starts from it ---------------------
+  const [tpy, tsh] = sandgateTools({ client, contextOptions: { template: 'pd' } })
+  cleanup.push(tpy.registry)
+  model = calls('pd.__name__', { tool: 'run_command', args: { command: 'echo shared' } })
+    .respond(new AIMessage('done'))
+  agent = createAgent({ model, tools: [tpy, tsh] })
+  res = await agent.invoke({ messages: [new HumanMessage('use pandas')] })
+  tm = toolMessages(res)
+  const tplId = tm[0]?.artifact?.contextId
+  check(tm.length === 2 && textOf(tm[0]).includes("'pandas'") && textOf(tm[1]).includes('shared') &&
+    tplId && (await client.getContext(tplId)).template === 'pd',
+  'contextOptions {template}: the tools\' context is the template\'s (its preload, no import)', brief(tm))
+
   // --- Deep Agents with the sandgate backend ------------------------------------------------
   const backend = await SandgateSandbox.create({ client })
   cleanup.push(backend)

@@ -1,6 +1,6 @@
 // Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
 // package's type declarations as a TypeScript user (an ES module) sees them.
-import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot } from 'sandgate'
+import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot, type Template } from 'sandgate'
 import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { createAgent } from 'langchain'
@@ -42,6 +42,12 @@ export async function use(): Promise<number> {
   const snaps: Snapshot[] = await sg.listSnapshots(ctx)
   await sg.deleteSnapshot((await sg.getSnapshot(snap)).id)
   void kept; void rolled; void snaps
+  const templates: Template[] = await sg.listTemplates()
+  const fromTemplate: Context = await sg.createContext({ template: templates[0].name, cwd: '/home/user' })
+  const tplName: string | undefined = fromTemplate.template
+  const warm: number = templates[0].pool_ready
+  const onTemplate = executePythonTool({ client: sg, contextOptions: { template: 'pd' } })
+  void tplName; void warm; void onTemplate
   const python = executePythonTool({ client: sg, timeout: 10 })
   const [py, sh] = sandgateTools({ client: sg })
   const agent = createAgent({ model: fakeModel(), tools: [python, runCommandTool({ client: sg }), py, sh] })

@@ -1,12 +1,14 @@
 """sandgate's JS client (clients/js, npm `sandgate`): `npm install ./clients/js`
 into an empty project and the import with nothing else installed; then the
 client against a real daemon (js_client.mjs): streaming callbacks, contexts,
-pause and resume, snapshots (a context from one, fork, roll-back), commands,
+pause and resume, snapshots (a context from one, fork, roll-back), templates
+(listTemplates, a context from one with its preload, an unknown one), commands,
 files, an error class per kind; then tenants (a keys file from `sandgate
 keys add`): each client works with its key (apiKey,
 token, SANDGATE_API_KEY over SANDGATE_TOKEN), one tenant's context is a
-NotFoundError to the other, max-contexts 1 is a QuotaExceededError naming
-it, an address past --auth-fail-limit gets TooManyRequestsError."""
+NotFoundError to the other, both see and use the templates, max-contexts 1
+is a QuotaExceededError naming it, an address past --auth-fail-limit gets
+TooManyRequestsError."""
 import json
 import os
 import shutil
@@ -63,9 +65,10 @@ keys_file = os.path.join(tmp, "keys")
 key_a = add_key(keys_file, "alice")
 key_b = add_key(keys_file, "bob", "--max-contexts", "1")
 d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_file,
-           "--auth-fail-limit", "10", "--auth-block", "2")
+           "--auth-fail-limit", "10", "--auth-block", "2",
+           "--template", "pd=preload=import pandas as pd")
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 78, key_a, key_b)
+    run_suite(d, "js_client.mjs", TOKEN, 85, key_a, key_b)
 finally:
     d.stop()
     shutil.rmtree(tmp, ignore_errors=True)

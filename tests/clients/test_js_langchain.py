@@ -1,7 +1,8 @@
 """sandgate's LangChain tools (sandgate/langchain) and Deep Agents backend
 (sandgate/deepagents) in real agent loops — LangChain's createAgent and
 deepagents' createDeepAgent driven by @langchain/core's fake tool-calling
-model, no LLM — against a real daemon (js_langchain.mjs)."""
+model, no LLM — against a real daemon (js_langchain.mjs), the tools also on
+a template's contexts (contextOptions { template })."""
 import os
 import sys
 
@@ -10,9 +11,9 @@ from jsenv import run_suite  # noqa: E402
 from sgd import Daemon, TOKEN  # noqa: E402
 from tap import ok, done  # noqa: E402
 
-d = Daemon("--pool-size", "2")
+d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
 try:
-    run_suite(d, "js_langchain.mjs", TOKEN, 30)
+    run_suite(d, "js_langchain.mjs", TOKEN, 31)
     status, contexts = d.json("GET", "/contexts")
     ok(status == 200 and len(contexts) == 0, "the tools' and the backend's close() removed their contexts",
        contexts)

@@ -4,11 +4,14 @@ client (run from that venv, as a user would) against a real daemon with real
 sandboxed kernels: streaming callbacks, rich results, errors in the code,
 contexts (create, list, get, restart, pause, resume, delete, the throwaway
 context manager), snapshots (a context from one, fork, roll-back, list, get,
-delete; another tenant's are unknown), commands, files, artifacts, and one
+delete; another tenant's are unknown), templates (templates() lists the
+daemon's --template with its fields, a context from one has its preload, an
+unknown name is a NotFoundError), commands, files, artifacts, and one
 exception class per kind of HTTP error.  Then tenants (the daemon has a keys file from `sandgate
 keys add`): each client works with its tenant's key (api_key=, token=,
 SANDGATE_API_KEY over SANDGATE_TOKEN, sandgate-cli --api-key), one tenant's
-context is a NotFoundError to the other, a tenant at --max-contexts 1 gets
+context is a NotFoundError to the other, each sees the same templates and
+makes contexts from them, a tenant at --max-contexts 1 gets
 QuotaExceededError naming max-contexts (sandgate-cli: exit 7), and an address
 past --auth-fail-limit gets TooManyRequestsError."""
 import json
@@ -66,7 +69,8 @@ try:
     key_a = add_key(keys_file, "alice")
     key_b = add_key(keys_file, "bob", "--max-contexts", "1")
     d = Daemon("--pool-size", "1", "--max-upload", "100000", "--keys-file", keys_file,
-               "--auth-fail-limit", "10", "--auth-block", "2")
+               "--auth-fail-limit", "10", "--auth-block", "2",
+               "--template", "pd=preload=import pandas as pd")
     # The checks run inside the venv's Python: the package as installed.
     script = r'''
 import base64, io, json, os, sys, time
@@ -174,6 +178,39 @@ except NotFoundError as e:
 fork.delete()
 sg.delete_context(ctx)
 check(ctx.id not in [c.id for c in sg.list_contexts()], "delete_context")
+
+# --- templates ----------------------------------------------------------------------------
+tpls = sg.templates()
+check([t.name for t in tpls] == ["pd"] and isinstance(tpls[0], Template) and
+      (tpls[0].kernelspec, tpls[0].language, tpls[0].root, tpls[0].preload,
+       tpls[0].pool_size) == ("python3", "python", "host", True, 0) and
+      tpls[0].pool_ready == 0 and sg.list_templates() == tpls,
+      "templates(): the daemon's --template as Templates (kernelspec, language, root, preload, "
+      "pool)", tpls)
+with sg.context(template="pd") as tc:
+    check(tc.template == "pd" and tc.language == "python" and
+          sg.get_context(tc).template == "pd", "context(template=): its info names the template",
+          tc.info)
+    ex = tc.execute("pd.__version__")
+    check(ex.ok and ex.text and ex.text.strip("'")[:1].isdigit(),
+          "a context from the template has its preload (pd without an import)", ex.to_dict())
+    ex = sg.execute("'pd' in dir()")
+    check(ex.text == "False", "the default context has no preload", ex.text)
+    tf = tc.fork()
+    check(tf.template == "pd" and tf.execute("pd.__name__").text == "'pandas'",
+          "a fork of it keeps the template (and pd)", tf.info)
+    tf.delete()
+try:
+    sg.create_context(template="no-such-template")
+    check(False, "an unknown template raises NotFoundError")
+except NotFoundError as e:
+    check(e.status == 404 and "no-such-template" in e.message and "/templates" in e.message,
+          "an unknown template raises NotFoundError naming it", e.message)
+try:
+    sg.create_context(template="pd", language="python")
+    check(False, "template with language raises InvalidError")
+except InvalidError as e:
+    check(e.status == 400, "template with language raises InvalidError", e.message)
 with sg.context() as tmp:
     check(tmp.execute("1+1").text == "2", "with sg.context(): a throwaway context")
     tid = tmp.id
@@ -288,6 +325,14 @@ for what, fn in (("snapshot", lambda: bob.snapshot(sa)),
 check(sa.id not in [s.id for s in bob.snapshots()] and sa.tenant == "alice" and
       [s.id for s in alice.snapshots()] == [sa.id], "each tenant lists its own snapshots")
 alice.delete_snapshot(sa)
+check([(t.name, t.preload) for t in bob.templates()] == [("pd", True)] and
+      bob.templates() == alice.templates(), "every tenant sees the same templates",
+      (bob.templates(), alice.templates()))
+tb = bob.create_context(template="pd")
+check(tb.template == "pd" and tb.info.get("tenant") == "bob" and
+      bob.execute("pd.__name__", context=tb).text == "'pandas'",
+      "another tenant makes a context from the template, with its preload", tb.info)
+tb.delete()
 cb = bob.create_context()
 check(bob.execute("6 * 7", context=cb).text == "42", "the other tenant works with its key")
 try:

@@ -2,7 +2,8 @@
 loops without an LLM: LangChain's GenericFakeChatModel (bind_tools returning
 itself) scripts the tool calls; the agents are langchain's create_agent,
 deepagents' create_deep_agent and, for sandgate's MCP tools, a LangGraph
-agent over langchain-mcp-adapters.  Everything PyPI runs in
+agent over langchain-mcp-adapters.  The tools also run on a template's
+contexts (--template pd=preload=import pandas as pd).  Everything PyPI runs in
 tests/.venv-langchain (tests/requirements-langchain.txt, scripts/venv.sh)
 with ./clients/python on PYTHONPATH; this file (system
 python3) starts the daemon and reads the checks the agent script prints."""
@@ -148,7 +149,26 @@ state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
 t = text_of(tool_messages(state)[-1])
 check(sh.name == "execute_command" and "from python" in t and "[exit code 3]" in t,
       "execute_command runs in the same context; a failure is reported, not raised", t)
-for tl in (tool, py):
+
+# --- tools on a template: each conversation's context starts from it -------------------------------
+tpy, tsh = sandgate_tools(sg, template="pd")
+agent = create_agent(script(call("execute_python", 1, code="pd.__name__"),
+                            call("execute_command", 2, command="echo shared")), tools=[tpy, tsh])
+state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+tms = tool_messages(state)
+tpool = tpy.metadata["sandgate_contexts"]
+tids = list(tpool.by_thread.values())
+check(len(tms) == 2 and text_of(tms[0]) == "'pandas'" and "shared" in text_of(tms[1]) and
+      len(tids) == 1 and sg.get_context(tids[0]).template == "pd",
+      "sandgate_tools(template=): the tools' context is the template's (its preload, no import)",
+      ([text_of(m) for m in tms], tids))
+with sg.context(template="pd") as tc:
+    pinned = execute_python_tool(sg, context=tc)
+    out = pinned.invoke({"type": "tool_call", "name": "execute_python", "id": "t1",
+                         "args": {"code": "int(pd.DataFrame({'a': [1, 2]}).a.sum())"}})
+    check(text_of(out) == "3", "execute_python_tool(context=) on a context from a template",
+          text_of(out))
+for tl in (tool, py, tpy):
     tl.metadata["sandgate_contexts"].close()
 
 # --- Deep Agents: SandgateSandbox as the backend ----------------------------------------------------
@@ -222,7 +242,7 @@ check(len(left) <= 1, "the tools' contexts are deleted at close (the MCP session
       left)
 '''
 
-d = Daemon("--pool-size", "2")
+d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
 tmp = tempfile.mkdtemp(prefix="sgt-pylc-")
 try:
     env = dict(os.environ, PYTHONPATH=PKG, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN)

@@ -17,7 +17,8 @@ are data and transcripts, not examples.
 
 How an example runs: in a fresh directory holding in.csv (a header and 100
 rows) and script.py (prints, and writes output/plot.png), with the daemon's
-address in place of 127.0.0.1:49999 and its token in $TOKEN,
+address in place of 127.0.0.1:49999 (a daemon with the template pd:
+--template pd=preload=import pandas as pd) and its token in $TOKEN,
 $SANDGATE_TOKEN and $SANDGATE_API_KEY (and $SANDGATE_URL).  sh runs under bash -e -o pipefail,
 with sandgate-cli on the PATH (clients/python); in an sh block a line
 starting with '{' is output the commands above it print: some line they
@@ -163,8 +164,8 @@ marked_other = [f"{p}:{line}: {lang or 'plain'}" for p, line, lang, mark, _ in f
                 if mark and lang not in CODE]
 ok(not marked_other, "marks are on code blocks only", "\n".join(marked_other))
 
-# docs/api.md's and operations.md's template examples use "pandas".
-d = Daemon("--pool-size", "1", "--template", "pandas=preload=import pandas as pd")
+# The docs' template examples (api.md, clients.md) use "pd".
+d = Daemon("--pool-size", "1", "--template", "pd=preload=import pandas as pd")
 try:
     n = 0
     for path, line, lang, mark, code in examples:

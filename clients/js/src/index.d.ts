@@ -58,6 +58,34 @@ export interface Context {
   checkpoint_bytes?: number
   /** The context it was made from (a snapshot's or a fork's). */
   parent?: string
+  /** The template it was made from (its own, or its snapshot's context's). */
+  template?: string
+}
+
+/** Sandgate#createContext's options. */
+export interface ContextOptions {
+  /** python (default), r, or any installed kernel's language. Not with `template`. */
+  language?: string
+  cwd?: string
+  internet?: boolean
+  /** Start with the snapshot's state (give no other option). */
+  snapshot?: SnapshotRef
+  /** Start from a server's template (Sandgate#listTemplates); not with `language`. */
+  template?: string
+}
+
+/** A template the server was started with (--template), the same for every tenant. */
+export interface Template {
+  name: string
+  kernelspec: string
+  language: string
+  /** Where its root file system comes from: the host's, a directory, an OCI image. */
+  root: 'host' | 'directory' | 'image'
+  /** Whether code runs in its kernels before the tenant's. */
+  preload: boolean
+  /** Warm kernels kept for it (--pool-size NAME=N), and how many are ready now. */
+  pool_size: number
+  pool_ready: number
 }
 
 /** A context, or its id. */
@@ -217,13 +245,16 @@ export class Sandgate {
   health(): Promise<{ status: string; version: string; [k: string]: unknown }>
 
   /** With `snapshot`, the context starts with its state (give no other option). */
-  createContext(opts?: { language?: string; cwd?: string; internet?: boolean; snapshot?: SnapshotRef }): Promise<Context>
+  createContext(opts?: ContextOptions): Promise<Context>
   listContexts(): Promise<Context[]>
   getContext(context: ContextRef): Promise<Context>
   removeContext(context: ContextRef): Promise<void>
   restartContext(context: ContextRef): Promise<void>
   pauseContext(context: ContextRef): Promise<Context>
   resumeContext(context: ContextRef): Promise<Context>
+
+  /** The server's templates (createContext({ template: name }) starts from one). */
+  listTemplates(): Promise<Template[]>
 
   /** Saves the context's variables and workspace files. */
   snapshotContext(context: ContextRef, opts?: { name?: string }): Promise<Snapshot>

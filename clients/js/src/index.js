@@ -265,14 +265,18 @@ export class Sandgate {
   /**
    * A new context: its own sandboxed kernel and workspace. With `snapshot`
    * (a snapshot or its id) it starts with the snapshot's variables and
-   * files, and its context's language, cwd and network (give none of those).
+   * files, and its context's language, cwd, template and network (give none
+   * of those). With `template` (a name from listTemplates()) it starts from
+   * the template's root, kernel and preload (not with `language`; an
+   * unknown name is NotFoundError).
    */
-  async createContext({ language, cwd, internet, snapshot } = {}) {
+  async createContext({ language, cwd, internet, snapshot, template } = {}) {
     const json = {}
     if (language !== undefined) json.language = language
     if (cwd !== undefined) json.cwd = cwd
     if (internet !== undefined) json.internet = internet
     if (snapshot !== undefined) json.snapshot = snapshotId(snapshot)
+    if (template !== undefined) json.template = template
     return this._json('POST', '/contexts', { json })
   }
 
@@ -301,6 +305,17 @@ export class Sandgate {
 
   async resumeContext(context) {
     return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/resume`)
+  }
+
+  // --- templates ------------------------------------------------------------
+
+  /**
+   * The server's templates, the same for every tenant: {name, kernelspec,
+   * language, root ('host', 'directory' or 'image'), preload, pool_size,
+   * pool_ready}. createContext({template: name}) starts a context from one.
+   */
+  async listTemplates() {
+    return this._json('GET', '/templates')
   }
 
   // --- snapshots, fork, roll-back --------------------------------------------

@@ -1,12 +1,12 @@
 import type { DynamicStructuredTool } from '@langchain/core/tools'
-import type { Sandgate, Context, Execution, CommandResult } from './index.js'
+import type { Sandgate, Context, ContextOptions, Execution, CommandResult } from './index.js'
 
 /** The contexts tools run in: one per LangGraph thread id (or one without). */
 export class ContextRegistry {
   constructor(opts: {
     client: Sandgate
-    /** Options for each new context (language, cwd, internet). */
-    contextOptions?: { language?: string; cwd?: string; internet?: boolean }
+    /** Options for each new context (language, cwd, internet, snapshot, template). */
+    contextOptions?: ContextOptions
     /** One context per runtime.configurable.thread_id (default true). */
     perThread?: boolean
   })
@@ -22,7 +22,8 @@ export interface ToolOptions {
   client?: Sandgate
   /** Share sandboxes between tools (then `client` is the registry's). */
   registry?: ContextRegistry
-  contextOptions?: { language?: string; cwd?: string; internet?: boolean }
+  /** As Sandgate#createContext's: { template: 'pd' } starts each conversation there. */
+  contextOptions?: ContextOptions
   perThread?: boolean
   name?: string
   description?: string

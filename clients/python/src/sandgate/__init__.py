@@ -7,7 +7,7 @@ kernels over HTTP.  Standard library only; `sandgate.langchain` and
     print(sg.execute("6 * 7").text)                   # 42
 """
 from .client import (Artifact, CommandResult, Context, Execution, ExecutionError, FileEntry,
-                     Result, Sandgate, Snapshot)
+                     Result, Sandgate, Snapshot, Template)
 from .errors import (ConflictError, ForbiddenError, GatewayTimeoutError, InsufficientStorageError,
                      InvalidError, LimitExceededError, MethodNotAllowedError, NotFoundError,
                      ProtocolError, QuotaExceededError, SandgateConnectionError, SandgateError,
@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandgate", "Context", "Execution", "ExecutionError", "Result", "Artifact", "CommandResult",
-    "FileEntry", "Snapshot", "SandgateError", "SandgateConnectionError", "ProtocolError",
-    "InvalidError",
+    "FileEntry", "Snapshot", "Template", "SandgateError", "SandgateConnectionError",
+    "ProtocolError", "InvalidError",
     "UnauthorizedError", "ForbiddenError", "NotFoundError", "MethodNotAllowedError",
     "ConflictError", "LimitExceededError", "QuotaExceededError", "TooManyRequestsError",
     "InsufficientStorageError", "UnavailableError", "GatewayTimeoutError",

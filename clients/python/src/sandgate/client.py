@@ -182,6 +182,27 @@ class Snapshot:
                    s.get("bytes", 0), s.get("tenant"))
 
 
+@dataclass
+class Template:
+    """A template the server was started with (--template): what a context
+    made from it starts with.  `root` is "host", "directory" or "image";
+    `preload` whether code runs in its kernels before any of the tenant's;
+    `pool_ready` of its `pool_size` warm kernels are waiting now."""
+    name: str
+    kernelspec: str
+    language: str
+    root: str
+    preload: bool
+    pool_size: int
+    pool_ready: int
+
+    @classmethod
+    def from_json(cls, t):
+        return cls(t.get("name", ""), t.get("kernelspec", ""), t.get("language", ""),
+                   t.get("root", ""), bool(t.get("preload")), t.get("pool_size", 0),
+                   t.get("pool_ready", 0))
+
+
 def _id(context):
     """The id of a context or a snapshot (either object, or its id)."""
     if context is None or isinstance(context, str):
@@ -202,6 +223,7 @@ class Context:
     cwd = property(lambda self: self.info.get("cwd"))
     state = property(lambda self: self.info.get("state"))
     internet = property(lambda self: bool(self.info.get("internet")))
+    template = property(lambda self: self.info.get("template"))
 
     def __repr__(self):
         return f"Context({self.id!r}, language={self.language!r}, state={self.state!r})"
@@ -357,12 +379,17 @@ class Sandgate:
 
     # --- contexts ------------------------------------------------------------------
 
-    def create_context(self, language=None, cwd=None, internet=None, snapshot=None) -> Context:
+    def create_context(self, language=None, cwd=None, internet=None, snapshot=None,
+                       template=None) -> Context:
         """A new context.  With `snapshot` (a Snapshot or its id), it starts
         with the snapshot's variables and files, and its context's language,
-        cwd and network (give none of those with it)."""
+        cwd, template and network (give none of those with it).  With
+        `template` (a name from templates()), it starts from the template's
+        root, kernel and preload (not with `language`; NotFoundError for an
+        unknown name)."""
         body = {k: v for k, v in (("language", language), ("cwd", cwd), ("internet", internet),
-                                  ("snapshot", _id(snapshot))) if v is not None}
+                                  ("snapshot", _id(snapshot)), ("template", template))
+                if v is not None}
         return Context(self, self._json("POST", "/contexts", body))
 
     def list_contexts(self) -> List[Context]:
@@ -384,15 +411,26 @@ class Sandgate:
         return Context(self, self._json("POST", f"/contexts/{_q(_id(context))}/resume"))
 
     @contextlib.contextmanager
-    def context(self, language=None, cwd=None, internet=None, snapshot=None):
+    def context(self, language=None, cwd=None, internet=None, snapshot=None, template=None):
         """A throwaway context: created on entry, deleted on exit."""
         ctx = self.create_context(language=language, cwd=cwd, internet=internet,
-                                  snapshot=snapshot)
+                                  snapshot=snapshot, template=template)
         try:
             yield ctx
         finally:
             with contextlib.suppress(NotFoundError, SandgateConnectionError):
                 self.delete_context(ctx.id)
+
+    # --- templates --------------------------------------------------------------------
+
+    def list_templates(self) -> List[Template]:
+        """The server's templates (the same for every tenant): create_context(
+        template=name) starts a context from one."""
+        return [Template.from_json(t) for t in self._json("GET", "/templates")]
+
+    def templates(self) -> List[Template]:
+        """The server's templates (list_templates())."""
+        return self.list_templates()
 
     # --- snapshots, fork, roll-back -------------------------------------------------
 

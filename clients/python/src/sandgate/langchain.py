@@ -61,7 +61,9 @@ class ThreadContexts:
     tool says so.  Share one between tools so that they see the same
     kernel and files; `close()` deletes the contexts it made.  With
     `snapshot` (a Snapshot or its id; create's), each new context starts
-    from it: its variables and files, its context's language and cwd."""
+    from it: its variables and files, its context's language and cwd; with
+    `template` (a name from Sandgate.templates()), from that template, in
+    its kernel's language."""
 
     def __init__(self, client, language="python", context=None, **create):
         self.client = client
@@ -69,6 +71,8 @@ class ThreadContexts:
         snap = create.get("snapshot")
         if snap is not None:  # the snapshot's language and cwd: nothing else with it
             self.language, create = None, {"snapshot": snap if isinstance(snap, str) else snap.id}
+        elif create.get("template") is not None:  # the template names the kernel
+            self.language = None
         self.create = create
         self.fixed = context if isinstance(context, (str, type(None))) else context.id
         self.by_thread = {}
@@ -165,7 +169,8 @@ def execute_python_tool(client=None, *, context=None, contexts=None, name="execu
     that runs code in sandgate.  `context`: always use this context; else
     `contexts` (a ThreadContexts, to share with other tools) or a new one
     (contexts per thread id, created with `language` and `create`'s
-    cwd/internet, or from `create`'s snapshot).  `timeout`: the default per call, in seconds."""
+    cwd/internet, or from `create`'s snapshot or template).  `timeout`: the
+    default per call, in seconds."""
     if client is None:
         from . import Sandgate
         client = Sandgate()
@@ -237,6 +242,7 @@ def sandgate_tools(client=None, **kw):
         from . import Sandgate
         client = Sandgate()
     pool = ThreadContexts(client, context=kw.pop("context", None),
-                          **{k: kw.pop(k) for k in ("cwd", "internet", "snapshot") if k in kw})
+                          **{k: kw.pop(k) for k in ("cwd", "internet", "snapshot", "template")
+                             if k in kw})
     return [execute_python_tool(client, contexts=pool, **kw),
             execute_command_tool(client, contexts=pool, **kw)]
