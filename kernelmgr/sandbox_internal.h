@@ -218,6 +218,9 @@ char *host_snapshot_dir(const sandbox_env_t *env, const char *sid);
 int snapshot_attach(sandbox_t *sb, sg_error_t **err);
 void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg);
 void host_snapshot_delete(sandbox_env_t *env, const char *sid);
+/* At start-up: snapshot files without a record in STATE/snapshots (a save
+ * cut short) are removed. */
+void host_snapshot_sweep(sandbox_env_t *env);
 uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
                                 sandbox_opened_fn *cb, void *arg);
 

@@ -213,6 +213,7 @@ static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
         goto fail;
     }
     env->preload = find_preload(env);
+    host_snapshot_sweep(env);
     return 0;
 fail:
     return sg_error_prefix(err, "preparing sandboxes in %s", state_dir);

@@ -14,6 +14,7 @@
  * instead, by the kernel layer.) */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -135,6 +136,30 @@ void host_snapshot_delete(sandbox_env_t *env, const char *sid)
 {
     cleanup_free char *dir = host_snapshot_dir(env, sid);
     host_remove_tree(dir);
+}
+
+void host_snapshot_sweep(sandbox_env_t *env)
+{
+    cleanup_free char *records = xasprintf("%s/snapshots", env->state_dir);
+    cleanup_free char *images = xasprintf("%s/snapshot-images", env->state_dir);
+    DIR *rd = opendir(records), *d = rd ? opendir(images) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        cleanup_free char *rec = xasprintf("%s/%s.json", records, de->d_name);
+        if (access(rec, F_OK) == 0 || errno != ENOENT)
+            continue;
+        log_info("sandbox: snapshot files %s/%s have no record (a stop or a deleted context "
+                 "cut their save short): removed",
+                 images, de->d_name);
+        cleanup_free char *p = xasprintf("%s/%s", images, de->d_name);
+        host_remove_tree(p);
+    }
+    if (d)
+        closedir(d);
+    if (rd)
+        closedir(rd);
 }
 
 int snapshot_attach(sandbox_t *sb, sg_error_t **err)

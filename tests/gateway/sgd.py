@@ -69,7 +69,9 @@ def never_ready_kernelspec():
 
 
 class Daemon:
-    def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None, state_dir=None):
+    def __init__(self, *args, port=0, env=None, parent="/tmp", token_args=None, state_dir=None,
+                 start_timeout=30):
+        self.start_timeout = start_timeout  # until "listening" (images unpack before it)
         self.env = dict(os.environ, **(env or {}))
         self.dir = state_dir or tempfile.mkdtemp(prefix="sg-api-", dir=parent)
         os.chmod(self.dir, 0o711)
@@ -82,7 +84,7 @@ class Daemon:
                                      text=True, env=self.env)
         self.url = None
         self.log = []
-        deadline = time.time() + 30
+        deadline = time.time() + self.start_timeout
         while self.url is None and time.time() < deadline:
             line = self.proc.stderr.readline()
             if not line:

@@ -260,9 +260,18 @@ try:
     ok(not os.path.exists(images), "its files are removed once they run", images)
 
     # --- a restart of sandgate -------------------------------------------------------
+    # Files of a save cut short (no record) are removed at start-up; a
+    # snapshot's with its record stay.
+    orphan = os.path.join(d.dir, "snapshot-images", "00000000-0000-4000-8000-000000000000")
+    os.makedirs(orphan)
+    open(os.path.join(orphan, "checkpoint.img"), "w").write("cut short")
     d.restart()
     st, still = d.json("GET", f"/snapshots/{sid}", token=ALICE)
     ok(st == 200 and still == snap, "the snapshot survives a restart of sandgate", (st, still))
+    ok(not os.path.exists(orphan) and
+       os.path.exists(os.path.join(d.dir, "snapshot-images", sid, "checkpoint.img")),
+       "snapshot files without a record are removed at start-up; recorded ones stay",
+       os.listdir(os.path.join(d.dir, "snapshot-images")))
     st, after = new_context(d, {"snapshot": sid})
     ok(st == 201 and out(d, after["id"], CHECK) == EXPECTED,
        "a context from it after the restart has its state", (st, after))

@@ -112,7 +112,7 @@ try:
     d = Daemon("--keys-file", KEYS, "--pool-size", "0", "--pause-after", "0",
                "--template", f"deb=image={layout}:v1",
                "--template", "pd=preload=import pandas as pd",
-               "--pool-size", "deb=1", "--pool-size", "pd=1")
+               "--pool-size", "deb=1", "--pool-size", "pd=1", start_timeout=600)
     ok(any("template deb: image unpacked" in l for l in d.log),
        "the image is unpacked at start-up", "".join(d.log[-10:]))
     ts = wait_pools(d, True)
@@ -219,15 +219,21 @@ try:
     archive = os.path.join(tmp, "image.tar")
     sh(f"tar -C {layout} -cf {archive} .")
     d.cmd += ["--template", f"dir=root={unpacked}", "--template", f"arc=image={archive}"]
+    deadline = time.time() + 120  # the last snapshot's resume over
+    while d.json("GET", f"/contexts/{deb['id']}", token=ALICE)[1].get("state") != "running" \
+            and time.time() < deadline:
+        time.sleep(0.2)
     d.restart()
     ok(not any("template deb: unpacking" in l for l in d.log) and
        any("template arc: image unpacked" in l for l in d.log),
        "after a restart the image is not unpacked again (the archive is, once)",
        "".join(d.log[-20:]))
     st, again = d.json("GET", f"/contexts/{deb['id']}", token=ALICE)
-    ok(st == 200 and again.get("template") == "deb" and
-       run(d, deb["id"], ROOT_CHECK) == f"{MARKER} False\n",
-       "a deb context re-adopted after the restart keeps its template and root", again)
+    got = run(d, deb["id"], ROOT_CHECK + "\nprint(x)")
+    ok(st == 200 and again.get("template") == "deb" and again.get("state") == "running" and
+       got == f"{MARKER} False\ndeb state\n",
+       "a deb context re-adopted after the restart keeps its template, root and state",
+       (again, got, "".join(d.log[-20:])))
     ok(templates(d).get("pd", {}).get("snapshot_bytes", 0) > 0 and
        not any("template pd changed" in l for l in d.log),
        "the template's snapshot is kept across the restart", templates(d))
