@@ -72,7 +72,8 @@ void api_stream_answer(stream_t *s, unsigned status, json_t *answer);
 /* What the contexts' routes share with the snapshots' (api_snapshots.c). */
 json_t *api_context_json(api_t *self, kernel_t *k);
 /* A new context of tenant t's (from snap when not NULL: its language, cwd,
- * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota (tenants.h). */
+ * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota
+ * (tenants.h). */
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
                              const char *template, const audit_who_t *who, tenant_quota_t *quota,
