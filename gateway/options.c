@@ -425,7 +425,7 @@ static const opt_t table[] = {
      .help = "snapshots one context may keep at once (32; 0: no limit); past it 429"},
     {"max-kernels", 0, "N", UINT(k.max_kernels, 0, 100000, 1),
      .help = "running session kernels at once (64; paused ones not counted)"},
-    {"pool-size", 0, "[NAME=]N", set_pool_size,
+    {"pool-size", 0, "N|NAME=N", set_pool_size,
      .help = "warm python3 kernels kept ready (1); NAME=N: warm kernels of template NAME "
              "(0), repeatable"},
     {"template", 0, "NAME=SPEC", set_template,
