@@ -57,7 +57,13 @@ if podman image exists "$image"; then
 else
   log "building $image"
   # --format docker: OCI images have no HEALTHCHECK.
-  buildah bud --runtime="$runtime" --network=host --layers --format docker \
+  # The build's RUN steps see this machine's CA certificates at
+  # /run/host-ca.crt (not kept in the image): the download from PyPI
+  # (bash_kernel) trusts what this machine trusts, e.g. a TLS-inspecting proxy.
+  ca=()
+  [ -s /etc/ssl/certs/ca-certificates.crt ] &&
+    ca=(-v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro)
+  buildah bud --runtime="$runtime" --network=host --layers --format docker "${ca[@]}" \
     --build-arg BASE="$base" -f "$src/docker/Dockerfile" -t "$image" "$src" >&2
   # Only the newest tree's tag is kept; the layers stay as the cache.
   podman images --format '{{.Repository}}:{{.Tag}}' "$repo" | grep ":src-" |

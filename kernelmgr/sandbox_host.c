@@ -222,13 +222,21 @@ void host_workspace_close(const sandbox_env_t *env, const char *path, bool remov
 char **host_kernel_argv(const kspec_t *spec, const char *connfile, const char *launcher)
 {
     char **argv = kspec_argv(spec, connfile);
-    if (launcher && argv[0] && argv[1] && argv[2] && strcmp(argv[1], "-m") == 0 &&
-        strcmp(argv[2], "ipykernel_launcher") == 0) {
+    if (!launcher || !argv[0] || !argv[1] || !argv[2] || strcmp(argv[1], "-m") != 0)
+        return argv;
+    if (strcmp(argv[2], "ipykernel_launcher") == 0) { /* python LAUNCHER -f FILE */
         free(argv[1]);
         free(argv[2]);
         argv[1] = xstrdup(launcher);
         for (char **a = argv + 2; *a; a++)
             a[0] = a[1];
+    } else if (strcmp(argv[2], "bash_kernel") == 0) { /* python LAUNCHER -m bash_kernel ... */
+        size_t n = 0;
+        while (argv[n])
+            n++;
+        argv = xrealloc(argv, (n + 2) * sizeof *argv);
+        memmove(argv + 2, argv + 1, n * sizeof *argv);
+        argv[1] = xstrdup(launcher);
     }
     return argv;
 }

@@ -50,6 +50,16 @@ only prints must still enter the Sentry now and then, or under the ptrace
 platform the threads that flush its output starve (a 64 MiB print loop then
 stalls).
 
+The Bash kernel (bash_kernel, ipykernel-based) comes here too:
+`python3 -m bash_kernel -f FILE` becomes `python3 /sandgate-kernel.py -m
+bash_kernel -f FILE`, with the same adjustments and one of its own,
+_bash_interrupt(): bash_kernel interrupts a command by writing ^C to bash's
+pseudo-terminal, and gVisor's terminal (2022-12-19) sends no signal for it,
+so `sleep 1000` would run on and a timeout would end in a restart.  Its bash
+runs without job control (`set +m`), so a foreground command stays in bash's
+process group (and background jobs ignore SIGINT, as in any shell without
+job control), and an interrupt is a SIGINT to that group.
+
 Everything here is guarded: with an ipykernel whose internals differ, the
 kernel runs unchanged (and a pause then fails cleanly before the
 checkpoint: sandgate-init refuses to detach while TCP sockets exist).
@@ -58,6 +68,7 @@ import codecs
 import os
 import runpy
 import select
+import signal
 import sys
 import threading
 import weakref
@@ -346,6 +357,41 @@ def _log_level():
     IPKernelApp.get_default_logging_config = get_default_logging_config
 
 
+def _bash_interrupt():
+    try:
+        from bash_kernel import kernel
+    except Exception:
+        return
+    bash = getattr(kernel, "BashKernel", None)
+    orig_start = getattr(bash, "_start_bash", None)
+    if orig_start is None:
+        return
+
+    def _start_bash(self):
+        orig_start(self)
+        wrapper = getattr(self, "bashwrapper", None)
+        child = getattr(wrapper, "child", None)
+        if child is None or not hasattr(wrapper, "run_command"):
+            return
+        wrapper.run_command("set +m")
+        orig_intr = child.sendintr
+
+        def sendintr():
+            try:
+                os.killpg(child.pid, signal.SIGINT)  # bash leads its session and group
+            except OSError:
+                orig_intr()
+
+        child.sendintr = sendintr
+
+    bash._start_bash = _start_bash
+
+
+module = "ipykernel_launcher"
+if len(sys.argv) > 2 and sys.argv[1] == "-m" and sys.argv[2] == "bash_kernel":
+    module = sys.argv[2]
+    del sys.argv[1:3]
+    _bash_interrupt()
 _abstract_pipe()
 _direct_iopub()
 _ordered_fd_output()
@@ -353,5 +399,5 @@ _lazy_control_flush()
 _direct_replies()
 _cached_pid()
 _log_level()
-sys.argv[0] = "ipykernel_launcher"
-runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+sys.argv[0] = module
+runpy.run_module(module, run_name="__main__", alter_sys=True)

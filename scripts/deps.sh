@@ -27,6 +27,9 @@ packages=(
   fonts-dejavu-core
   # ... the R kernel (kernelspec ir)
   r-cran-irkernel
+  # ... what the Bash kernel (bash_kernel, from PyPI: below) imports besides
+  # ipykernel
+  python3-pexpect python3-filetype
   # ... network egress for contexts that ask (--egress-allow), and pip and
   # venv (`python -m venv`) for them
   nftables iproute2 python3-pip python3-venv
@@ -59,15 +62,15 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: all ${#packages[@]} packages already installed"
-  exit 0
-fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "deps: installing ${missing[*]}"
-$sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages already installed"
+else
+  echo "deps: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
 # Debian's haproxy package enables a system service.  Its default
 # configuration listens nowhere, but the cluster test runs its own haproxy:
 # keep the system one stopped and disabled.
@@ -79,3 +82,5 @@ if [[ " ${missing[*]} " == *" haproxy "* ]]; then
     $sudo update-rc.d haproxy disable >/dev/null 2>&1 || true
   fi
 fi
+# The Bash kernel: from PyPI, pinned (Debian 12 has no package of it).
+$sudo "$(dirname "$0")/bash-kernel.sh"

@@ -96,6 +96,8 @@ def sync_checks():
 
     ex = sbx.run_code("cat(6 * 7)", language="r")
     check(ex.logs.stdout == ["42"] and ex.error is None, "language='r' runs R code", ex)
+    ex = sbx.run_code("echo $((6 * 7))", language="bash")
+    check("".join(ex.logs.stdout) == "42\n" and ex.error is None, "language='bash' runs Bash code", ex)
 
     bad = connect(Sandbox, "wrong-token-0123456789")
     threw = None

@@ -40,6 +40,16 @@ try {
   ex = await sbx.runCode("import os\nos.environ['SG_ENV']", { envs: { SG_ENV: 'from-sdk' } })
   check(ex.results[0]?.text === "'from-sdk'", 'envs are visible to the code', ex.results)
 
+  ex = await sbx.runCode('n=6; echo $((n * 7))', { language: 'bash' })
+  check(ex.logs.stdout.join('') === '42\n' && !ex.error, "runCode(code, { language: 'bash' }) runs Bash", [ex.logs, ex.error])
+  ex = await sbx.runCode('false', { language: 'bash' })
+  check(ex.error && ex.error.value === '1', 'a failing Bash command is an error with its exit status', ex.error)
+  const bctx = await sbx.createCodeContext({ language: 'bash' })
+  ex = await sbx.runCode('echo ${n:-unset}', { context: bctx })
+  check(bctx.language === 'bash' && ex.logs.stdout.join('') === 'unset\n',
+    "createCodeContext({ language: 'bash' }) is a Bash context of its own", [bctx, ex.logs])
+  await sbx.removeCodeContext(bctx)
+
   const ctx = await sbx.createCodeContext({ cwd: '/home/user' })
   check(ctx && typeof ctx.id === 'string' && ctx.language === 'python', 'createCodeContext', ctx)
   await sbx.runCode('in_ctx = 1', { context: ctx })
