@@ -14,7 +14,10 @@ snapshotted, forked, rolled back and cloned, --rounds times each:
 and the bytes per snapshot.  The floor: runsc's own time on each
 operation's path (`runsc checkpoint`, `delete`, `restore` of the very
 sandboxes, as sandgate's debug log times them in the same run): what
-sandgate adds is the rest.
+sandgate adds is the rest, "sandgate's share" (each round's time less its
+own floor).  8 at once: its floor is the 8 restores as runsc took them,
+two at a time, divided by the CPUs; 8 uncontended ones divided by the CPUs
+are printed below the table.
 
 usage: bench/snapshot.py [--rounds N]   (root, a build in build/ or SG_BUILDDIR)
 Prints a Markdown table.
@@ -169,12 +172,15 @@ def main():
             made.clear()
 
         made = []
-        # 8 restores share the machine's CPUs: 8 uncontended ones (the
-        # restores above) divided by the CPUs.
+        # 8 restores share the machine's CPUs: the 8 restores of the round
+        # as runsc took them (two at a time each takes longer than one
+        # alone) divided by the CPUs; and, for comparison, 8 uncontended
+        # ones (the restores above) divided by the CPUs.
         cpus = os.cpu_count() or 1
         one = statistics.median(rows["new context from a snapshot, to its first result"][2])
         measure("8 contexts from one snapshot, all answering", eight,
-                lambda t0: 8 * one / cpus, f"8 restores / {cpus} CPUs")
+                lambda t0: d.steps_since(t0, "runsc restore") / cpus,
+                f"the 8 restores / {cpus} CPUs")
     finally:
         d.stop()
 
@@ -182,11 +188,17 @@ def main():
           f"session (np.arange(10**6) and a 10^6-element list), {n} rounds; ms, median "
           f"(min-max). The floor is runsc's own time on the operation's path, on the very "
           f"sandboxes, from sandgate's debug log in the same run.\n")
-    print("| operation | sandgate | runsc on its path | floor | vs floor |")
-    print("|---|---|---|---|---|")
+    # sandgate's own share: each round's time less its own floor (steadier
+    # than the medians' difference on a machine whose load changes).
+    print("| operation | sandgate | runsc on its path | floor | vs floor | sandgate's share |")
+    print("|---|---|---|---|---|---|")
     for name, (xs, what, fl) in rows.items():
         print(f"| {name} | {stats(xs)} | {what} | {stats(fl)} | "
-              f"{statistics.median(xs) / statistics.median(fl):.2f}x |")
+              f"{statistics.median(xs) / statistics.median(fl):.2f}x | "
+              f"{stats([x - f for x, f in zip(xs, fl)])} |")
+    eight = statistics.median(rows["8 contexts from one snapshot, all answering"][0])
+    print(f"\n8 uncontended restores / {cpus} CPUs: {8 * one / cpus:.0f} ms "
+          f"(8 at once: {eight / (8 * one / cpus):.2f}x)")
     print(f"\nbytes per snapshot {statistics.median(sizes) / 2**20:.1f} MiB "
           f"(memory image and the workspace's data)")
 

@@ -96,47 +96,6 @@ int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err)
     return r;
 }
 
-/* --- start slots ------------------------------------------------------------------
- * Sandbox starts are CPU-heavy (Python imports under ptrace): running more at
- * once than there are CPUs makes every one slower, until they time out.  Starts
- * beyond that wait here; the start timeout runs from the real start. */
-
-static int starts_active;
-static kernel_t *waiting_head;
-static int launch_now(kernel_t *k, sg_error_t **err);
-
-static int start_limit(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 2 ? 2 : (int)n;
-}
-
-static void release_slot(kernel_t *k)
-{
-    if (k->waiting_slot) {
-        for (kernel_t **p = &waiting_head; *p; p = &(*p)->next_waiting)
-            if (*p == k) {
-                *p = k->next_waiting;
-                break;
-            }
-        k->waiting_slot = false;
-    }
-    if (!k->holds_slot)
-        return;
-    k->holds_slot = false;
-    starts_active--;
-    while (waiting_head && starts_active < start_limit()) {
-        kernel_t *next = waiting_head;
-        waiting_head = next->next_waiting;
-        next->waiting_slot = false;
-        sg_error_t *err = NULL;
-        if (launch_now(next, &err) < 0) {
-            die(next, err);
-            sg_error_free(&err);
-        }
-    }
-}
-
 void disconnect(kernel_t *k)
 {
     release_slot(k);
@@ -168,6 +127,8 @@ static void become_ready(kernel_t *k)
     end_timer(k, &k->start_timer);
     k->state = KERNEL_IDLE;
     k->last_activity = zclock_mono();
+    log_debug("kernel %s: answered %lld ms after its sandbox ran (%d kernel_info probes)", k->id,
+              (long long)(k->last_activity - k->connected_at), k->probes);
     if (k->resuming) {
         k->resuming = false;
         if (k->reattaching) {
@@ -274,12 +235,17 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
         e->cb.on_output(m, e->cb.arg);
 }
 
+static void on_probe(loop_t *loop, int timer_id, void *arg);
+
 static void on_shell(kernel_t *k, jmsg_t *m)
 {
     const char *type = jmsg_type(m);
     if (strcmp(type, "kernel_info_reply") == 0 && k->state == KERNEL_STARTING) {
         k->info_replied = true;
+        k->probe_sent = 0;
         maybe_ready(k);
+        if (!k->iopub_seen) /* still starting: its iopub waits for the next answer */
+            on_probe(k->loop, -1, k);
         return;
     }
     exec_t *e = k->queue;
@@ -484,8 +450,13 @@ static void on_probe(loop_t *loop, int timer_id, void *arg)
     kernel_t *k = arg;
     if (k->freed || k->client == NULL || k->state != KERNEL_STARTING)
         return;
+    int64_t now = zclock_mono();
+    if (k->probe_sent && now - k->probe_sent < PROBE_RESEND_MS)
+        return; /* the last one is not answered yet */
+    k->probe_sent = now;
     jmsg_t *req = jsession_msg(jclient_session(k->client), "kernel_info_request", NULL);
     send_msg(k, JCHAN_SHELL, req, NULL);
+    k->probes++;
     jmsg_destroy(&req);
 }
 
@@ -539,6 +510,9 @@ int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
     k->io_monitor = loop_zsock_add(k->loop, jclient_monitor(k->client), on_monitor, k, err);
     if (k->io_monitor == NULL)
         return -1;
+    k->connected_at = zclock_mono();
+    k->probes = 0;
+    k->probe_sent = 0;
     k->probe_timer = loop_timer(
         k->loop, k->resuming || k->from_snapshot ? RESUME_PROBE_INTERVAL_MS : PROBE_INTERVAL_MS, 0,
         on_probe, k);
@@ -569,24 +543,15 @@ int launch(kernel_t *k, sg_error_t **err)
     k->state = KERNEL_STARTING;
     k->info_replied = k->iopub_seen = false;
     k->hb_sent = 0;
-    if (starts_active >= start_limit()) {
-        kernel_t **p = &waiting_head;
-        while (*p)
-            p = &(*p)->next_waiting;
-        *p = k;
-        k->next_waiting = NULL;
-        k->waiting_slot = true;
+    if (!take_slot(k)) /* launch_now once one is free */
         return 0;
-    }
     return launch_now(k, err);
 }
 
-static int launch_now(kernel_t *k, sg_error_t **err)
+int launch_now(kernel_t *k, sg_error_t **err)
 {
     char sbid[128];
     snprintf(sbid, sizeof sbid, "%s-%d", k->id, ++k->generation);
-    k->holds_slot = true;
-    starts_active++;
     sandbox_opts_t so = {.internet = k->opts.internet,
                          .tenant = k->opts.owner,
                          .memory_bytes = k->opts.memory_bytes,

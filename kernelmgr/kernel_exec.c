@@ -58,6 +58,7 @@ void pump(kernel_t *k)
                                          e->opts.store_history, "user_expressions", "allow_stdin",
                                          e->opts.allow_stdin, "stop_on_error", 0));
     snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
+    e->sent_at = zclock_mono();
     sg_error_t *err = NULL;
     if (send_msg(k, JCHAN_SHELL, req, &err) < 0) {
         log_warn("kernel %s: %s", k->id, err->msg);
@@ -106,6 +107,8 @@ static void finish_head(kernel_t *k, const sg_error_t *err)
     exec_t *e = k->queue;
     k->queue = e->next;
     settle(k, e);
+    log_debug("kernel %s: execution %llu answered in %lld ms", k->id, (unsigned long long)e->id,
+              (long long)(k->last_activity - e->sent_at));
     k->state = KERNEL_IDLE;
     sg_error_t *timeout_err = err == NULL && e->timed_out ? timeout_error(k, e, false) : NULL;
     if (timeout_err)

@@ -10,8 +10,15 @@
 
 #define PROBE_INTERVAL_MS 250
 /* A resumed kernel answers at once; what it waits for is the iopub
- * subscription to reach it again, so probe often. */
+ * subscription to reach it again, so probe often — but one kernel_info
+ * request at a time: each answered one sends the next at once, and one not
+ * answered within PROBE_RESEND_MS is sent again.  (Every 5 ms regardless,
+ * a restored kernel, slow at first, had ~20 of them queued, and its first
+ * execution waited behind those it had not answered yet.) */
 #define RESUME_PROBE_INTERVAL_MS 5
+/* An unanswered kernel_info request this old is sent again (at every tick
+ * of a fresh start's probe timer, as before there was one at a time). */
+#define PROBE_RESEND_MS (PROBE_INTERVAL_MS - 10)
 /* One ping at a time, every 10 s: against a 60 s timeout that is plenty, and
  * each ping wakes the sandbox (and sandgate) — an idle kernel should cost
  * next to nothing. */
@@ -32,6 +39,7 @@ typedef struct exec {
     bool is_preload; /* the kernel's preload snippet: READY follows it */
     bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
     int timer;
+    int64_t sent_at; /* zclock_mono() of its execute_request */
     struct kernel *k;
     struct exec *next;
 } exec_t;
@@ -69,6 +77,9 @@ struct kernel {
     struct kernel *next_waiting;
     int start_timer, probe_timer;
     bool info_replied, iopub_seen;
+    int probes;           /* kernel_info requests sent by this start */
+    int64_t probe_sent;   /* zclock_mono() of the one unanswered; 0: none */
+    int64_t connected_at; /* zclock_mono() of connect_kernel */
     /* A start that failed waits for the kernel's log before it dies with it
      * (die_with_tail): the launcher's answer, or its timeout. */
     uint64_t tail_req;
@@ -116,6 +127,15 @@ int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err);
 void on_exit_(pid_t pid, int status, void *arg);
 void on_start_timeout(loop_t *loop, int timer_id, void *arg);
 void on_heartbeat(loop_t *loop, int timer_id, void *arg);
+
+/* kernel.c: the sandbox starts (launch_now: k holds a start slot) */
+int launch_now(kernel_t *k, sg_error_t **err);
+
+/* kernel_slots.c: start slots.  take_slot: whether k has one now, else it
+ * waits in line and launch_now is called once one is free (or it dies).
+ * release_slot: the one held (or the place in line) is given up. */
+bool take_slot(kernel_t *k);
+void release_slot(kernel_t *k);
 
 /* kernel.c: what a restart and a roll-back share — the kernel reconnects
  * to nothing, its sandbox is removed, executions already sent end with

@@ -170,7 +170,7 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
                                     "mkfs.ext4 %s failed: %s", img, out ? out : "");
             }
         }
-        const char *mnt[] = {"/bin/mount", "-o", "loop,nosuid,nodev", img, path, NULL};
+        const char *mnt[] = HOST_MOUNT_ARGV(img, path);
         cleanup_free char *out = NULL;
         if (proc_run_sync(mnt, &out, err) != 0)
             return sg_error_set(err, SG_E_IO, "cannot mount workspace %s: %s", path,
@@ -202,10 +202,12 @@ uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
     return 0;
 }
 
-/* Never called with a request: every local operation finishes before
+/* Every local operation but a workspace's restore finishes before
  * returning 0. */
 void host_cancel(uint64_t request)
 {
+    if (request)
+        host_workspace_restore_cancel(request);
 }
 
 void host_workspace_close(const sandbox_env_t *env, const char *path, bool remove)

@@ -190,6 +190,12 @@ int host_prepare_conn(sandbox_t *sb, const kspec_t *spec, sg_error_t **err);
 char *host_read_log_tail(const sandbox_t *sb, size_t max);
 /* The table entries of that name (sandbox_internal's contracts). */
 int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
+/* The mount of a workspace's image img at path (host_workspace_open, and a
+ * restore's, which does not wait for it). */
+#define HOST_MOUNT_ARGV(img, path)                                                                 \
+    {                                                                                              \
+        "/bin/mount", "-o", "loop,nosuid,nodev", img, path, NULL                                   \
+    }
 uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
                                    sandbox_opened_fn *cb, void *arg);
 void host_cancel(uint64_t request);
@@ -221,8 +227,11 @@ void host_snapshot_delete(sandbox_env_t *env, const char *sid);
 /* At start-up: snapshot files without a record in STATE/snapshots (a save
  * cut short) are removed. */
 void host_snapshot_sweep(sandbox_env_t *env);
+/* The copy and the mount run without blocking the loop: cb is called
+ * from it; returns the request (0: cb was called already). */
 uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
                                 sandbox_opened_fn *cb, void *arg);
+void host_workspace_restore_cancel(uint64_t request);
 
 /* --- sandbox_runsc.c and sandbox_pause.c ------------------------------------------- */
 

@@ -48,17 +48,21 @@ static bool is_mountpoint(const char *path)
     return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
-/* cp, waited for: its output in the error when it fails. */
+/* cp's wait status: its output in the error when it failed. */
+static int copy_status(int status, const char *out, const char *what, sg_error_t **err)
+{
+    if (status != 0)
+        return sg_error_set(err, out && strstr(out, "No space left") ? SG_E_NOSPACE : SG_E_IO,
+                            "copying %s: %s", what, out && *out ? out : "cp failed");
+    return 0;
+}
+
+/* cp, waited for. */
 static int copy(const char *const *argv, const char *what, sg_error_t **err)
 {
     cleanup_free char *out = NULL;
     int status = proc_run_sync(argv, &out, err);
-    if (status < 0)
-        return -1;
-    if (status != 0)
-        return sg_error_set(err, out && strstr(out, "No space left") ? SG_E_NOSPACE : SG_E_IO,
-                            "copying %s: %s", what, out ? out : "cp failed");
-    return 0;
+    return status < 0 ? -1 : copy_status(status, out, what, err);
 }
 
 /* The workspace's files as of now: a sparse copy of its filesystem image
@@ -187,27 +191,112 @@ int snapshot_attach(sandbox_t *sb, sg_error_t **err)
     return 0;
 }
 
-/* The workspace is replaced here and now (the caller, or the launcher,
- * waits for the copy): there is never a request to cancel. */
+/* A workspace being restored: the copy, then its mount, each a process
+ * the loop does not wait for (eight sessions started from one snapshot at
+ * once, each copy and mount waited for, kept the launcher from answering
+ * anything else for ~0.3 s). */
+typedef struct ws_restore {
+    uint64_t id;
+    const sandbox_env_t *env;
+    char *path, *sid, *img, *fresh;
+    sandbox_opened_fn *cb; /* NULL once cancelled */
+    void *arg;
+    int64_t began, copied;
+    struct ws_restore *next;
+} ws_restore_t;
+
+static ws_restore_t *restoring;
+
+void host_workspace_restore_cancel(uint64_t request)
+{
+    for (ws_restore_t *w = restoring; w; w = w->next)
+        if (w->id == request)
+            w->cb = NULL;
+}
+
+/* The workspace is in place (or err): opened (mounted, if the mount did
+ * not happen yet; its owner and output/), and w ends. */
+static void restore_end(ws_restore_t *w, sg_error_t *err)
+{
+    if (w->copied == 0)
+        w->copied = zclock_mono();
+    if (!err)
+        host_workspace_open(w->env, w->path, &err);
+    log_debug("workspace %s: snapshot %s's copy in %lld ms, mounted in %lld ms", w->path, w->sid,
+              (long long)(w->copied - w->began), (long long)(zclock_mono() - w->copied));
+    for (ws_restore_t **p = &restoring; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    if (w->cb)
+        w->cb(err, w->arg);
+    sg_error_free(&err);
+    free(w->path);
+    free(w->sid);
+    free(w->img);
+    free(w->fresh);
+    free(w);
+}
+
+static void restore_mounted(int status, const char *output, void *arg)
+{
+    ws_restore_t *w = arg;
+    sg_error_t *err = NULL;
+    if (status != 0)
+        sg_error_set(&err, SG_E_IO, "cannot mount workspace %s: %s", w->path, output);
+    restore_end(w, err);
+}
+
+static void restore_copied(int status, const char *output, void *arg)
+{
+    ws_restore_t *w = arg;
+    sg_error_t *err = NULL;
+    w->copied = zclock_mono();
+    if (copy_status(status, output, "the snapshot's workspace", &err) == 0 &&
+        rename(w->fresh, w->img) < 0)
+        sg_error_errno(&err, errno, "cannot rename %s to %s", w->fresh, w->img);
+    if (err) {
+        unlink(w->fresh);
+    } else if (w->env->cfg.workspace_bytes > 0 && host_make_dir(w->path, 0755, &err) == 0) {
+        const char *mnt[] = HOST_MOUNT_ARGV(w->img, w->path);
+        if (proc_exec_async(mnt, restore_mounted, w, &err) > 0)
+            return;
+    }
+    restore_end(w, err);
+}
+
+/* Without a launcher the callback may be cancelled (host_cancel); the
+ * launcher's own requests never are. */
 uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
                                 sandbox_opened_fn *cb, void *arg)
 {
-    cleanup_error sg_error_t *err = NULL;
+    static uint64_t ids;
+    ws_restore_t *w = xzalloc(sizeof *w);
     cleanup_free char *dir = host_snapshot_dir(env, sid);
     cleanup_free char *from_img = xasprintf("%s/workspace.img", dir);
     cleanup_free char *from_dir = xasprintf("%s/workspace", dir);
-    cleanup_free char *img = xasprintf("%s.img", path);
-    cleanup_free char *fresh = xasprintf("%s.img.new", path);
+    *w = (ws_restore_t){.id = ++ids,
+                        .env = env,
+                        .path = xstrdup(path),
+                        .sid = xstrdup(sid),
+                        .img = xasprintf("%s.img", path),
+                        .fresh = xasprintf("%s.img.new", path),
+                        .cb = cb,
+                        .arg = arg,
+                        .began = zclock_mono(),
+                        .next = restoring};
+    restoring = w;
+    sg_error_t *err = NULL;
     /* A sandbox still running on the old one keeps it until it ends. */
     if (is_mountpoint(path) && umount2(path, MNT_DETACH) < 0)
         log_warn("sandbox: cannot unmount %s: %s", path, strerror(errno));
     if (access(from_img, R_OK) == 0) {
-        const char *cp[] = {"/bin/cp", "--sparse=always", "--reflink=auto", from_img, fresh, NULL};
-        unlink(fresh);
-        if (copy(cp, "the snapshot's workspace", &err) == 0 && rename(fresh, img) < 0)
-            sg_error_errno(&err, errno, "cannot rename %s to %s", fresh, img);
-        if (err)
-            unlink(fresh);
+        const char *cp[] = {"/bin/cp", "--sparse=always", "--reflink=auto",
+                            from_img,  w->fresh,          NULL};
+        unlink(w->fresh);
+        if (proc_exec_async(cp, restore_copied, w, &err) > 0)
+            return w->id;
     } else if (access(from_dir, R_OK) == 0) {
         host_remove_tree(path);
         const char *cp[] = {"/bin/cp", "-a", "--reflink=auto", "-T", from_dir, path, NULL};
@@ -215,8 +304,6 @@ uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, cons
     } else {
         sg_error_set(&err, SG_E_NOTFOUND, "no snapshot %s", sid);
     }
-    if (!err)
-        host_workspace_open(env, path, &err);
-    cb(err, arg);
+    restore_end(w, err);
     return 0;
 }
