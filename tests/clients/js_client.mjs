@@ -137,7 +137,7 @@ try {
   // --- templates ------------------------------------------------------------------
   const tpls = await c.listTemplates()
   check(str(tpls) === str([{ name: 'pd', kernelspec: 'python3', language: 'python', root: 'host', preload: true,
-    pool_size: 0, pool_ready: 0 }]), 'listTemplates: the daemon\'s --template with its fields', tpls)
+    pool_size: 0, pool_ready: 0, snapshot_bytes: 0 }]), 'listTemplates: the daemon\'s --template with its fields', tpls)
   const tc = await c.createContext({ template: 'pd' })
   check(tc.template === 'pd' && tc.language === 'python' && (await c.getContext(tc)).template === 'pd',
     'createContext({template}): the context names its template', tc)

@@ -184,7 +184,7 @@ tpls = sg.templates()
 check([t.name for t in tpls] == ["pd"] and isinstance(tpls[0], Template) and
       (tpls[0].kernelspec, tpls[0].language, tpls[0].root, tpls[0].preload,
        tpls[0].pool_size) == ("python3", "python", "host", True, 0) and
-      tpls[0].pool_ready == 0 and sg.list_templates() == tpls,
+      tpls[0].pool_ready == 0 and tpls[0].snapshot_bytes == 0 and sg.list_templates() == tpls,
       "templates(): the daemon's --template as Templates (kernelspec, language, root, preload, "
       "pool)", tpls)
 with sg.context(template="pd") as tc:

@@ -86,6 +86,8 @@ export interface Template {
   /** Warm kernels kept for it (--pool-size NAME=N), and how many are ready now. */
   pool_size: number
   pool_ready: number
+  /** Its own snapshot, taken once after the preload ran (0: none): a start with its pool empty restores it. */
+  snapshot_bytes: number
 }
 
 /** A context, or its id. */

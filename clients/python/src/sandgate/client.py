@@ -187,7 +187,9 @@ class Template:
     """A template the server was started with (--template): what a context
     made from it starts with.  `root` is "host", "directory" or "image";
     `preload` whether code runs in its kernels before any of the tenant's;
-    `pool_ready` of its `pool_size` warm kernels are waiting now."""
+    `pool_ready` of its `pool_size` warm kernels are waiting now;
+    `snapshot_bytes` its own snapshot, taken once after the preload ran (0:
+    none), which a start restores while its pool is empty."""
     name: str
     kernelspec: str
     language: str
@@ -195,12 +197,13 @@ class Template:
     preload: bool
     pool_size: int
     pool_ready: int
+    snapshot_bytes: int = 0
 
     @classmethod
     def from_json(cls, t):
         return cls(t.get("name", ""), t.get("kernelspec", ""), t.get("language", ""),
                    t.get("root", ""), bool(t.get("preload")), t.get("pool_size", 0),
-                   t.get("pool_ready", 0))
+                   t.get("pool_ready", 0), t.get("snapshot_bytes", 0))
 
 
 def _id(context):
