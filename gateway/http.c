@@ -851,10 +851,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
  * (http_server_wake), or one of its timeouts came.  It runs again at once
  * while it says it has more (MHD_get_timeout 0): with edge-triggered
  * sockets it will not make its own fd readable for work it already knows
- * about.  Several wake-ups in one pass cost one run.  It also runs at
- * least once a second: a connection it closed (its timeout, a per-address
- * limit) is only released — and stops counting against the limits — on a
- * later run, which nothing else would cause. */
+ * about.  Several wake-ups in one pass cost one run.  A connection it
+ * closed (its timeout, an error) is only released — and stops counting
+ * against the limits — on a later run: each pass ends with one more.  It
+ * also runs at least once a second, which nothing else would cause. */
 #define MHD_RUNS_PER_PASS 8
 #define MHD_MAX_IDLE_MS 1000
 
@@ -879,6 +879,11 @@ static bool run_mhd(loop_t *loop, void *arg)
         if (timeout && to == 0)
             self->pending = true;
     }
+    /* A connection this pass closed (its timeout, an error) is released on
+     * the next run: run it now, before a waiting client's connection is
+     * accepted against the limits the closed one still counts in. */
+    MHD_run(self->mhd);
+    timeout = MHD_get_timeout(self->mhd, &to) == MHD_YES;
     loop_timer_end(loop, self->timer_id);
     int64_t next = timeout && to < MHD_MAX_IDLE_MS ? (int64_t)to : MHD_MAX_IDLE_MS;
     self->timer_id = loop_timer(loop, next, 1, on_mhd_timeout, self);

@@ -355,17 +355,26 @@ def check_schemathesis(d):
              + summary(out))
         ok(rc == 0, f"schemathesis' examples, coverage and fuzzing phases: 0 failures "
            f"({examples} cases per operation, {{context}} a real one)", out[-6000:])
-        t0 = time.time()
-        rc, out = schemathesis(d, tmp, create, "--phases", "stateful", "--max-examples", "8")
-        diag(f"schemathesis stateful ({time.time() - t0:.0f} s):\n" + summary(out))
-        ok(rc == 0, "schemathesis' stateful phase (the spec's links: create a context, "
-           "execute, files, pause, delete): 0 failures", out[-6000:])
-        m = re.search(r"API Links:\s+(\d+) covered", out)
-        # Which links a run follows is random (8 scenarios over 33
-        # operations): at least 3 shows it follows them.
-        ok(m and int(m.group(1)) >= 3, "the stateful phase followed links",
-           m.group(0) if m else out[-1500:])
-
+        # Which links a run follows is random: one run of 20 scenarios
+        # over 33 operations mostly follows 5-15, now and then 0 or 1 (its
+        # first contexts' bodies refused).  Runs go on, each with 0
+        # failures, until one has followed at least 3 (at most 4 runs).
+        runs, covered, failed = 0, 0, None
+        while runs < 4 and covered < 3 and failed is None:
+            runs += 1
+            t0 = time.time()
+            rc, out = schemathesis(d, tmp, create, "--phases", "stateful", "--max-examples",
+                                   "20")
+            diag(f"schemathesis stateful, run {runs} ({time.time() - t0:.0f} s):\n"
+                 + summary(out))
+            m = re.search(r"API Links:\s+(\d+) covered", out)
+            covered = int(m.group(1)) if m else 0
+            if rc != 0:
+                failed = out[-6000:]
+        ok(failed is None, "schemathesis' stateful phase (the spec's links: create a context, "
+           "execute, files, pause, delete): 0 failures", failed)
+        ok(covered >= 3, f"the stateful phase followed links ({covered} in run {runs})",
+           out[-1500:])
 
 def cleanup(d):
     """Deletes what the run left; the daemon still answers afterwards."""
