@@ -76,6 +76,11 @@ kspec_t *kspec_load(const char *dir, const char *name, sg_error_t **err)
     self->display_name = xstrdup(display ? display : name);
     self->language = xstrdup(language ? language : "");
     self->interrupt_message = imode && strcmp(imode, "message") == 0;
+    const char *transport = json_string_value(json_object_get(
+        json_object_get(json_object_get(root, "metadata"), "sandgate"), "transport"));
+    const char *program = strrchr(self->argv[0], '/');
+    program = program ? program + 1 : self->argv[0];
+    self->tcp_only = transport ? strcmp(transport, "tcp") == 0 : strcmp(program, "deno") == 0;
     self->env = env ? json_incref(env) : json_object();
     self->json = root;
     return self;

@@ -20,8 +20,14 @@ typedef struct {
     char *display_name;
     char *language;
     bool interrupt_message; /* interrupt_mode "message" (else "signal") */
-    json_t *env;            /* object of extra environment strings; never NULL */
-    json_t *json;           /* the kernel.json as read, for the API */
+    /* Speaks ZeroMQ over TCP only (Deno's kernel ignores the "ipc"
+     * transport): its metadata says {"sandgate": {"transport": "tcp"}}, or
+     * its program is named deno.  sandgate gives it a connection on
+     * 127.0.0.1 that sandgate-preload.so turns into its usual Unix sockets
+     * (kernelmgr/sandbox_preload.c). */
+    bool tcp_only;
+    json_t *env;  /* object of extra environment strings; never NULL */
+    json_t *json; /* the kernel.json as read, for the API */
 } kspec_t;
 
 typedef struct kspecs kspecs_t;

@@ -314,3 +314,37 @@ int host_prepare_conn(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
      * code in the sandbox can too). */
     return jconn_write(&sb->conn, record, err);
 }
+
+int host_write_kernel_conn(const sandbox_t *sb, const kspec_t *spec, const char *ip,
+                           const char *path, char **tcp_as_ipc, sg_error_t **err)
+{
+    jconn_t c = sb->conn;
+    snprintf(c.ip, sizeof c.ip, "%s", ip);
+    if (spec->tcp_only) {
+        strcpy(c.transport, "tcp");
+        strcpy(c.ip, "127.0.0.1");
+    }
+    if (jconn_write(&c, path, err) < 0)
+        return -1;
+    if (tcp_as_ipc)
+        *tcp_as_ipc = spec->tcp_only ? xasprintf("SANDGATE_TCP_AS_IPC=%s", ip) : NULL;
+    return 0;
+}
+
+char *host_find_preload(const sandbox_env_t *env)
+{
+    if (env->cfg.rootfs)
+        return NULL;
+    cleanup_free char *dir = xstrdup(env->init);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    char *preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
+    if (access(preload, R_OK) == 0)
+        return preload;
+    log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes, and kernels "
+             "that speak TCP only (Deno's) will not start",
+             preload);
+    free(preload);
+    return NULL;
+}

@@ -517,6 +517,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");
         return 127;
     }
+    if (group_mode) /* the kernel's alone (sandbox_preload.c) */
+        unsetenv("SANDGATE_TCP_AS_IPC");
     const char *relay_spec = group_mode ? NULL : getenv("SANDGATE_RELAY");
     if (relay_spec && *relay_spec && parse_relay(relay_spec) < 0)
         return 127;

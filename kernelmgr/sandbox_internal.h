@@ -186,6 +186,17 @@ char *host_launcher_py(const char *init);
 char **host_kernel_argv(const kspec_t *spec, const char *connfile, const char *launcher);
 /* sb's directory, conn/ and connection record (connection.json). */
 int host_prepare_conn(sandbox_t *sb, const kspec_t *spec, sg_error_t **err);
+/* Writes the connection file the kernel reads to path: sb's, with ip
+ * (the prefix its sockets have where the kernel runs); for a kernel that
+ * speaks TCP only, on 127.0.0.1 with the same ports, and *tcp_as_ipc the
+ * environment string that makes sandgate-preload.so bind them at ip
+ * (kspec.h's tcp_only; a new string, else NULL; tcp_as_ipc may be NULL). */
+int host_write_kernel_conn(const sandbox_t *sb, const kspec_t *spec, const char *ip,
+                           const char *path, char **tcp_as_ipc, sg_error_t **err);
+/* sandgate-preload.so beside init, unless --rootfs says otherwise (the
+ * host's glibc runs in the sandbox only without it); NULL: none, warned
+ * once (a new string). */
+char *host_find_preload(const sandbox_env_t *env);
 /* The last max bytes of sb's kernel.log, "" without one (a new string). */
 char *host_read_log_tail(const sandbox_t *sb, size_t max);
 /* The table entries of that name (sandbox_internal's contracts). */

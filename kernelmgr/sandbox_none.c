@@ -23,13 +23,14 @@
 #include "common/xalloc.h"
 #include "kernelmgr/proc.h"
 
-static char **plain_env(const kspec_t *spec, const char *dir)
+static char **plain_env(const sandbox_t *sb, const kspec_t *spec, char *tcp_as_ipc)
 {
+    const char *dir = sb->dir;
     extern char **environ;
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = xzalloc((n + json_object_size(spec->env) + 3) * sizeof(char *));
+    char **env = xzalloc((n + json_object_size(spec->env) + 5) * sizeof(char *));
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         env[m++] = xstrdup(environ[i]);
@@ -40,6 +41,10 @@ static char **plain_env(const kspec_t *spec, const char *dir)
             env[m++] = xasprintf("%s=%s", k, json_string_value(v));
     env[m++] = xasprintf("IPYTHONDIR=%s/ipython", dir);
     env[m++] = xasprintf("MPLCONFIGDIR=%s/matplotlib", dir);
+    if (tcp_as_ipc) { /* kspec.h's tcp_only (none_prepare checked the preload) */
+        env[m++] = tcp_as_ipc;
+        env[m++] = xasprintf("LD_PRELOAD=%s", sb->env->preload);
+    }
     return env;
 }
 
@@ -57,19 +62,26 @@ static int none_env_init(sandbox_env_t *env, sg_error_t **err)
         return sg_error_prefix(err, "preparing kernels in %s", env->state_dir);
     env->init = host_init_path(cfg);
     env->launcher_py = host_launcher_py(env->init);
+    env->preload = host_find_preload(env);
     return 0;
 }
 
 static int none_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
 {
     cleanup_free char *connfile = xasprintf("%s/conn/kernel.json", sb->dir);
-    if (host_prepare_conn(sb, spec, err) < 0 || jconn_write(&sb->conn, connfile, err) < 0) {
+    if (spec->tcp_only && sb->env->preload == NULL)
+        return sg_error_set(err, SG_E_UNAVAILABLE,
+                            "kernel '%s' speaks TCP only and needs sandgate-preload.so beside %s",
+                            spec->name, sb->env->init);
+    char *tcp_as_ipc = NULL;
+    if (host_prepare_conn(sb, spec, err) < 0 ||
+        host_write_kernel_conn(sb, spec, sb->conn.ip, connfile, &tcp_as_ipc, err) < 0) {
         sg_error_prefix(err, "preparing kernel %s", sb->id);
         host_remove_tree(sb->dir);
         return -1;
     }
     sb->plain_argv = host_kernel_argv(spec, connfile, sb->env->launcher_py);
-    sb->plain_env = plain_env(spec, sb->dir);
+    sb->plain_env = plain_env(sb, spec, tcp_as_ipc);
     return 0;
 }
 

@@ -158,24 +158,6 @@ static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
     return r;
 }
 
-/* sandgate-preload.so beside init, unless --rootfs says otherwise (the
- * host's glibc runs in the sandbox only without it); NULL: none. */
-static char *find_preload(const sandbox_env_t *env)
-{
-    if (env->cfg.rootfs)
-        return NULL;
-    cleanup_free char *dir = xstrdup(env->init);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    char *preload = xasprintf("%s/sandgate-preload.so", slash ? dir : ".");
-    if (access(preload, R_OK) == 0)
-        return preload;
-    log_warn("sandbox: %s is missing; 'ls -l' and 'stat' will fail in sandboxes", preload);
-    free(preload);
-    return NULL;
-}
-
 static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
 {
     const sandbox_config_t *cfg = &env->cfg;
@@ -212,7 +194,7 @@ static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
                      env->init);
         goto fail;
     }
-    env->preload = find_preload(env);
+    env->preload = host_find_preload(env);
     host_snapshot_sweep(env);
     return 0;
 fail:
@@ -258,6 +240,8 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     json_array_append_new(env,
                           json_sprintf("SANDGATE_RELAY=/conn/kernel=" RELAY_INNER ":%d,%d,%d,%d,%d",
                                        p[0], p[1], p[2], p[3], p[4]));
+    if (spec->tcp_only) /* sandgate-preload.so binds its TCP ports there (runsc_prepare) */
+        json_array_append_new(env, json_string("SANDGATE_TCP_AS_IPC=" RELAY_INNER));
     const char *k;
     json_t *v;
     json_object_foreach (spec->env, k, v)
@@ -361,9 +345,17 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
         sg_error_errno(err, errno, "chown %s", conndir);
         goto fail;
     }
-    jconn_t inside = sb->conn;
-    strcpy(inside.ip, RELAY_INNER);
-    if (jconn_write(&inside, connfile, err) < 0)
+    /* A kernel that speaks TCP only needs sandgate-preload.so, which a root
+     * of its own does not load (oci_config). */
+    if (spec->tcp_only && (sb->env->preload == NULL || template_root_dir(sb->env, sb->template) ||
+                           sb->env->cfg.rootfs)) {
+        sg_error_set(err, SG_E_UNAVAILABLE,
+                     "kernel '%s' speaks TCP only and needs sandgate-preload.so, which a sandbox "
+                     "with a root of its own (--rootfs, a template's image) does not load",
+                     spec->name);
+        goto fail;
+    }
+    if (host_write_kernel_conn(sb, spec, RELAY_INNER, connfile, NULL, err) < 0)
         goto fail;
     if (chown(connfile, SANDBOX_UID, SANDBOX_GID) < 0) {
         sg_error_errno(err, errno, "chown %s", connfile);

@@ -84,3 +84,6 @@ if [[ " ${missing[*]} " == *" haproxy "* ]]; then
 fi
 # The Bash kernel: from PyPI, pinned (Debian 12 has no package of it).
 $sudo "$(dirname "$0")/bash-kernel.sh"
+# Deno's Jupyter kernel (JavaScript and TypeScript; kernelspec deno): its
+# binary from the npm registry, pinned and checksum-checked
+$sudo "$(dirname "$0")/deno.sh"
