@@ -124,11 +124,29 @@ static void finish_head(kernel_t *k, const sg_error_t *err)
         emit(k, KERNEL_EV_READY, NULL);
 }
 
+static void on_lingered(loop_t *loop, int timer_id, void *arg)
+{
+    exec_t *e = arg;
+    e->timer = -1;
+    if (!e->k->freed && e->k->queue == e)
+        finish_head(e->k, NULL);
+}
+
+/* The head execution ends once it has its reply and its idle status; for
+ * a kernel that may publish output after both (kspec.h's iopub_linger_ms),
+ * that long later. */
 void maybe_finish(kernel_t *k)
 {
     exec_t *e = k->queue;
-    if (e && e->msg_id[0] && e->got_reply && e->got_idle)
-        finish_head(k, NULL);
+    if (!(e && e->msg_id[0] && e->got_reply && e->got_idle) || e->lingering)
+        return;
+    if (k->spec->iopub_linger_ms > 0) {
+        e->lingering = true;
+        end_timer(k, &e->timer);
+        e->timer = loop_timer(k->loop, k->spec->iopub_linger_ms, 1, on_lingered, e);
+        return;
+    }
+    finish_head(k, NULL);
 }
 
 static void on_grace_expired(loop_t *loop, int timer_id, void *arg)

@@ -36,6 +36,7 @@ typedef struct exec {
     char msg_id[64]; /* empty until sent */
     json_t *reply;
     bool got_reply, got_idle, timed_out;
+    bool lingering;  /* answered; its timer waits for late output (kspec's iopub_linger_ms) */
     bool is_preload; /* the kernel's preload snippet: READY follows it */
     bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
     int timer;

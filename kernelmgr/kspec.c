@@ -6,6 +6,9 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 
+/* Deno's late output comes within a few ms of its idle status. */
+#define KSPEC_DENO_LINGER_MS 30
+
 struct kspecs {
     kspec_t **items;
     size_t n;
@@ -76,11 +79,17 @@ kspec_t *kspec_load(const char *dir, const char *name, sg_error_t **err)
     self->display_name = xstrdup(display ? display : name);
     self->language = xstrdup(language ? language : "");
     self->interrupt_message = imode && strcmp(imode, "message") == 0;
-    const char *transport = json_string_value(json_object_get(
-        json_object_get(json_object_get(root, "metadata"), "sandgate"), "transport"));
+    json_t *ours = json_object_get(json_object_get(root, "metadata"), "sandgate");
+    const char *transport = json_string_value(json_object_get(ours, "transport"));
+    json_int_t linger = json_integer_value(json_object_get(ours, "iopub_linger_ms"));
     const char *program = strrchr(self->argv[0], '/');
     program = program ? program + 1 : self->argv[0];
-    self->tcp_only = transport ? strcmp(transport, "tcp") == 0 : strcmp(program, "deno") == 0;
+    bool deno = strcmp(program, "deno") == 0; /* what its own kernelspec lacks */
+    self->tcp_only = transport ? strcmp(transport, "tcp") == 0 : deno;
+    self->iopub_linger_ms = json_is_integer(json_object_get(ours, "iopub_linger_ms"))
+                                ? (linger > 0 && linger <= 1000 ? (int)linger : 0)
+                            : deno ? KSPEC_DENO_LINGER_MS
+                                   : 0;
     self->env = env ? json_incref(env) : json_object();
     self->json = root;
     return self;

@@ -26,6 +26,11 @@ typedef struct {
      * 127.0.0.1 that sandgate-preload.so turns into its usual Unix sockets
      * (kernelmgr/sandbox_preload.c). */
     bool tcp_only;
+    /* How long after an execution's reply and idle status its output may
+     * still come (Deno's kernel publishes results and stdout from another
+     * task, now and then after the idle status): metadata
+     * {"sandgate": {"iopub_linger_ms": N}}; 0 (default): none. */
+    int iopub_linger_ms;
     json_t *env;  /* object of extra environment strings; never NULL */
     json_t *json; /* the kernel.json as read, for the API */
 } kspec_t;

@@ -8,8 +8,11 @@
 #   /usr/local/share/jupyter/kernels/deno/     its kernelspec ("language":
 #       "typescript"; sandgate maps js, javascript, ts and typescript to it)
 # The kernel speaks ZeroMQ over TCP only; its kernelspec says so
-# ("metadata": {"sandgate": {"transport": "tcp"}}) and sandgate's
+# ("metadata": {"sandgate": {"transport": "tcp", "iopub_linger_ms": 30}}) and sandgate's
 # sandgate-preload.so gives it Unix sockets instead (docs/architecture.md).
+# It publishes results and stdout from another task than its status, now
+# and then just after an execution's idle status: sandgate waits 30 ms more
+# for them (iopub_linger_ms).
 # Interrupts are interrupt_request messages (Deno terminates the running
 # code and keeps its state; a SIGINT would end the kernel).
 # Deno's kernel runs user code with every Deno permission (it takes no
@@ -32,7 +35,7 @@ kernel_json=$(cat <<JSON
   "interrupt_mode": "message",
   "env": {"DENO_DIR": "/tmp/deno", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1",
           "NO_COLOR": "1"},
-  "metadata": {"sandgate": {"transport": "tcp"}}
+  "metadata": {"sandgate": {"transport": "tcp", "iopub_linger_ms": 30}}
 }
 JSON
 )
