@@ -3,7 +3,7 @@
 # runs every test: the whole suite in the normal build, the sanitizer subset
 # (Makefile.am's sanitizer_tests) under ASan + UBSan (LeakSanitizer on) — two
 # tests at a time, those timed against the clock (serial_tests) alone — then
-# the fuzzers for FUZZ_SECONDS each (default 30; longer runs: scripts/fuzz.sh SECONDS).  Each phase line says how
+# the fuzzers for FUZZ_SECONDS each (default 20; longer runs: scripts/fuzz.sh SECONDS).  Each phase line says how
 # long the run has taken; the slowest tests of each build are listed.  Ends
 # with "N passed, N failed".
 set -uo pipefail
@@ -69,7 +69,7 @@ for b in "build" "build-asan --enable-sanitizers"; do
 done
 
 phase fuzz
-fuzz_out=$(scripts/fuzz.sh "${FUZZ_SECONDS:-30}" 2>&1)
+fuzz_out=$(scripts/fuzz.sh "${FUZZ_SECONDS:-20}" 2>&1)
 echo "$fuzz_out" | tail -15
 fp=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
 ff=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
