@@ -111,41 +111,10 @@ const char *api_context_cwd(api_t *self, const kernel_t *k)
 
 /* --- contexts ------------------------------------------------------------------ */
 
-/* A language's usual name: the short ones clients send (E2B's "js" and
- * "ts") become "javascript" and "typescript"; others are as given. */
-static const char *language_name(const char *language)
-{
-    if (strcasecmp(language, "js") == 0)
-        return "javascript";
-    if (strcasecmp(language, "ts") == 0)
-        return "typescript";
-    return language;
-}
-
-static const kspec_t *spec_of_language(const kspecs_t *ks, const char *language)
-{
-    const kspec_t *best = NULL;
-    for (size_t i = 0; i < kspecs_count(ks); i++) {
-        const kspec_t *k = kspecs_at(ks, i);
-        if (strcasecmp(k->language, language) == 0 && (!best || strcmp(k->name, "python3") == 0))
-            best = k;
-    }
-    return best;
-}
-
-/* The kernelspec for a language (language_name's): one named so, else the
- * first whose language matches (python3 for "python"); for "javascript"
- * without a JavaScript kernel, a TypeScript one (Deno's runs both). */
+/* The kernelspec for a language (kspecs_for_language). */
 static const kspec_t *spec_for(api_t *self, const char *language)
 {
-    const kspecs_t *ks = kmgr_kspecs(self->kmgr);
-    const kspec_t *by_name = kspecs_get(ks, language);
-    if (by_name)
-        return by_name;
-    const kspec_t *k = spec_of_language(ks, language);
-    if (k == NULL && strcasecmp(language, "javascript") == 0)
-        k = spec_of_language(ks, "typescript");
-    return k;
+    return kspecs_for_language(kmgr_kspecs(self->kmgr), language);
 }
 
 /* "running" (idle or busy), "starting", "pausing", "paused", "resuming", "dead". */
@@ -212,7 +181,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
                              const char *template, const audit_who_t *who, tenant_quota_t *quota,
                              sg_error_t **err)
 {
-    language = language_name(language);
+    language = kspec_language_name(language);
     const sandbox_template_t *tpl = template ? kmgr_template(self->kmgr, template) : NULL;
     if (template && !tpl) {
         sg_error_set(err, SG_E_NOTFOUND, "no template '%s' (GET /templates lists them)", template);
@@ -277,7 +246,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
 static kernel_t *default_context(api_t *self, const tenant_t *t, const char *language,
                                  const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    language = language_name(language);
+    language = kspec_language_name(language);
     cleanup_free char *key = default_key(t->name, language);
     const char *id = json_string_value(json_object_get(self->defaults, key));
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;

@@ -287,7 +287,8 @@ static int set_template(settings_t *s, const opt_t *o, const char *v)
     return 0;
 }
 
-/* --pool-size N (the server's python3 pool) or NAME=N (a template's). */
+/* --pool-size N (the server's python3 pool) or NAME=N (a template's, else a
+ * language's or kernelspec's). */
 static int set_pool_size(settings_t *s, const opt_t *o, const char *v)
 {
     const char *eq = strchr(v, '=');
@@ -426,8 +427,8 @@ static const opt_t table[] = {
     {"max-kernels", 0, "N", UINT(k.max_kernels, 0, 100000, 1),
      .help = "running session kernels at once (64; paused ones not counted)"},
     {"pool-size", 0, "N|NAME=N", set_pool_size,
-     .help = "warm python3 kernels kept ready (1); NAME=N: warm kernels of template NAME "
-             "(0), repeatable"},
+     .help = "warm python3 kernels kept ready (1); NAME=N: warm kernels of template NAME, "
+             "else of language or kernelspec NAME (javascript, bash, ir...) (0), repeatable"},
     {"template", 0, "NAME=SPEC", set_template,
      .help = "a template for new sessions (POST /contexts {\"template\": NAME}; a kernelspec "
              "NAME in the Jupyter API), repeatable; SPEC is KEY=VALUE pairs split at commas: "
@@ -731,13 +732,13 @@ static int derive(settings_t *s)
         size_t j = 0;
         while (j < s->ntemplates && strcmp(s->templates[j].name, s->pools[i].name) != 0)
             j++;
-        if (j == s->ntemplates) {
-            fprintf(stderr, "sandgate: --pool-size %s=%d: no --template %s\n", s->pools[i].name,
-                    s->pools[i].size, s->pools[i].name);
-            return -1;
-        }
-        s->templates[j].pool_size = s->pools[i].size;
+        if (j < s->ntemplates)
+            s->templates[j].pool_size = s->pools[i].size;
+        else /* a language or kernelspec: kmgr resolves it */
+            s->lang_pools[s->nlang_pools++] = (kmgr_pool_t){s->pools[i].name, s->pools[i].size};
     }
+    s->k.pools = s->lang_pools;
+    s->k.npools = s->nlang_pools;
     s->k.sandbox.templates = s->templates;
     s->k.sandbox.ntemplates = s->ntemplates;
     if (s->no_auth && s->keys_file) {

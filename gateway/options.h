@@ -55,6 +55,8 @@ typedef struct {
         int size;
     } pools[SETTINGS_MAX_TEMPLATES]; /* --pool-size NAME=N, applied once all are read */
     size_t npools;
+    kmgr_pool_t lang_pools[SETTINGS_MAX_TEMPLATES]; /* the pools that are no template's */
+    size_t nlang_pools;
 } settings_t;
 
 /* Fills s from the config file, the environment and argv, in that order,

@@ -268,8 +268,16 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
      * from a snapshot: that ran it before). */
     const sandbox_template_t *t = kmgr_template(m, so->template);
     e->template = t ? t->name : NULL;
-    const char *preload = t ? t->preload : m->preload;
-    opts.preload = so->snapshot ? NULL : pool ? (preload ? preload : "None") : t ? preload : NULL;
+    /* Another language's pool kernel (--pool-size LANG=N) runs nothing. */
+    bool pooled_spec = strcmp(spec->name, m->cfg.pool_kernelspec) == 0;
+    const char *preload = t ? t->preload : pooled_spec ? m->preload : NULL;
+    bool python = strcmp(spec->language, "python") == 0;
+    opts.preload = so->snapshot ? NULL
+                   : pool       ? (preload  ? preload
+                                   : python ? "None"
+                                            : NULL)
+                   : t          ? preload
+                                : NULL;
     opts.template = e->template;
     opts.hold = !e->opened;
     opts.internet = so->internet;
@@ -290,23 +298,45 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     return e->k;
 }
 
-/* Warm kernels of one pool (a template's, or the server's: NULL): all, or
- * those a claim would take now (ready and idle). */
-static size_t pool_count(const kmgr_t *m, const char *template, bool ready_only)
+/* Warm kernels of one pool (a template's, or spec's without a template):
+ * all, or those a claim would take now (ready and idle). */
+static size_t pool_count(const kmgr_t *m, const char *template, const kspec_t *spec,
+                         bool ready_only)
 {
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++) {
         const entry_t *e = m->entries[i];
         n += e->pool && (!ready_only || (e->ready && kernel_state(e->k) == KERNEL_IDLE)) &&
-             (template && e->template ? strcmp(template, e->template) == 0
-                                      : template == e->template);
+             (template && e->template
+                  ? strcmp(template, e->template) == 0
+                  : template == e->template && (template || kernel_spec(e->k) == spec));
     }
     return n;
 }
 
 size_t kmgr_pool_ready(const kmgr_t *m, const char *template)
 {
-    return pool_count(m, template, true);
+    return pool_count(m, template, kspecs_get(m->kspecs, m->cfg.pool_kernelspec), true);
+}
+
+/* The --pool-size LANG=N pools, resolved; the pooled kernelspec's sets
+ * pool_size.  -1 with *err for a name that is no language or kernelspec. */
+static int pools_resolve(kmgr_t *m, sg_error_t **err)
+{
+    m->pools = xzalloc((m->cfg.npools + 1) * sizeof *m->pools);
+    for (size_t i = 0; i < m->cfg.npools; i++) {
+        const kmgr_pool_t *p = &m->cfg.pools[i];
+        const kspec_t *spec = kspecs_for_language(m->kspecs, p->name);
+        if (spec == NULL)
+            return sg_error_set(err, SG_E_INVALID,
+                                "--pool-size %s=%d: no template, kernelspec or language '%s'",
+                                p->name, p->size, p->name);
+        if (strcmp(spec->name, m->cfg.pool_kernelspec) == 0)
+            m->cfg.pool_size = p->size;
+        else
+            m->pools[m->npools++] = (struct spec_pool){spec, p->size};
+    }
+    return 0;
 }
 
 /* Starts one pool kernel where a pool is short: the server's first, then
@@ -319,15 +349,20 @@ static void fill_pool(kmgr_t *m)
         if (m->entries[i]->pool && !m->entries[i]->ready)
             return; /* one start at a time: starts are CPU-heavy */
     const sandbox_config_t *sc = &m->cfg.sandbox;
-    const char *template = NULL, *specname = m->cfg.pool_kernelspec;
-    bool short_ = m->cfg.pool_size > 0 && pool_count(m, NULL, false) < (size_t)m->cfg.pool_size;
+    const char *template = NULL;
+    const kspec_t *spec = kspecs_get(m->kspecs, m->cfg.pool_kernelspec);
+    bool short_ =
+        m->cfg.pool_size > 0 && pool_count(m, NULL, spec, false) < (size_t)m->cfg.pool_size;
+    for (size_t i = 0; !short_ && i < m->npools; i++) {
+        spec = m->pools[i].spec;
+        short_ = pool_count(m, NULL, spec, false) < (size_t)m->pools[i].size;
+    }
     for (size_t i = 0; !short_ && i < sc->ntemplates; i++) {
         const sandbox_template_t *t = &sc->templates[i];
         template = t->name;
-        specname = t->kernelspec ? t->kernelspec : "python3";
-        short_ = t->pool_size > 0 && pool_count(m, t->name, false) < (size_t)t->pool_size;
+        spec = kspecs_get(m->kspecs, t->kernelspec ? t->kernelspec : "python3");
+        short_ = t->pool_size > 0 && pool_count(m, t->name, spec, false) < (size_t)t->pool_size;
     }
-    const kspec_t *spec = kspecs_get(m->kspecs, specname);
     if (!short_ || spec == NULL)
         return;
     char id[37];
@@ -901,6 +936,8 @@ kmgr_t *kmgr_new(loop_t *loop, const kmgr_config_t *cfg, sg_error_t **err)
             goto fail;
         }
     }
+    if (pools_resolve(m, err) < 0)
+        goto fail;
     snapshots_load(m);
     templates_check(m);
     adopt_all(m);
@@ -942,6 +979,7 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
     kspecs_destroy(&m->kspecs);
     sandbox_env_destroy(&m->env);
     free(m->state_dir);
+    free(m->pools);
     free(m->preload);
     free(m);
 }

@@ -28,6 +28,12 @@
  *                   message can hold the kernel's stderr, which is output) */
 typedef void(kmgr_notice_fn)(const char *event, json_t *fields, void *arg);
 
+/* --pool-size NAME=N for a language or kernelspec (not a template). */
+typedef struct {
+    const char *name;
+    int size;
+} kmgr_pool_t;
+
 typedef struct {
     const char *state_dir;
     sandbox_config_t sandbox;
@@ -37,12 +43,16 @@ typedef struct {
                                     sandbox.templates' pool_size) */
     const char *pool_kernelspec; /* which kernelspec is pooled ("python3") */
     const char *pool_preload;    /* code a pool kernel runs before it is claimable */
-    int cull_idle_ms;            /* shut down sessions idle this long (paused or not); 0: never */
-    int pause_after_ms;          /* pause sessions idle this long; 0: never */
-    int max_kernels;             /* running session kernels at once (not the pool, not paused) */
-    int64_t snapshot_ttl_ms;     /* snapshots older than this are deleted; 0: kept until deleted */
-    int max_snapshots;           /* snapshots of one context at once; 0: no limit */
-    kmgr_notice_fn *notice;      /* NULL: none */
+    const kmgr_pool_t *pools;    /* warm kernels of other languages (kspecs_for_language's
+                                    name), without preload code; a name that is the pooled
+                                    kernelspec's sets pool_size */
+    size_t npools;
+    int cull_idle_ms;        /* shut down sessions idle this long (paused or not); 0: never */
+    int pause_after_ms;      /* pause sessions idle this long; 0: never */
+    int max_kernels;         /* running session kernels at once (not the pool, not paused) */
+    int64_t snapshot_ttl_ms; /* snapshots older than this are deleted; 0: kept until deleted */
+    int max_snapshots;       /* snapshots of one context at once; 0: no limit */
+    kmgr_notice_fn *notice;  /* NULL: none */
     void *notice_arg;
 } kmgr_config_t;
 

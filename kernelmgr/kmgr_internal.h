@@ -41,6 +41,11 @@ struct kmgr {
     kmgr_snapshot_t **snaps; /* kmgr_snapshots.c */
     size_t nsnaps, capsnaps;
     json_t *tsnap_taking; /* kmgr_templates.c: template name -> true while its snapshot is taken */
+    struct spec_pool {
+        const kspec_t *spec;
+        int size;
+    } * pools; /* cfg.pools, resolved */
+    size_t npools;
 };
 
 /* kmgr.c */

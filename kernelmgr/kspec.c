@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
@@ -201,4 +202,35 @@ const kspec_t *kspecs_get(const kspecs_t *self, const char *name)
 const kspec_t *kspecs_at(const kspecs_t *self, size_t i)
 {
     return i < self->n ? self->items[i] : NULL;
+}
+
+const char *kspec_language_name(const char *language)
+{
+    if (strcasecmp(language, "js") == 0)
+        return "javascript";
+    if (strcasecmp(language, "ts") == 0)
+        return "typescript";
+    return language;
+}
+
+static const kspec_t *of_language(const kspecs_t *ks, const char *language)
+{
+    const kspec_t *best = NULL;
+    for (size_t i = 0; i < kspecs_count(ks); i++) {
+        const kspec_t *k = kspecs_at(ks, i);
+        if (strcasecmp(k->language, language) == 0 && (!best || strcmp(k->name, "python3") == 0))
+            best = k;
+    }
+    return best;
+}
+
+const kspec_t *kspecs_for_language(const kspecs_t *self, const char *language)
+{
+    language = kspec_language_name(language);
+    const kspec_t *k = kspecs_get(self, language);
+    if (k == NULL)
+        k = of_language(self, language);
+    if (k == NULL && strcasecmp(language, "javascript") == 0)
+        k = of_language(self, "typescript");
+    return k;
 }

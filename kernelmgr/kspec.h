@@ -56,5 +56,13 @@ size_t kspecs_count(const kspecs_t *self);
 /* Borrowed; NULL if absent / out of range. */
 const kspec_t *kspecs_get(const kspecs_t *self, const char *name);
 const kspec_t *kspecs_at(const kspecs_t *self, size_t i);
+/* A language's usual name: the short ones clients send (E2B's "js" and
+ * "ts") become "javascript" and "typescript"; others are as given. */
+const char *kspec_language_name(const char *language);
+/* The kernelspec for a language (or its short name): one named so, else
+ * the first whose language it is (python3 for "python"); for "javascript"
+ * without a JavaScript kernel, a TypeScript one (Deno's runs both).
+ * Borrowed; NULL: none. */
+const kspec_t *kspecs_for_language(const kspecs_t *self, const char *language);
 
 #endif

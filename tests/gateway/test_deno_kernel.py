@@ -6,17 +6,18 @@ workspace imported); errors with their stack; rich results (HTML, PNG); a
 TypeScript typed function; stdout streamed in order; a timeout that
 interrupts a busy loop (state kept) and restarts a kernel the interrupt
 does not stop; no network; pause and resume with V8's heap intact; a paused
-session re-adopted by a restarted sandgate; and the same kernel without a
-sandbox (--sandbox none).
+session re-adopted by a restarted sandgate; a warm pool of Deno kernels
+(--pool-size javascript=1) and a pool name that is no language refused;
+and the same kernel without a sandbox (--sandbox none).
 
 Deno's kernel speaks ZeroMQ over TCP only: sandgate-preload.so gives it Unix
 sockets (kernelmgr/sandbox_preload.c), which is what lets runsc checkpoint
 it, and the test checks that the sandbox holds no TCP socket."""
-import base64
 import json
+import subprocess
 import time
 
-from sgd import Daemon
+from sgd import Daemon, SANDGATE
 from tap import ok, done
 
 # A 1x1 PNG.
@@ -148,6 +149,33 @@ try:
        (st, k, m))
 finally:
     d.stop()
+
+# A warm pool per language: --pool-size javascript=1 keeps a Deno kernel
+# ready (no preload code), which a JavaScript context claims.
+d = Daemon("--pool-size", "0", "--pool-size", "javascript=1")
+try:
+    deadline = time.time() + 120
+    while time.time() < deadline and 'sandgate_pool_kernels{state="ready"} 1' not in d.request(
+            "GET", "/metrics")[2].decode():
+        time.sleep(0.5)
+    st, c = d.json("POST", "/contexts", {"language": "ts"})
+    r = run(d, c.get("id"), "const z: number = 2; z + 1")
+    claims = d.request("GET", "/metrics")[2].decode()
+    ok(st == 201 and text(r) == "3" and "sandgate_pool_claims_total 1\n" in claims,
+       "--pool-size javascript=1: a TypeScript context is claimed from the Deno pool",
+       (st, r, d.log[-5:]))
+    st, c = d.json("POST", "/contexts", {"language": "python"})
+    r = run(d, c.get("id"), "1 + 1")
+    claims = d.request("GET", "/metrics")[2].decode()
+    ok(text(r) == "2" and "sandgate_pool_claims_total 1\n" in claims,
+       "a Python context is not (the Python pool is 0)", (r, d.log[-5:]))
+finally:
+    d.stop()
+proc = subprocess.run([SANDGATE, "--sandbox", "none",
+                       "--listen", "127.0.0.1:0", "--no-auth", "--state-dir", "/nonexistent/x",
+                       "--pool-size", "cobol=1"], capture_output=True, text=True, timeout=60)
+ok(proc.returncode != 0 and "no template, kernelspec or language 'cobol'" in proc.stderr,
+   "--pool-size cobol=1 is refused at start: no template, kernelspec or language", proc.stderr)
 
 # Without a sandbox the same kernel runs as a plain process, its ports
 # Unix sockets in the state directory.
