@@ -15,6 +15,7 @@ sockets (kernelmgr/sandbox_preload.c), which is what lets runsc checkpoint
 it, and the test checks that the sandbox holds no TCP socket."""
 import json
 import subprocess
+import tempfile
 import time
 
 from sgd import Daemon, SANDGATE
@@ -171,9 +172,10 @@ try:
        "a Python context is not (the Python pool is 0)", (r, d.log[-5:]))
 finally:
     d.stop()
-proc = subprocess.run([SANDGATE, "--sandbox", "none",
-                       "--listen", "127.0.0.1:0", "--no-auth", "--state-dir", "/nonexistent/x",
-                       "--pool-size", "cobol=1"], capture_output=True, text=True, timeout=60)
+with tempfile.TemporaryDirectory(prefix="sg-deno-") as state:
+    proc = subprocess.run([SANDGATE, "--sandbox", "none", "--listen", "127.0.0.1:0",
+                           "--no-auth", "--state-dir", state, "--pool-size", "cobol=1"],
+                          capture_output=True, text=True, timeout=60)
 ok(proc.returncode != 0 and "no template, kernelspec or language 'cobol'" in proc.stderr,
    "--pool-size cobol=1 is refused at start: no template, kernelspec or language", proc.stderr)
 
