@@ -216,10 +216,12 @@ pid_t proc_spawn(const proc_spec_t *spec, sg_error_t **err)
         }
         if (spec->cwd && chdir(spec->cwd) < 0)
             _exit(126);
+        /* By PATH when the program has no '/': a kernelspec may name its
+         * program so ("R"), as sandgate-init finds it in a sandbox. */
         if (spec->env)
-            execve(spec->argv[0], (char *const *)spec->argv, (char *const *)spec->env);
+            execvpe(spec->argv[0], (char *const *)spec->argv, (char *const *)spec->env);
         else
-            execv(spec->argv[0], (char *const *)spec->argv);
+            execvp(spec->argv[0], (char *const *)spec->argv);
         static const char msg[] = "sandgate: exec failed\n";
         if (write(2, msg, sizeof msg - 1) < 0)
             _exit(127);

@@ -37,33 +37,32 @@ def text(r):
     return res[0].get("text") if res else None
 
 
-def check_language(d, cid):
+def check_language(d, cid, lang):
     r = run(d, cid, "let n = 40\nfunction twice(x) { return x * 2 }\nconsole.log('n is', n)")
-    ok(r.get("stdout") == "n is 40\n" and r.get("error") is None, "JavaScript runs: console.log is "
-       "stdout", r)
+    ok(r.get("stdout") == "n is 40\n" and r.get("error") is None, f"{lang}: console.log is stdout", r)
     r = run(d, cid, "twice(n) + 2")
-    ok(text(r) == "82", "variables and functions persist between calls; the last value is the "
-       "result", r)
+    ok(text(r) == "82", f"{lang}: variables and functions persist between calls; the last "
+       "value is the result", r)
     r = run(d, cid, "Deno.writeTextFileSync('shapes.ts', 'export const sides = 4;\\n"
                     "export function area(w: number, h: number): number { return w * h }\\n')\n"
                     "const shapes = await import('file:///home/user/shapes.ts')\n"
                     "shapes.area(shapes.sides, 5)")
-    ok(text(r) == "20", "a module file of the workspace is imported (await import)", r)
+    ok(text(r) == "20", f"{lang}: a module file of the workspace is imported (await import)", r)
     r = run(d, cid, "shapes.sides * 10")
-    ok(text(r) == "40", "and the import persists", r)
+    ok(text(r) == "40", f"{lang}: and the import persists", r)
     r = run(d, cid, "function inner() { throw new TypeError('bad shape') }\n"
                     "function outer() { inner() }\nouter()")
     err = r.get("error") or {}
     ok(err.get("name") == "TypeError" and err.get("value") == "bad shape"
        and "at inner" in err.get("traceback", "") and "at outer" in err.get("traceback", ""),
-       "an error is structured: name, value and its stack as traceback", r)
+       f"{lang}: an error is structured: name, value and its stack as traceback", r)
     r = run(d, cid, "Deno.jupyter.html`<b>bold</b> ${n}`")
     res = (r.get("results") or [{}])[0]
-    ok(res.get("html") == "<b>bold</b> 40", "Deno.jupyter.html is an HTML result", r)
+    ok(res.get("html") == "<b>bold</b> 40", f"{lang}: Deno.jupyter.html is an HTML result", r)
     r = run(d, cid, f"Deno.jupyter.display({{'image/png': '{PNG}'}}, {{raw: true}})")
     res = (r.get("results") or [{}])[0]
     ok(res.get("png") == PNG and not res.get("is_main_result"),
-       "Deno.jupyter.display of image/png is a PNG display", r)
+       f"{lang}: Deno.jupyter.display of image/png is a PNG display", r)
 
 
 d = Daemon("--pool-size", "0", "--pause-after", "0")
@@ -77,7 +76,7 @@ try:
     ok(st == 201 and c.get("language") == "javascript",
        "POST /contexts {\"language\": \"js\"} is a javascript context", (st, c))
     cid = c.get("id")
-    check_language(d, cid)
+    check_language(d, cid, "javascript")
 
     # No TCP socket in the sandbox: the kernel's ports are Unix sockets.
     r = run(d, cid, "Deno.readTextFileSync('/proc/net/tcp').trim().split('\\n').length - 1")
@@ -105,6 +104,7 @@ try:
        "a TypeScript context runs a typed function", (t, r))
     r = run(d, tid, "typeof n")
     ok(text(r) == '"undefined"', "each context has its own kernel (no state from the JS one)", r)
+    check_language(d, tid, "typescript")  # JavaScript is TypeScript
 
     # Timeouts: a busy loop is interrupted and the state stays; code the
     # interrupt cannot stop (a promise that never settles) restarts the kernel.

@@ -1,7 +1,8 @@
 """The R kernel (Debian's r-cran-irkernel, kernelspec ir) in a gVisor sandbox:
 listed, started from the REST and Jupyter APIs, state kept between calls, a
 plot written to output/ comes back as an artifact, an R error comes back
-with its message and traceback, and a paused R session resumes intact."""
+with its message and traceback, a paused R session resumes intact, and R
+runs without a sandbox too."""
 import json
 
 from sgd import Daemon
@@ -53,6 +54,16 @@ try:
     st2, m = d.json("GET", f"/api/kernels/{k.get('id')}")
     ok(st == 201 and m.get("name") == "ir", "POST /api/kernels {\"name\": \"ir\"} starts one",
        (st, k, m))
+finally:
+    d.stop()
+
+# Without a sandbox too: the kernelspec names its program "R", found by PATH.
+d = Daemon("--sandbox", "none", "--pool-size", "0")
+try:
+    st, c = d.json("POST", "/contexts", {"language": "r"})
+    r = run(d, c.get("id"), "x <- 6; cat(x * 7, '\\n')")
+    ok(st == 201 and r.get("stdout") == "42 \n",
+       "--sandbox none: an R context runs (its program found by PATH)", (st, r))
 finally:
     d.stop()
 done()
