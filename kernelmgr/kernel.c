@@ -231,6 +231,7 @@ static void on_iopub(kernel_t *k, jmsg_t *m)
         }
         return;
     }
+    linger_more(k, e); /* late output: more may follow */
     if (e->cb.on_output)
         e->cb.on_output(m, e->cb.arg);
 }

@@ -134,7 +134,7 @@ static void on_lingered(loop_t *loop, int timer_id, void *arg)
 
 /* The head execution ends once it has its reply and its idle status; for
  * a kernel that may publish output after both (kspec.h's iopub_linger_ms),
- * that long later. */
+ * that long after the last of its output (at most 8 times that). */
 void maybe_finish(kernel_t *k)
 {
     exec_t *e = k->queue;
@@ -147,6 +147,15 @@ void maybe_finish(kernel_t *k)
         return;
     }
     finish_head(k, NULL);
+}
+
+void linger_more(kernel_t *k, exec_t *e)
+{
+    if (!e->lingering || e->lingered_more >= 7)
+        return;
+    e->lingered_more++;
+    end_timer(k, &e->timer);
+    e->timer = loop_timer(k->loop, k->spec->iopub_linger_ms, 1, on_lingered, e);
 }
 
 static void on_grace_expired(loop_t *loop, int timer_id, void *arg)

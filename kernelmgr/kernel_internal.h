@@ -36,9 +36,10 @@ typedef struct exec {
     char msg_id[64]; /* empty until sent */
     json_t *reply;
     bool got_reply, got_idle, timed_out;
-    bool lingering;  /* answered; its timer waits for late output (kspec's iopub_linger_ms) */
-    bool is_preload; /* the kernel's preload snippet: READY follows it */
-    bool tracked;    /* sent by a frontend (kernel_track): on k->tracked, not queued */
+    bool lingering;    /* answered; its timer waits for late output (kspec's iopub_linger_ms) */
+    int lingered_more; /* times late output came while lingering (linger_more) */
+    bool is_preload;   /* the kernel's preload snippet: READY follows it */
+    bool tracked;      /* sent by a frontend (kernel_track): on k->tracked, not queued */
     int timer;
     int64_t sent_at; /* zclock_mono() of its execute_request */
     struct kernel *k;
@@ -163,6 +164,8 @@ exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
 void fail_all(kernel_t *k, const sg_error_t *err);
 void pump(kernel_t *k);
 void maybe_finish(kernel_t *k);
+/* Output of e came while it lingers: it waits that long again. */
+void linger_more(kernel_t *k, exec_t *e);
 /* A frontend's own execution (kernel_track) hears of a message: kernel_exec.c. */
 void on_tracked(kernel_t *k, jchan_t chan, const jmsg_t *m);
 
