@@ -5,6 +5,7 @@ usage: e2b_sdk.py URL TOKEN   — prints one JSON line per check: {ok, name, det
 import asyncio
 import base64
 import json
+import re
 import sys
 import traceback
 
@@ -98,6 +99,41 @@ def sync_checks():
     check(ex.logs.stdout == ["42"] and ex.error is None, "language='r' runs R code", ex)
     ex = sbx.run_code("echo $((6 * 7))", language="bash")
     check("".join(ex.logs.stdout) == "42\n" and ex.error is None, "language='bash' runs Bash code", ex)
+
+    # JavaScript and TypeScript run on Deno's kernel: js and ts are the SDK's
+    # names, javascript and typescript the contexts' languages.
+    out = []
+    ex = sbx.run_code('let n = 6\nfunction twice(v) { return v * 2 }\nconsole.log("hello from js")\nn * 7',
+                      language="js", on_stdout=lambda m: out.append(m.line))
+    check(len(ex.results) == 1 and ex.results[0].text == "42" and ex.results[0].is_main_result
+          and ex.error is None, "language='js' runs JavaScript and returns its value", ex)
+    check(ex.logs.stdout == ["hello from js\n"] and out == ["hello from js\n"],
+          "console.log is stdout (logs and on_stdout)", (ex.logs, out))
+    ex = sbx.run_code("twice(n) + 30", language="js")
+    check(ex.results and ex.results[0].text == "42" and ex.error is None,
+          "a JavaScript variable and function persist across run_code calls", ex)
+    ex = sbx.run_code('function boom() { throw new TypeError("bad thing") }\nboom()', language="js")
+    e = ex.error
+    check(e and e.name == "TypeError" and e.value == "bad thing"
+          and re.match(r"TypeError: bad thing\n\s+at boom ", e.traceback),
+          "a JavaScript exception is an error with name, value and traceback", e)
+    ex = sbx.run_code('Deno.jupyter.html`<b id="sg">sandgate</b>`', language="js")
+    check(len(ex.results) == 1 and ex.results[0].html == '<b id="sg">sandgate</b>'
+          and ex.error is None, "Deno.jupyter.html comes back as a result with .html", ex)
+    tctx = sbx.create_code_context(language="ts")
+    ex = sbx.run_code("function f(a: number): number { return a * 7 }\nf(6)", context=tctx)
+    check(tctx.language == "typescript" and ex.results and ex.results[0].text == "42"
+          and ex.error is None,
+          "create_code_context(language='ts') is a typescript context that runs typed code",
+          (tctx, ex))
+    jctx = sbx.create_code_context(language="js")
+    check(jctx.language == "javascript", "create_code_context(language='js') is a javascript "
+          "context", jctx)
+    langs = {c.id: c.language for c in sbx.list_code_contexts()}
+    check(langs.get(tctx.id) == "typescript" and langs.get(jctx.id) == "javascript",
+          "list_code_contexts reports their languages", langs)
+    sbx.remove_code_context(tctx)
+    sbx.remove_code_context(jctx)
 
     bad = connect(Sandbox, "wrong-token-0123456789")
     threw = None

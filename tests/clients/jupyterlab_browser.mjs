@@ -3,6 +3,11 @@
 //   python      open a Python notebook, type and run cells (a value, a
 //               matplotlib figure, an exception, where the kernel runs);
 //   r           open an R notebook (kernelspec ir) beside it, the same in R;
+//   deno        open a JavaScript notebook (kernelspec deno, Deno's kernel)
+//               in a tab over the R one (after r; beside the current
+//               notebook without it): a value, an HTML table from
+//               Deno.jupyter.html, where the kernel runs; then a screenshot
+//               of it beside the Python notebook in SCREENSHOT-deno.png;
 //   template=T  open a New Launcher (the tab bar's +), click the Notebook card
 //               of the kernelspec of sandgate's template T (the one whose
 //               spec.metadata.sandgate.template is T, display name "... (T)")
@@ -17,15 +22,15 @@
 // reads the kernels' ids and states from window.jupyterapp).
 // usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png [STEP...]
 // Prints TAP, and "# kernel-STEP ID" for each step, "# where-python CWD
-// RELEASE PID" (and the same for r) for the caller; exits 0 only when every
-// check passed.
+// RELEASE PID" (and the same for r and deno) for the caller; exits 0 only
+// when every check passed.
 import { chromium } from "playwright-core";
 
 const [labUrl, token, shot, ...argSteps] = process.argv.slice(2);
 const steps = argSteps.length ? argSteps : ["python", "r"];
-if (!shot || !steps.every((s) => /^(python|r|snapshot|template=.+)$/.test(s))) {
+if (!shot || !steps.every((s) => /^(python|r|deno|snapshot|template=.+)$/.test(s))) {
   console.error("usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png " +
-    "[python|r|template=NAME|snapshot ...]");
+    "[python|r|deno|template=NAME|snapshot ...]");
   process.exit(2);
 }
 const base = labUrl.replace(/\/+$/, "");
@@ -136,7 +141,7 @@ async function prompts(panel, count, what) {
     `the ${what} prompts count the executions 1 to ${count}`, got.join(" | "));
 }
 
-let pyId;  // the Python notebook's panel, in front for the screenshot
+let pyId, rId;  // the Python and R notebooks' panels, in front for the screenshot
 
 const STEPS = {
   async python() {
@@ -166,7 +171,7 @@ const STEPS = {
   async r() {
     await put("r.ipynb", "ir", "R");
     // Opened beside the current notebook.
-    const rId = await page.evaluate(async () => {
+    rId = await page.evaluate(async () => {
       const w = await window.jupyterapp.commands.execute("docmanager:open",
         { path: "r.ipynb", options: { mode: "split-right" } });
       return w.id;
@@ -188,6 +193,44 @@ const STEPS = {
     ok(/^\S+ \S+ \d+$/.test(t), `R cell 4 reports where the kernel runs: ${t}`, t);
     console.log(`# where-r ${t}`);
     await prompts(rp, 4, "R");
+  },
+
+  async deno() {
+    await put("deno.ipynb", "deno", "typescript");
+    // In a tab over the R notebook (or beside the current one).
+    const id = await page.evaluate(async (ref) => {
+      const w = await window.jupyterapp.commands.execute("docmanager:open", {
+        path: "deno.ipynb", options: ref ? { ref, mode: "tab-after" } : { mode: "split-right" },
+      });
+      return w.id;
+    }, rId || null);
+    const dp = page.locator(`[id="${id}"]`);
+    await idleKernel(id, "deno", "typescript", "the JavaScript notebook opens", "deno");
+    let c = await run(dp, page, 0, "const xs = [1, 2, 3];\nxs.map(x => x * 2)");
+    let t = await text(c, RESULT);
+    ok(t === "[ 2, 4, 6 ]", `JavaScript cell 1 (xs.map(x => x * 2)) renders [ 2, 4, 6 ]`, t);
+    c = await run(dp, page, 1, "const row = (x) => `<tr><td>${x}</td><td>${x * 2}</td></tr>`;\n" +
+      "Deno.jupyter.html`<table>\n<tr><th>x</th><th>x * 2</th></tr>\n${xs.map(row).join('')}\n</table>`");
+    const table = c.locator('.jp-OutputArea-output[data-mime-type="text/html"] table');
+    await table.waitFor({ timeout: LIMIT });
+    const rows = await table.locator("tr").allInnerTexts();
+    ok(rows.map((r) => r.trim().split(/\s+/).join(" ")).join(" | ") ===
+      "x x * 2 | 1 2 | 2 4 | 3 6",
+      "JavaScript cell 2 (Deno.jupyter.html) renders its HTML table", rows.join(" | "));
+    // Deno.osRelease() reads /proc/sys/kernel/osrelease, which gVisor has not.
+    c = await run(dp, page, 2, 'const release = Deno.readTextFileSync("/proc/version").split(" ")[2];\n' +
+      "console.log(Deno.cwd(), release, Deno.pid)");
+    t = await text(c, STDOUT);
+    ok(/^\S+ \S+ \d+$/.test(t), `JavaScript cell 3 reports where the kernel runs: ${t}`, t);
+    console.log(`# where-deno ${t}`);
+    await prompts(dp, 3, "JavaScript");
+    if (pyId)
+      await page.evaluate((id) => window.jupyterapp.shell.activateById(id), pyId);
+    await page.evaluate((id) => window.jupyterapp.shell.activateById(id), id);
+    await page.mouse.click(1, 1);
+    const denoShot = shot.replace(/(\.png)?$/, "-deno.png");
+    await page.screenshot({ path: denoShot });
+    console.log(`# screenshot-deno ${denoShot}`);
   },
 
   async template(name) {
@@ -245,8 +288,8 @@ try {
   }
 
   ok(errors.length === 0, "no errors in the page", errors.join("\n"));
-  if (pyId)
-    await page.evaluate((id) => window.jupyterapp.shell.activateById(id), pyId);
+  for (const id of [rId, pyId].filter(Boolean))
+    await page.evaluate((id) => window.jupyterapp.shell.activateById(id), id);
   await page.mouse.click(1, 1);  // no cursor blinking in a cell
   await page.screenshot({ path: shot });
   ok(true, `screenshot written to ${shot}`);

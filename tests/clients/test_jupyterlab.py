@@ -2,9 +2,10 @@
 in tests/.venv-jupyterlab by scripts/venv.sh) started with --gateway-url
 pointing at sandgate: in headless Chromium (jupyterlab_browser.mjs) a Python
 notebook and an R notebook (kernelspec ir) run cells in sandgate kernels and
-their rendered outputs are checked (text, a PNG figure, an error); the
-kernels must be sandgate sessions (GET /contexts) running under gVisor, and
-be gone once JupyterLab has stopped (it deletes its gateway kernels on
+their rendered outputs are checked (text, a PNG figure, an error), and a
+JavaScript notebook (kernelspec deno) a value and an HTML table from
+Deno.jupyter.html; the kernels must be sandgate sessions (GET /contexts)
+running under gVisor, and be gone once JupyterLab has stopped (it deletes its gateway kernels on
 shutdown).  sandgate runs with a template, pd (--template
 'pd=preload=import pandas as pd'): the browser opens a New Launcher, clicks
 the template's kernelspec's card ("Python 3 (ipykernel) (pd)") and runs
@@ -14,7 +15,8 @@ JupyterLab server, with KERNEL_SNAPSHOT in its environment, starts its
 kernels from that snapshot: in the browser a Python notebook's
 print(snapvar) renders the value the snapshotted context had set.
 
-SG_SCREENSHOT=path keeps the screenshot (docs/jupyterlab-gateway.png is made so)."""
+SG_SCREENSHOT=path keeps the screenshot (docs/jupyterlab-gateway.png is made
+so), SG_SCREENSHOT_DENO=path the JavaScript notebook's (docs/jupyterlab-deno.png)."""
 import json
 import os
 import shutil
@@ -134,20 +136,21 @@ try:
     diag(f"JupyterLab up after {time.time() - started:.1f} s")
 
     shot = os.path.join(tmp, "lab.png")
-    r, info = browse(lab, shot, 19, "python", "template=pd", "r")
+    r, info = browse(lab, shot, 25, "python", "template=pd", "r", "deno")
     diag(f"the browser done after {time.time() - started:.1f} s")
 
     st, kernels = d.json("GET", "/api/kernels")
     st2, ctxs = d.json("GET", "/contexts")
-    for lang, home in (("python", "/home/user"), ("r", "/home/user")):
-        kernel, where = info.get(f"kernel-{lang}", ""), info.get(f"where-{lang}", "").split()
+    for step, lang in (("python", "python"), ("r", "r"), ("deno", "typescript")):
+        kernel, where = info.get(f"kernel-{step}", ""), info.get(f"where-{step}", "").split()
         ok(st == 200 and kernel and kernel in [k["id"] for k in kernels],
-           f"sandgate lists the {lang} notebook's kernel {kernel} (GET /api/kernels)", kernels)
+           f"sandgate lists the {step} notebook's kernel {kernel} (GET /api/kernels)", kernels)
         ctx = next((c for c in ctxs or [] if c["id"] == kernel), None)
         ok(st2 == 200 and ctx and ctx.get("language", "").lower() == lang,
-           f"the {lang} kernel is a sandgate session like any other (GET /contexts)", ctxs)
-        ok(len(where) == 3 and where[0].startswith(home) and where[1] == "4.4.0",
-           f"the {lang} cells ran in sandgate's workspace under gVisor (kernel release 4.4.0)",
+           f"the {step} kernel is a sandgate session like any other, language {lang} "
+           "(GET /contexts)", ctxs)
+        ok(len(where) == 3 and where[0].startswith("/home/user") and where[1] == "4.4.0",
+           f"the {step} cells ran in sandgate's workspace under gVisor (kernel release 4.4.0)",
            where)
 
     kernel = info.get("kernel-template", "")
@@ -156,12 +159,14 @@ try:
        f"the notebook from the template's card has a kernel of template pd ({kernel}, "
        "GET /contexts/{id})", ctx)
 
-    ok(os.path.exists(shot) and open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
-       "the screenshot is a PNG")
-    keep = os.environ.get("SG_SCREENSHOT")
-    if keep and os.path.exists(shot):
-        shutil.copy(shot, keep)
-        diag(f"screenshot kept in {keep}")
+    deno_shot = os.path.join(tmp, "lab-deno.png")
+    for path, env in ((shot, "SG_SCREENSHOT"), (deno_shot, "SG_SCREENSHOT_DENO")):
+        ok(os.path.exists(path) and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
+           f"the screenshot {os.path.basename(path)} is a PNG")
+        keep = os.environ.get(env)
+        if keep and os.path.exists(path):
+            shutil.copy(path, keep)
+            diag(f"screenshot kept in {keep}")
 
     # A kernel from a snapshot: a JupyterLab server with KERNEL_SNAPSHOT in
     # its environment forwards it (with its other KERNEL_* variables) in
@@ -193,7 +198,7 @@ try:
     st, after = d.json("GET", "/api/kernels")
     ids = [k["id"] for k in after or []]
     ok(st == 200 and info.get("kernel-python") and not any(
-        info.get(f"kernel-{step}") in ids for step in ("python", "r", "template")),
+        info.get(f"kernel-{step}") in ids for step in ("python", "r", "deno", "template")),
        "JupyterLab's shutdown deletes its kernels in sandgate", after)
     if r.returncode != 0:
         diag(lab.output()[-3000:])

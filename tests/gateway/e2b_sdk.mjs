@@ -50,6 +50,38 @@ try {
     "createCodeContext({ language: 'bash' }) is a Bash context of its own", [bctx, ex.logs])
   await sbx.removeCodeContext(bctx)
 
+  // JavaScript and TypeScript run on Deno's kernel: js and ts are the SDK's
+  // names, javascript and typescript the contexts' languages.
+  const jsOut = []
+  ex = await sbx.runCode('let n = 6\nfunction twice(v) { return v * 2 }\nconsole.log("hello from js")\nn * 7',
+    { language: 'js', onStdout: (m) => jsOut.push(m.line) })
+  check(ex.results.length === 1 && ex.results[0].text === '42' && ex.results[0].isMainResult && !ex.error,
+    "runCode(code, { language: 'js' }) runs JavaScript and returns its value", [ex.results, ex.error])
+  check(ex.logs.stdout.join('') === 'hello from js\n' && jsOut.join('') === 'hello from js\n',
+    'console.log is stdout (logs and onStdout)', [ex.logs, jsOut])
+  ex = await sbx.runCode('twice(n) + 30', { language: 'js' })
+  check(ex.results[0]?.text === '42' && !ex.error,
+    'a JavaScript variable and function persist across runCode calls', [ex.results, ex.error])
+  ex = await sbx.runCode('function boom() { throw new TypeError("bad thing") }\nboom()', { language: 'js' })
+  check(ex.error && ex.error.name === 'TypeError' && ex.error.value === 'bad thing' &&
+    /^TypeError: bad thing\n\s+at boom /.test(ex.error.traceback),
+    'a JavaScript exception is an error with name, value and traceback', ex.error)
+  ex = await sbx.runCode('Deno.jupyter.html`<b id="sg">sandgate</b>`', { language: 'js' })
+  check(ex.results.length === 1 && ex.results[0].html === '<b id="sg">sandgate</b>' && !ex.error,
+    'Deno.jupyter.html comes back as a result with .html', [ex.results, ex.error])
+  const tctx = await sbx.createCodeContext({ language: 'ts' })
+  ex = await sbx.runCode('function f(a: number): number { return a * 7 }\nf(6)', { context: tctx })
+  check(tctx.language === 'typescript' && ex.results[0]?.text === '42' && !ex.error,
+    "createCodeContext({ language: 'ts' }) is a typescript context that runs typed code",
+    [tctx, ex.results, ex.error])
+  const jctx = await sbx.createCodeContext({ language: 'js' })
+  check(jctx.language === 'javascript', "createCodeContext({ language: 'js' }) is a javascript context", jctx)
+  const langs = Object.fromEntries((await sbx.listCodeContexts()).map((c) => [c.id, c.language]))
+  check(langs[tctx.id] === 'typescript' && langs[jctx.id] === 'javascript',
+    'listCodeContexts reports their languages', langs)
+  await sbx.removeCodeContext(tctx)
+  await sbx.removeCodeContext(jctx)
+
   const ctx = await sbx.createCodeContext({ cwd: '/home/user' })
   check(ctx && typeof ctx.id === 'string' && ctx.language === 'python', 'createCodeContext', ctx)
   await sbx.runCode('in_ctx = 1', { context: ctx })
