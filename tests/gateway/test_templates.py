@@ -228,8 +228,9 @@ try:
        any("template arc: image unpacked" in l for l in d.log),
        "after a restart the image is not unpacked again (the archive is, once)",
        "".join(d.log[-20:]))
-    got = run(d, deb["id"], ROOT_CHECK + "\nprint(x)")  # then it is running (a re-adopted
-    st, again = d.json("GET", f"/contexts/{deb['id']}", token=ALICE)  # one starts first)
+    # Its state once it answered: a re-adopted context is "starting" first.
+    got = run(d, deb["id"], ROOT_CHECK + "\nprint(x)")
+    st, again = d.json("GET", f"/contexts/{deb['id']}", token=ALICE)
     ok(st == 200 and again.get("template") == "deb" and again.get("state") == "running" and
        got == f"{MARKER} False\ndeb state\n",
        "a deb context re-adopted after the restart keeps its template, root and state",
