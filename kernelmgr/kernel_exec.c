@@ -142,6 +142,7 @@ void maybe_finish(kernel_t *k)
         return;
     if (k->spec->iopub_linger_ms > 0) {
         e->lingering = true;
+        e->idle_at = zclock_mono();
         end_timer(k, &e->timer);
         e->timer = loop_timer(k->loop, k->spec->iopub_linger_ms, 1, on_lingered, e);
         return;
@@ -153,6 +154,8 @@ void linger_more(kernel_t *k, exec_t *e)
 {
     if (!e->lingering || e->lingered_more >= 7)
         return;
+    log_debug("kernel %s: output %lld ms after the answer", k->id,
+              (long long)(zclock_mono() - e->idle_at));
     e->lingered_more++;
     end_timer(k, &e->timer);
     e->timer = loop_timer(k->loop, k->spec->iopub_linger_ms, 1, on_lingered, e);

@@ -38,6 +38,7 @@ typedef struct exec {
     bool got_reply, got_idle, timed_out;
     bool lingering;    /* answered; its timer waits for late output (kspec's iopub_linger_ms) */
     int lingered_more; /* times late output came while lingering (linger_more) */
+    int64_t idle_at;   /* zclock_mono() when it began to linger */
     bool is_preload;   /* the kernel's preload snippet: READY follows it */
     bool tracked;      /* sent by a frontend (kernel_track): on k->tracked, not queued */
     int timer;

@@ -13,7 +13,7 @@
 # It publishes results and stdout from other tasks than its status, now
 # and then after an execution's idle status (up to ~90 ms on a loaded
 # machine): sandgate waits 100 ms more for them, again after each late one
-# ("iopub_linger_ms": 100).
+# ("iopub_linger_ms": 30).
 # Interrupts are interrupt_request messages (Deno terminates the running
 # code and keeps its state; a SIGINT would end the kernel).
 # Deno's kernel runs user code with every Deno permission (it takes no
@@ -36,7 +36,7 @@ kernel_json=$(cat <<JSON
   "interrupt_mode": "message",
   "env": {"DENO_DIR": "/tmp/deno", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1",
           "NO_COLOR": "1"},
-  "metadata": {"sandgate": {"transport": "tcp", "iopub_linger_ms": 100}}
+  "metadata": {"sandgate": {"transport": "tcp", "iopub_linger_ms": 30}}
 }
 JSON
 )
