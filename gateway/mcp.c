@@ -28,6 +28,8 @@ enum {
  * here, else with the first. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
+const char *const mcp_langs[MCP_LANGS] = {"python", "javascript", "typescript", "r", "bash"};
+
 void mcp_config_defaults(mcp_config_t *cfg)
 {
     *cfg = (mcp_config_t){.state_dir = NULL,
@@ -109,12 +111,19 @@ static json_t *quota_error(const json_t *id, const char *quota, long long limit)
 
 /* --- sessions ----------------------------------------------------------------- */
 
+/* The record: Python's kernel as kernel_id (as before there were others),
+ * the other languages' in kernels. */
 static void record_write(mcp_t *self, const session_t *s)
 {
     if (!self->records)
         return;
-    json_t *rec = json_pack("{s:s, s:s, s:s?, s:b, s:s}", "id", s->id, "protocol", s->version,
-                            "kernel_id", s->kernel_id, "internet", s->internet, "tenant", s->owner);
+    json_t *others = json_object();
+    for (int i = LANG_PYTHON + 1; i < MCP_LANGS; i++)
+        if (s->kernels[i].id)
+            json_object_set_new(others, mcp_langs[i], json_string(s->kernels[i].id));
+    json_t *rec = json_pack("{s:s, s:s, s:s?, s:o, s:b, s:s}", "id", s->id, "protocol", s->version,
+                            "kernel_id", s->kernels[LANG_PYTHON].id, "kernels", others, "internet",
+                            s->internet, "tenant", s->owner);
     records_put(self->records, s->id, rec);
     json_decref(rec);
 }
@@ -123,7 +132,8 @@ static void session_free(void **item)
 {
     session_t *s = *item;
     if (s) {
-        free(s->kernel_id);
+        for (int i = 0; i < MCP_LANGS; i++)
+            free(s->kernels[i].id);
         free(s);
     }
     *item = NULL;
@@ -139,42 +149,49 @@ static session_t *session_add(mcp_t *self, const char *id, const char *version)
     return s;
 }
 
-/* Ends a session: its kernel and workspace go, and its record. */
+/* Ends a session: its kernels and workspaces go, and its record. */
 static void session_end(mcp_t *self, session_t *s, const char *why)
 {
-    char *kid = s->kernel_id;
-    s->kernel_id = NULL;
+    char *kids[MCP_LANGS];
+    for (int i = 0; i < MCP_LANGS; i++) {
+        kids[i] = s->kernels[i].id;
+        s->kernels[i].id = NULL;
+    }
     log_info("mcp: session %s ended (%s)", s->id, why);
     audit_event(&self->who, "session.delete",
-                json_pack("{s:s, s:s?, s:s}", "session", s->id, "context", kid, "reason", why));
+                json_pack("{s:s, s:s?, s:s}", "session", s->id, "context", kids[LANG_PYTHON],
+                          "reason", why));
     if (self->records)
         records_remove(self->records, s->id);
-    /* Removed before the kernel: its shutdown ends the calls in flight,
+    /* Removed before the kernels: their shutdown ends the calls in flight,
      * whose completion looks the session up. */
     zhashx_delete(self->sessions, s->id);
-    if (kid && kmgr_get(self->kmgr, kid))
-        kmgr_shutdown(self->kmgr, kid, NULL);
-    free(kid);
+    for (int i = 0; i < MCP_LANGS; i++) {
+        if (kids[i] && kmgr_get(self->kmgr, kids[i]))
+            kmgr_shutdown(self->kmgr, kids[i], NULL);
+        free(kids[i]);
+    }
 }
 
-/* The session's kernel, started when there is none.  *note says so when a
- * kernel it had is gone (variables lost). */
-kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
-{
-    return mcp_session_kernel_from(self, s, NULL, note, err);
-}
-
-kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot_t *snap,
-                                  const char **note, sg_error_t **err)
+/* The session's kernel for language lang, started (from snapshot snap,
+ * when given) when there is none.  *note says so when a kernel it had is
+ * gone (variables lost). */
+static kernel_t *session_kernel(mcp_t *self, session_t *s, int lang, const kmgr_snapshot_t *snap,
+                                const char **note, sg_error_t **err)
 {
     *note = NULL;
-    kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
+    session_kernel_t *sk = &s->kernels[lang];
+    kernel_t *k = sk->id ? kmgr_get(self->kmgr, sk->id) : NULL;
     if (k)
         return k;
-    if (s->kernel_id) {
-        s->kernel_lost = true;
-        free(s->kernel_id);
-        s->kernel_id = NULL;
+    if (sk->id) {
+        sk->lost = true;
+        free(sk->id);
+        sk->id = NULL;
+    }
+    if (!self->specs[lang]) {
+        sg_error_set(err, SG_E_INVALID, "this server has no kernel for %s", mcp_langs[lang]);
+        return NULL;
     }
     tenant_t t;
     tenant_quota_t quota;
@@ -186,24 +203,39 @@ kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(&t, s->internet);
     so.snapshot = snap ? snap->id : NULL;
-    k = kmgr_start_with(self->kmgr, snap ? snap->kernelspec : self->cfg.kernelspec, &so, NULL, NULL,
+    k = kmgr_start_with(self->kmgr, snap ? snap->kernelspec : self->specs[lang], &so, NULL, NULL,
                         err);
     if (!k)
         return NULL;
     kernel_add_connections(k, 1); /* culled with the MCP session, not on its own */
-    s->kernel_id = xstrdup(kernel_id(k));
+    sk->id = xstrdup(kernel_id(k));
     record_write(self, s);
     audit_event(&self->who, "kernel.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b, s:s?}", "session", s->id, "context",
-                          s->kernel_id, "language", kernel_spec(k)->language, "kernelspec",
-                          kernel_spec(k)->name, "internet", s->internet, "snapshot",
-                          snap ? snap->id : NULL));
-    log_info("mcp: session %s has kernel %s", s->id, s->kernel_id);
-    if (s->kernel_lost && !snap)
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:s?}", "session", s->id, "context", sk->id,
+                          "language", mcp_langs[lang], "kernelspec", kernel_spec(k)->name,
+                          "internet", s->internet, "snapshot", snap ? snap->id : NULL));
+    log_info("mcp: session %s has %s kernel %s", s->id, mcp_langs[lang], sk->id);
+    if (sk->lost && !snap)
         *note = "[sandgate: this session's previous kernel is gone (removed, or idle past the "
                 "timeout); this is a fresh one: earlier variables and workspace files are lost]";
-    s->kernel_lost = false;
+    sk->lost = false;
     return k;
+}
+
+kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err)
+{
+    return session_kernel(self, s, LANG_PYTHON, NULL, note, err);
+}
+
+kernel_t *mcp_lang_kernel(mcp_t *self, session_t *s, int lang, const char **note, sg_error_t **err)
+{
+    return session_kernel(self, s, lang, NULL, note, err);
+}
+
+kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot_t *snap,
+                                  const char **note, sg_error_t **err)
+{
+    return session_kernel(self, s, LANG_PYTHON, snap, note, err);
 }
 
 /* The session's kernel for a file tool: its workspace must exist (a kernel
@@ -218,6 +250,20 @@ kernel_t *mcp_files_kernel(mcp_t *self, session_t *s, const char **note, sg_erro
         return NULL;
     }
     return k;
+}
+
+/* A recorded session's kernel kid for a language: taken back, or lost.
+ * Returns whether it is there. */
+static bool adopt_kernel(mcp_t *self, session_kernel_t *sk, const char *kid)
+{
+    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
+    if (k) {
+        sk->id = xstrdup(kid);
+        kernel_add_connections(k, 1);
+    } else if (kid) {
+        sk->lost = true;
+    }
+    return k != NULL;
 }
 
 /* A session a previous sandgate left in STATE/mcp. */
@@ -235,15 +281,14 @@ static void record_load(const char *id, const json_t *rec, void *arg)
     s->internet = json_is_true(json_object_get(rec, "internet"));
     const char *owner = json_string_value(json_object_get(rec, "tenant"));
     snprintf(s->owner, sizeof s->owner, "%s", owner ? owner : "admin");
-    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
-    if (k) {
-        s->kernel_id = xstrdup(kid);
-        kernel_add_connections(k, 1);
-    } else if (kid) {
-        s->kernel_lost = true;
-    }
-    log_info("mcp: session %s carried over%s", id,
-             k ? " with its kernel" : (kid ? " (its kernel is gone)" : ""));
+    bool kept = adopt_kernel(self, &s->kernels[LANG_PYTHON], kid);
+    int others = 0;
+    for (int i = LANG_PYTHON + 1; i < MCP_LANGS; i++)
+        others += adopt_kernel(
+            self, &s->kernels[i],
+            json_string_value(json_object_get(json_object_get(rec, "kernels"), mcp_langs[i])));
+    log_info("mcp: session %s carried over%s (and %d kernels of other languages)", id,
+             kept ? " with its kernel" : (kid ? " (its kernel is gone)" : ""), others);
 }
 
 static void on_tick(loop_t *loop, int timer_id, void *arg)
@@ -369,9 +414,10 @@ static json_t *initialize(mcp_t *self, post_t *p, const json_t *id, json_t *para
              cver ? cver : "?", version, internet ? ", with a network" : "");
     cleanup_free char *instructions = xasprintf(
         "execute_python runs Python in a stateful, sandboxed Jupyter kernel that belongs to this "
-        "session (%s). State persists between calls; files live in " HOME "; files written "
-        "under output/ come back with the result. Use list_files, read_file and write_file for "
-        "the workspace, and restart_kernel for a fresh kernel.",
+        "session (%s); execute_code runs the other languages it lists, each in a kernel of its "
+        "own. State persists between calls; files live in " HOME "; files written under output/ "
+        "come back with the result. Use list_files, read_file and write_file for the Python "
+        "kernel's workspace, and restart_kernel for a fresh Python kernel.",
         internet ? "with a network: the internet, as the server allows" : "no network");
     return mcp_rpc_result(id,
                           json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
@@ -744,8 +790,13 @@ mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)
     self->sessions = zhashx_new();
     zhashx_set_destructor(self->sessions, session_free);
     self->calls = zlistx_new();
-    self->tools[0] = mcp_tools_json(cfg, false);
-    self->tools[1] = mcp_tools_json(cfg, true);
+    self->specs[LANG_PYTHON] = cfg->kernelspec;
+    for (int i = LANG_PYTHON + 1; i < MCP_LANGS; i++) {
+        const kspec_t *ks = kspecs_for_language(kmgr_kspecs(kmgr), mcp_langs[i]);
+        self->specs[i] = ks ? ks->name : NULL;
+    }
+    self->tools[0] = mcp_tools_json(self, false);
+    self->tools[1] = mcp_tools_json(self, true);
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/mcp", cfg->state_dir);
         sg_error_t *err = NULL;

@@ -9,14 +9,16 @@
  *   DELETE /mcp    ends the session named by Mcp-Session-Id
  *   GET    /mcp    405: sandgate sends no server-initiated messages
  *
- * An MCP session (Mcp-Session-Id, given by initialize) owns one kernel
- * session, started when a tool first needs it; variables and the workspace
- * persist across its tool calls.  The kernel is shut down when the MCP
+ * An MCP session (Mcp-Session-Id, given by initialize) owns one Python
+ * kernel session, started when a tool first needs it, and one more per
+ * other language execute_code runs in it; variables and the workspace
+ * persist across its tool calls.  The kernels are shut down when the MCP
  * session is deleted or stays idle past the idle timeout.  Sessions are
  * recorded under STATE/mcp, so a restarted sandgate carries on with them.
  *
- * Tools: execute_python, list_files, read_file, write_file,
- * restart_kernel.  Failures of a tool (an exception in the code, a timeout,
+ * Tools: execute_python, execute_code (JavaScript, TypeScript, R, Bash:
+ * those installed), list_files, read_file, write_file, restart_kernel,
+ * snapshot, restore.  Failures of a tool (an exception in the code, a timeout,
  * a dead kernel, a bad path) are tool results with isError; malformed
  * JSON-RPC gets JSON-RPC errors.  See docs/mcp.md.
  */
@@ -34,7 +36,7 @@ typedef struct mcp mcp_t;
 
 typedef struct {
     const char *state_dir;     /* sessions are recorded in STATE/mcp */
-    const char *kernelspec;    /* the kernel every MCP session gets ("python3") */
+    const char *kernelspec;    /* the Python kernel every MCP session gets ("python3") */
     int idle_ms;               /* end sessions idle this long; 0: never */
     const exec_policy_t *exec; /* executions' limits (borrowed; set it) */
     size_t max_file;           /* the largest file returned inline (read_file, output/) */

@@ -3,8 +3,9 @@
  *
  *   mcp.c        the protocol: JSON-RPC 2.0 over Streamable HTTP, MCP
  *                sessions and their kernels, one POST's answers, the routes
- *   mcp_tools.c  the tools: execute_python (an execution's output as
- *                content blocks and progress notifications), list_files,
+ *   mcp_tools.c  the tools: execute_python and execute_code (an
+ *                execution's output as content blocks and progress
+ *                notifications), list_files,
  *                read_file, write_file, restart_kernel, snapshot, restore,
  *                and their descriptions
  */
@@ -21,11 +22,21 @@
 
 #define HOME "/home/user" /* the workspace, as the kernel sees it */
 
+/* The languages execute_code runs, each in a kernel of its own per
+ * session (mcp_langs: their names).  Python's is the kernel of
+ * execute_python and of the workspace, restart and snapshot tools. */
+enum { LANG_PYTHON, LANG_JAVASCRIPT, LANG_TYPESCRIPT, LANG_R, LANG_BASH, MCP_LANGS };
+extern const char *const mcp_langs[MCP_LANGS];
+
+typedef struct {
+    char *id;  /* NULL until a tool needs the kernel */
+    bool lost; /* it had one that is gone (deleted, culled, lost in a crash) */
+} session_kernel_t;
+
 typedef struct {
     char id[37];
-    char *kernel_id;  /* NULL until a tool needs the kernel */
-    bool kernel_lost; /* it had one that is gone (deleted, culled, lost in a crash) */
-    bool internet;    /* its kernels have a network (/mcp?internet=true at initialize) */
+    session_kernel_t kernels[MCP_LANGS]; /* one per language */
+    bool internet; /* its kernels have a network (/mcp?internet=true at initialize) */
     char owner[KEYS_NAME_MAX + 1]; /* the tenant that initialized it */
     char version[16];              /* negotiated protocol version */
     int64_t last_seen;
@@ -47,7 +58,7 @@ typedef struct {
     json_t *replies; /* answers not sent yet (JSON mode) */
 } post_t;
 
-/* One execute_python call in flight. */
+/* One execute_python or execute_code call in flight. */
 typedef struct {
     mcp_t *mcp;
     post_t *post;
@@ -71,6 +82,9 @@ struct mcp {
     zhashx_t *sessions; /* id -> session_t */
     zlistx_t *calls;    /* call_t in flight */
     json_t *tools[2];   /* tools/list's answer without and with a network */
+    /* Each language's kernelspec (Python's is cfg.kernelspec); NULL: none
+     * is installed, so execute_code does not offer the language. */
+    const char *specs[MCP_LANGS];
     int tick;
     void (*wake)(void *);
     void *wake_arg;
@@ -88,11 +102,14 @@ json_t *mcp_rpc_result(const json_t *id, json_t *result);
 void mcp_post_send(post_t *p, json_t *msg);
 /* A call of this POST is over (answered or cancelled). */
 void mcp_post_call_over(post_t *p);
-/* The session's kernel, started when there is none (borrowed).  *note says
- * so when a kernel it had is gone (variables lost). */
+/* The session's Python kernel, started when there is none (borrowed).
+ * *note says so when a kernel it had is gone (variables lost). */
 kernel_t *mcp_session_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err);
-/* The same, started as snapshot snap's (its variables and files) when there
+/* The same for language lang (LANG_*): its own kernel, started when there
  * is none. */
+kernel_t *mcp_lang_kernel(mcp_t *self, session_t *s, int lang, const char **note, sg_error_t **err);
+/* The Python kernel, started as snapshot snap's (its variables and files)
+ * when there is none. */
 kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot_t *snap,
                                   const char **note, sg_error_t **err);
 /* The same for a file tool: its workspace must exist as well. */
@@ -101,8 +118,8 @@ kernel_t *mcp_files_kernel(mcp_t *self, session_t *s, const char **note, sg_erro
 /* --- the tools' side (mcp_tools.c) ----------------------------------------------- */
 
 /* tools/list's answer (owned by the caller), for sessions without or with a
- * network. */
-json_t *mcp_tools_json(const mcp_config_t *cfg, bool internet);
+ * network (self's cfg and specs set). */
+json_t *mcp_tools_json(const mcp_t *self, bool internet);
 /* tools/call of the tool name: its result, or NULL when an execution is
  * under way and answers later (or, with *unknown, when there is no such
  * tool). */

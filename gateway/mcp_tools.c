@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <sodium.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -369,21 +370,23 @@ static bool timeout_arg(mcp_t *self, json_t *args, double *t, json_t **bad)
     return true;
 }
 
-/* Starts an execution: NULL when it is under way (its answer comes later),
- * else the tool result (an error). */
+/* Starts an execution in the session's kernel for language lang: NULL
+ * when it is under way (its answer comes later), else the tool result (an
+ * error). */
 static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *id, json_t *args,
-                            json_t *meta)
+                            json_t *meta, int lang)
 {
     const char *code = json_string_value(json_object_get(args, "code"));
     if (!code)
-        return tool_text(true, "'code' (a string of Python) is required");
+        return tool_text(true, "'code' (a string of %s) is required",
+                         lang == LANG_PYTHON ? "Python" : "source");
     double t;
     json_t *bad = NULL;
     if (!timeout_arg(self, args, &t, &bad))
         return bad;
     const char *note;
     sg_error_t *err = NULL;
-    kernel_t *k = mcp_session_kernel(self, s, &note, &err);
+    kernel_t *k = mcp_lang_kernel(self, s, lang, &note, &err);
     if (!k) {
         json_t *r = tool_text(true, "cannot start a kernel: %s", err->msg);
         sg_error_free(&err);
@@ -417,6 +420,76 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     p->pending++;
     p->refs++;
     return NULL;
+}
+
+/* --- execute_code ----------------------------------------------------------------- */
+
+/* The languages execute_code offers (those with a kernel), as "a, b, c". */
+static char *offered(const mcp_t *self)
+{
+    char *list = xstrdup("");
+    for (int i = 0; i < MCP_LANGS; i++) {
+        if (!self->specs[i])
+            continue;
+        char *l = xasprintf("%s%s%s", list, *list ? ", " : "", mcp_langs[i]);
+        free(list);
+        list = l;
+    }
+    return list;
+}
+
+/* execute_python's execution in the language its 'language' argument
+ * names (case aside; js and ts stand for javascript and typescript, as in
+ * the REST API).  A language without a kernel here is a tool error that
+ * lists those there are. */
+static json_t *tool_execute_code(mcp_t *self, post_t *p, session_t *s, const json_t *id,
+                                 json_t *args, json_t *meta)
+{
+    const char *language = json_string_value(json_object_get(args, "language"));
+    int lang = -1;
+    for (int i = 0; language && i < MCP_LANGS; i++)
+        if (self->specs[i] && strcasecmp(kspec_language_name(language), mcp_langs[i]) == 0)
+            lang = i;
+    if (lang >= 0)
+        return tool_execute(self, p, s, id, args, meta, lang);
+    cleanup_free char *list = offered(self);
+    if (!language)
+        return tool_text(true, "'language' (a string: one of %s) is required", list);
+    int n = (int)utf8_cut(language, strlen(language), 64); /* whole characters */
+    return tool_text(true, "unknown language '%.*s': execute_code runs %s", n, language, list);
+}
+
+/* execute_code's description: its language enum holds the languages with a
+ * kernel.  where: the sandbox's network. */
+static json_t *execute_code_json(const mcp_t *self, const char *where)
+{
+    json_t *langs = json_array();
+    for (int i = 0; i < MCP_LANGS; i++)
+        if (self->specs[i])
+            json_array_append_new(langs, json_string(mcp_langs[i]));
+    cleanup_free char *list = offered(self);
+    cleanup_free char *desc = xasprintf(
+        "Runs code in one of %s, inside a gVisor sandbox %s. Each language has this session's "
+        "own Jupyter kernel (and workspace): variables, functions and imports persist between "
+        "calls of the same language; python is the kernel execute_python and the file tools "
+        "use. typescript runs typed code as it is (Deno, as does javascript); bash runs shell "
+        "commands. Returns stdout, stderr (marked [stderr]), the value of the last expression, "
+        "the error with its traceback, and images. Files the code writes under output/ are "
+        "returned as well. The working directory is " HOME ".",
+        list, where);
+    cleanup_free char *tdesc =
+        xasprintf("seconds before the execution is interrupted (default %d); variables survive "
+                  "an interrupt",
+                  exec_policy_timeout(self->cfg.exec) / 1000);
+    return json_pack(
+        "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:o, s:s}, s:{s:s, s:i, s:i, s:s}}, "
+        "s:[s, s], s:b}}",
+        "name", "execute_code", "title", "Run code", "description", desc, "inputSchema", "type",
+        "object", "properties", "code", "type", "string", "description", "the source to run",
+        "language", "type", "string", "enum", langs, "description",
+        "the language of the code; each has its own kernel", "timeout", "type", "number",
+        "exclusiveMinimum", 0, "maximum", self->cfg.exec->max_timeout_ms / 1000, "description",
+        tdesc, "required", "code", "language", "additionalProperties", 0);
 }
 
 /* --- workspace tools ------------------------------------------------------------- */
@@ -562,7 +635,8 @@ static json_t *tool_write(mcp_t *self, session_t *s, json_t *args)
 
 static json_t *tool_restart(mcp_t *self, session_t *s)
 {
-    kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
+    const char *kid = s->kernels[LANG_PYTHON].id;
+    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
     sg_error_t *err = NULL;
     if (!k) {
         const char *note;
@@ -656,7 +730,8 @@ static json_t *tool_restore(mcp_t *self, session_t *s, json_t *args)
     const kmgr_snapshot_t *snap = kmgr_snapshot_get(self->kmgr, sid);
     if (!snap || strcmp(snap->owner, s->owner) != 0)
         return tool_text(true, "no snapshot '%s'", sid);
-    kernel_t *k = s->kernel_id ? kmgr_get(self->kmgr, s->kernel_id) : NULL;
+    const char *kid = s->kernels[LANG_PYTHON].id;
+    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
     sg_error_t *err = NULL;
     const char *note;
     tenant_quota_t quota; /* a paused or dead kernel runs again: max-live */
@@ -667,9 +742,9 @@ static json_t *tool_restore(mcp_t *self, session_t *s, json_t *args)
                kmgr_restore(self->kmgr, k, snap->id, &err) < 0) {
         return tool_error(&err);
     }
-    audit_event(
-        &self->who, "context.restore",
-        json_pack("{s:s, s:s, s:s}", "session", s->id, "context", s->kernel_id, "snapshot", sid));
+    audit_event(&self->who, "context.restore",
+                json_pack("{s:s, s:s, s:s}", "session", s->id, "context",
+                          s->kernels[LANG_PYTHON].id, "snapshot", sid));
     log_info("mcp: session %s restored snapshot %s", s->id, sid);
     return tool_text(false,
                      "this session is back at snapshot %s: its variables and workspace files "
@@ -679,8 +754,12 @@ static json_t *tool_restore(mcp_t *self, session_t *s, json_t *args)
 
 /* --- the tools' descriptions ---------------------------------------------------- */
 
-json_t *mcp_tools_json(const mcp_config_t *cfg, bool internet)
+json_t *mcp_tools_json(const mcp_t *self, bool internet)
 {
+    const mcp_config_t *cfg = &self->cfg;
+    const char *where = internet ? "whose network reaches what the server allows (the internet; "
+                                   "never private networks, cloud metadata or the host)"
+                                 : "with no network access";
     cleanup_free char *text = xasprintf(
         "["
         "{\"name\": \"execute_python\", \"title\": \"Run Python\","
@@ -741,16 +820,15 @@ json_t *mcp_tools_json(const mcp_config_t *cfg, bool internet)
         "tool returned\"}}, \"required\": [\"snapshot_id\"], \"additionalProperties\": false},"
         " \"annotations\": {\"destructiveHint\": true}}"
         "]",
-        internet ? "whose network reaches what the server allows (the internet; never private "
-                   "networks, cloud metadata or the host)"
-                 : "with no network access",
-        cfg->exec->max_timeout_ms / 1000, exec_policy_timeout(cfg->exec) / 1000, cfg->max_file);
+        where, cfg->exec->max_timeout_ms / 1000, exec_policy_timeout(cfg->exec) / 1000,
+        cfg->max_file);
     json_error_t jerr;
     json_t *tools = json_loads(text, 0, &jerr);
     if (!tools) { /* a programmer's error in the literal above */
         log_error("mcp: the tool list does not parse: %s (column %d)", jerr.text, jerr.column);
         abort();
     }
+    json_array_insert_new(tools, 1, execute_code_json(self, where));
     return tools;
 }
 
@@ -761,7 +839,9 @@ json_t *mcp_tools_call(mcp_t *self, post_t *p, session_t *s, const json_t *id, c
 {
     *unknown = false;
     if (strcmp(name, "execute_python") == 0)
-        return tool_execute(self, p, s, id, args, meta);
+        return tool_execute(self, p, s, id, args, meta, LANG_PYTHON);
+    if (strcmp(name, "execute_code") == 0)
+        return tool_execute_code(self, p, s, id, args, meta);
     if (strcmp(name, "list_files") == 0)
         return tool_list(self, s, args);
     if (strcmp(name, "read_file") == 0)

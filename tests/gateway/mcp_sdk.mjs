@@ -20,6 +20,9 @@ const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text
 const run = (client, code, extra = {}, options = {}) =>
   client.callTool({ name: 'execute_python', arguments: { code, ...extra } }, undefined,
     { timeout: 120000, ...options })
+const runIn = (client, language, code) =>
+  client.callTool({ name: 'execute_code', arguments: { code, language } }, undefined,
+    { timeout: 120000 })
 
 try {
   const { client, transport } = await connect('sandgate-test-a')
@@ -37,6 +40,12 @@ try {
   const ex = tools.find((t) => t.name === 'execute_python')
   check(ex?.inputSchema?.required?.includes('code') && ex.inputSchema.properties.timeout,
     'execute_python takes code and timeout', ex?.inputSchema)
+
+  const ec = tools.find((t) => t.name === 'execute_code')
+  check(JSON.stringify(ec?.inputSchema?.required) === '["code","language"]' &&
+    JSON.stringify(ec.inputSchema.properties.language.enum) ===
+      '["python","javascript","typescript","r","bash"]',
+  'execute_code takes code and one of the installed languages', ec?.inputSchema)
 
   await client.ping()
   check(true, 'ping answers')
@@ -132,6 +141,28 @@ try {
   check(r.isError, "session B does not see session A's files", r)
   r = await run(client, 'x')
   check(text(r) === '41', 'session A is unaffected by B', r)
+
+  // execute_code: a kernel per language, each keeping its state.
+  r = await runIn(client, 'javascript', "let x = 'js'; const sq = (n) => n * n; sq(6)")
+  check(!r.isError && text(r) === '36', 'execute_code runs JavaScript', r)
+  r = await runIn(client, 'javascript', 'x + sq(3)')
+  check(!r.isError && text(r) === '"js9"', 'JavaScript state persists across calls', r)
+  r = await run(client, 'x')
+  check(!r.isError && text(r) === '41', "Python's x is its own, not JavaScript's", r)
+  r = await runIn(client, 'typescript',
+    'interface P { name: string; n: number }\n' +
+    'function label(p: P): string { return `${p.name}=${p.n * 2}` }\n' +
+    "label({ name: 'ts', n: 21 })")
+  check(!r.isError && text(r) === '"ts=42"', 'TypeScript runs a typed function', r)
+  r = await runIn(client, 'bash', 'echo "sh says $((6 * 7))"')
+  check(!r.isError && text(r) === 'sh says 42\n', 'bash runs echo', r)
+  r = await runIn(client, 'javascript', "throw new TypeError('no such thing')")
+  check(r.isError && text(r).includes('TypeError: no such thing'),
+    'a JavaScript exception is isError with its message', r)
+  r = await runIn(client, 'cobol', 'DISPLAY 42')
+  check(r.isError && text(r).includes("unknown language 'cobol'") &&
+    text(r).includes('python, javascript, typescript, r, bash'),
+  'an unknown language is isError naming the languages there are', r)
 
   r = await client.callTool({ name: 'restart_kernel', arguments: {} })
   check(!r.isError, 'restart_kernel', r)

@@ -1,7 +1,8 @@
 """MCP over Streamable HTTP: the official SDK as a client, then the protocol's
-edges by hand (malformed JSON-RPC, batches, sessions, headers), the snapshot
-and restore tools (another tenant's snapshot is an unknown id), a restart of
-sandgate in the middle of a session, and idle culling."""
+edges by hand (malformed JSON-RPC, batches, sessions, headers), execute_code's
+kernel per language (another tenant's session sees none of them), the
+snapshot and restore tools (another tenant's snapshot is an unknown id), a
+restart of sandgate in the middle of a session, and idle culling."""
 import json
 import os
 import re
@@ -26,7 +27,7 @@ try:
                        capture_output=True, text=True, timeout=900)
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     checks = [l for l in lines if "ok" in l]
-    ok(len(checks) >= 35, f"the SDK script ran its checks ({len(checks)})", r.stderr[-2000:])
+    ok(len(checks) >= 45, f"the SDK script ran its checks ({len(checks)})", r.stderr[-2000:])
     for c in checks:
         ok(c["ok"], "SDK: " + c["name"], c.get("detail"))
     survivor = next((l["session_b"] for l in lines if "session_b" in l), None)
@@ -173,6 +174,72 @@ try:
     ok(status == 200 and len(answer) == 1 and len(text_of(answer[0])) == 100001,
        "a 100 kB output comes back whole", status)
 
+    # --- execute_code: a kernel per language ------------------------------------------------
+    status, _, answer = post(d, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, session=sid)
+    ec = next((t for t in answer["result"]["tools"] if t["name"] == "execute_code"), {})
+    status, kspecs = d.json("GET", "/api/kernelspecs")
+    have = {k["spec"]["language"].lower() for k in kspecs["kernelspecs"].values()}
+    installed = [l for l in ("python", "javascript", "typescript", "r", "bash")
+                 if l in have or (l == "javascript" and "typescript" in have)]
+    ok(ec.get("inputSchema", {}).get("properties", {}).get("language", {}).get("enum") ==
+       installed and len(installed) == 5 and ec["inputSchema"]["required"] == ["code", "language"],
+       "execute_code offers the languages whose kernels are installed (all five here)",
+       (ec, have))
+    status, answer = call(d, sid, "execute_code", {"language": "javascript",
+                                                   "code": "let jsSecret = 6; jsSecret"})
+    ok(not answer["result"]["isError"] and text_of(answer) == "6", "execute_code in JavaScript",
+       answer)
+    status, answer = call(d, sid, "execute_code", {"language": "js", "code": "jsSecret * 7"})
+    ok(text_of(answer) == "42", "js is javascript: the same kernel, its variable kept", answer)
+    status, answer = call(d, sid, "execute_code",
+                          {"language": "typescript",
+                           "code": "const half = (n: number): number => n / 2; half(84)"})
+    ok(text_of(answer) == "42", "TypeScript: a typed function", answer)
+    status, answer = call(d, sid, "execute_code", {"language": "typescript",
+                                                   "code": "typeof jsSecret"})
+    ok(text_of(answer) == '"undefined"', "typescript has a kernel of its own", answer)
+    status, answer = call(d, sid, "execute_code", {"language": "r", "code": "v <- c(4, 2)"})
+    status, answer = call(d, sid, "execute_code", {"language": "R", "code": "sum(v) * 7"})
+    ok(text_of(answer) == "[1] 42", "R keeps its variables (the name's case aside)", answer)
+    status, answer = call(d, sid, "execute_code", {"language": "bash",
+                                                   "code": "echo to-err >&2; exit_code=3; false"})
+    status, answer = call(d, sid, "execute_code", {"language": "bash", "code": "echo $exit_code"})
+    ok(text_of(answer) == "3\n", "bash keeps its shell variables", answer)
+    status, answer = call(d, sid, "execute_code", {"language": "javascript",
+                                                   "code": "null.boom"})
+    ok(answer["result"]["isError"] and "TypeError" in text_of(answer),
+       "a JavaScript exception is isError", answer)
+    for args, what, needle in (
+            ({"code": "1"}, "no language", "'language'"),
+            ({"code": "1", "language": 5}, "a language that is not a string", "'language'"),
+            ({"code": "1", "language": "cobol"}, "an unknown language", "unknown language 'cobol'"),
+            ({"language": "bash"}, "no code", "'code'")):
+        status, answer = call(d, sid, "execute_code", args)
+        ok(status == 200 and answer["result"]["isError"] and needle in text_of(answer) and
+           (needle == "'code'" or "python, javascript, typescript, r, bash" in text_of(answer)),
+           f"execute_code with {what} is isError and says what it takes", answer)
+    alice = {"Authorization": "Bearer " + KEY_A}
+    status, hdrs, _ = post(d, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "raw", "version": "0"}}},
+                           headers=alice)
+    asid = hdrs.get("Mcp-Session-Id")
+    status, _, answer = post(d, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                 "params": {"name": "execute_code",
+                                            "arguments": {"language": "javascript",
+                                                          "code": "typeof jsSecret"}}},
+                             session=asid, headers=alice, accept="application/json")
+    ok(asid and text_of(answer) == '"undefined"',
+       "another tenant's session does not see the first's JavaScript variables", answer)
+    status, _, answer = post(d, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                 "params": {"name": "execute_code",
+                                            "arguments": {"language": "javascript",
+                                                          "code": "jsSecret"}}},
+                             session=sid, headers=alice, accept="application/json")
+    ok(status == 404 and err_code(answer) == -32001,
+       "nor can it call into the first's session (an unknown session)", (status, answer))
+    d.request("DELETE", "/mcp", headers=dict(alice, **{"Mcp-Session-Id": asid}))
+
     # --- snapshot and restore --------------------------------------------------------------
     call(d, sid, "execute_python", {"code": "snap_v = 1\nopen('m.txt', 'w').write('one')"})
     status, answer = call(d, sid, "snapshot", {"name": "mcp"})
@@ -195,7 +262,6 @@ try:
     status, answer = call(d, sid, "snapshot", {"name": 5})
     ok(answer["result"]["isError"] and "name" in text_of(answer),
        "snapshot with a name that is not a string is isError", answer)
-    alice = {"Authorization": "Bearer " + KEY_A}
     status, hdrs, _ = post(d, {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                                           "clientInfo": {"name": "raw", "version": "0"}}},
@@ -220,6 +286,8 @@ try:
     status, answer = call(d, sid, "execute_python", {"code": "kept"})
     ok(status == 200 and text_of(answer) == "'across restarts'",
        "a session and its variables survive a restart of sandgate", answer)
+    status, answer = call(d, sid, "execute_code", {"language": "javascript", "code": "jsSecret"})
+    ok(status == 200 and text_of(answer) == "6", "so does its JavaScript kernel", answer)
     if survivor:
         status, answer = call(d, survivor, "execute_python", {"code": "6 * 7"})
         ok(status == 200 and text_of(answer) == "42", "so does the SDK's second session", answer)
@@ -229,7 +297,8 @@ try:
     ok(status == 404, "DELETE of an ended session is 404", status)
     status, ctxs = d.json("GET", "/contexts")
     ok(status == 200 and survivor and len(ctxs) == 1,
-       "the deleted session's kernel is gone (only the SDK's second session is left)", ctxs)
+       "the deleted session's kernels are gone, every language's (only the SDK's second "
+       "session is left)", ctxs)
 finally:
     d.stop()
     shutil.rmtree(os.path.dirname(KEYS), ignore_errors=True)
