@@ -78,6 +78,27 @@ try {
   ex = await c.execute("print('r')", { language: 'python' })
   check(ex.stdout === 'r\n', 'language picks a default context', ex)
 
+  // --- other languages: JavaScript and TypeScript contexts ------------------------
+  const jsCtx = await c.createContext({ language: 'js' })
+  check(jsCtx.language === 'javascript', "createContext({language: 'js'}) is a javascript context", jsCtx)
+  await c.execute('const counts = new Map()\nconst bump = (k) => counts.set(k, (counts.get(k) ?? 0) + 1).get(k)', { context: jsCtx })
+  await c.execute("bump('a')", { context: jsCtx })
+  ex = await c.execute("bump('a') * 21", { context: jsCtx })
+  check(ex.text === '42' && !ex.error, 'a JavaScript context keeps its state between calls', ex.results)
+  ex = await c.execute("throw new RangeError('too far')", { context: jsCtx })
+  check(ex.error?.name === 'RangeError' && /too far/.test(ex.error.value), 'a JavaScript exception is ex.error', ex.error)
+  await c.removeContext(jsCtx)
+  const tsCtx = await c.createContext({ language: 'typescript' })
+  ex = await c.execute('enum Unit { One = 1, Two }\n' +
+    'function scale(u: Unit, n: number): number { return u * n }\nscale(Unit.Two, 21)', { context: tsCtx })
+  check(tsCtx.language === 'typescript' && ex.text === '42' && !ex.error,
+    'a TypeScript context runs typed code (an enum, a typed function)', [tsCtx.language, ex.results, ex.error])
+  ex = await c.execute('scale(Unit.One, 5) satisfies number', { context: tsCtx })
+  check(ex.text === '5', 'and keeps them for the next call', ex.results)
+  await c.removeContext(tsCtx)
+  ex = await c.execute("let viaDefault: string = 'ts'; viaDefault.length", { language: 'ts' })
+  check(ex.text === '2', "execute({language: 'ts'}) runs in the default TypeScript context", [ex.results, ex.error])
+
   // --- contexts -------------------------------------------------------------
   const ctx = await c.createContext({ cwd: '/home/user' })
   check(typeof ctx.id === 'string' && ctx.language === 'python' && ctx.cwd === '/home/user' &&

@@ -2,7 +2,7 @@
 // agent loops driven by LangChain's own fake tool-calling model: no LLM, no
 // network. usage: node js_langchain.mjs URL TOKEN — one JSON line per check.
 import { Sandgate } from 'sandgate'
-import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
+import { executeCodeTool, executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { fakeModel } from '@langchain/core/testing'
 import { AIMessage, HumanMessage } from '@langchain/core/messages'
@@ -131,6 +131,35 @@ try {
   cleanup.push(solo.registry)
   const so = await solo.invoke({ name: 'run_command', args: { command: 'echo solo' }, id: 'c5', type: 'tool_call' })
   check(/stdout:\nsolo\n/.test(so.content) && /exit code: 0/.test(so.content), 'runCommandTool on its own', so.content)
+
+  // --- tools for other languages: a JavaScript context, a TypeScript one ---------------------
+  const jsTool = executeCodeTool({ client, language: 'js' })
+  cleanup.push(jsTool.registry)
+  check(jsTool.name === 'execute_javascript' && /JavaScript/.test(jsTool.description) &&
+    !/Python/.test(jsTool.description), 'executeCodeTool({language: "js"}) is execute_javascript, described so',
+  [jsTool.name, jsTool.description])
+  model = calls({ tool: 'execute_javascript', args: { code: 'const xs = [1, 2, 3]' } },
+    { tool: 'execute_javascript', args: { code: 'xs.map((n) => n * 2).join("-")' } }).respond(new AIMessage('doubled'))
+  agent = createAgent({ model, tools: [jsTool] })
+  res = await agent.invoke({ messages: [new HumanMessage('double 1..3 in JavaScript')] })
+  tm = toolMessages(res)
+  const jsId = tm[1]?.artifact?.contextId
+  check(tm.length === 2 && textOf(tm[1]).includes('"2-4-6"') && jsId &&
+    (await client.getContext(jsId)).language === 'javascript',
+  'the JavaScript tool runs in a javascript context that keeps its constants between calls', brief(tm))
+  const tsTool = executeCodeTool({ client, language: 'typescript' })
+  cleanup.push(tsTool.registry)
+  const typed = await tsTool.invoke({ name: 'execute_typescript', id: 'ts1', type: 'tool_call',
+    args: { code: 'type Box = { w: number; h: number }\nconst area = (b: Box): number => b.w * b.h\narea({ w: 6, h: 7 })' } })
+  const typedAgain = await tsTool.invoke({ name: 'execute_typescript', id: 'ts2', type: 'tool_call',
+    args: { code: 'area({ w: 2, h: 3 }) as number' } })
+  check(tsTool.name === 'execute_typescript' && /result:\n42/.test(textOf(typed)) &&
+    /result:\n6/.test(textOf(typedAgain)) && typed.artifact.contextId === typedAgain.artifact.contextId,
+  'executeCodeTool({language: "typescript"}) runs typed code and keeps its function', [textOf(typed), textOf(typedAgain)])
+  const jsErr = await jsTool.invoke({ name: 'execute_javascript', id: 'js3', type: 'tool_call',
+    args: { code: "JSON.parse('{nope')" } })
+  check(/SyntaxError/.test(textOf(jsErr)) && jsErr.artifact?.error?.name === 'SyntaxError',
+    'a JavaScript exception comes back as the error, not thrown', [textOf(jsErr), jsErr.artifact?.error])
 
   // --- tools on a template: each conversation's context starts from it ---------------------
   const [tpy, tsh] = sandgateTools({ client, contextOptions: { template: 'pd' } })

@@ -1,7 +1,7 @@
 // Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
 // package's type declarations as a TypeScript user (an ES module) sees them.
 import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot, type Template } from 'sandgate'
-import { executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
+import { executeCodeTool, executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { createAgent } from 'langchain'
 import { createDeepAgent } from 'deepagents'
@@ -47,7 +47,8 @@ export async function use(): Promise<number> {
   const tplName: string | undefined = fromTemplate.template
   const warm: number = templates[0].pool_ready
   const onTemplate = executePythonTool({ client: sg, contextOptions: { template: 'pd' } })
-  void tplName; void warm; void onTemplate
+  const onTs = executeCodeTool({ client: sg, language: 'typescript', contextOptions: { cwd: '/home/user' } })
+  void tplName; void warm; void onTemplate; void onTs
   const python = executePythonTool({ client: sg, timeout: 10 })
   const [py, sh] = sandgateTools({ client: sg })
   const agent = createAgent({ model: fakeModel(), tools: [python, runCommandTool({ client: sg }), py, sh] })

@@ -68,7 +68,7 @@ d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_fil
            "--auth-fail-limit", "10", "--auth-block", "2",
            "--template", "pd=preload=import pandas as pd")
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 85, key_a, key_b)
+    run_suite(d, "js_client.mjs", TOKEN, 92, key_a, key_b)
 finally:
     d.stop()
     shutil.rmtree(tmp, ignore_errors=True)

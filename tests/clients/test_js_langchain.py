@@ -2,7 +2,8 @@
 (sandgate/deepagents) in real agent loops — LangChain's createAgent and
 deepagents' createDeepAgent driven by @langchain/core's fake tool-calling
 model, no LLM — against a real daemon (js_langchain.mjs), the tools also on
-a template's contexts (contextOptions { template })."""
+a template's contexts (contextOptions { template }) and for JavaScript and
+TypeScript contexts (executeCodeTool)."""
 import os
 import sys
 
@@ -13,7 +14,7 @@ from tap import ok, done  # noqa: E402
 
 d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
 try:
-    run_suite(d, "js_langchain.mjs", TOKEN, 31)
+    run_suite(d, "js_langchain.mjs", TOKEN, 35)
     status, contexts = d.json("GET", "/contexts")
     ok(status == 200 and len(contexts) == 0, "the tools' and the backend's close() removed their contexts",
        contexts)

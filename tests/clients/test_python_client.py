@@ -179,6 +179,35 @@ fork.delete()
 sg.delete_context(ctx)
 check(ctx.id not in [c.id for c in sg.list_contexts()], "delete_context")
 
+# --- other languages: JavaScript and TypeScript contexts ---------------------------------
+with sg.context(language="js") as js:
+    check(js.language == "javascript", "create_context(language='js'): a javascript context",
+          js.info)
+    js.execute("const seen = []\nfunction note(s) { seen.push(s); return seen.length }")
+    js.execute("note('a')")
+    ex = js.execute("note('b'); seen.join('+')")
+    check(ex.ok and ex.text == '"a+b"', "a JavaScript context keeps its state between calls",
+          (ex.text, ex.error))
+    ex = js.execute("console.log('to stdout'); console.error('to stderr'); 6 * 7")
+    check(ex.stdout == "to stdout\n" and ex.stderr == "to stderr\n" and ex.text == "42",
+          "console.log and console.error are stdout and stderr", (ex.stdout, ex.stderr, ex.text))
+    ex = js.execute("null.x")
+    check(not ex.ok and ex.error.name == "TypeError", "a JavaScript exception is Execution.error",
+          ex.error)
+with sg.context(language="typescript") as ts:
+    ex = ts.execute("type Pair = [string, number]\n"
+                    "function show([k, v]: Pair): string { return `${k}:${v * 2}` }\n"
+                    "show(['n', 21])")
+    check(ts.language == "typescript" and ex.ok and ex.text == '"n:42"',
+          "a TypeScript context runs a typed function", (ts.info, ex.text, ex.error))
+    check(ts.execute("show(['m', 1] as Pair)").text == '"m:2"',
+          "and keeps its type and function for the next call")
+ex = sg.execute("const lang: string = 'ts default'; lang", language="ts")
+check(ex.text == '"ts default"',
+      "execute(language='ts') runs in the default TypeScript context", (ex.text, ex.error))
+check(sg.execute("lang", language="typescript").text == '"ts default"',
+      "which keeps its state (ts and typescript are one default context)")
+
 # --- templates ----------------------------------------------------------------------------
 tpls = sg.templates()
 check([t.name for t in tpls] == ["pd"] and isinstance(tpls[0], Template) and

@@ -3,7 +3,8 @@ loops without an LLM: LangChain's GenericFakeChatModel (bind_tools returning
 itself) scripts the tool calls; the agents are langchain's create_agent,
 deepagents' create_deep_agent and, for sandgate's MCP tools, a LangGraph
 agent over langchain-mcp-adapters.  The tools also run on a template's
-contexts (--template pd=preload=import pandas as pd).  Everything PyPI runs in
+contexts (--template pd=preload=import pandas as pd), and on JavaScript and
+TypeScript contexts (execute_code_tool).  Everything PyPI runs in
 tests/.venv-langchain (tests/requirements-langchain.txt, scripts/venv.sh)
 with ./clients/python on PYTHONPATH; this file (system
 python3) starts the daemon and reads the checks the agent script prints."""
@@ -37,7 +38,8 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from sandgate import Sandgate
-from sandgate.langchain import execute_python_tool, execute_command_tool, sandgate_tools
+from sandgate.langchain import (execute_python_tool, execute_code_tool, execute_command_tool,
+                                sandgate_tools)
 
 class FakeToolModel(GenericFakeChatModel):
     """Replays scripted AIMessages; bind_tools keeps it as it is."""
@@ -168,7 +170,39 @@ with sg.context(template="pd") as tc:
                          "args": {"code": "int(pd.DataFrame({'a': [1, 2]}).a.sum())"}})
     check(text_of(out) == "3", "execute_python_tool(context=) on a context from a template",
           text_of(out))
-for tl in (tool, py, tpy):
+
+# --- tools for other languages: a JavaScript context, a TypeScript one ----------------------------
+jst = execute_code_tool(sg, language="js")
+check(jst.name == "execute_javascript" and "JavaScript" in jst.description and
+      "Python" not in jst.description and "Python" not in str(jst.args),
+      "execute_code_tool(language='js') is execute_javascript, described for JavaScript",
+      (jst.name, jst.description, jst.args))
+agent = create_agent(script(call("execute_javascript", 1, code="let total = 0; total += 40"),
+                            call("execute_javascript", 2, code="total += 2; `total=${total}`")),
+                     tools=[jst])
+state = agent.invoke({"messages": [{"role": "user", "content": "count in JavaScript"}]})
+tms = tool_messages(state)
+jids = list(jst.metadata["sandgate_contexts"].by_thread.values())
+check(len(tms) == 2 and text_of(tms[1]) == '"total=42"' and len(jids) == 1 and
+      sg.get_context(jids[0]).language == "javascript",
+      "the JavaScript tool's context is a javascript one and keeps its variables",
+      ([text_of(m) for m in tms], jids))
+out = jst.invoke({"type": "tool_call", "name": "execute_javascript", "id": "j3",
+                  "args": {"code": "undefinedThing.x"}})
+check("ReferenceError" in text_of(out) and out.artifact["error"]["name"] == "ReferenceError",
+      "a JavaScript exception is the tool's output (name and message), not raised",
+      (text_of(out), out.artifact.get("error")))
+tst = execute_code_tool(sg, language="typescript")
+outs = [tst.invoke({"type": "tool_call", "name": "execute_typescript", "id": f"t{i}",
+                    "args": {"code": code}}) for i, code in enumerate((
+                        "interface Pt { x: number; y: number }\n"
+                        "function dist2(p: Pt): number { return p.x ** 2 + p.y ** 2 }\n"
+                        "dist2({ x: 3, y: 4 })",
+                        "const far: Pt = { x: 6, y: 8 }; dist2(far)"))]
+check(tst.name == "execute_typescript" and [text_of(o) for o in outs] == ["25", "100"],
+      "execute_code_tool(language='typescript') runs typed code and keeps its interface and "
+      "function", [text_of(o) for o in outs])
+for tl in (tool, py, tpy, jst, tst):
     tl.metadata["sandgate_contexts"].close()
 
 # --- Deep Agents: SandgateSandbox as the backend ----------------------------------------------------
@@ -231,7 +265,7 @@ async def mcp():
         st = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]})
         return names, tool_messages(st)
 names, tms = asyncio.run(mcp())
-check("execute_python" in names and "write_file" in names,
+check("execute_python" in names and "execute_code" in names and "write_file" in names,
       "langchain-mcp-adapters loads sandgate's MCP tools", names)
 check(len(tms) == 2 and "42" in text_of(tms[1]),
       "a LangGraph agent runs execute_python through MCP (state kept: 42)",

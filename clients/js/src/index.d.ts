@@ -64,7 +64,7 @@ export interface Context {
 
 /** Sandgate#createContext's options. */
 export interface ContextOptions {
-  /** python (default), r, or any installed kernel's language. Not with `template`. */
+  /** python (default), javascript, typescript (js, ts), r, bash, or any installed kernel's language. Not with `template`. */
   language?: string
   cwd?: string
   internet?: boolean
@@ -168,7 +168,7 @@ export interface OutputMessage {
 export interface ExecuteOptions {
   /** Run in this context; without it, the default context of `language`. */
   context?: ContextRef
-  /** python (default), r, or any installed kernel's language. Not with `context`. */
+  /** python (default), javascript, typescript (js, ts), r, bash, or any installed kernel's language. Not with `context`. */
   language?: string
   /** Environment variables for this execution only. */
   envVars?: Record<string, string>

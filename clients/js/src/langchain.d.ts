@@ -46,8 +46,19 @@ export interface PythonArtifact {
 
 export type SandgateTool = DynamicStructuredTool & { registry: ContextRegistry }
 
+export interface CodeToolOptions extends ToolOptions {
+  /**
+   * The kernel's language: python (default), javascript, typescript (js, ts),
+   * r, bash, or any installed kernel's. New contexts get it; the tool is named
+   * `execute_<language>` (execute_javascript for js) and described for it.
+   */
+  language?: string
+}
+
+/** `execute_<language>`: stateful code of that language; content text + image blocks, artifact the execution. */
+export function executeCodeTool(opts: CodeToolOptions): SandgateTool
 /** `execute_python`: stateful Python; content text + image blocks, artifact the execution. */
-export function executePythonTool(opts: ToolOptions): SandgateTool
+export function executePythonTool(opts: CodeToolOptions): SandgateTool
 /** `run_command`: a shell command in the sandbox; content stdout, stderr, exit code. */
 export function runCommandTool(opts: ToolOptions): SandgateTool
 /** Both, sharing one registry: [execute_python, run_command]. */

@@ -1,6 +1,7 @@
 // LangChain tools over a sandgate client: `execute_python` (stateful Python
-// in a sandboxed kernel) and `run_command` (a shell command in the same
-// sandbox). Needs the peer dependencies @langchain/core and zod.
+// in a sandboxed kernel; executeCodeTool's `execute_<language>` for another
+// kernel) and `run_command` (a shell command in the same sandbox). Needs the
+// peer dependencies @langchain/core and zod.
 import { tool } from '@langchain/core/tools'
 import { z } from 'zod'
 import { NotFoundError } from './index.js'
@@ -153,23 +154,50 @@ function sandgateTool(registry, fields, call, render) {
   return t
 }
 
+// A context's language (as createContext takes it) → [the name in
+// execute_<name>, how it reads].
+const LANGUAGES = {
+  python: ['python', 'Python'], javascript: ['javascript', 'JavaScript'], js: ['javascript', 'JavaScript'],
+  typescript: ['typescript', 'TypeScript'], ts: ['typescript', 'TypeScript'], r: ['r', 'R'], bash: ['bash', 'Bash']
+}
+
+function codeDescription(key, title) {
+  if (key === 'python') {
+    return 'Runs Python code in a persistent, sandboxed Jupyter kernel. ' +
+      'Variables, imports and files persist between calls. Returns stdout, stderr, the value ' +
+      'of the last expression and any error with its traceback; matplotlib plots come back ' +
+      'as images. The working directory is /home/user; files written under output/ are listed.'
+  }
+  return `Runs ${title} code in a persistent, sandboxed Jupyter kernel. Variables, functions ` +
+    'and imports persist between calls. Returns stdout, stderr, the value of the last ' +
+    'expression and any error with its trace; images come back as images. The working ' +
+    'directory is /home/user; files written under output/ are listed.' +
+    (key === 'typescript' ? " Type annotations are accepted (Deno's kernel) but not checked." : '')
+}
+
 /**
- * The `execute_python` tool: runs Python in a sandboxed kernel that keeps
- * its state across calls (one per tool, or per LangGraph thread id).
+ * A tool that runs code of `language` (python by default; javascript,
+ * typescript, js, ts, r, bash, or any installed kernel's) in a sandboxed
+ * kernel that keeps its state across calls (one per tool, or per LangGraph
+ * thread id): named `execute_<language>` (execute_javascript for js) and
+ * described for that language unless `name`/`description` say otherwise.
+ * New contexts get `language` (contextOptions may add cwd, internet…).
  * Returns [content, artifact]: content is text (stdout, stderr, the value,
  * the error with its traceback), plus image blocks for plots; the artifact
  * is the whole Execution. Errors come back to the model, never thrown.
  */
-export function executePythonTool({ client, registry, contextOptions, perThread,
-  name = 'execute_python', description, timeout, maxChars = DEFAULT_MAX_CHARS } = {}) {
-  registry ??= new ContextRegistry({ client, contextOptions, perThread })
+export function executeCodeTool({ client, registry, contextOptions, perThread, language = 'python',
+  name, description, timeout, maxChars = DEFAULT_MAX_CHARS } = {}) {
+  const [key, title] = LANGUAGES[String(language).toLowerCase()] ?? [language, language]
+  if (!registry) {
+    const options = { ...contextOptions }
+    if (options.template === undefined && options.snapshot === undefined) options.language ??= language
+    registry = new ContextRegistry({ client, contextOptions: options, perThread })
+  }
   return sandgateTool(registry, {
-    name,
-    description: description ?? 'Runs Python code in a persistent, sandboxed Jupyter kernel. ' +
-      'Variables, imports and files persist between calls. Returns stdout, stderr, the value ' +
-      'of the last expression and any error with its traceback; matplotlib plots come back ' +
-      'as images. The working directory is /home/user; files written under output/ are listed.',
-    schema: z.object({ code: z.string().describe('Python code to run') }),
+    name: name ?? `execute_${key}`,
+    description: description ?? codeDescription(key, title),
+    schema: z.object({ code: z.string().describe(`${title} code to run`) }),
   }, ({ code }, context) => registry.client.execute(code, { context, timeout }), (ex, id, note) => {
     const text = note + formatExecution(ex, { maxChars })
     const images = imagesOf(ex)
@@ -177,6 +205,15 @@ export function executePythonTool({ client, registry, contextOptions, perThread,
     return [content, { contextId: id, ...ex.toJSON(),
       images: images.map(({ mimeType, data }) => ({ mimeType, data })) }]
   })
+}
+
+/**
+ * The `execute_python` tool: executeCodeTool for Python (a `language`, or
+ * contextOptions' language, for another kernel keeps the name).
+ */
+export function executePythonTool({ name = 'execute_python', ...opts } = {}) {
+  return executeCodeTool({ ...opts, language: opts.language ?? 'python', name,
+    description: opts.description ?? codeDescription('python') })
 }
 
 /**

@@ -384,9 +384,11 @@ class Sandgate:
 
     def create_context(self, language=None, cwd=None, internet=None, snapshot=None,
                        template=None) -> Context:
-        """A new context.  With `snapshot` (a Snapshot or its id), it starts
-        with the snapshot's variables and files, and its context's language,
-        cwd, template and network (give none of those with it).  With
+        """A new context.  `language`: python (the default), javascript,
+        typescript (js and ts for short), r, bash, or any installed
+        kernel's language.  With `snapshot` (a Snapshot or its id), it
+        starts with the snapshot's variables and files, and its context's
+        language, cwd, template and network (give none of those with it).  With
         `template` (a name from templates()), it starts from the template's
         root, kernel and preload (not with `language`; NotFoundError for an
         unknown name)."""
@@ -488,7 +490,8 @@ class Sandgate:
                 on_error: Optional[Callable[[ExecutionError], Any]] = None,
                 timeout=None, env_vars=None) -> Execution:
         """Runs code in `context` (an id or a Context; default: the default
-        context of `language`), calling the callbacks as output arrives.  An
+        context of `language`, as create_context's: python when neither is
+        given), calling the callbacks as output arrives.  An
         exception in the code is not raised: it is `Execution.error` (as are
         sandgate's TimeoutError and KernelError)."""
         body = {"code": code}

@@ -2,8 +2,9 @@
 `pip install 'sandgate[langchain]'`).
 
     from sandgate import Sandgate
-    from sandgate.langchain import execute_python_tool
+    from sandgate.langchain import execute_python_tool, execute_code_tool
     tool = execute_python_tool(Sandgate())
+    js = execute_code_tool(Sandgate(), language="javascript")  # execute_javascript
 
 The tool keeps state: one context per tool instance, or one per LangGraph
 thread when the run's config has `configurable.thread_id`.  Its content is
@@ -44,8 +45,35 @@ COMMAND_DESCRIPTION = (
     "directory /home/user. Returns stdout, stderr and the exit code.")
 
 
+# The languages a tool names and describes: a context's language (as
+# create_context takes it) -> (the name in execute_<name>, how it reads).
+LANGUAGES = {"python": ("python", "Python"), "javascript": ("javascript", "JavaScript"),
+             "js": ("javascript", "JavaScript"), "typescript": ("typescript", "TypeScript"),
+             "ts": ("typescript", "TypeScript"), "r": ("r", "R"), "bash": ("bash", "Bash")}
+
+
+def code_description(language):
+    """execute_code_tool's default description for a language."""
+    key, title = LANGUAGES.get(language.lower(), (language, language))
+    if key == "python":
+        return PYTHON_DESCRIPTION
+    return (f"Run {title} code in a persistent, sandboxed Jupyter kernel (no network unless the "
+            "context has it). Variables, functions and imports persist between calls. Returns "
+            "stdout, stderr, the value of the last expression and, on an error, its message "
+            "and trace; images come back as images. Files written under output/ are reported. "
+            "The working directory is /home/user."
+            + (" Type annotations are accepted (Deno's kernel) but not checked."
+               if key == "typescript" else ""))
+
+
 class PythonInput(BaseModel):
     code: str = Field(description="Python code to run; the last expression's value is returned")
+    timeout: Optional[float] = Field(default=None, description="seconds (optional)")
+
+
+class CodeInput(BaseModel):
+    code: str = Field(description="code to run, in the tool's language; the last expression's "
+                                  "value is returned")
     timeout: Optional[float] = Field(default=None, description="seconds (optional)")
 
 
@@ -162,15 +190,18 @@ def _error_content(e):
     return f"Error from sandgate: {e}", {"error": str(e), "kind": getattr(e, "error", None)}
 
 
-def execute_python_tool(client=None, *, context=None, contexts=None, name="execute_python",
-                        description=PYTHON_DESCRIPTION, timeout=None,
-                        max_output_chars=MAX_OUTPUT_CHARS, language="python", **create):
+def execute_code_tool(client=None, *, language="python", context=None, contexts=None, name=None,
+                      description=None, timeout=None, max_output_chars=MAX_OUTPUT_CHARS,
+                      **create):
     """A LangChain tool (StructuredTool, `response_format="content_and_artifact"`)
-    that runs code in sandgate.  `context`: always use this context; else
-    `contexts` (a ThreadContexts, to share with other tools) or a new one
-    (contexts per thread id, created with `language` and `create`'s
-    cwd/internet, or from `create`'s snapshot or template).  `timeout`: the
-    default per call, in seconds."""
+    that runs code of `language` (python, javascript, typescript, js, ts, r,
+    bash, or any installed kernel's) in sandgate: named execute_<language>
+    (execute_javascript for js) and described for it unless `name` and
+    `description` say otherwise.  `context`: always use this context (of
+    that language); else `contexts` (a ThreadContexts, to share with other
+    tools of the same language) or a new one (contexts per thread id,
+    created with `language` and `create`'s cwd/internet, or from `create`'s
+    snapshot or template).  `timeout`: the default per call, in seconds."""
     if client is None:
         from . import Sandgate
         client = Sandgate()
@@ -195,9 +226,19 @@ def execute_python_tool(client=None, *, context=None, contexts=None, name="execu
         return await asyncio.to_thread(run, code, timeout, config)
 
     default_timeout = timeout
+    key = LANGUAGES.get(language.lower(), (language,))[0]
     return StructuredTool.from_function(
-        func=run, coroutine=arun, name=name, description=description, args_schema=PythonInput,
+        func=run, coroutine=arun, name=name or f"execute_{key}",
+        description=description or code_description(language),
+        args_schema=PythonInput if key == "python" else CodeInput,
         response_format="content_and_artifact", metadata={"sandgate_contexts": pool})
+
+
+def execute_python_tool(client=None, *, name="execute_python", description=PYTHON_DESCRIPTION,
+                        language="python", **kw):
+    """execute_code_tool for Python: the tool execute_python (its
+    `language` may name another kernel, which keeps the Python name)."""
+    return execute_code_tool(client, language=language, name=name, description=description, **kw)
 
 
 def execute_command_tool(client=None, *, context=None, contexts=None, name="execute_command",
