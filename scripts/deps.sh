@@ -3,12 +3,15 @@
 #   scripts/deps.sh          to build and run it (scripts/quickstart.sh)
 #   scripts/deps.sh --test   that, and what the tests and benchmarks drive
 #                            (scripts/test.sh)
+#   scripts/deps.sh --k8s    that, and the parts of the one-node Kubernetes
+#                            that come from Debian (tests/k8s/run.sh)
 # Idempotent: when every package is present it does nothing.
 set -euo pipefail
 case "${1:-}" in
-  "") test=0 ;;
-  --test) test=1 ;;
-  *) echo "usage: scripts/deps.sh [--test]" >&2; exit 2 ;;
+  "") test=0 k8s=0 ;;
+  --test) test=1 k8s=0 ;;
+  --k8s) test=1 k8s=1 ;;
+  *) echo "usage: scripts/deps.sh [--test | --k8s]" >&2; exit 2 ;;
 esac
 packages=(
   # build
@@ -53,6 +56,16 @@ test_packages=(
   # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
   buildah podman mmdebstrap runc
 )
+k8s_packages=(
+  # the one-node Kubernetes of docker/k8s/local-cluster.sh (tests/k8s/run.sh):
+  # etcd, the container runtime and CNI plugins, what kube-proxy and
+  # kube-router call.  The rest is built from Go modules with the machine's
+  # Go (1.21 or newer; Debian 12's 1.19 is too old to fetch the toolchain
+  # k8s.io/kubernetes asks for)
+  etcd-server containerd runc containernetworking-plugins iptables ipset
+  conntrack ebtables ethtool socat openssl
+)
+[ $k8s = 1 ] && packages+=("${k8s_packages[@]}")
 if [ $test = 1 ]; then
   packages+=("${test_packages[@]}")
   # Node.js runs the real client SDKs the tests drive (npm packages).
