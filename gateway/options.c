@@ -417,9 +417,9 @@ static const opt_t table[] = {
     {"pause-after", 0, "SEC", SECONDS_MS(k.pause_after_ms, 0, 7 * DAY),
      .help = "pause sessions idle this long to disk (600; 0: never); using one resumes it"},
     {"pause-on-stop", 0, "SEC", SECONDS_MS(pause_on_stop_ms, 0, 3600),
-     .help = "at SIGTERM, pause every idle session first, waiting up to SEC (0, the default: "
-             "sessions keep running for the next start); for containers, whose processes end "
-             "with them"},
+     .help = "at SIGTERM, pause every session first (a busy one once its executions end; new "
+             "ones get 503), waiting up to SEC (0, the default: sessions keep running for the "
+             "next start); for containers, whose processes end with them"},
     {"snapshot-ttl", 0, "SEC", SECONDS_MS(k.snapshot_ttl_ms, 0, 3650 * DAY),
      .help = "delete snapshots this old (0, the default: kept until deleted)"},
     {"max-snapshots", 0, "N", UINT(k.max_snapshots, 0, 100000, 1),

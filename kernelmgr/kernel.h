@@ -148,6 +148,10 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err);
  * variables are lost: queued executions end with that error). */
 int kernel_pause(kernel_t *k, sg_error_t **err);
 int kernel_resume(kernel_t *k, sg_error_t **err);
+/* Sandgate is stopping and will pause k once its work is done: from now on
+ * kernel_execute and kernel_resume refuse (SG_E_UNAVAILABLE, why: a
+ * literal); the executions already queued run to their end. */
+void kernel_close(kernel_t *k, const char *why);
 /* "starting", "idle", "busy", "dead", "pausing", "paused" or "resuming". */
 const char *kernel_status(const kernel_t *k);
 typedef struct {

@@ -241,6 +241,10 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
                      k->id, k->death ? k->death : "shut down");
         return 0;
     }
+    if (k->closed) {
+        sg_error_set(err, SG_E_UNAVAILABLE, "%s", k->closed);
+        return 0;
+    }
     exec_t *e = exec_new(k, code, opts, cb);
     exec_t **tail = &k->queue;
     while (*tail)

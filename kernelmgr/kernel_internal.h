@@ -106,6 +106,7 @@ struct kernel {
     bool resuming;       /* STARTING from a checkpoint */
     bool reattaching;    /* ... or reconnecting after a pause that failed */
     bool resume_wanted;  /* asked for while PAUSING */
+    const char *closed;  /* sandgate is stopping: why no new work is taken (a literal) */
     int64_t pause_began; /* zclock_mono() of the pause or resume under way */
     int64_t last_pause_ms, last_resume_ms;
     uint64_t resumes;

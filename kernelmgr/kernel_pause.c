@@ -30,6 +30,8 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
             sg_error_t *rerr = NULL;
             if (kernel_resume(k, &rerr) < 0) {
                 log_warn("kernel %s: %s", k->id, rerr->msg);
+                if (k->closed)
+                    fail_all(k, rerr); /* queued while it paused: it stays paused */
                 sg_error_free(&rerr);
             }
         }
@@ -151,8 +153,15 @@ static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
     }
 }
 
+void kernel_close(kernel_t *k, const char *why)
+{
+    k->closed = why;
+}
+
 int kernel_resume(kernel_t *k, sg_error_t **err)
 {
+    if (k->closed && (k->state == KERNEL_PAUSING || k->state == KERNEL_PAUSED))
+        return sg_error_set(err, SG_E_UNAVAILABLE, "%s", k->closed);
     if (k->state == KERNEL_PAUSING) {
         k->resume_wanted = true;
         return 0;

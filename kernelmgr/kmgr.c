@@ -87,7 +87,7 @@ static void add_entry(kmgr_t *m, entry_t *e)
     m->entries[m->n++] = e;
 }
 
-static void drained_one(kmgr_t *m, entry_t *e)
+void drained_one(kmgr_t *m, entry_t *e)
 {
     if (!e->draining)
         return;
@@ -594,68 +594,11 @@ void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)
     }
 }
 
-size_t kmgr_pause_all(kmgr_t *m, void (*drained)(void *arg), void *arg)
-{
-    m->stopping = true;
-    if (!sandbox_env_can_pause(m->env))
-        return 0;
-    for (size_t i = 0; i < m->n; i++) {
-        entry_t *e = m->entries[i];
-        if (e->pool || e->draining || kernel_internet(e->k) || kernel_state(e->k) != KERNEL_IDLE ||
-            kernel_pending(e->k) > 0)
-            continue;
-        sg_error_t *err = NULL;
-        e->auto_pause = "sandgate is stopping (--pause-on-stop)";
-        if (kernel_pause(e->k, &err) < 0) {
-            e->auto_pause = NULL;
-            log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
-            sg_error_free(&err);
-            continue;
-        }
-        e->draining = true;
-        m->draining++;
-    }
-    m->drained = drained;
-    m->drained_arg = arg;
-    return m->draining;
-}
-
-/* --- culling ------------------------------------------------------------------ */
-
-/* Sessions idle for pause_after_ms pause: not one with a frontend connected
- * (a notebook open in a browser), not a pool kernel (claiming one should
- * cost nothing), not one with a network (kernel_pause says why).  A failed pause (say, a full disk)
- * waits as long again. */
-static void pause_idle(kmgr_t *m, int64_t now)
-{
-    if (m->cfg.pause_after_ms <= 0 || !sandbox_env_can_pause(m->env))
-        return;
-    for (size_t i = 0; i < m->n; i++) {
-        entry_t *e = m->entries[i];
-        if (e->pool || kernel_internet(e->k) || kernel_state(e->k) != KERNEL_IDLE ||
-            kernel_pending(e->k) > 0 || kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
-            now - kernel_last_activity(e->k) < m->cfg.pause_after_ms)
-            continue;
-        log_info("kmgr: pausing session %s, idle for %lld ms", kernel_id(e->k),
-                 (long long)(now - kernel_last_activity(e->k)));
-        e->pause_retry_at = now + m->cfg.pause_after_ms;
-        sg_error_t *err = NULL;
-        e->auto_pause = "idle (--pause-after)"; /* set first: the end may be reported at once */
-        if (kernel_pause(e->k, &err) < 0) {
-            e->auto_pause = NULL;
-            log_warn("kmgr: session %s: %s", kernel_id(e->k), err->msg);
-            sg_error_free(&err);
-            continue;
-        }
-        m->stats.auto_pauses++;
-    }
-}
-
 static void on_tick(loop_t *loop, int timer_id, void *arg)
 {
     kmgr_t *m = arg;
     int64_t now = zclock_mono();
-    pause_idle(m, now);
+    pause_tick(m, now);
     snapshots_expire(m);
     for (size_t i = 0; m->cfg.cull_idle_ms > 0 && i < m->n; i++) {
         entry_t *e = m->entries[i];

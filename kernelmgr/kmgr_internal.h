@@ -19,6 +19,7 @@ typedef struct entry {
     int64_t pause_retry_at;  /* after a failed automatic pause, not before this */
     uint64_t resumes;        /* the kernel's resumes counted in the stats */
     bool draining;           /* kmgr_pause_all waits for its pause */
+    bool stop_pause;         /* ... which starts once its work is done */
     const char *auto_pause;  /* why the manager is pausing it (a literal), or NULL */
     json_t *lineage;         /* the contexts it descends from (snapshots), nearest first */
     char *snap_user;         /* the snapshot its start restores: kept until it runs */
@@ -50,6 +51,10 @@ struct kmgr {
 
 /* kmgr.c */
 entry_t *entry_find(const kmgr_t *m, const char *id);
+/* e's pause for kmgr_pause_all is done (or will not come). */
+void drained_one(kmgr_t *m, entry_t *e);
+/* The tick's pauses (kmgr_pause.c): --pause-after's, and the stop's. */
+void pause_tick(kmgr_t *m, int64_t now);
 char *session_workspace(const kmgr_t *m, const char *id);
 void session_record(kmgr_t *m, entry_t *e);
 void kmgr_notice(kmgr_t *m, const char *event, const char *id, json_t *fields);

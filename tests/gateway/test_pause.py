@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 import mcpraw
@@ -245,20 +246,41 @@ with small_disk("400m") as mnt:
 
 # --- --pause-on-stop: what a container's restart needs ------------------------------------------
 # A container's processes end with it, sandboxes included: a stop pauses every
-# idle session first, and a new start that has only the state directory (no
-# runsc state, no mounts: a new container on the same volume) resumes them.
+# session first, and a new start that has only the state directory (no runsc
+# state, no mounts: a new container on the same volume) resumes them.  An
+# idle session pauses at once; a busy one finishes what it runs, takes no new
+# work meanwhile (503, saying why) and then pauses — a rolling restart under
+# load loses nothing.
 d = Daemon("--pool-size", "1", "--pause-after", "0", "--pause-on-stop", "120")
 try:
-    ids = [d.json("POST", "/contexts", {})[1]["id"] for _ in range(2)]
+    ids = [d.json("POST", "/contexts", {})[1]["id"] for _ in range(3)]
     for cid in ids:
         run(d, cid, SETUP)
+    busy = ids[2]
+    slow = {}
+    t = threading.Thread(target=lambda: slow.update(
+        r=run(d, busy, "import time\ntime.sleep(4)\nafter = 'finished'\nprint(after)")))
+    t.start()
+    time.sleep(1.5)  # it runs
     d.proc.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    st, refused = run(d, busy, "print('too late')")
+    ok(st == 503 and "stopping" in refused.get("message", ""),
+       "while it stops, a new execution on the busy session is refused: 503, saying why",
+       (st, refused))
+    st, refused = run(d, ids[0], "print('too late')")
+    ok(st == 503, "... and on a paused one (it is not resumed)", (st, refused))
+    t.join(timeout=60)
+    st, r = slow.get("r", (None, {}))
+    ok(st == 200 and r.get("stdout") == "finished\n",
+       "the execution running at SIGTERM runs to its end", slow)
     d.proc.wait(timeout=150)
     d.drain.join(timeout=30)
     log = "".join(d.log)
-    ok("pausing 2 sessions before stopping" in log and
+    ok("pausing 3 sessions before stopping" in log and
        "every session that could pause is paused; stopping" in log,
-       "SIGTERM with --pause-on-stop pauses both sessions, then stops", log[-1500:])
+       "SIGTERM with --pause-on-stop pauses the 3 sessions, the busy one too, then stops",
+       log[-1500:])
     left = [p for cid in ids for p in runsc_processes(cid)]
     ok(not left, "no sandbox process is left", left)
     subprocess.run(f"grep -o '{d.dir}[^ ]*' /proc/mounts | xargs -r umount -l", shell=True)
@@ -269,6 +291,9 @@ try:
         st, r = run(d, cid, CHECK)
         ok(c.get("state") == "paused" and st == 200 and r["stdout"] == EXPECTED,
            f"a new start on the state directory alone resumes session …{cid[-12:]} intact", (c, r))
+    st, r = run(d, busy, "print(after)")
+    ok(st == 200 and r.get("stdout") == "finished\n",
+       "the session that was busy kept what its last execution made", (st, r))
 finally:
     d.stop()
 
