@@ -195,7 +195,9 @@ configs() {
   mkdir -p "$c/cni" "$run/volumes"
   cat >"$c/containerd.toml" <<EOF
 version = 2
-root = "$run/containerd"
+# Images stay between runs (the sandgate image alone takes minutes to
+# import); \`down\` removes the containers.
+root = "$cache/containerd"
 state = "$sock_dir/containerd"
 [grpc]
   address = "$sock_dir/containerd.sock"
@@ -465,39 +467,55 @@ up() {
   log "kubectl: eval \"\$($0 env)\"  or  $0 kubectl ..."
 }
 
+# stop NAME...: SIGTERM, then up to 60 s for each to exit (the API server
+# drains its watches first), then SIGKILL.
+stop() {
+  local name p pids=()
+  for name in "$@"; do
+    p=$(cat "$run/pid/$name" 2>/dev/null) || continue
+    kill "$p" 2>/dev/null && pids+=("$p")
+  done
+  local i
+  for ((i = 0; i < 120; i++)); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && return 0
+    sleep 0.5
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
+
 down() {
-  local name p
-  if [ -d "$run/pid" ]; then
-    for name in kube-router kube-proxy kubelet kube-scheduler \
-      kube-controller-manager kube-apiserver metadata; do
-      p=$(cat "$run/pid/$name" 2>/dev/null) || continue
-      kill "$p" 2>/dev/null || true
-    done
-    sleep 1
-  fi
-  # The pods' containers: stop their tasks, then containerd and etcd.
+  [ -d "$run/pid" ] && stop kube-router kube-proxy kubelet kube-scheduler \
+    kube-controller-manager kube-apiserver metadata
+  # The pods' containers: kill and remove them (the images stay), then
+  # stop containerd and etcd.
   if running containerd; then
-    local c
-    for c in $(ctr --address "$sock_dir/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
-      ctr --address "$sock_dir/containerd.sock" -n k8s.io tasks kill -s KILL "$c" 2>/dev/null || true
+    local c ctr=(ctr --address "$sock_dir/containerd.sock" -n k8s.io)
+    for c in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+      "${ctr[@]}" tasks kill -s KILL "$c" 2>/dev/null || true
     done
     sleep 2
+    for c in $("${ctr[@]}" containers ls -q 2>/dev/null); do
+      "${ctr[@]}" tasks delete -f "$c" >/dev/null 2>&1 || true
+      "${ctr[@]}" containers delete "$c" 2>/dev/null || true
+    done
   fi
-  for name in containerd etcd; do
-    p=$(cat "$run/pid/$name" 2>/dev/null) || continue
-    kill "$p" 2>/dev/null || true
-  done
-  sleep 1
+  stop containerd etcd
   pkill -9 -f "containerd-shim-runc-v2 -namespace k8s.io .*-address $sock_dir/" 2>/dev/null || true
   # Mounts left under the run dir (pods' volumes, overlay snapshots, netns).
   local m
-  for m in $(awk -v r="$run" -v s="$sock_dir" '$5 ~ "^" r || $5 ~ "^" s {print $5}' \
+  for m in $(awk -v r="$run" -v s="$sock_dir" -v c="$cache/containerd" \
+    '$5 ~ "^" r || $5 ~ "^" s || $5 ~ "^" c {print $5}' \
     /proc/self/mountinfo | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
   for m in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do
     ip netns delete "$m" 2>/dev/null || true
   done
+  # The pods' cgroups (cgroupfs driver: kubepods in each hierarchy).
+  find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d \
+    -exec rmdir {} + 2>/dev/null || true
   ip route del "$pod_cidr" 2>/dev/null || true
   ip route del "$svc_cidr" 2>/dev/null || true
   ip link del sgk8s-host 2>/dev/null || true

@@ -16,6 +16,7 @@ pod outside the policies as the control.
 
 Figures go to stdout as "# figure NAME VALUE" and to SG_K8S_FIGURES (JSON)."""
 import concurrent.futures
+import http.client
 import json
 import os
 import subprocess
@@ -24,8 +25,9 @@ import tempfile
 import threading
 import time
 
-SRC = os.environ.get("SG_SRCDIR", os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+SRC = os.path.abspath(os.environ.get("SG_SRCDIR", os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))))))
+os.environ["SG_SRCDIR"] = SRC  # absolute: jlab.Lab runs JupyterLab from another cwd
 sys.path[:0] = [os.path.join(SRC, "tests"), os.path.join(SRC, "tests", "gateway"),
                 os.path.join(SRC, "tests", "clients")]
 from sgd import Daemon, TOKEN, stdout  # noqa: E402
@@ -67,8 +69,8 @@ def execute(p, code, context_id, timeout=120):
     try:
         status, hdrs, data = p.request("POST", "/execute",
                                        {"code": code, "context_id": context_id}, timeout=timeout)
-    except OSError as e:
-        return None, None, {"error": "connection", "message": str(e)}
+    except (OSError, http.client.HTTPException) as e:  # refused, or the stream cut
+        return None, None, {"error": "connection", "message": repr(e)}
     replica = hdrs.get("X-Sandgate-Replica")
     if status != 200:
         try:
@@ -100,8 +102,13 @@ class Watch:
             t.start()
 
     def run(self, mine):
-        down = {}
-        while not self.stop_.is_set():
+        down = self.down = {}
+        # After finish() is called, on until every context has answered again
+        # (the last replica's sessions resume after its rollout is reported).
+        end = None
+        while not self.stop_.is_set() or (down and time.time() < end):
+            if self.stop_.is_set() and end is None:
+                end = time.time() + 180
             for ctx in mine:
                 status, _, lines = execute(self.p, "print(v)", ctx, timeout=300)
                 now = time.time()
@@ -126,6 +133,35 @@ class Watch:
         for t in self.threads:
             t.join()
         return max(self.worst.values(), default=0.0)
+
+
+def new_context(p):
+    """(id, replica) of a new context, or (None, why)."""
+    try:
+        status, hdrs, data = p.request("POST", "/contexts", {})
+    except (OSError, http.client.HTTPException) as e:
+        return None, repr(e)
+    if status != 201:
+        return None, (status, data[:200])
+    return json.loads(data)["id"], hdrs.get("X-Sandgate-Replica")
+
+
+def wait_service(p, secs=120):
+    """Until GET /health answers through the Service (after the proxy rolled,
+    kube-proxy's rules follow its new pods within a second or two)."""
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        try:
+            if p.request("GET", "/health", token=None, timeout=5)[0] == 200:
+                return True
+        except (OSError, http.client.HTTPException):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def pod_uid(name):
+    return k_ns("get", "pod", name, "-o", "jsonpath={.metadata.uid}").stdout
 
 
 def wait_ready(what, secs):
@@ -174,11 +210,10 @@ ok(status == 200, "GET /health through the Service", (status, health))
 # --- 30 contexts over the replicas ------------------------------------------------------------
 contexts, placed = [], {}
 for _ in range(30):
-    status, hdrs, data = p.request("POST", "/contexts", {})
-    if status == 201:
-        ctx = json.loads(data)["id"]
+    ctx, rep = new_context(p)
+    if ctx:
         contexts.append(ctx)
-        placed[ctx] = hdrs.get("X-Sandgate-Replica")
+        placed[ctx] = rep
 ok(len(contexts) == 30, f"30 contexts made through the proxy ({len(contexts)})")
 by_replica = {}
 for ctx, rep in placed.items():
@@ -216,7 +251,7 @@ try:
     ok(lab.up, "JupyterLab 4 starts with the cluster's proxy as its gateway", lab.output()[-2000:])
     if lab.up:
         shot = os.environ.get("SG_SCREENSHOT", os.path.join(tmp, "lab.png"))
-        browse(lab, shot, 10, "python", timeout=600)
+        browse(lab, shot, 9, "python", timeout=600)
 finally:
     lab.stop()
 
@@ -225,10 +260,17 @@ victim = "sandgate-1"
 theirs = by_replica.get(victim, [])
 others = [c for c in contexts if c not in theirs]
 watch = Watch(p, others)
+old_uid = pod_uid(victim)
 t0 = time.time()
 r = k_ns("delete", "pod", victim, "--wait=false")
 ok(r.returncode == 0, f"kubectl delete pod {victim}", r.stderr)
-back, deadline = set(), time.time() + 600
+# Recovery counts from the delete until every one of its sessions answered
+# from the new pod (the old one serves them until its SIGTERM).
+deadline = time.time() + 600
+while time.time() < deadline and pod_uid(victim) in (old_uid, ""):
+    time.sleep(0.5)
+figure("pod_kill_new_pod_s", round(time.time() - t0, 1))
+back = set()
 while len(back) < len(theirs) and time.time() < deadline:
     for ctx in theirs:
         if ctx not in back and keeps(p, ctx):
@@ -276,18 +318,22 @@ ok(proxy4.returncode == 0 and r.returncode == 0,
 r = k_ns("scale", "statefulset/sandgate", "--replicas=4")
 r2, _ = wait_ready("statefulset/sandgate", 900)
 r3, _ = wait_ready("deployment/sandgate-proxy", 300)
-ok(r.returncode == 0 and r2.returncode == 0 and r3.returncode == 0,
+ok(r.returncode == 0 and r2.returncode == 0 and r3.returncode == 0 and wait_service(p),
    "scaled to 4 replicas, the proxy rolled", r.stderr + r2.stderr + r3.stderr)
-new = []
-for _ in range(8):
-    status, hdrs, data = p.request("POST", "/contexts", {})
-    if status == 201:
-        new.append((json.loads(data)["id"], hdrs.get("X-Sandgate-Replica")))
+# The proxy finds the new replica by DNS and its health check: new contexts
+# go round the replicas it has found up.
+t0, new = time.time(), []
+while time.time() - t0 < 120 and not any(rep == "sandgate-3" for _, rep in new):
+    new.append(new_context(p))
+    time.sleep(0.5)
+figure("scale_up_first_context_on_new_replica_s", round(time.time() - t0, 1))
 on3 = [c for c, rep in new if rep == "sandgate-3"]
-ok(on3, "new contexts reach the new replica sandgate-3", new)
-for ctx in on3:
-    execute(p, f"v = {ctx!r}", ctx)
-ok(all(keeps(p, c) for c, _ in new), "the new contexts run, on whichever replica")
+ok(on3, f"new contexts reach the new replica sandgate-3 ({len(new)} made)",
+   [rep for _, rep in new])
+for ctx, _ in new:
+    if ctx:
+        execute(p, f"v = {ctx!r}", ctx)
+ok(all(c and keeps(p, c) for c, _ in new), "the new contexts run, on whichever replica", new)
 # Back to 3: sandgate-3 stops (its idle sessions paused to its volume, which
 # the StatefulSet keeps); its ids answer 503 until it is scaled up again.
 r = k_ns("scale", "statefulset/sandgate", "--replicas=3")
@@ -295,6 +341,7 @@ kubectl("apply", "-f", "-", input=rendered)  # the 3-replica proxy again
 r2, _ = wait_ready("statefulset/sandgate", 600)
 wait_ready("deployment/sandgate-proxy", 300)
 k_ns("wait", "--for=delete", "pod/sandgate-3", "--timeout=300s", timeout=330)
+wait_service(p)
 status, _, answer = execute(p, "print(v)", on3[0]) if on3 else (None, None, None)
 ok(r.returncode == 0 and r2.returncode == 0 and status in (404, 503),
    "scaled back to 3: sandgate-3's sessions answer with an error, not another's state",
