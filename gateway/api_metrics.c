@@ -96,14 +96,17 @@ static enum MHD_Result health(void *arg, http_req_t *call)
     struct MHD_Connection *conn = call->conn;
     kmgr_stats_t st;
     kmgr_stats(self->kmgr, &st);
-    return http_reply_json(conn, 200,
-                           json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
-                                     "status", "ok", "version", PACKAGE_VERSION, "replica",
-                                     replica_id(), "replica_tag", replica_tag(), "kernels",
-                                     "sessions", (json_int_t)st.sessions, "starting",
-                                     (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
-                                     (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready,
-                                     "pool_starting", (json_int_t)st.pool_starting));
+    /* Stopping (--pause-on-stop's drain): 503, so that a proxy's health
+     * check takes this replica out before it goes. */
+    bool stopping = kmgr_stopping(self->kmgr);
+    return http_reply_json(
+        conn, stopping ? 503 : 200,
+        json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "status",
+                  stopping ? "stopping" : "ok", "version", PACKAGE_VERSION, "replica", replica_id(),
+                  "replica_tag", replica_tag(), "kernels", "sessions", (json_int_t)st.sessions,
+                  "starting", (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
+                  (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready, "pool_starting",
+                  (json_int_t)st.pool_starting));
 }
 
 /* --- GET /openapi.json ---------------------------------------------------------- */

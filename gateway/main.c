@@ -97,17 +97,34 @@ typedef struct {
     kmgr_t *kmgr;
     int pause_ms;
     bool draining;
+    int64_t drain_began; /* zclock_mono() of the first SIGTERM */
     loop_t *loop;
     bool launcher_lost; /* stopping for the supervisor: exit status 70 */
     int lost_grace_ms;  /* --launcher-timeout */
     int64_t lost_deadline;
 } stop_t;
 
+/* A drain lasts at least this long: GET /health answers 503 meanwhile, and
+ * a proxy checking it every second takes the replica out (HAProxy's "fall
+ * 2", docker/haproxy-config.sh) before its port closes under a request. */
+#define DRAIN_MIN_MS 3000
+
+static void on_drain_floor(loop_t *loop, int timer_id, void *arg)
+{
+    (void)timer_id;
+    (void)arg;
+    loop_stop(loop);
+}
+
 static void on_drained(void *arg)
 {
     stop_t *st = arg;
+    int64_t left = st->drain_began + DRAIN_MIN_MS - zclock_mono();
     log_info("every session that could pause is paused; stopping");
-    loop_stop(st->loop);
+    if (left > 0)
+        loop_timer(st->loop, (int)left, 1, on_drain_floor, NULL);
+    else
+        loop_stop(st->loop);
 }
 
 static void on_drain_timeout(loop_t *loop, int timer_id, void *arg)
@@ -127,10 +144,11 @@ static void on_stop_signal(loop_t *loop, int signo, void *arg)
         return;
     }
     st->draining = true;
+    st->drain_began = zclock_mono();
     st->loop = loop;
     size_t n = kmgr_pause_all(st->kmgr, on_drained, st);
     if (n == 0) {
-        loop_stop(loop);
+        on_drained(st);
         return;
     }
     log_info("pausing %zu sessions before stopping (at most %d s; a second signal stops now)", n,

@@ -183,5 +183,7 @@ const json_t *kmgr_lineage(const kmgr_t *self, const kernel_t *k);
  * refilling.  Returns how many began to pause; drained(arg) is called once
  * the last of them is paused or has failed to (never when 0 is returned). */
 size_t kmgr_pause_all(kmgr_t *self, void (*drained)(void *arg), void *arg);
+/* Whether kmgr_pause_all was called: sandgate is stopping. */
+bool kmgr_stopping(const kmgr_t *self);
 
 #endif

@@ -33,6 +33,11 @@ static void pause_for_stop(kmgr_t *m, entry_t *e)
     }
 }
 
+bool kmgr_stopping(const kmgr_t *m)
+{
+    return m->stopping;
+}
+
 /* Every session that can pause (not the pool, not one with a network) stops
  * taking work and pauses: an idle one now, a busy one once its running and
  * queued executions end (a tick checks), one resuming once it is up. */

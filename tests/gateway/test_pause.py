@@ -270,6 +270,10 @@ try:
        (st, refused))
     st, refused = run(d, ids[0], "print('too late')")
     ok(st == 503, "... and on a paused one (it is not resumed)", (st, refused))
+    st, health = d.json("GET", "/health", token=None)
+    ok(st == 503 and health.get("status") == "stopping",
+       "GET /health answers 503 stopping meanwhile (a proxy takes the replica out)",
+       (st, health))
     t.join(timeout=60)
     st, r = slow.get("r", (None, {}))
     ok(st == 200 and r.get("stdout") == "finished\n",
