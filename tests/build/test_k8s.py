@@ -102,9 +102,11 @@ for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
        f"{probe} asks /health (no token needed)", c.get(probe))
 pause = int(env.get("SANDGATE_PAUSE_ON_STOP", {}).get("value", "0"))
 grace = pod.get("terminationGracePeriodSeconds", 30)
-ok(0 < pause < grace, f"a stop pauses idle sessions first ({pause} s), within the grace "
+ok(0 < pause < grace, f"a stop pauses the sessions first ({pause} s), within the grace "
    f"period ({grace} s)", (pause, grace))
-ok(c.get("lifecycle", {}).get("preStop"), "a preStop lets the proxy drop the pod before SIGTERM")
+ok("preStop" not in c.get("lifecycle", {}),
+   "no preStop delay: the drain answers GET /health 503 at SIGTERM, which takes the replica "
+   "out of the proxy (a preStop would only hold the pod serving)")
 state = env.get("SANDGATE_STATE_DIR", {}).get("value")
 mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
 claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])]

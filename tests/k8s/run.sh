@@ -58,7 +58,8 @@ mkdir -p tests/k8s/results
   echo "Figures (seconds unless named):"
   echo
   echo '```json'
-  cat "$SG_K8S_FIGURES" 2>/dev/null || echo '{}'
+  cat "$SG_K8S_FIGURES" 2>/dev/null || echo "{}"
+  echo
   echo '```'
   echo
   echo "Checks: $passed passed, $failed failed (run took $(($(date +%s) - started)) s)."
