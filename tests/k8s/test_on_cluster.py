@@ -351,8 +351,12 @@ ok(pvc == "Bound", "sandgate-3's volume claim stays (its sessions are on it)", p
 
 # --- what sandboxed code and the pods can reach -----------------------------------------------
 other_pod = pod_ip("sandgate-2")
-proxy_pod = kubectl("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=sandgate-proxy",
-                    "-o", "jsonpath={.items[0].status.podIP}").stdout
+# A proxy pod in service (the Service's ready endpoints; a pod of the last
+# rollout may still be going).
+proxy_pod = kubectl("-n", NS, "get", "endpointslices", "-l",
+                    "kubernetes.io/service-name=sandgate-proxy", "-o",
+                    "jsonpath={.items[0].endpoints[?(@.conditions.ready==true)].addresses[0]}"
+                    ).stdout.split()[0]
 targets = [(NODE_IP, 6443), (NODE_IP, 10250), ("10.96.0.1", 443), ("10.244.0.1", 10250),
            (other_pod, 49999), (proxy_pod, 49999), (METADATA, 80)]
 diag(f"targets: {targets}")
