@@ -16,11 +16,10 @@
 //               snapshot: in the JupyterLab page they opened);
 //   snapshot    open a Python notebook and run print(snapvar), which only a
 //               kernel started from the caller's snapshot has defined;
-//   attach=ID   open a new notebook and attach it to the running kernel ID
-//               (an agent's context) through the Select Kernel dialog (when
-//               the dialog does not list it: "No Kernel" there, then the
-//               notebook's sessionContext.changeKernel({id}), which has the
-//               server adopt the kernel); df.head() of the agent's DataFrame
+//   attach=ID   POST /api/sessions on JupyterLab's server for agent.ipynb
+//               with the running kernel ID (an agent's context), open a new
+//               notebook and attach it to that kernel through the Select
+//               Kernel dialog; df.head() of the agent's DataFrame
 //               renders as a table, a cell adds df['total'], then a cell
 //               prints nb 0..5 over 3 s while the caller's agent executes
 //               too, and the page must show the kernel busy while the
@@ -178,34 +177,25 @@ async function tableRows(cell) {
 }
 
 // Attaches notebook panel `id` to the running kernel `kernelId` as a person
-// would: the Select Kernel dialog (opened with the notebook, which has no
-// kernel, or from the toolbar's kernel name), its option for that kernel.
-// Jupyter Server with --gateway-url lists only the kernels it started, so the
-// dialog may not offer it: then "No Kernel" there, and the notebook's
-// sessionContext.changeKernel({id}), whose new session adopts the kernel.
+// would: the Select Kernel dialog (JupyterLab opens it with a notebook that
+// has no kernel; else the toolbar's kernel name does), its option for that
+// kernel.
 async function attachKernel(id, kernelId) {
   const panel = page.locator(`[id="${id}"]`);
   const dialog = page.locator(".jp-Dialog");
-  if (!await dialog.waitFor({ timeout: 15000 }).then(() => true, () => false))
+  if (!await dialog.waitFor({ timeout: 60000 }).then(() => true, () => false))
     await panel.locator(".jp-Toolbar-kernelName").click();
   await dialog.locator("select").waitFor({ timeout: LIMIT });
   const options = await dialog.locator("select option").evaluateAll((os) =>
     os.map((o) => ({ value: o.value, text: o.textContent, group: o.parentElement.label })));
-  ok(options.some((o) => o.value === JSON.stringify({ name: "python3" })),
-    "the Select Kernel dialog opens and offers the kernelspecs", JSON.stringify(options));
-  const want = JSON.stringify({ id: kernelId });
-  const listed = options.some((o) => o.value === want);
-  console.log(`# dialog-lists-kernel ${listed ? "yes" : "no"}`);
-  console.log(`# dialog-options ${options.map((o) => `${o.group}: ${o.text}`).join("; ")}`);
-  await dialog.locator("select").selectOption(listed ? want : "null");
+  const want = options.find((o) => o.value === JSON.stringify({ id: kernelId }));
+  ok(want && want.text === `agent.ipynb (${kernelId.split("-")[0]})` &&
+    want.group === "Connect to Existing Kernel",
+    `the Select Kernel dialog lists the agent's kernel: "${want?.group}: ${want?.text}"`,
+    options.map((o) => `${o.group}: ${o.text}`).join("\n"));
+  await dialog.locator("select").selectOption(want?.value ?? "null");
   await dialog.locator(".jp-mod-accept").click();
   await dialog.waitFor({ state: "detached", timeout: LIMIT });
-  if (!listed)
-    await page.evaluate(async ({ id, kernelId }) => {
-      const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
-      await p.sessionContext.changeKernel({ id: kernelId });
-    }, { id, kernelId });
-  console.log(`# attached-via ${listed ? "dialog" : "changeKernel"}`);
 }
 
 // The kernel status the page shows for panel `id`: the app's
@@ -337,6 +327,15 @@ const STEPS = {
   },
 
   async attach(kernelId) {
+    // Jupyter Server lists only the kernels it has started or has a session
+    // on: a session of its own on the agent's kernel (the curl of
+    // docs/jupyter.md) puts it in the dialog.
+    const r = await page.request.post(`${base}/api/sessions`, { headers: auth, data: {
+      path: "agent.ipynb", name: "agent.ipynb", type: "notebook", kernel: { id: kernelId } } });
+    const session = await r.json().catch(() => ({}));
+    ok(r.status() === 201 && session.kernel?.id === kernelId,
+      "JupyterLab's server takes the agent's kernel into a session (POST /api/sessions " +
+      "with its id)", `${r.status()} ${JSON.stringify(session)}`);
     await put("takeover.ipynb", null, null);
     const id = await openByUrl("takeover.ipynb");
     const nb = page.locator(`[id="${id}"]`);

@@ -1,8 +1,13 @@
 """A person takes over an agent's live session: sandgate (real runsc) and
 JupyterLab 4 with --gateway-url.  The agent, clients/python's Sandgate,
-makes a context and a pandas DataFrame df (columns a, b) in it; in headless
-Chromium (jupyterlab_browser.mjs, step attach=ID) a new notebook attaches to
-that kernel, df.head() renders as an HTML table and a cell adds
+makes a context and a pandas DataFrame df (columns a, b) in it.  Jupyter
+Server lists only the kernels it started or has a session on, so the
+browser (jupyterlab_browser.mjs, step attach=ID, in headless Chromium)
+first gives JupyterLab's server a session on the agent's kernel (POST
+/api/sessions with its id, what docs/jupyter.md's curl does); then a new
+notebook attaches to that kernel through the Select Kernel dialog
+("Connect to Existing Kernel"), df.head() renders as an HTML table
+and a cell adds
 df['total'], which the agent's next execution sees.  Then both at once:
 while the notebook's cell prints nb 0..5 over 3 s, the agent sends three
 executions printing their own markers; all complete, each agent's response
@@ -102,7 +107,7 @@ try:
     browser.send("slow-done")
     ok(ex.ok and ex.stdout == "slept\n", "the agent's slow execution (time.sleep(4)) completes",
        ex.to_dict())
-    run, info = browser.finish(11)
+    run, info = browser.finish(12)
     browser = None
     diag(f"the browser done after {time.time() - started:.1f} s")
 
