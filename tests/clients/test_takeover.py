@@ -75,6 +75,10 @@ try:
     ok(ex.ok and ex.stdout.strip() == "4.4.0 ['a', 'b'] 4",
        f"the agent (clients/python) makes context {ctx.id} and a DataFrame df in it, "
        "under gVisor (kernel release 4.4.0)", ex.to_dict())
+    st, kernels = d.json("GET", "/api/kernels")
+    ok(st == 200 and {"id": ctx.id, "name": "python3"}.items() <= next(
+        (k for k in kernels if k.get("id") == ctx.id), {}).items(),
+       "sandgate's GET /api/kernels lists the agent's context as a python3 kernel", kernels)
     lab = Lab(tmp, f"--gateway-url={d.url}", f"--GatewayClient.auth_token={TOKEN}",
               "--GatewayClient.request_timeout=120", "--GatewayClient.connect_timeout=60")
     ok(lab.up, "JupyterLab starts with sandgate as its kernel gateway", lab.output()[-3000:])
