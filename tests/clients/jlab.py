@@ -1,15 +1,20 @@
 """JupyterLab 4 from tests/.venv-jupyterlab, as the tests start it (Lab), and
-jupyterlab_browser.mjs's steps run on it in headless Chromium (browse)."""
+jupyterlab_browser.mjs's steps run on it in headless Chromium (browse, or
+Browsing for steps that hand-shake with the test on stdin and stdout)."""
 import json
 import os
+import queue
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+import types
 import urllib.error
 import urllib.request
 
-from tap import diag, relay
+from tap import ok, diag, relay
 
 SRC = os.environ.get("SG_SRCDIR", ".")
 VENV = os.path.join(SRC, "tests", ".venv-jupyterlab")
@@ -90,3 +95,81 @@ def browse(lab, shot, least, *steps, timeout=300):
                         lab.url, LAB_TOKEN, shot, *steps],
                        capture_output=True, text=True, timeout=timeout)
     return r, relay(r, least)
+
+
+def keep_screenshot(path, env):
+    """Checks that the browser's screenshot is a PNG; copies it to $env when set."""
+    ok(os.path.exists(path) and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
+       f"the screenshot {os.path.basename(path)} is a PNG")
+    keep = os.environ.get(env)
+    if keep and os.path.exists(path):
+        shutil.copy(path, keep)
+        diag(f"screenshot kept in {keep}")
+
+
+class Browsing:
+    """jupyterlab_browser.mjs's steps on lab, running while the test reads
+    its "# KEY VALUE" lines as they come (until) and answers on its stdin
+    (send); finish relays its checks as browse does."""
+
+    def __init__(self, lab, shot, *steps):
+        diag(f"the browser's steps: {' '.join(steps)}")
+        self.err = open(shot + ".stderr", "w+")
+        self.proc = subprocess.Popen(
+            ["node", os.path.join(SRC, "tests/clients/jupyterlab_browser.mjs"), lab.url,
+             LAB_TOKEN, shot, *steps], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err, text=True, bufsize=1)
+        self.out, self.lines = [], queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.out.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def until(self, key, timeout=180):
+        """Waits for the line "# KEY ..."; returns its value, or None when
+        the browser ended or timeout passed first."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.time()))
+            except queue.Empty:
+                return None
+            if line is None:
+                self.lines.put(None)
+                return None
+            got, _, value = line[1:].strip().partition(" ")
+            if line.startswith("#") and got == key:
+                return value.strip()
+            if time.time() > deadline:
+                return None
+
+    def send(self, line):
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+
+    def stop(self):
+        """Ends a browser still running (the test failed before finish)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.err.close()
+
+    def finish(self, least, timeout=120):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)
+        self.err.seek(0)
+        run = types.SimpleNamespace(stdout="".join(self.out), stderr=self.err.read(),
+                                    returncode=self.proc.returncode)
+        self.err.close()
+        return run, relay(run, least)

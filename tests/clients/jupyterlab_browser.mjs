@@ -15,7 +15,18 @@
 //               caller's template preloads pandas as pd (after python or
 //               snapshot: in the JupyterLab page they opened);
 //   snapshot    open a Python notebook and run print(snapvar), which only a
-//               kernel started from the caller's snapshot has defined.
+//               kernel started from the caller's snapshot has defined;
+//   attach=ID   POST /api/sessions on JupyterLab's server for agent.ipynb
+//               with the running kernel ID (an agent's context), open a new
+//               notebook and attach it to that kernel through the Select
+//               Kernel dialog; df.head() of the agent's DataFrame
+//               renders as a table, a cell adds df['total'], then a cell
+//               prints nb 0..5 over 3 s while the caller's agent executes
+//               too, and the page must show the kernel busy while the
+//               agent's slow execution runs.  It talks with the caller on
+//               stdin and stdout: "# column-added" (waits for "next"),
+//               "# nb-running", "# nb-done" (waits for "slow-start", then
+//               watches the kernel's status until "slow-done").
 // Each step checks what the page renders.  JupyterLab runs its kernels
 // wherever it is configured to (with --gateway-url: sandgate).
 // JupyterLab must run with --LabApp.expose_app_in_browser=True (the script
@@ -25,12 +36,13 @@
 // RELEASE PID" (and the same for r and deno) for the caller; exits 0 only
 // when every check passed.
 import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
 
 const [labUrl, token, shot, ...argSteps] = process.argv.slice(2);
 const steps = argSteps.length ? argSteps : ["python", "r"];
-if (!shot || !steps.every((s) => /^(python|r|deno|snapshot|template=.+)$/.test(s))) {
+if (!shot || !steps.every((s) => /^(python|r|deno|snapshot|template=.+|attach=.+)$/.test(s))) {
   console.error("usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png " +
-    "[python|r|deno|template=NAME|snapshot ...]");
+    "[python|r|deno|template=NAME|snapshot|attach=KERNEL_ID ...]");
   process.exit(2);
 }
 const base = labUrl.replace(/\/+$/, "");
@@ -55,11 +67,12 @@ const timer = setTimeout(async () => {
   process.exit(1);
 }, LIMIT);
 
+// A notebook with kernelspec `name`; with none, one that has no kernel yet.
 const notebook = (name, language) => ({
   type: "notebook", format: "json",
   content: {
     cells: [], nbformat: 4, nbformat_minor: 5,
-    metadata: { kernelspec: { name, display_name: name, language } },
+    metadata: name ? { kernelspec: { name, display_name: name, language } } : {},
   },
 });
 
@@ -119,7 +132,8 @@ let auth;
 async function put(path, name, lang) {
   const r = await page.request.put(`${base}/api/contents/${path}`,
     { headers: auth, data: notebook(name, lang) });
-  ok(r.status() === 201, `${path} with kernelspec ${name} (PUT /api/contents)`,
+  ok(r.status() === 201, `${path} with ${name ? `kernelspec ${name}` : "no kernelspec"} ` +
+    "(PUT /api/contents)",
     `${r.status()} ${await r.text()}`);
 }
 
@@ -140,6 +154,57 @@ async function prompts(panel, count, what) {
   ok(got.slice(0, count).map((p) => p.replace(/\s/g, "")).join(" ") === want,
     `the ${what} prompts count the executions 1 to ${count}`, got.join(" | "));
 }
+
+
+// The caller's lines on stdin, one at a time (the attach step's hand-shakes).
+const lines = [], waiting = [];
+let stdin;
+async function expectLine(want) {
+  stdin ||= createInterface({ input: process.stdin }).on("line", (l) => {
+    const w = waiting.shift();
+    if (w) w(l.trim()); else lines.push(l.trim());
+  });
+  const got = lines.length ? lines.shift() : await new Promise((r) => waiting.push(r));
+  if (got !== want) throw new Error(`expected "${want}" from the caller, read "${got}"`);
+}
+
+// The rows of the HTML table a cell renders, each row's cells joined by spaces.
+async function tableRows(cell) {
+  const table = cell.locator('.jp-OutputArea-output[data-mime-type="text/html"] table');
+  await table.waitFor({ timeout: LIMIT });
+  const rows = await table.locator("tr").allInnerTexts();
+  return rows.map((r) => r.trim().split(/\s+/).join(" ")).join(" | ");
+}
+
+// Attaches notebook panel `id` to the running kernel `kernelId` as a person
+// would: the Select Kernel dialog (JupyterLab opens it with a notebook that
+// has no kernel; else the toolbar's kernel name does), its option for that
+// kernel.
+async function attachKernel(id, kernelId) {
+  const panel = page.locator(`[id="${id}"]`);
+  const dialog = page.locator(".jp-Dialog");
+  if (!await dialog.waitFor({ timeout: 60000 }).then(() => true, () => false))
+    await panel.locator(".jp-Toolbar-kernelName").click();
+  await dialog.locator("select").waitFor({ timeout: LIMIT });
+  const options = await dialog.locator("select option").evaluateAll((os) =>
+    os.map((o) => ({ value: o.value, text: o.textContent, group: o.parentElement.label })));
+  const want = options.find((o) => o.value === JSON.stringify({ id: kernelId }));
+  ok(want && want.text === `agent.ipynb (${kernelId.split("-")[0]})` &&
+    want.group === "Connect to Existing Kernel",
+    `the Select Kernel dialog lists the agent's kernel: "${want?.group}: ${want?.text}"`,
+    options.map((o) => `${o.group}: ${o.text}`).join("\n"));
+  await dialog.locator("select").selectOption(want?.value ?? "null");
+  await dialog.locator(".jp-mod-accept").click();
+  await dialog.waitFor({ state: "detached", timeout: LIMIT });
+}
+
+// The kernel status the page shows for panel `id`: the app's
+// (sessionContext's kernel) and the notebook toolbar's execution indicator.
+const pageStatus = (id) => page.evaluate((id) => {
+  const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+  const ind = p.node.querySelector(".jp-Notebook-ExecutionIndicator");
+  return { app: p.sessionContext.session?.kernel?.status, toolbar: ind?.dataset.status };
+}, id);
 
 let pyId, rId;  // the Python and R notebooks' panels, in front for the screenshot
 
@@ -259,6 +324,75 @@ const STEPS = {
     const version = /^'\d+\.\d+\S*'$/.test(t);
     ok(version, `pd.__version__, with no import, renders pandas' version${version ? ` (${t})` : ""}` +
       ": the template preloaded it", t);
+  },
+
+  async attach(kernelId) {
+    // Jupyter Server lists only the kernels it has started or has a session
+    // on: a session of its own on the agent's kernel (the curl of
+    // docs/jupyter.md) puts it in the dialog.
+    const r = await page.request.post(`${base}/api/sessions`, { headers: auth, data: {
+      path: "agent.ipynb", name: "agent.ipynb", type: "notebook", kernel: { id: kernelId } } });
+    const session = await r.json().catch(() => ({}));
+    ok(r.status() === 201 && session.kernel?.id === kernelId,
+      "JupyterLab's server takes the agent's kernel into a session (POST /api/sessions " +
+      "with its id)", `${r.status()} ${JSON.stringify(session)}`);
+    await put("takeover.ipynb", null, null);
+    const id = await openByUrl("takeover.ipynb");
+    const nb = page.locator(`[id="${id}"]`);
+    await attachKernel(id, kernelId);
+    const k = await idleKernel(id, "python3", "python", "the notebook attaches", "attach");
+    ok(k.id === kernelId, `its kernel is the running one, ${kernelId}`, k.id);
+
+    let c = await run(nb, page, 0, "df.head()");
+    let t = await tableRows(c);
+    ok(t === "a b | 0 1 10 | 1 2 20 | 2 3 30 | 3 4 40",
+      "df.head() renders the agent's DataFrame as an HTML table", t);
+    c = await run(nb, page, 1, "df['total'] = df['a'] + df['b']\ndf");
+    t = await tableRows(c);
+    ok(t === "a b total | 0 1 10 11 | 1 2 20 22 | 2 3 30 33 | 3 4 40 44",
+      "a cell adds the column total, and the table shows it", t);
+    console.log("# column-added");
+    await expectLine("next");
+
+    c = await run(nb, page, 2, "import time\nfor i in range(6): print('nb', i, flush=True); time.sleep(0.5)");
+    await c.locator(STDOUT).first().waitFor({ timeout: LIMIT });
+    console.log("# nb-running");
+    await page.waitForFunction((id) => {
+      const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+      const prompt = p.node.querySelectorAll(".jp-Notebook .jp-Cell")[2]
+        ?.querySelector(".jp-InputPrompt")?.textContent || "";
+      return /\[\d+\]/.test(prompt);
+    }, id, { timeout: LIMIT, polling: 100 });
+    console.log("# nb-done");
+    const outs = (await c.locator(ANY).allInnerTexts()).join("\n").trim();
+    ok(outs === [0, 1, 2, 3, 4, 5].map((i) => `nb ${i}`).join("\n"),
+      "the notebook's cell shows its own output only: nb 0 to nb 5, no agent's line", outs);
+
+    await expectLine("slow-start");
+    const seen = { app: new Set(), toolbar: new Set() };
+    let slowDone = false;
+    const watched = expectLine("slow-done").then(() => { slowDone = true; });
+    while (!slowDone) {
+      const s = await pageStatus(id);
+      seen.app.add(s.app);
+      seen.toolbar.add(s.toolbar);
+      await Promise.race([watched, new Promise((r) => setTimeout(r, 100))]);
+    }
+    ok(seen.app.has("busy") && seen.toolbar.has("busy"),
+      "while the agent's slow execution runs, the page shows the kernel busy (the app's " +
+      "kernel status and the toolbar's indicator)", JSON.stringify({ app: [...seen.app],
+        toolbar: [...seen.toolbar] }));
+    const idle = await page.waitForFunction((id) => {
+      const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+      const ind = p.node.querySelector(".jp-Notebook-ExecutionIndicator");
+      return p.sessionContext.session?.kernel?.status === "idle" && ind?.dataset.status === "idle";
+    }, id, { timeout: 15000, polling: 100 }).then(() => true, () => false);
+    ok(idle, "and idle after it", JSON.stringify(await pageStatus(id)));
+    await page.evaluate((id) => {  // the DataFrame's cells in view for the screenshot
+      const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+      p.content.activeCellIndex = 0;
+      p.content.scrollToCell(p.content.widgets[0]);
+    }, id);
   },
 
   async snapshot() {

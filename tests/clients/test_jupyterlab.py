@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 
-from jlab import Lab, VENV, browse
+from jlab import Lab, VENV, browse, keep_screenshot
 from sgd import Daemon, TOKEN
 from tap import ok, diag, done
 
@@ -78,12 +78,7 @@ try:
 
     deno_shot = os.path.join(tmp, "lab-deno.png")
     for path, env in ((shot, "SG_SCREENSHOT"), (deno_shot, "SG_SCREENSHOT_DENO")):
-        ok(os.path.exists(path) and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
-           f"the screenshot {os.path.basename(path)} is a PNG")
-        keep = os.environ.get(env)
-        if keep and os.path.exists(path):
-            shutil.copy(path, keep)
-            diag(f"screenshot kept in {keep}")
+        keep_screenshot(path, env)
 
     # A kernel from a snapshot: a JupyterLab server with KERNEL_SNAPSHOT in
     # its environment forwards it (with its other KERNEL_* variables) in
