@@ -9,23 +9,17 @@ resumes when a WebSocket attaches: it runs, answers kernel_info and
 execute over the socket, its variables kept.  Tenants: bob's key gets 404
 for alice's context's channels and kernel, as for an id that does not
 exist; alice's key and the admin token attach.  Needs root and runsc."""
-import os
 import shutil
-import tempfile
 import time
 
-from sgd import Daemon, TOKEN, add_key
+from sgd import Daemon, TOKEN, tenants
 from tap import ok, diag, done
 from wsclient import WS, V1, handshake
 
 PAUSE_AFTER, IDLE_TIMEOUT = 2, 6
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
-tmp = tempfile.mkdtemp(prefix="sg-fidle-")
-os.chmod(tmp, 0o711)
-KEYS = os.path.join(tmp, "keys")
-ALICE = add_key(KEYS, "alice")
-BOB = add_key(KEYS, "bob")
+tmp, KEYS, (ALICE, BOB) = tenants("sg-fidle-", "alice", "bob")
 
 
 def state(d, cid):

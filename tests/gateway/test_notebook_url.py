@@ -8,12 +8,10 @@ text line, naming the kernel the tool runs in.  Another tenant's key gets
 404 for the context, exactly as for an id that does not exist, and its
 list holds nothing of the first tenant's.  Without the option there is no
 notebook_url anywhere.  Needs root and runsc."""
-import os
 import shutil
-import tempfile
 
 import mcpraw
-from sgd import Daemon, add_key
+from sgd import Daemon, tenants
 from tap import ok, done
 
 TEMPLATE = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
@@ -23,10 +21,7 @@ def url_for(cid):
     return TEMPLATE.replace("{kernel_id}", cid)
 
 
-tmp = tempfile.mkdtemp(prefix="sg-nburl-")
-KEYS = os.path.join(tmp, "keys")
-ALICE = add_key(KEYS, "alice")
-BOB = add_key(KEYS, "bob")
+tmp, KEYS, (ALICE, BOB) = tenants("sg-nburl-", "alice", "bob")
 d = Daemon("--pool-size", "0", "--keys-file", KEYS, env={"SANDGATE_NOTEBOOK_URL": TEMPLATE})
 try:
     # --- REST ----------------------------------------------------------------------------
