@@ -4,17 +4,35 @@ With the option (here from the environment, SANDGATE_NOTEBOOK_URL) every
 context's JSON — POST /contexts, GET /contexts, GET /contexts/{id} —
 carries notebook_url, the template with the context's id for {kernel_id};
 MCP's execute_python and execute_code results carry it in _meta and as one
-text line, naming the kernel the tool runs in.  Another tenant's key gets
+text line, naming the kernel the tool runs in (and the official MCP SDK's
+client hands both to its caller).  Another tenant's key gets
 404 for the context, exactly as for an id that does not exist, and its
 list holds nothing of the first tenant's.  Without the option there is no
 notebook_url anywhere.  Needs root and runsc."""
+import json
+import os
 import shutil
+import subprocess
 
 import mcpraw
-from sgd import Daemon, tenants
+from sgd import Daemon, TOKEN, tenants
 from tap import ok, done
 
 TEMPLATE = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
+SRC = os.path.abspath(os.environ.get("SG_SRCDIR", "."))
+SDK = """
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+const [url, token] = process.argv.slice(1)
+const transport = new StreamableHTTPClientTransport(new URL(url + '/mcp'),
+  { requestInit: { headers: { Authorization: `Bearer ${token}` } } })
+const client = new Client({ name: 'notebook-url', version: '1.0.0' })
+await client.connect(transport)
+const r = await client.callTool({ name: 'execute_python', arguments: { code: 'print(6 * 7)' } })
+console.log(JSON.stringify(r))
+await transport.terminateSession()
+await client.close()
+"""
 
 
 def url_for(cid):
@@ -73,6 +91,16 @@ try:
     st, a = mcpraw.call(d, sid, "list_files", {}, rid=3)
     ok(st == 200 and "_meta" not in a["result"], "a file tool's result has none", a)
     d.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
+
+    # The official SDK's client hands both to its caller.
+    r = subprocess.run(["node", "--input-type=module", "-e", SDK, d.url, TOKEN],
+                       cwd=os.path.join(SRC, "tests"), capture_output=True, text=True, timeout=300)
+    res = json.loads(r.stdout) if r.returncode == 0 and r.stdout.startswith("{") else {}
+    link = res.get("_meta", {}).get("notebook_url", "")
+    ok(link.startswith(TEMPLATE.split("{")[0]) and res["content"][-1]["text"] ==
+       f"Open this session in JupyterLab: {link}" and res["content"][0]["text"] == "42\n",
+       "the MCP SDK's callTool gives the caller _meta.notebook_url and the text line",
+       r.stdout + r.stderr[-2000:])
 finally:
     d.stop()
 
