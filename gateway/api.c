@@ -6,6 +6,7 @@
 #include "common/xalloc.h"
 #include "gateway/api_internal.h"
 #include "gateway/audit.h"
+#include "gateway/handover.h"
 #include "gateway/pyscript.h"
 #include "gateway/tenants.h"
 
@@ -145,6 +146,10 @@ json_t *api_context_json(api_t *self, kernel_t *k)
     const json_t *lineage = kmgr_lineage(self->kmgr, k);
     if (lineage && json_array_size(lineage)) /* made from a snapshot of this context */
         json_object_set_new(j, "parent", json_incref(json_array_get(lineage, 0)));
+    char *url = handover_url(self->cfg.notebook_url, kernel_id(k));
+    if (url)
+        json_object_set_new(j, "notebook_url", json_string(url));
+    free(url);
     return j;
 }
 

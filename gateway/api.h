@@ -36,6 +36,7 @@ typedef struct {
     const exec_policy_t *exec; /* executions' limits (borrowed; set it) */
     size_t max_upload;         /* bytes per uploaded file */
     const char *state_dir;     /* contexts are recorded in STATE/contexts; NULL: not kept */
+    const char *notebook_url;  /* --notebook-url (handover.h); NULL: contexts carry none */
 } api_config_t;
 
 void api_config_defaults(api_config_t *cfg);

@@ -282,6 +282,7 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     mc.exec = &s->exec;
     mc.max_upload = s->api.max_upload;
     mc.loopback_origins = s->http.token == NULL;
+    mc.notebook_url = s->api.notebook_url;
     d->mcp = mcp_new(loop, d->kmgr, &mc, http_server_wake, d->http);
     envd_config_t ec = {.max_upload = s->api.max_upload};
     d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);

@@ -42,6 +42,7 @@ typedef struct {
     size_t max_file;           /* the largest file returned inline (read_file, output/) */
     size_t max_upload;         /* the largest file write_file writes */
     int max_sessions;          /* MCP sessions at once */
+    const char *notebook_url;  /* --notebook-url (handover.h); NULL: results carry none */
     bool loopback_origins;     /* refuse browser Origins other than loopback ones
                                   (no token: DNS-rebinding protection) */
 } mcp_config_t;

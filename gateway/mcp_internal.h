@@ -72,6 +72,7 @@ typedef struct {
     int run_kind; /* 0 none, 1 stdout, 2 stderr */
     bool error;
     int progress_n;
+    char *notebook_url; /* the kernel's --notebook-url link; NULL: none */
 } call_t;
 
 struct mcp {

@@ -11,6 +11,7 @@
 #include "common/xalloc.h"
 #include "gateway/audit.h"
 #include "gateway/files.h"
+#include "gateway/handover.h"
 #include "gateway/mcp_internal.h"
 #include "gateway/metrics.h"
 
@@ -277,6 +278,7 @@ void mcp_call_free(call_t *c)
     json_decref(c->progress);
     json_decref(c->content);
     free(c->run);
+    free(c->notebook_url);
     free(c);
 }
 
@@ -320,10 +322,16 @@ static void on_done(void *arg, const exec_end_t *end)
     add_artifacts(c, end->artifacts, end->workspace);
     if (json_array_size(c->content) == 0)
         add_text(c->content, "[no output]");
+    json_t *result = json_pack("{s:O, s:b}", "content", c->content, "isError", c->error);
+    if (c->notebook_url) { /* for the model to pass on, and for clients that read _meta */
+        char *t = xasprintf("Open this session in JupyterLab: %s", c->notebook_url);
+        add_text(json_object_get(result, "content"), t);
+        free(t);
+        json_object_set_new(result, "_meta", json_pack("{s:s}", "notebook_url", c->notebook_url));
+    }
     call_unlist(c);
     post_t *p = c->post;
-    mcp_post_send(p, mcp_rpc_result(c->id, json_pack("{s:O, s:b}", "content", c->content, "isError",
-                                                     c->error)));
+    mcp_post_send(p, mcp_rpc_result(c->id, result));
     mcp_call_free(c);
     mcp_post_call_over(p);
 }
@@ -402,6 +410,7 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     c->content = json_array();
     if (note)
         add_text(c->content, note);
+    c->notebook_url = handover_url(self->cfg.notebook_url, kernel_id(k));
     exec_opts_t o = {.policy = self->cfg.exec, .timeout_ms = (int)(t * 1000), .who = self->who};
     c->exec = exec_start(k, code, &o, &exec_events, c, &err);
     if (c->exec == NULL) {

@@ -15,6 +15,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/handover.h"
 #include "kernelmgr/egress.h"
 #include "kernelmgr/launcher.h"
 
@@ -150,6 +151,14 @@ static int set_egress(settings_t *s, const opt_t *o, const char *v)
         return -1;
     }
     return set_str(s, o, v);
+}
+
+static int set_notebook_url(settings_t *s, const opt_t *o, const char *v)
+{
+    if (!handover_valid(v))
+        return bad(o, v, "an http:// or https:// URL holding {kernel_id}");
+    s->api.notebook_url = v;
+    return 0;
 }
 
 static int set_cpus(settings_t *s, const opt_t *o, const char *v)
@@ -353,6 +362,11 @@ static const opt_t table[] = {
     {"replica-id", 0, "ID", set_replica,
      .help = "this sandgate's name among replicas behind one proxy (default: the host name); the "
              "ids it hands out carry it (docs/deploy-cluster.md)"},
+    {"notebook-url", 0, "TEMPLATE", set_notebook_url,
+     .help = "a JupyterLab that opens a session's kernel, {kernel_id} standing for its id (e.g. "
+             "https://hub.example.org/user/alice/lab?kernel={kernel_id}, a Jupyter server with "
+             "--gateway-url pointing here): contexts and MCP's executions then carry it as "
+             "notebook_url, so an agent can hand its session to a person (docs/api.md)"},
     {"max-body", 0, "BYTES", UINT(http.max_body, 0, 1ull << 32, 1),
      .help = "request body limit (1048576)"},
     {"max-output", 0, "BYTES", UINT(exec.max_output, 0, 1ull << 34, 1),

@@ -1,13 +1,14 @@
 // sandgate's JS client (clients/js, npm `sandgate`) against a real daemon.
-// usage: node js_client.mjs URL TOKEN KEY_A KEY_B — prints one JSON line per check: {ok, name, detail}
+// usage: node js_client.mjs URL TOKEN KEY_A KEY_B NOTEBOOK_URL — prints one JSON line per check: {ok, name, detail}
 // The daemon runs with --max-upload 400000 (for a 413), --template
 // pd=preload=import pandas as pd, and a keys file whose
 // tenants have the keys KEY_A (alice) and KEY_B (bob, --max-contexts 1);
-// TOKEN is the admin's --token.
+// TOKEN is the admin's --token; NOTEBOOK_URL the daemon's --notebook-url.
 import * as sg from 'sandgate'
 
 const { Sandgate } = sg
-const [url, token, keyA, keyB] = process.argv.slice(2)
+const [url, token, keyA, keyB, notebookTemplate] = process.argv.slice(2)
+const linkOf = (id) => notebookTemplate.replaceAll('{kernel_id}', id)
 const check = (ok, name, detail) =>
   console.log(JSON.stringify({ ok: !!ok, name, detail: ok ? undefined : detail }))
 const str = (v) => { try { return JSON.stringify(v) } catch { return String(v) } }
@@ -112,9 +113,15 @@ try {
   check(Array.isArray(list) && list.some((x) => x.id === ctx.id), 'listContexts includes it', list)
   const got = await c.getContext(ctx)
   check(got.id === ctx.id && typeof got.state === 'string', 'getContext', got)
+  check(ctx.notebookUrl === linkOf(ctx.id) && ctx.notebook_url === ctx.notebookUrl &&
+    got.notebookUrl === linkOf(ctx.id),
+  "createContext's and getContext's notebookUrl: the server's --notebook-url for the context", [ctx, got])
+  check(list.filter((x) => x.id === ctx.id).map((x) => x.notebookUrl).join() === linkOf(ctx.id),
+    'listContexts gives each its notebookUrl', list)
 
   const paused = await c.pauseContext(ctx)
-  check(paused.state === 'paused' && paused.checkpoint_bytes > 0, 'pauseContext', paused)
+  check(paused.state === 'paused' && paused.checkpoint_bytes > 0 && paused.notebookUrl === linkOf(ctx.id),
+    'pauseContext', paused)
   const resumed = await c.resumeContext(ctx)
   check(resumed.state === 'running', 'resumeContext', resumed)
   ex = await c.execute('in_ctx', { context: ctx })

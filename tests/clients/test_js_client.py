@@ -60,15 +60,17 @@ try:
 finally:
     shutil.rmtree(types, ignore_errors=True)
 
+# The daemon's --notebook-url: each context's notebookUrl is it, with its id.
+NOTEBOOK_URL = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
 tmp = tempfile.mkdtemp(prefix="sg-js-keys-")
 keys_file = os.path.join(tmp, "keys")
 key_a = add_key(keys_file, "alice")
 key_b = add_key(keys_file, "bob", "--max-contexts", "1")
 d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_file,
            "--auth-fail-limit", "10", "--auth-block", "2",
-           "--template", "pd=preload=import pandas as pd")
+           "--template", "pd=preload=import pandas as pd", "--notebook-url", NOTEBOOK_URL)
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 92, key_a, key_b)
+    run_suite(d, "js_client.mjs", TOKEN, 94, key_a, key_b, NOTEBOOK_URL)
 finally:
     d.stop()
     shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,9 @@
 deepagents' createDeepAgent driven by @langchain/core's fake tool-calling
 model, no LLM — against a real daemon (js_langchain.mjs), the tools also on
 a template's contexts (contextOptions { template }) and for JavaScript and
-TypeScript contexts (executeCodeTool)."""
+TypeScript contexts (executeCodeTool); then, against a daemon with
+--notebook-url, the tool's artifact and text carry the context's link
+(js_langchain_links.mjs)."""
 import os
 import sys
 
@@ -18,6 +20,13 @@ try:
     status, contexts = d.json("GET", "/contexts")
     ok(status == 200 and len(contexts) == 0, "the tools' and the backend's close() removed their contexts",
        contexts)
+finally:
+    d.stop()
+# A daemon with --notebook-url: the tools hand its link on.
+NOTEBOOK_URL = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
+d = Daemon("--pool-size", "1", "--notebook-url", NOTEBOOK_URL)
+try:
+    run_suite(d, "js_langchain_links.mjs", TOKEN, 3, NOTEBOOK_URL)
 finally:
     d.stop()
 done()

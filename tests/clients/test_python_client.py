@@ -27,6 +27,8 @@ from tap import ok, diag, done
 SRC = os.environ.get("SG_SRCDIR", ".")
 PKG = os.path.join(SRC, "clients", "python")
 
+# The daemon's --notebook-url: each context's notebook_url is it, with its id.
+NOTEBOOK_URL = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
 venv = tempfile.mkdtemp(prefix="sgt-pyclient-")
 py = os.path.join(venv, "bin", "python")
 d = None
@@ -70,7 +72,7 @@ try:
     key_b = add_key(keys_file, "bob", "--max-contexts", "1")
     d = Daemon("--pool-size", "1", "--max-upload", "100000", "--keys-file", keys_file,
                "--auth-fail-limit", "10", "--auth-block", "2",
-               "--template", "pd=preload=import pandas as pd")
+               "--template", "pd=preload=import pandas as pd", "--notebook-url", NOTEBOOK_URL)
     # The checks run inside the venv's Python: the package as installed.
     script = r'''
 import base64, io, json, os, sys, time
@@ -127,6 +129,12 @@ check(ex.error and ex.error.name == "TimeoutError", "timeout= ends with a Timeou
 ctx = sg.create_context(language="python", cwd="/home/user/proj")
 check(ctx.id and ctx.language == "python" and ctx.cwd == "/home/user/proj",
       "create_context(language, cwd)", ctx.info)
+LINK = os.environ["SG_NOTEBOOK_URL"].replace("{kernel_id}", ctx.id)
+check(ctx.notebook_url == LINK and sg.get_context(ctx.id).notebook_url == LINK and
+      [c.notebook_url for c in sg.list_contexts() if c.id == ctx.id] == [LINK],
+      "context.notebook_url: the server's --notebook-url for this context", ctx.info)
+check(Context(sg, {"id": "x", "state": "running"}).notebook_url is None,
+      "notebook_url is None when the server gives none")
 check(ctx.execute("import os; os.getcwd()").text == "'/home/user/proj'", "it runs in its cwd")
 ctx.execute("only_here = 1")
 check(sg.execute("'only_here' in dir()").text == "False", "contexts share no variables")
@@ -327,6 +335,9 @@ check(ca.id in [c.id for c in alice.list_contexts()] and
       "its list has its own contexts, marked with its tenant",
       [c.info for c in alice.list_contexts()])
 check(ca.id not in [c.id for c in bob.list_contexts()], "another tenant's list does not have it")
+check(alice.get_context(ca.id).notebook_url ==
+      os.environ["SG_NOTEBOOK_URL"].replace("{kernel_id}", ca.id),
+      "a tenant's context has its notebook_url")
 raises(NotFoundError, lambda: bob.get_context(ca.id), "another tenant's context", 404)
 raises(NotFoundError, lambda: bob.execute("who", context=ca.id), "running in it", 404)
 raises(NotFoundError, lambda: bob.download(ca.id, "mine.txt"), "reading its file", 404)
@@ -421,7 +432,7 @@ except SandgateError as e:
     check(False, "after --auth-block, the right keys work again", e)
 '''
     env = dict(os.environ, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN, SG_KEY_A=key_a,
-               SG_KEY_B=key_b)
+               SG_KEY_B=key_b, SG_NOTEBOOK_URL=NOTEBOOK_URL)
     env.pop("SANDGATE_API_KEY", None)
     env.pop("PYTHONPATH", None)
     r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=600, env=env,

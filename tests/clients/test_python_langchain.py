@@ -4,7 +4,8 @@ itself) scripts the tool calls; the agents are langchain's create_agent,
 deepagents' create_deep_agent and, for sandgate's MCP tools, a LangGraph
 agent over langchain-mcp-adapters.  The tools also run on a template's
 contexts (--template pd=preload=import pandas as pd), and on JavaScript and
-TypeScript contexts (execute_code_tool).  Everything PyPI runs in
+TypeScript contexts (execute_code_tool).  Against a second daemon, with
+--notebook-url, the tool's artifact and text carry the context's link.  Everything PyPI runs in
 tests/.venv-langchain (tests/requirements-langchain.txt, scripts/venv.sh)
 with ./clients/python on PYTHONPATH; this file (system
 python3) starts the daemon and reads the checks the agent script prints."""
@@ -27,7 +28,7 @@ if not os.path.exists(os.path.join(VENV, "bin", "python")):
     done()
     raise SystemExit
 
-AGENTS = r'''
+PRELUDE = r'''
 import asyncio, atexit, base64, json, os, sys
 checks = []
 atexit.register(lambda: print(json.dumps(checks)))
@@ -59,7 +60,9 @@ def text_of(m):
     if isinstance(m.content, str):
         return m.content
     return "\n".join(b.get("text", "") for b in m.content if b.get("type") == "text")
+'''
 
+AGENTS = PRELUDE + r'''
 sg = Sandgate()
 before = {c.id for c in sg.list_contexts()}
 
@@ -79,6 +82,8 @@ check(len(tms) == 2 and "42" in text_of(tms[1]),
 check(state["messages"][-1].content == "done", "the loop ends with the model's answer")
 check(tms and tms[1].artifact["stdout"] == "42\n" and tms[1].artifact["error"] is None,
       "the artifact is the execution (stdout, error)", tms and tms[1].artifact)
+check(tms and "notebook_url" not in tms[1].artifact and "JupyterLab" not in text_of(tms[1]),
+      "without --notebook-url neither the artifact nor the text has a link", tms and tms[1].artifact)
 
 # --- images, exceptions, truncation ---------------------------------------------------------
 agent = create_agent(script(
@@ -276,23 +281,62 @@ check(len(left) <= 1, "the tools' contexts are deleted at close (the MCP session
       left)
 '''
 
-d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
-tmp = tempfile.mkdtemp(prefix="sgt-pylc-")
-try:
-    env = dict(os.environ, PYTHONPATH=PKG, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN)
-    r = subprocess.run([os.path.join(VENV, "bin", "python"), "-c", AGENTS], capture_output=True,
-                       text=True, timeout=600, env=env, cwd=tmp)
+# A server with --notebook-url: the tool's artifact carries the context's
+# link, and its text ends with it, for the model to hand to a person.
+NOTEBOOK_URL = "https://hub.example.org/user/alice/lab?kernel={kernel_id}"
+LINKS = PRELUDE + r'''
+sg = Sandgate()
+link_of = lambda cid: os.environ["SG_NOTEBOOK_URL"].replace("{kernel_id}", cid)
+tool = execute_python_tool(sg)
+agent = create_agent(script(call("execute_python", 1, code="x = 6*7"),
+                            call("execute_python", 2, code="x")), tools=[tool])
+tms = tool_messages(agent.invoke({"messages": [{"role": "user", "content": "compute"}]}))
+cid = tms[0].artifact.get("context_id") if tms else None
+check(len(tms) == 2 and cid and all(m.artifact.get("notebook_url") == link_of(cid) for m in tms),
+      "with --notebook-url the artifact carries the context's notebook_url",
+      [m.artifact for m in tms])
+check(len(tms) == 2 and text_of(tms[1]) == "42\nOpen this session in JupyterLab: " + link_of(cid),
+      "and the text ends with it, for the model to pass on", [text_of(m) for m in tms])
+with sg.context() as ctx:
+    pinned = execute_python_tool(sg, context=ctx.id)  # an id: its link is asked of the server
+    out = pinned.invoke({"type": "tool_call", "name": "execute_python", "id": "p1",
+                         "args": {"code": "1 + 1"}})
+    check(ctx.notebook_url == link_of(ctx.id) and out.artifact.get("notebook_url") == ctx.notebook_url,
+          "execute_python_tool(context=ID): the same link for a context given by its id",
+          (ctx.info, out.artifact))
+tool.metadata["sandgate_contexts"].close()
+'''
+
+
+def run_agents(d, code, what, **env):
+    """Runs code in tests/.venv-langchain against daemon d; reports its checks."""
+    tmp = tempfile.mkdtemp(prefix="sgt-pylc-")
     try:
-        checks = json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        checks = []
-    if not checks:
-        ok(False, "the agent script ran", r.stdout[-3000:] + r.stderr[-5000:])
-    for good, name, detail in checks:
-        ok(good, name, detail)
-    if checks and r.returncode != 0:
-        ok(False, "the agent script exited cleanly", r.stderr[-5000:])
+        env = dict(os.environ, PYTHONPATH=PKG, SANDGATE_URL=d.url, SANDGATE_TOKEN=TOKEN, **env)
+        r = subprocess.run([os.path.join(VENV, "bin", "python"), "-c", code],
+                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
+        try:
+            checks = json.loads(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            checks = []
+        if not checks:
+            ok(False, f"the {what} script ran", r.stdout[-3000:] + r.stderr[-5000:])
+        for good, name, detail in checks:
+            ok(good, name, detail)
+        if checks and r.returncode != 0:
+            ok(False, f"the {what} script exited cleanly", r.stderr[-5000:])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
+try:
+    run_agents(d, AGENTS, "agent")
 finally:
     d.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+d = Daemon("--pool-size", "1", "--notebook-url", NOTEBOOK_URL)
+try:
+    run_agents(d, LINKS, "notebook_url", SG_NOTEBOOK_URL=NOTEBOOK_URL)
+finally:
+    d.stop()
 done()

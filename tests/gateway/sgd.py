@@ -214,3 +214,13 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def tenants(prefix, *names):
+    """A new directory under /tmp (mode 0711, for the sandboxes' uid) holding
+    a keys file with a tenant per name: returns (directory, keys file, their
+    keys in order).  The caller removes the directory."""
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(tmp, 0o711)
+    keys_file = os.path.join(tmp, "keys")
+    return tmp, keys_file, [add_key(keys_file, n) for n in names]

@@ -165,7 +165,8 @@ marked_other = [f"{p}:{line}: {lang or 'plain'}" for p, line, lang, mark, _ in f
 ok(not marked_other, "marks are on code blocks only", "\n".join(marked_other))
 
 # The docs' template examples (api.md, clients.md) use "pd".
-d = Daemon("--pool-size", "1", "--template", "pd=preload=import pandas as pd")
+d = Daemon("--pool-size", "1", "--template", "pd=preload=import pandas as pd", "--notebook-url",
+           "https://hub.example.org/user/alice/lab?kernel={kernel_id}")
 try:
     n = 0
     for path, line, lang, mark, code in examples:

@@ -399,7 +399,9 @@ def check_served(d):
 if check_spec():
     check_routes()
     check_docs_examples()
-    d = Daemon("--pool-size", "1", "--max-kernels", "8", "--auth-fail-limit", "0")
+    # --notebook-url: contexts' answers carry notebook_url, for the schema to check.
+    d = Daemon("--pool-size", "1", "--max-kernels", "8", "--auth-fail-limit", "0",
+               "--notebook-url", "https://hub.example.org/user/alice/lab?kernel={kernel_id}")
     try:
         check_served(d)
         check_real_answers(d)

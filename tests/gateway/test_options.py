@@ -25,7 +25,8 @@ def names(err, name, where=""):
 REFUSED = {"BYTES": "lots", "SEC": "-1", "N": "many", "MIB": "12x", "UID": "0",
            "HOST:PORT": "nonsense", "MODE": "bogus", "LEVEL": "loud", "ID": "bad id!",
            "TOKEN": "short", "KIB": "fast", "LIST": "not-a-cidr", "IP[,IP]": "not-an-ip",
-           "PATH": "", "yes|no": "maybe", "NAME=SPEC": "nameonly", "N|NAME=N": "x=many"}
+           "PATH": "", "yes|no": "maybe", "NAME=SPEC": "nameonly", "N|NAME=N": "x=many",
+           "TEMPLATE": "https://hub.example.org/lab"}
 
 r = subprocess.run([SANDGATE, "--help"], capture_output=True, text=True)
 ok(r.returncode == 0, "--help exits 0")

@@ -60,6 +60,12 @@ export interface Context {
   parent?: string
   /** The template it was made from (its own, or its snapshot's context's). */
   template?: string
+  /**
+   * A server started with --notebook-url: the JupyterLab that opens this
+   * context's kernel, to hand the session to a person. notebookUrl is the same.
+   */
+  notebook_url?: string
+  notebookUrl?: string
 }
 
 /** Sandgate#createContext's options. */

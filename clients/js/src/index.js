@@ -163,6 +163,16 @@ function contextId(context, what = 'context') {
 const snapshotId = (snapshot) => contextId(snapshot, 'snapshot')
 
 /**
+ * A context as the server describes it, with `notebookUrl` beside
+ * `notebook_url` (a server started with --notebook-url: the JupyterLab that
+ * opens the context's kernel, for a person to take over or watch).
+ */
+function withLinks(context) {
+  if (context && typeof context.notebook_url === 'string') context.notebookUrl = context.notebook_url
+  return context
+}
+
+/**
  * A workspace path as URL segments: each part percent-encoded, a leading /
  * ignored. `.` and `..` are refused here as sandgate would (400): fetch's
  * URL parser would otherwise resolve them (even as %2e) before sending.
@@ -277,15 +287,15 @@ export class Sandgate {
     if (internet !== undefined) json.internet = internet
     if (snapshot !== undefined) json.snapshot = snapshotId(snapshot)
     if (template !== undefined) json.template = template
-    return this._json('POST', '/contexts', { json })
+    return withLinks(await this._json('POST', '/contexts', { json }))
   }
 
   async listContexts() {
-    return this._json('GET', '/contexts')
+    return (await this._json('GET', '/contexts')).map(withLinks)
   }
 
   async getContext(context) {
-    return this._json('GET', `/contexts/${encodeURIComponent(contextId(context))}`)
+    return withLinks(await this._json('GET', `/contexts/${encodeURIComponent(contextId(context))}`))
   }
 
   /** Removes the context: its kernel, workspace and any checkpoint. */
@@ -300,11 +310,11 @@ export class Sandgate {
 
   /** Saves the context to disk and ends its sandbox; using it resumes it. */
   async pauseContext(context) {
-    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/pause`)
+    return withLinks(await this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/pause`))
   }
 
   async resumeContext(context) {
-    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/resume`)
+    return withLinks(await this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/resume`))
   }
 
   // --- templates ------------------------------------------------------------
@@ -335,8 +345,8 @@ export class Sandgate {
    * made from is deleted unless `keepSnapshot` (then its id is `snapshot_id`).
    */
   async forkContext(context, { keepSnapshot = false } = {}) {
-    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/fork`,
-      { json: keepSnapshot ? { keep_snapshot: true } : {} })
+    return withLinks(await this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/fork`,
+      { json: keepSnapshot ? { keep_snapshot: true } : {} }))
   }
 
   /**
@@ -344,8 +354,8 @@ export class Sandgate {
    * made from (else InvalidRequestError); resolves to the context.
    */
   async restoreContext(context, snapshot) {
-    return this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/restore`,
-      { json: { snapshot: snapshotId(snapshot) } })
+    return withLinks(await this._json('POST', `/contexts/${encodeURIComponent(contextId(context))}/restore`,
+      { json: { snapshot: snapshotId(snapshot) } }))
   }
 
   /** The tenant's snapshots; of one context when given. */

@@ -12,6 +12,8 @@ export class ContextRegistry {
   })
   client: Sandgate
   contexts: Map<string, Promise<string>>
+  /** Context id → its notebookUrl, for a server started with --notebook-url. */
+  links: Map<string, string>
   get(runtime?: { configurable?: { thread_id?: unknown } }): Promise<string>
   forget(runtime: unknown, id: string): Promise<void>
   /** Removes every context these tools made. */
@@ -35,6 +37,8 @@ export interface ToolOptions {
 
 export interface PythonArtifact {
   contextId?: string
+  /** The JupyterLab that opens the context's kernel (a server with --notebook-url). */
+  notebookUrl?: string
   stdout?: string
   stderr?: string
   results?: Execution['results']

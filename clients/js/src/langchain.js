@@ -22,6 +22,8 @@ export class ContextRegistry {
     this.perThread = perThread
     /** key (thread id, or '' without one) → Promise of the context id */
     this.contexts = new Map()
+    /** context id → its notebookUrl (a server with --notebook-url) */
+    this.links = new Map()
   }
 
   key(runtime) {
@@ -34,7 +36,10 @@ export class ContextRegistry {
     const key = this.key(runtime)
     let p = this.contexts.get(key)
     if (!p) {
-      p = this.client.createContext(this.contextOptions).then((c) => c.id)
+      p = this.client.createContext(this.contextOptions).then((c) => {
+        if (c.notebookUrl) this.links.set(c.id, c.notebookUrl)
+        return c.id
+      })
       // A failed creation is not remembered: the next call tries again.
       p.catch(() => { if (this.contexts.get(key) === p) this.contexts.delete(key) })
       this.contexts.set(key, p)
@@ -199,10 +204,13 @@ export function executeCodeTool({ client, registry, contextOptions, perThread, l
     description: description ?? codeDescription(key, title),
     schema: z.object({ code: z.string().describe(`${title} code to run`) }),
   }, ({ code }, context) => registry.client.execute(code, { context, timeout }), (ex, id, note) => {
-    const text = note + formatExecution(ex, { maxChars })
+    // The link goes to the model too, so that it can hand the session to a person.
+    const notebookUrl = registry.links.get(id)
+    const text = note + formatExecution(ex, { maxChars }) +
+      (notebookUrl ? `\nOpen this session in JupyterLab: ${notebookUrl}` : '')
     const images = imagesOf(ex)
     const content = images.length ? [{ type: 'text', text }, ...images] : text
-    return [content, { contextId: id, ...ex.toJSON(),
+    return [content, { contextId: id, ...(notebookUrl && { notebookUrl }), ...ex.toJSON(),
       images: images.map(({ mimeType, data }) => ({ mimeType, data })) }]
   })
 }

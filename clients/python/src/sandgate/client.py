@@ -227,6 +227,9 @@ class Context:
     state = property(lambda self: self.info.get("state"))
     internet = property(lambda self: bool(self.info.get("internet")))
     template = property(lambda self: self.info.get("template"))
+    # A server started with --notebook-url: the JupyterLab that opens this
+    # context's kernel, to hand the session to a person (else None).
+    notebook_url = property(lambda self: self.info.get("notebook_url"))
 
     def __repr__(self):
         return f"Context({self.id!r}, language={self.language!r}, state={self.state!r})"

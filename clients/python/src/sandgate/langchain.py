@@ -103,6 +103,7 @@ class ThreadContexts:
             self.language = None
         self.create = create
         self.fixed = context if isinstance(context, (str, type(None))) else context.id
+        self.links = {} if isinstance(context, (str, type(None))) else {context.id: context.notebook_url}
         self.by_thread = {}
         self.lock = threading.Lock()
 
@@ -118,6 +119,7 @@ class ThreadContexts:
             if k in self.by_thread:
                 return self.by_thread[k], False
         ctx = self.client.create_context(language=self.language, **self.create)
+        self.links[ctx.id] = ctx.notebook_url
         with self.lock:
             if k in self.by_thread:  # another call won the race
                 extra = ctx.id
@@ -146,6 +148,17 @@ class ThreadContexts:
             cid, _ = self.get(config)
             return fn(cid), ("[sandgate: the previous context was gone; this ran in a new one, "
                              "so earlier variables are lost]\n")
+
+    def notebook_url(self, context_id):
+        """The JupyterLab that opens the context's kernel (a server started
+        with --notebook-url), else None; asked of the server once for a
+        context given by its id."""
+        if context_id not in self.links:
+            try:
+                self.links[context_id] = self.client.get_context(context_id).notebook_url
+            except SandgateError:
+                return None
+        return self.links[context_id]
 
     def close(self):
         with self.lock:
@@ -214,10 +227,14 @@ def execute_code_tool(client=None, *, language="python", context=None, contexts=
         except (SandgateError, OSError) as e:
             return _error_content(e)
         text = truncate(note + execution_text(ex), max_output_chars)
+        artifact = ex.to_dict()
+        link = pool.notebook_url(ex.context_id) if ex.context_id else None
+        if link:  # for the model as well, to hand the session to a person
+            text += f"\nOpen this session in JupyterLab: {link}"
+            artifact["notebook_url"] = link
         images = [create_image_block(base64=data, mime_type=mime)
                   for r in ex.results for mime, data in r.images()]
         content = [{"type": "text", "text": text}] + images if images else text
-        artifact = ex.to_dict()
         artifact["results"] = [dict(r.bundle, is_main_result=r.is_main_result)
                                for r in ex.results]
         return content, artifact
