@@ -19,6 +19,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -254,6 +255,7 @@ try:
         browse(lab, shot, 9, "python", timeout=600)
 finally:
     lab.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 # --- a pod deleted ----------------------------------------------------------------------------
 victim = "sandgate-1"
