@@ -60,6 +60,14 @@ runs without job control (`set +m`), so a foreground command stays in bash's
 process group (and background jobs ignore SIGINT, as in any shell without
 job control), and an interrupt is a SIGINT to that group.
 
+Python kernels also get E2B's two rich formats, _register_rich_formats():
+IPython formatters for "e2b/chart" (a matplotlib Figure's data, in the shape
+E2B's SDKs read as result.chart) and "e2b/data" (a pandas DataFrame's
+columns), which POST /execute turns into a result's `chart` and `data`.
+They import nothing: each looks for its class among the modules the code
+already imported.  docs/api.md describes the shapes, and why this is not the
+e2b-charts package.
+
 Everything here is guarded: with an ipykernel whose internals differ, the
 kernel runs unchanged (and a pause then fails cleanly before the
 checkpoint: sandgate-init refuses to detach while TCP sockets exist).
@@ -387,11 +395,182 @@ def _bash_interrupt():
     bash._start_bash = _start_bash
 
 
+# --- E2B's rich formats: "e2b/chart" (a matplotlib Figure's data) and "e2b/data" (a
+# pandas DataFrame's columns), as E2B's own sandbox registers them.  Written here
+# rather than taken from e2b-charts, which needs numpy >= 2.2.6, matplotlib >= 3.10
+# and pydantic 2 (Debian 12 has 1.24, 3.6 and 1.10).  Nothing is imported until an
+# object of one of those libraries is displayed.
+
+def _json_safe(v):
+    try:
+        if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str)):
+            v = v.item()
+    except Exception:
+        pass
+    if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+        return None
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def _label_unit(label):
+    import re
+    m = re.search(r"\(([^()]*)\)\s*$|\[([^\[\]]*)\]\s*$", label or "")
+    if not m:
+        return label or "", None
+    return (label[:m.start()].strip(), m.group(1) if m.group(1) is not None else m.group(2))
+
+
+def _axes_2d(ax):
+    xl, xu = _label_unit(ax.get_xlabel())
+    yl, yu = _label_unit(ax.get_ylabel())
+    return {"title": ax.get_title(), "x_label": xl, "x_unit": xu, "y_label": yl, "y_unit": yu}
+
+
+def _ticks(ax, d):
+    for a, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        d[a + "_ticks"] = [_json_safe(t) for t in axis.get_ticklocs()]
+        d[a + "_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
+        d[a + "_scale"] = axis.get_scale()
+    return d
+
+
+def _public(label):  # matplotlib names unlabelled artists "_child0" etc.
+    return "" if str(label).startswith("_") else str(label)
+
+
+def _tick_label_at(ax, x):
+    for loc, lab in zip(ax.xaxis.get_ticklocs(), ax.xaxis.get_ticklabels()):
+        if abs(loc - x) < 1e-9:
+            return lab.get_text()
+    return str(_json_safe(x))
+
+
+def _box_chart(ax, lines):
+    boxes = [l for l in lines if len(l.get_xdata()) == 5 and l.get_linestyle() != "None"]
+    if not boxes:
+        return None
+    elements = []
+    for b in boxes:
+        xs, ys = [float(x) for x in b.get_xdata()], [float(y) for y in b.get_ydata()]
+        x0, x1, mid = min(xs), max(xs), (min(xs) + max(xs)) / 2
+        near = [l for l in lines if l is not b and len(l.get_xdata()) and
+                all(x0 - 1e-9 <= float(x) <= x1 + 1e-9 for x in l.get_xdata())]
+        med = [l for l in near if len(l.get_ydata()) == 2 and l.get_linestyle() != "None" and
+               float(l.get_ydata()[0]) == float(l.get_ydata()[1]) and
+               min(ys) <= float(l.get_ydata()[0]) <= max(ys)]
+        ends = [float(y) for l in near if l.get_linestyle() != "None" for y in l.get_ydata()]
+        fliers = [float(y) for l in near if l.get_linestyle() == "None" for y in l.get_ydata()]
+        elements.append({"label": _tick_label_at(ax, mid), "min": min(ends + ys),
+                         "first_quartile": min(ys),
+                         "median": float(med[0].get_ydata()[0]) if med else None,
+                         "third_quartile": max(ys), "max": max(ends + ys),
+                         "outliers": fliers})
+    return dict(_axes_2d(ax), type="box_and_whisker", elements=elements)
+
+
+def _axes_chart(ax):
+    from matplotlib.container import BarContainer
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import Wedge
+    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+    if wedges:
+        return {"type": "pie", "title": ax.get_title(),
+                "elements": [{"label": w.get_label(), "angle": abs(w.theta2 - w.theta1),
+                              "radius": w.r} for w in wedges]}
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    if bars:
+        elements = []
+        for c in bars:
+            group = _public(c.get_label())
+            for r in c.patches:
+                elements.append({"label": _tick_label_at(ax, r.get_x() + r.get_width() / 2),
+                                 "group": group, "value": _json_safe(r.get_height())})
+        return dict(_axes_2d(ax), type="bar", elements=elements)
+    lines = ax.get_lines()
+    box = _box_chart(ax, lines)
+    if box is not None:
+        return box
+    if lines:
+        elements = [{"label": _public(l.get_label()),
+                     "points": [[_json_safe(x), _json_safe(y)]
+                                for x, y in zip(l.get_xdata(), l.get_ydata())]} for l in lines]
+        return _ticks(ax, dict(_axes_2d(ax), type="line", elements=elements))
+    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+    if scatters:
+        elements = [{"label": _public(c.get_label()),
+                     "points": [[_json_safe(x), _json_safe(y)] for x, y in c.get_offsets()]}
+                    for c in scatters]
+        return _ticks(ax, dict(_axes_2d(ax), type="scatter", elements=elements))
+    return None
+
+
+def _figure_chart(fig):
+    charts = [c for c in (_axes_chart(ax) for ax in fig.get_axes()) if c is not None]
+    if not charts:
+        return None
+    if len(charts) == 1:
+        return charts[0]
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    return {"type": "superchart", "title": title, "elements": charts}
+
+
+def _frame_data(df):
+    return {str(k): [_json_safe(v) for v in vs] for k, vs in df.to_dict(orient="list").items()}
+
+
+def _rich_formats(shell):
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    def formatter(mime, module, name, extract):
+        class Formatter(BaseFormatter):  # only for instances of module.name, if imported
+            format_type = Unicode(mime)
+            print_method = ObjectName("_repr_%s_" % mime.replace("/", "_"))
+
+            def __call__(self, obj):
+                mod = sys.modules.get(module)
+                cls = getattr(mod, name, None) if mod is not None else None
+                if cls is None or not isinstance(obj, cls):
+                    return None
+                try:
+                    return extract(obj)
+                except Exception:
+                    return None
+
+        return Formatter(parent=shell.display_formatter)
+
+    formatters = shell.display_formatter.formatters
+    formatters["e2b/chart"] = formatter("e2b/chart", "matplotlib.figure", "Figure",
+                                        _figure_chart)
+    formatters["e2b/data"] = formatter("e2b/data", "pandas", "DataFrame", _frame_data)
+
+
+def _register_rich_formats():
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+    except Exception:
+        return
+    orig_init = IPythonKernel.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        try:
+            _rich_formats(self.shell)
+        except Exception as e:
+            print("sandgate-kernel: no e2b formats: %s" % e, file=sys.__stderr__)
+
+    IPythonKernel.__init__ = __init__
+
+
 module = "ipykernel_launcher"
 if len(sys.argv) > 2 and sys.argv[1] == "-m" and sys.argv[2] == "bash_kernel":
     module = sys.argv[2]
     del sys.argv[1:3]
     _bash_interrupt()
+else:
+    _register_rich_formats()
 _abstract_pipe()
 _direct_iopub()
 _ordered_fd_output()

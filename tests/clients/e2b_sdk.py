@@ -9,7 +9,7 @@ import re
 import sys
 import traceback
 
-from e2b_code_interpreter import AsyncSandbox, Sandbox
+from e2b_code_interpreter import AsyncSandbox, Sandbox, charts
 from e2b.exceptions import NotFoundException, SandboxException
 
 url, token = sys.argv[1:3]
@@ -29,6 +29,63 @@ def connect(cls, token):
     sbx._SandboxBase__envd_access_token = token
     sbx._SandboxBase__traffic_access_token = token
     return sbx
+
+
+def chart_of(sbx, code):
+    ex = sbx.run_code("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n" + code +
+                      "\nplt.show()")
+    return next((r.chart for r in ex.results if r.chart is not None), None)
+
+
+def chart_checks(sbx):
+    """Charts ("e2b/chart") and DataFrames ("e2b/data") as E2B's own sandbox gives them."""
+    c = chart_of(sbx, "ax.plot([1, 2, 3], [2, 4, 3], label='temp')\nax.set_title('Line')\n"
+                 "ax.set_xlabel('Time (s)')\nax.set_ylabel('Heat [C]')")
+    check(isinstance(c, charts.LineChart) and c.title == "Line" and
+          (c.x_label, c.x_unit, c.y_label, c.y_unit) == ("Time", "s", "Heat", "C") and
+          c.elements[0].label == "temp" and c.elements[0].points == [(1, 2), (2, 4), (3, 3)] and
+          c.x_scale == charts.ScaleType.LINEAR and len(c.x_ticks) == len(c.x_tick_labels),
+          "a line plot comes back as a LineChart", c and c.to_dict())
+    c = chart_of(sbx, "ax.scatter([1, 2], [5, 6], label='pts')\nax.set_title('Scatter')")
+    check(isinstance(c, charts.ScatterChart) and c.title == "Scatter" and
+          c.elements[0].label == "pts" and c.elements[0].points == [(1, 5), (2, 6)],
+          "a scatter plot comes back as a ScatterChart", c and c.to_dict())
+    c = chart_of(sbx, "ax.bar(['A', 'B'], [3, 7], label='sales')\nax.set_title('Bars')\n"
+                 "ax.set_ylabel('Sold (units)')")
+    check(isinstance(c, charts.BarChart) and c.title == "Bars" and
+          (c.y_label, c.y_unit) == ("Sold", "units") and
+          [(e.label, e.group, e.value) for e in c.elements] == [("A", "sales", 3),
+                                                                ("B", "sales", 7)],
+          "a bar chart comes back as a BarChart", c and c.to_dict())
+    c = chart_of(sbx, "ax.pie([1, 3], labels=['x', 'y'])\nax.set_title('Pie')")
+    check(isinstance(c, charts.PieChart) and c.title == "Pie" and
+          [(e.label, e.angle, e.radius) for e in c.elements] == [("x", 90, 1), ("y", 270, 1)],
+          "a pie chart comes back as a PieChart", c and c.to_dict())
+    c = chart_of(sbx, "ax.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['A', 'B'])\n"
+                 "ax.set_title('Box')")
+    b = c.elements[0] if isinstance(c, charts.BoxAndWhiskerChart) and c.elements else None
+    check(b and c.title == "Box" and len(c.elements) == 2 and
+          (b.label, b.min, b.first_quartile, b.median, b.third_quartile, b.max, b.outliers) ==
+          ("A", 1, 2.25, 3.5, 4.75, 5, [20]) and c.elements[1].median == 3,
+          "a box plot comes back as a BoxAndWhiskerChart", c and c.to_dict())
+    ex = sbx.run_code("import matplotlib.pyplot as plt\nfig, (a, b) = plt.subplots(1, 2)\n"
+                      "a.plot([1, 2])\na.set_title('left')\nb.bar(['q'], [1])\n"
+                      "b.set_title('right')\nfig.suptitle('Both')\nplt.show()")
+    c = next((r.chart for r in ex.results if r.chart is not None), None)
+    check(isinstance(c, charts.SuperChart) and c.title == "Both" and
+          [(type(e), e.title) for e in c.elements] == [(charts.LineChart, "left"),
+                                                       (charts.BarChart, "right")],
+          "a figure of two subplots comes back as a SuperChart", c and c.to_dict())
+    ex = sbx.run_code("import pandas as pd\n"
+                      "pd.DataFrame({'a': [1, 2], 'b': [1.5, float('nan')], 'c': ['x', 'y']})")
+    r = ex.results[0] if ex.results else None
+    check(r and r.data == {"a": [1, 2], "b": [1.5, None], "c": ["x", "y"]} and r.html and
+          "data" in r.formats(), "a DataFrame result has its columns in data (NaN as None)",
+          ex.results)
+    ex = sbx.run_code('{"k": 1}')
+    r = ex.results[0] if ex.results else None
+    check(r and r.chart is None and r.data is None, "other results have neither chart nor data",
+          ex.results)
 
 
 def sync_checks():
@@ -57,6 +114,8 @@ def sync_checks():
     png = next((r for r in ex.results if r.png), None)
     check(png and base64.b64decode(png.png)[1:4] == b"PNG",
           "a matplotlib plot comes back as a PNG result", [r.formats() for r in ex.results])
+
+    chart_checks(sbx)
 
     ex = sbx.run_code("1/0")
     e = ex.error

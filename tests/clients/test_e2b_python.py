@@ -20,7 +20,7 @@ else:
         r = subprocess.run([PY, os.path.join(SRC, "tests/clients/e2b_sdk.py"), d.url, TOKEN],
                            capture_output=True, text=True, timeout=600)
         checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        ok(len(checks) >= 29, f"the SDK script ran its checks ({len(checks)})",
+        ok(len(checks) >= 37, f"the SDK script ran its checks ({len(checks)})",
            r.stderr[-2000:])
         for c in checks:
             ok(c["ok"], c["name"], c.get("detail"))

@@ -87,7 +87,8 @@ check(tms and "notebook_url" not in tms[1].artifact and "JupyterLab" not in text
 
 # --- images, exceptions, truncation ---------------------------------------------------------
 agent = create_agent(script(
-    call("execute_python", 1, code="import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.show()"),
+    call("execute_python", 1, code="import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\n"
+         "plt.title('Trend')\nplt.xlabel('Day (d)')\nplt.show()"),
     call("execute_python", 2, code="def g():\n    raise KeyError('nope')\ng()"),
     call("execute_python", 3, code="print('y' * 50000)"),
     call("execute_python", 4, code="x + 1")), tools=[tool])
@@ -100,6 +101,9 @@ check(img and img[0].get("mime_type") == "image/png" and
       "a matplotlib plot comes back as an image content block", tms and tms[0].content)
 check(tms and any("image/png" in r for r in tms[0].artifact["results"]),
       "and in the artifact", tms and tms[0].artifact)
+t = text_of(tms[0]) if tms else ""
+check('[chart: line "Trend"; x: Day (d)]' in t and ": (0.0, 3), (1.0, 1), (2.0, 2)" in t,
+      "the plot's data comes back as text too (type, title, axes, points)", t)
 t = text_of(tms[1]) if len(tms) > 1 else ""
 check("Traceback" in t and "KeyError: 'nope'" in t and "g()" in t and "\x1b[" not in t,
       "an exception comes back as its traceback, as text", t)

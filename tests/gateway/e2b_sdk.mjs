@@ -33,6 +33,43 @@ try {
   check(png && Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG',
     'a matplotlib plot comes back as a PNG result', ex.results.map((r) => r.formats?.()))
 
+  // Charts ("e2b/chart") and DataFrames ("e2b/data") as E2B's own sandbox gives them.
+  const chartOf = async (code) => (await sbx.runCode(
+    'import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n' + code + '\nplt.show()')).results.find((r) => r.chart)?.chart
+  let c = await chartOf("ax.plot([1, 2, 3], [2, 4, 3], label='temp')\nax.set_title('Line')\nax.set_xlabel('Time (s)')\nax.set_ylabel('Heat [C]')")
+  check(c?.type === 'line' && c.title === 'Line' && c.x_label === 'Time' && c.x_unit === 's' &&
+    c.y_label === 'Heat' && c.y_unit === 'C' && c.elements[0]?.label === 'temp' &&
+    JSON.stringify(c.elements[0].points) === '[[1,2],[2,4],[3,3]]' && c.x_scale === 'linear' &&
+    c.x_ticks.length === c.x_tick_labels.length, 'a line plot comes back as a LineChart', c)
+  c = await chartOf("ax.scatter([1, 2], [5, 6], label='pts')\nax.set_title('Scatter')")
+  check(c?.type === 'scatter' && c.title === 'Scatter' && c.elements[0]?.label === 'pts' &&
+    JSON.stringify(c.elements[0].points) === '[[1,5],[2,6]]', 'a scatter plot comes back as a ScatterChart', c)
+  c = await chartOf("ax.bar(['A', 'B'], [3, 7], label='sales')\nax.set_title('Bars')\nax.set_ylabel('Sold (units)')")
+  check(c?.type === 'bar' && c.title === 'Bars' && c.y_label === 'Sold' && c.y_unit === 'units' &&
+    JSON.stringify(c.elements.map((e) => [e.label, e.group, e.value])) === '[["A","sales",3],["B","sales",7]]',
+    'a bar chart comes back as a BarChart', c)
+  c = await chartOf("ax.pie([1, 3], labels=['x', 'y'])\nax.set_title('Pie')")
+  check(c?.type === 'pie' && c.title === 'Pie' &&
+    JSON.stringify(c.elements.map((e) => [e.label, e.angle, e.radius])) === '[["x",90,1],["y",270,1]]',
+    'a pie chart comes back as a PieChart', c)
+  c = await chartOf("ax.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['A', 'B'])\nax.set_title('Box')")
+  const b0 = c?.elements?.[0]
+  check(c?.type === 'box_and_whisker' && c.title === 'Box' && c.elements.length === 2 && b0.label === 'A' &&
+    b0.min === 1 && b0.first_quartile === 2.25 && b0.median === 3.5 && b0.third_quartile === 4.75 &&
+    b0.max === 5 && JSON.stringify(b0.outliers) === '[20]' && c.elements[1].median === 3,
+    'a box plot comes back as a BoxAndWhiskerChart', c)
+  c = (await sbx.runCode("import matplotlib.pyplot as plt\nfig, (a, b) = plt.subplots(1, 2)\na.plot([1, 2])\n" +
+    "a.set_title('left')\nb.bar(['q'], [1])\nb.set_title('right')\nfig.suptitle('Both')\nplt.show()")).results.find((r) => r.chart)?.chart
+  check(c?.type === 'superchart' && c.title === 'Both' &&
+    JSON.stringify(c.elements.map((e) => [e.type, e.title])) === '[["line","left"],["bar","right"]]',
+    'a figure of two subplots comes back as a SuperChart', c)
+  ex = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [1.5, float('nan')], 'c': ['x', 'y']})")
+  check(JSON.stringify(ex.results[0]?.data) === '{"a":[1,2],"b":[1.5,null],"c":["x","y"]}' && ex.results[0].html,
+    'a DataFrame result has its columns in data (NaN as null) and its HTML', ex.results)
+  ex = await sbx.runCode('{"k": 1}')
+  check(ex.results[0] && ex.results[0].chart === undefined && ex.results[0].data === undefined,
+    'other results have neither chart nor data', ex.results)
+
   ex = await sbx.runCode('1/0')
   check(ex.error && ex.error.name === 'ZeroDivisionError' && ex.error.value === 'division by zero' &&
     ex.error.traceback.includes('ZeroDivisionError'), 'an error comes with name, value and traceback', ex.error)

@@ -12,7 +12,7 @@ try:
     r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/e2b_sdk.mjs"), d.url, TOKEN],
                        capture_output=True, text=True, timeout=600)
     checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    ok(len(checks) >= 28, f"the SDK script ran its checks ({len(checks)})", r.stderr[-2000:])
+    ok(len(checks) >= 36, f"the SDK script ran its checks ({len(checks)})", r.stderr[-2000:])
     for c in checks:
         ok(c["ok"], c["name"], c.get("detail"))
 finally:

@@ -180,6 +180,38 @@ def truncate(text, limit=MAX_OUTPUT_CHARS):
             + text[-tail:])
 
 
+def _axis(label, unit):
+    return f"{label} ({unit})" if unit else (label or "")
+
+
+def chart_text(chart, indent=""):
+    """An e2b/chart (docs/api.md) as lines a model can read: type, title,
+    axes and each element's values."""
+    head = f"{indent}[chart: {chart.get('type')}"
+    if chart.get("title"):
+        head += f" \"{chart['title']}\""
+    for a in ("x", "y"):
+        if chart.get(f"{a}_label") or chart.get(f"{a}_unit"):
+            head += f"; {a}: {_axis(chart.get(f'{a}_label'), chart.get(f'{a}_unit'))}"
+    lines = [head + "]"]
+    for e in chart.get("elements") or []:
+        if chart.get("type") == "superchart":
+            lines.append(chart_text(e, indent + "  "))
+        elif "points" in e:
+            lines.append(f"{indent}{e.get('label') or 'series'}: "
+                         + ", ".join(f"({x}, {y})" for x, y in e["points"]))
+        elif "angle" in e:
+            lines.append(f"{indent}{e.get('label')}: {e['angle']:g} degrees")
+        elif "median" in e:
+            lines.append(f"{indent}{e.get('label')}: min {e['min']}, q1 {e['first_quartile']}, "
+                         f"median {e['median']}, q3 {e['third_quartile']}, max {e['max']}, "
+                         f"outliers {e.get('outliers') or []}")
+        elif "value" in e:
+            group = f" ({e['group']})" if e.get("group") else ""
+            lines.append(f"{indent}{e.get('label')}{group}: {e['value']}")
+    return "\n".join(lines)
+
+
 def execution_text(ex):
     """The model's view of an Execution, as text."""
     parts = []
@@ -192,6 +224,8 @@ def execution_text(ex):
             parts.append(r.text)
         elif not r.is_main_result and r.text is not None and not r.images():
             parts.append(r.text)
+        if isinstance(r.chart, dict):
+            parts.append(chart_text(r.chart))
     if ex.error:
         parts.append(ex.error.text)
     for a in ex.artifacts:
