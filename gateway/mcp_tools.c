@@ -128,6 +128,16 @@ static void on_result(void *arg, const json_t *data, bool main)
         add_image(c->content, jpeg, "image/jpeg");
     else if (plain) /* "<Figure size 640x480 with 1 Axes>" only when there is no image */
         add_text(c->content, plain);
+    /* A figure's data (e2b/chart, docs/api.md), for a model to read beside its image. */
+    const json_t *chart = json_object_get(data, "e2b/chart");
+    if (json_is_object(chart)) {
+        char *js = json_dumps(chart, JSON_COMPACT);
+        char *text = js ? xasprintf("[chart] %s", js) : NULL;
+        if (text)
+            add_text(c->content, text);
+        free(text);
+        free(js);
+    }
 }
 
 static void on_error(void *arg, const char *ename, const char *evalue, const json_t *tb)

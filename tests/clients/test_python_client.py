@@ -114,6 +114,12 @@ ex = sg.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show(
 imgs = [i for r in ex.results for i in r.images()]
 check(imgs and imgs[0][0] == "image/png" and base64.b64decode(imgs[0][1])[:4] == b"\x89PNG",
       "a matplotlib figure is a result with a base64 PNG", ex.results)
+charts = [r.chart for r in ex.results if r.chart]
+check(charts and charts[0]["type"] == "line" and
+      charts[0]["elements"][0]["points"] == [[0.0, 1], [1.0, 2], [2.0, 3]] and
+      "e2b/chart" in ex.results[0].bundle, "and its data is Result.chart (e2b/chart)", charts)
+r = sg.execute("__import__('pandas').DataFrame({'a': [1, 2]})").results
+check(r and r[0].data == {"a": [1, 2]}, "a DataFrame's columns are Result.data (e2b/data)", r)
 ex = sg.execute("def f():\n    return 1/0\nf()")
 check(not ex.ok and ex.error.name == "ZeroDivisionError" and "division by zero" in ex.error.value,
       "an exception is Execution.error (name, value), not raised", ex.error)

@@ -3,8 +3,11 @@
 DataFrame's columns) at start (kernelmgr/sandbox_kernel.py).  POST /execute
 result lines carry them as `chart` and `data`; the Jupyter WebSocket passes
 the MIME bundle through as the kernel sent it, image/png, text/plain and
-text/html included."""
+text/html included; MCP's execute_python adds the chart as a text block."""
 import base64
+import json
+
+import mcpraw
 
 from sgd import Daemon, TOKEN, of_type
 from tap import ok, done
@@ -34,6 +37,15 @@ try:
     ok(r.get("data") == {"a": [1, 2], "b": ["x", None]} and "<table" in r.get("html", "") and
        r.get("is_main_result") is True, "REST: a DataFrame's result line has data and html",
        res)
+
+    status, sid, _ = mcpraw.initialize(d)
+    status, answer = mcpraw.call(d, sid, "execute_python", {"code": PLOT})
+    content = (answer or {}).get("result", {}).get("content", [])
+    texts = [b["text"] for b in content if b["type"] == "text" and b["text"].startswith("[chart] ")]
+    chart = json.loads(texts[0][len("[chart] "):]) if texts else {}
+    ok(any(b["type"] == "image" for b in content) and chart.get("type") == "bar" and
+       chart.get("title") == "Bars" and [e["label"] for e in chart["elements"]] == ["A", "B"],
+       "MCP: execute_python returns the image and the chart's data as a text block", content)
 
     status, k = d.json("POST", "/api/kernels", {"name": "python3"}, timeout=120)
     ws = WS(d.url, k["id"], TOKEN)
