@@ -243,9 +243,25 @@ try:
     ok(not closed_within(held[0], 0.5), "the first two stay open")
     ok(closed_within(held[0], 5) and closed_within(held[1], 1),
        "idle connections are closed after --connection-timeout 2")
-    ok(d.json("GET", "/health")[0] == 200, "and the daemon serves the next client")
     for c in held + [third]:
         c.close()
+
+    # The server forgets a closed connection's address slot when its loop
+    # next cleans up, a moment after the FIN; a new client may be refused
+    # in that moment and retries, as a real one would.
+    def health():
+        try:
+            return d.json("GET", "/health")[0]
+        except OSError as e:
+            return repr(e)
+
+    status = None
+    for _ in range(20):
+        status = health()
+        if status == 200:
+            break
+        time.sleep(0.1)
+    ok(status == 200, "and the daemon serves the next client", status)
 finally:
     d.stop()
 
