@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """What E2B's rich formats (e2b/chart, e2b/data; kernelmgr/sandbox_kernel.py)
-cost: POST /execute round trip of a plot cell and a DataFrame cell, in two
-contexts of one daemon (gVisor, --pool-size 2): one as every Python kernel
-starts (formatters on), one whose kernel had both formatters removed first
-(off).  Interleaved: each round runs every (cell, on/off) once, so a busy
-spell of the machine falls on all alike.  Each execute is checked: `chart`
-or `data` present when on, absent when off.
+cost: POST /execute round trip of a plot cell and a DataFrame cell in one
+context (gVisor, --pool-size 2), with "rich_formats": true (on, the
+default) and false (off, the switch: the kernel's formatters do nothing).
+Interleaved: each round runs every (cell, on/off) once, so a busy spell of
+the machine falls on all alike.  Each execute is checked: `chart` or `data`
+present when on, absent when off.
 
 usage: bench/rich_formats.py [--runs N] [--warm-up N]
        (root, a build in build/ or SG_BUILDDIR)
@@ -35,12 +35,10 @@ CELLS = {
         ("import pandas as pd\nimport numpy as np\n"
          "pd.DataFrame(np.arange(5000.0).reshape(1000, 5), columns=list('abcde'))", "data"),
 }
-OFF = ("f = get_ipython().display_formatter.formatters\n"
-       "f.pop('e2b/chart', None); f.pop('e2b/data', None)")
 
 
-def run(conn, ctx, code):
-    body = json.dumps({"code": code, "context_id": ctx})
+def run(conn, ctx, code, rich):
+    body = json.dumps({"code": code, "context_id": ctx, "rich_formats": rich})
     t0 = time.perf_counter()
     conn.request("POST", "/execute", body, {"Authorization": "Bearer " + TOKEN,
                                             "Content-Type": "application/json"})
@@ -59,16 +57,13 @@ def main():
     try:
         u = urllib.parse.urlparse(d.url)
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
-        ctx = {}
-        for mode in ("on", "off"):
-            _, c = d.json("POST", "/contexts", {"language": "python"}, timeout=120)
-            ctx[mode] = c["id"]
-        run(conn, ctx["off"], OFF)
-        times = {(name, mode): [] for name in CELLS for mode in ctx}
+        _, c = d.json("POST", "/contexts", {"language": "python"}, timeout=120)
+        modes = ("on", "off")
+        times = {(name, mode): [] for name in CELLS for mode in modes}
         for i in range(args.warm_up + args.runs):
             for name, (code, key) in CELLS.items():
-                for mode in ("on", "off"):
-                    took, results, lines = run(conn, ctx[mode], code)
+                for mode in modes:
+                    took, results, lines = run(conn, c["id"], code, mode == "on")
                     has = any(key in r for r in results)
                     if has != (mode == "on"):
                         sys.exit(f"{name}, {mode}: {key} {'missing' if not has else 'present'}: "
@@ -80,7 +75,7 @@ def main():
         print("| --- | --- | --- | --- |")
         for name in CELLS:
             row = []
-            for mode in ("on", "off"):
+            for mode in modes:
                 t = sorted(times[(name, mode)])
                 row.append((statistics.median(t), t[int(len(t) * 0.9) - 1]))
             print(f"| {name} | {row[0][0]:.1f} ({row[0][1]:.1f}) | {row[1][0]:.1f} "

@@ -528,13 +528,14 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     json_t *req = api_parse_body(conn, body, len, &ret);
     if (!req)
         return ret;
-    json_t *code, *ctx, *lang, *env, *timeout, *command;
+    json_t *code, *ctx, *lang, *env, *timeout, *command, *rich;
     if (!api_field(req, "code", JSON_STRING, &code, conn, &ret) ||
         !api_field(req, "context_id", JSON_STRING, &ctx, conn, &ret) ||
         !api_field(req, "language", JSON_STRING, &lang, conn, &ret) ||
         !api_field(req, "env_vars", JSON_OBJECT, &env, conn, &ret) ||
         !api_field(req, "timeout", JSON_REAL, &timeout, conn, &ret) ||
-        !api_field(req, "command", JSON_STRING, &command, conn, &ret))
+        !api_field(req, "command", JSON_STRING, &command, conn, &ret) ||
+        !api_field(req, "rich_formats", JSON_TRUE, &rich, conn, &ret))
         goto out;
     if ((code == NULL) == (command == NULL)) {
         ret = http_reply_errorf(conn, SG_E_INVALID, "give either 'code' or 'command'");
@@ -594,6 +595,7 @@ static enum MHD_Result execute(api_t *self, http_req_t *call, const char *body, 
     exec_opts_t o = {.policy = policy,
                      .timeout_ms = (int)(t * 1000),
                      .env = env,
+                     .rich_formats = rich ? json_is_true(rich) : policy->rich_formats,
                      .command = s->command,
                      .who = who,
                      .quota = &quota};

@@ -56,7 +56,8 @@ void exec_policy_defaults(exec_policy_t *policy)
                               .max_timeout_ms = 3600 * 1000,
                               .interrupt_grace_ms = k.interrupt_grace_ms,
                               .max_output = 16 << 20,
-                              .max_queue = 8};
+                              .max_queue = 8,
+                              .rich_formats = true};
 }
 
 int exec_policy_timeout(const exec_policy_t *policy)
@@ -326,7 +327,8 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
     kernel_exec_opts_t o = {.timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms
                                                                : exec_policy_timeout(opts->policy),
                             .store_history = !opts->command,
-                            .silent = opts->command};
+                            .silent = opts->command,
+                            .rich_formats = opts->rich_formats && !opts->command};
     char *run = opts->command ? pyscript(PY_COMMAND, json_pack("{s:s, s:I}", "cmd", code, "limit",
                                                                (json_int_t)e->max_output))
                               : xstrdup(code);

@@ -55,6 +55,8 @@ typedef struct {
     int interrupt_grace_ms; /* after a timeout's interrupt, before the kernel is restarted */
     size_t max_output;      /* --max-output: bytes of output delivered per execution */
     int max_queue;          /* executions waiting in a context before another is refused */
+    bool rich_formats;      /* --rich-formats: code the REST API and MCP run gets e2b/chart and
+                               e2b/data when the request does not say (exec_opts_t) */
 } exec_policy_t;
 
 void exec_policy_defaults(exec_policy_t *policy);
@@ -65,6 +67,9 @@ typedef struct {
     const exec_policy_t *policy; /* borrowed; must outlive the execution */
     int timeout_ms;              /* 0: exec_policy_timeout(policy) */
     const json_t *env;           /* env_vars {name: value} (borrowed; Python kernels), or NULL */
+    bool rich_formats;           /* Python kernels add e2b/chart and e2b/data to its results
+                                    (sandbox_kernel.py); a front end sets it from the request
+                                    or policy->rich_formats */
     bool command;                /* code is a shell command: it runs through a runner in the
                                     kernel, whose report {stdout, stderr, exit_code} is on_done's */
     audit_who_t who;             /* who asked, for the audit log (copied) */

@@ -421,7 +421,10 @@ static json_t *tool_execute(mcp_t *self, post_t *p, session_t *s, const json_t *
     if (note)
         add_text(c->content, note);
     c->notebook_url = handover_url(self->cfg.notebook_url, kernel_id(k));
-    exec_opts_t o = {.policy = self->cfg.exec, .timeout_ms = (int)(t * 1000), .who = self->who};
+    exec_opts_t o = {.policy = self->cfg.exec,
+                     .timeout_ms = (int)(t * 1000),
+                     .rich_formats = self->cfg.exec->rich_formats,
+                     .who = self->who};
     c->exec = exec_start(k, code, &o, &exec_events, c, &err);
     if (c->exec == NULL) {
         json_t *r = err->kind == SG_E_CONFLICT || err->kind == SG_E_QUOTA

@@ -367,6 +367,11 @@ static const opt_t table[] = {
              "https://hub.example.org/user/alice/lab?kernel={kernel_id}, a Jupyter server with "
              "--gateway-url pointing here): contexts and MCP's executions then carry it as "
              "notebook_url, so an agent can hand its session to a person (docs/api.md)"},
+    {"rich-formats", 0, "yes|no", set_bool, AT(exec.rich_formats),
+     .help = "Python results of the REST API, E2B's /execute and MCP carry E2B's chart and "
+             "DataFrame data (chart, data) when the request does not say (\"rich_formats\"; "
+             "yes, the default); no saves their cost (a plot ~60 ms). Jupyter frontends get "
+             "them only when an execute_request's metadata asks (docs/api.md)"},
     {"max-body", 0, "BYTES", UINT(http.max_body, 0, 1ull << 32, 1),
      .help = "request body limit (1048576)"},
     {"max-output", 0, "BYTES", UINT(exec.max_output, 0, 1ull << 34, 1),

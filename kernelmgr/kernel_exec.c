@@ -57,6 +57,8 @@ void pump(kernel_t *k)
                                          "silent", e->opts.silent, "store_history",
                                          e->opts.store_history, "user_expressions", "allow_stdin",
                                          e->opts.allow_stdin, "stop_on_error", 0));
+    if (e->opts.rich_formats)
+        jmsg_set_metadata(req, json_pack("{s:{s:b}}", "sandgate", "rich_formats", 1));
     snprintf(e->msg_id, sizeof e->msg_id, "%s", jmsg_id(req));
     e->sent_at = zclock_mono();
     sg_error_t *err = NULL;

@@ -64,7 +64,8 @@ Python kernels also get E2B's two rich formats, _register_rich_formats():
 IPython formatters for "e2b/chart" (a matplotlib Figure's data, in the shape
 E2B's SDKs read as result.chart) and "e2b/data" (a pandas DataFrame's
 columns), which POST /execute turns into a result's `chart` and `data`.
-They import nothing: each looks for its class among the modules the code
+They run only for an execute_request whose metadata asks for them (_asked),
+and import nothing: each looks for its class among the modules the code
 already imported.  docs/api.md describes the shapes, and why this is not the
 e2b-charts package.
 
@@ -447,15 +448,29 @@ def _tick_label_at(ax, x):
     return str(_json_safe(x))
 
 
+def _box_outlines(ax, lines):
+    """Each box of a box plot as (xs, ys): a closed 5-point line, or with
+    patch_artist=True a PathPatch (its path is in data coordinates)."""
+    from matplotlib.patches import PathPatch
+    out = [(b.get_xdata(), b.get_ydata()) for b in lines
+           if len(b.get_xdata()) == 5 and b.get_linestyle() != "None"]
+    for p in ax.patches:
+        if isinstance(p, PathPatch) and p.get_transform() == ax.transData:
+            v = p.get_path().vertices
+            if len(v) >= 4:
+                out.append((v[:, 0], v[:, 1]))
+    return [([float(x) for x in xs], [float(y) for y in ys]) for xs, ys in out]
+
+
 def _box_chart(ax, lines):
-    boxes = [l for l in lines if len(l.get_xdata()) == 5 and l.get_linestyle() != "None"]
+    boxes = _box_outlines(ax, lines)
     if not boxes:
         return None
     elements = []
-    for b in boxes:
-        xs, ys = [float(x) for x in b.get_xdata()], [float(y) for y in b.get_ydata()]
+    for xs, ys in sorted(boxes, key=lambda b: min(b[0])):
         x0, x1, mid = min(xs), max(xs), (min(xs) + max(xs)) / 2
-        near = [l for l in lines if l is not b and len(l.get_xdata()) and
+        near = [l for l in lines if len(l.get_xdata()) and
+                not (len(l.get_xdata()) == 5 and l.get_linestyle() != "None") and
                 all(x0 - 1e-9 <= float(x) <= x1 + 1e-9 for x in l.get_xdata())]
         med = [l for l in near if len(l.get_ydata()) == 2 and l.get_linestyle() != "None" and
                float(l.get_ydata()[0]) == float(l.get_ydata()[1]) and
@@ -520,6 +535,19 @@ def _frame_data(df):
     return {str(k): [_json_safe(v) for v in vs] for k, vs in df.to_dict(orient="list").items()}
 
 
+def _asked(shell):
+    """Whether the execute_request being run asks for E2B's formats: its
+    metadata says {"sandgate": {"rich_formats": true}}, which sandgate sends
+    for the REST API, E2B's /execute and MCP (--rich-formats, the request's
+    "rich_formats").  A Jupyter frontend's requests do not, so JupyterLab's
+    results are what they always were and cost nothing more."""
+    try:
+        meta = shell.kernel.get_parent("shell").get("metadata") or {}
+        return (meta.get("sandgate") or {}).get("rich_formats") is True
+    except Exception:
+        return False
+
+
 def _rich_formats(shell):
     from IPython.core.formatters import BaseFormatter
     from traitlets import ObjectName, Unicode
@@ -530,6 +558,8 @@ def _rich_formats(shell):
             print_method = ObjectName("_repr_%s_" % mime.replace("/", "_"))
 
             def __call__(self, obj):
+                if not _asked(shell):
+                    return None
                 mod = sys.modules.get(module)
                 cls = getattr(mod, name, None) if mod is not None else None
                 if cls is None or not isinstance(obj, cls):

@@ -120,6 +120,8 @@ check(charts and charts[0]["type"] == "line" and
       "e2b/chart" in ex.results[0].bundle, "and its data is Result.chart (e2b/chart)", charts)
 r = sg.execute("__import__('pandas').DataFrame({'a': [1, 2]})").results
 check(r and r[0].data == {"a": [1, 2]}, "a DataFrame's columns are Result.data (e2b/data)", r)
+r = sg.execute("plt.plot([1, 2]); plt.show()", rich_formats=False).results
+check(r and r[0].chart is None and r[0].png, "rich_formats=False: the image, no chart", r)
 ex = sg.execute("def f():\n    return 1/0\nf()")
 check(not ex.ok and ex.error.name == "ZeroDivisionError" and "division by zero" in ex.error.value,
       "an exception is Execution.error (name, value), not raised", ex.error)

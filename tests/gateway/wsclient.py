@@ -119,13 +119,15 @@ class WS:
         self.sock.sendall(data)
 
     # --- Jupyter messages ---
-    def send(self, channel, msg_type, content, buffers=(), msg_id=None, parent=None):
+    def send(self, channel, msg_type, content, buffers=(), msg_id=None, parent=None,
+             metadata=None):
         header = {"msg_id": msg_id or uuid.uuid4().hex, "msg_type": msg_type,
                   "session": self.session, "username": "test", "version": "5.3",
                   "date": "2026-11-22T00:00:00.000000Z"}
         if self.protocol == V1:
+            meta = metadata or {}
             parts = [channel.encode()] + [json.dumps(p).encode() for p in
-                                          (header, parent or {}, {}, content)] + list(buffers)
+                                          (header, parent or {}, meta, content)] + list(buffers)
             n = len(parts) + 1
             offs, pos = [], 8 * (1 + n)
             for p in parts:
@@ -135,7 +137,8 @@ class WS:
             body = struct.pack("<Q", n) + b"".join(struct.pack("<Q", o) for o in offs)
             self.sock.sendall(frame(2, body + b"".join(parts)))
         elif buffers:
-            j = json.dumps({"header": header, "parent_header": parent or {}, "metadata": {},
+            j = json.dumps({"header": header, "parent_header": parent or {},
+                            "metadata": metadata or {},
                             "content": content, "channel": channel}).encode()
             bufs = [j] + list(buffers)
             offs, pos = [], 4 * (len(bufs) + 1)
@@ -146,7 +149,7 @@ class WS:
             self.sock.sendall(frame(2, body + b"".join(bufs)))
         else:
             self.sock.sendall(frame(1, json.dumps(
-                {"header": header, "parent_header": parent or {}, "metadata": {},
+                {"header": header, "parent_header": parent or {}, "metadata": metadata or {},
                  "content": content, "channel": channel}).encode()))
         return header["msg_id"]
 

@@ -491,10 +491,12 @@ class Sandgate:
                 on_stderr: Optional[Callable[[str], Any]] = None,
                 on_result: Optional[Callable[[Result], Any]] = None,
                 on_error: Optional[Callable[[ExecutionError], Any]] = None,
-                timeout=None, env_vars=None) -> Execution:
+                timeout=None, env_vars=None, rich_formats=None) -> Execution:
         """Runs code in `context` (an id or a Context; default: the default
         context of `language`, as create_context's: python when neither is
-        given), calling the callbacks as output arrives.  An
+        given), calling the callbacks as output arrives.  rich_formats:
+        whether results carry Result.chart and Result.data (None: the
+        server's --rich-formats, on unless turned off).  An
         exception in the code is not raised: it is `Execution.error` (as are
         sandgate's TimeoutError and KernelError)."""
         body = {"code": code}
@@ -506,6 +508,8 @@ class Sandgate:
             body["env_vars"] = dict(env_vars)
         if timeout is not None:
             body["timeout"] = timeout
+        if rich_formats is not None:
+            body["rich_formats"] = bool(rich_formats)
         ex = Execution(context_id=body.get("context_id"))
         ended = False
         with self._open("POST", "/execute", body, headers={"Accept": "application/x-ndjson"}) as r:
