@@ -441,11 +441,35 @@ def _public(label):  # matplotlib names unlabelled artists "_child0" etc.
     return "" if str(label).startswith("_") else str(label)
 
 
-def _tick_label_at(ax, x):
-    for loc, lab in zip(ax.xaxis.get_ticklocs(), ax.xaxis.get_ticklabels()):
+def _tick_label_at(ax, x, axis=None):
+    axis = axis or ax.xaxis
+    for loc, lab in zip(axis.get_ticklocs(), axis.get_ticklabels()):
         if abs(loc - x) < 1e-9:
             return lab.get_text()
     return str(_json_safe(x))
+
+
+def _bar_chart(ax, bars):
+    """Bars as E2B charts them: x is the axis of the categories (swapped
+    with y for barh), an unlabelled series is "Group N"."""
+    elements, horizontal = [], False
+    for c in bars:
+        group = str(c.get_label())
+        if group.startswith("_container"):
+            group = "Group " + group[len("_container"):]
+        horizontal = getattr(c, "orientation", "vertical") == "horizontal"
+        for r in c.patches:
+            if horizontal:
+                at, axis, value = r.get_y() + r.get_height() / 2, ax.yaxis, r.get_width()
+            else:
+                at, axis, value = r.get_x() + r.get_width() / 2, ax.xaxis, r.get_height()
+            elements.append({"label": _tick_label_at(ax, at, axis), "group": group,
+                             "value": _json_safe(value)})
+    chart = _axes_2d(ax)
+    if horizontal:
+        chart = {k.replace("x_", "t_").replace("y_", "x_").replace("t_", "y_"): v
+                 for k, v in chart.items()}
+    return dict(chart, type="bar", elements=elements)
 
 
 def _box_outlines(ax, lines):
@@ -496,13 +520,7 @@ def _axes_chart(ax):
                               "radius": w.r} for w in wedges]}
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     if bars:
-        elements = []
-        for c in bars:
-            group = _public(c.get_label())
-            for r in c.patches:
-                elements.append({"label": _tick_label_at(ax, r.get_x() + r.get_width() / 2),
-                                 "group": group, "value": _json_safe(r.get_height())})
-        return dict(_axes_2d(ax), type="bar", elements=elements)
+        return _bar_chart(ax, bars)
     lines = ax.get_lines()
     box = _box_chart(ax, lines)
     if box is not None:

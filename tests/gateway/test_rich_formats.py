@@ -20,6 +20,8 @@ from wsclient import WS
 PLOT = ("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
         "ax.bar(['A', 'B'], [3, 7])\nax.set_title('Bars')\nplt.show()")
 FRAME = "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})"
+BARH = ("fig, ax = plt.subplots()\nax.barh(['a', 'b'], [3, 1])\n"
+        "ax.set_xlabel('Count (n)'); ax.set_ylabel('Letter')\nplt.show()")
 BOXES = ("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
          "ax.boxplot([[1, 2, 3, 4, 5], [10, 12, 14, 16, 18, 40]], patch_artist=True,\n"
          "           labels=['low', 'high'])\nplt.show()")
@@ -65,6 +67,15 @@ try:
     status, _, body = d.request("POST", "/execute", {"code": "1", "rich_formats": "yes"})
     ok(status == 400 and b"'rich_formats' must be a boolean" in body,
        "REST: a rich_formats that is not a boolean is 400", (status, body))
+
+    res = of_type(d.execute(BARH), "result")
+    c = res[0].get("chart", {}) if res else {}
+    ok(c.get("type") == "bar" and c.get("x_label") == "Letter" and
+       (c.get("y_label"), c.get("y_unit")) == ("Count", "n") and
+       [(e["label"], e["value"], e["group"]) for e in c.get("elements", [])] ==
+       [("a", 3, "Group 0"), ("b", 1, "Group 0")],
+       "REST: horizontal bars are charted as E2B does: x the categories' axis, values the "
+       "bars' widths, an unlabelled series 'Group 0'", res)
 
     res = of_type(d.execute(BOXES), "result")
     c = res[0].get("chart", {}) if res else {}
