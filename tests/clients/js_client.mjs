@@ -65,6 +65,45 @@ try {
   const png = ex.results.find((r) => r.png)
   check(png && !png.isMainResult && Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG' &&
     png.formats().includes('png'), 'a matplotlib plot is a PNG result', ex.results.map((r) => r.formats()))
+  const line = png?.chart
+  check(line?.type === 'line' && str(line.elements.map((e) => e.points)) === str([[[0, 1], [1, 3], [2, 2]]]) &&
+    png.formats().includes('chart'), "and its data is result.chart: a line chart with the plot's points",
+  ex.results.map((r) => r.chart))
+
+  // --- charts (e2b/chart) and DataFrames (e2b/data) -----------------------------------
+  ex = await c.execute("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n" +
+    "ax.plot([0, 1, 2], [1, 4, 9], label='squares')\nax.plot([0, 1, 2], [0, 1, 2], label='same')\n" +
+    "ax.set_title('Growth')\nax.set_xlabel('Step [s]')\nax.set_ylabel('Size')\nplt.show()")
+  const lc = ex.results.find((r) => r.chart)?.chart
+  check(lc?.type === 'line' && lc.title === 'Growth' && lc.x_label === 'Step' && lc.x_unit === 's' &&
+    lc.y_label === 'Size' && lc.y_unit === null &&
+    str(lc.elements.map((e) => [e.label, e.points])) ===
+      str([['squares', [[0, 1], [1, 4], [2, 9]]], ['same', [[0, 0], [1, 1], [2, 2]]]]),
+  'a line plot: result.chart has its type, title, labels and units, each series with its points', lc)
+  check(lc && lc.x_scale === 'linear' && lc.y_scale === 'linear' && lc.x_ticks.length > 1 &&
+    lc.x_ticks.length === lc.x_tick_labels.length && lc.x_ticks.every((t) => typeof t === 'number'),
+  "a line chart's ticks, tick labels and scales", lc)
+  ex = await c.execute("import matplotlib.pyplot as plt\n" +
+    "plt.bar(['apples', 'pears', 'plums'], [3, 5, 2.5], label='stock')\n" +
+    "plt.title('Fruit')\nplt.xlabel('Kind')\nplt.ylabel('Weight (kg)')\nplt.show()")
+  const barResult = ex.results.find((r) => r.chart)
+  const bc = barResult?.chart
+  check(bc?.type === 'bar' && bc.title === 'Fruit' && bc.x_label === 'Kind' && bc.x_unit === null &&
+    bc.y_label === 'Weight' && bc.y_unit === 'kg' && barResult.png && !barResult.isMainResult,
+  'a bar chart: result.chart (type, title, axis labels, unit) beside its png', barResult && { ...barResult, png: undefined })
+  check(str(bc?.elements.map((e) => [e.label, e.group, e.value])) ===
+    str([['apples', 'stock', 3], ['pears', 'stock', 5], ['plums', 'stock', 2.5]]),
+  "a bar chart's elements: each bar's label, group and value", bc?.elements)
+  ex = await c.execute("import pandas as pd\n" +
+    "pd.DataFrame({'name': ['a', 'b'], 'n': [1, 2], 'x': [0.5, float('nan')]})")
+  const frame = ex.results[0]
+  check(ex.results.length === 1 && frame.isMainResult &&
+    str(frame.data) === str({ name: ['a', 'b'], n: [1, 2], x: [0.5, null] }) &&
+    frame.formats().includes('data') && frame.html?.includes('<table') && frame.chart === undefined,
+  "a DataFrame: result.data is its columns (NaN as null), beside its html", ex.results)
+  ex = await c.execute("{'k': 1}")
+  check(ex.results.length === 1 && ex.results[0].data === undefined && ex.results[0].chart === undefined,
+    'other results have neither chart nor data', ex.results)
 
   ex = await c.execute("import os\nos.environ.get('SG_ENV')", { envVars: { SG_ENV: 'from-js' } })
   check(ex.text === "'from-js'", 'envVars reach the code', ex.results)

@@ -52,6 +52,27 @@ try {
   check(blocks.some((b) => b.type === 'text') && tm[0].artifact?.images?.length === 1 &&
     tm[0].artifact.images[0].mimeType === 'image/png', 'beside a text block; the artifact has the image too',
   tm[0]?.artifact && { ...tm[0].artifact, results: undefined, images: tm[0].artifact.images?.length })
+  check(textOf(tm[0]).includes('[chart: line "squares"]\nseries: (0, 1), (1, 4), (2, 9)'),
+    "the plot's data comes back as text too (type, title, the series' points)", textOf(tm[0]))
+
+  // --- a chart's data as text: bars; a figure of a pie and a box plot ---------------------------
+  const asked = (code, id) => python.invoke({ name: 'execute_python', args: { code }, id, type: 'tool_call' })
+  let msg = await asked("import matplotlib.pyplot as plt\n" +
+    "plt.bar(['apples', 'pears', 'plums'], [3, 5, 2.5], label='stock')\n" +
+    "plt.title('Fruit')\nplt.xlabel('Kind')\nplt.ylabel('Weight (kg)')\nplt.show()", 'ch1')
+  let said = textOf(msg)
+  check(said.includes('[chart: bar "Fruit"; x: Kind; y: Weight (kg)]\n' +
+    'apples (stock): 3\npears (stock): 5\nplums (stock): 2.5'),
+  "a bar chart's text: its type, title, axes and each bar's label, group and value", said)
+  check(Array.isArray(msg.content) && msg.content.some((b) => b.type === 'image') &&
+    msg.artifact?.results?.[0]?.chart?.type === 'bar', 'beside its image; the artifact has the chart', msg.content)
+  msg = await asked("import matplotlib.pyplot as plt\nfig, (a, b) = plt.subplots(1, 2)\n" +
+    "a.pie([1, 3], labels=['x', 'y'])\na.set_title('Pie')\n" +
+    "b.boxplot([[1, 2, 3, 4, 5, 20]], labels=['A'])\nb.set_title('Box')\nfig.suptitle('Both')\nplt.show()", 'ch2')
+  said = textOf(msg)
+  check(said.includes('[chart: superchart "Both"]\n  [chart: pie "Pie"]\n  x: 90 degrees\n  y: 270 degrees\n' +
+    '  [chart: box_and_whisker "Box"]\n  A: min 1, q1 2.25, median 3.5, q3 4.75, max 5, outliers [20]'),
+  "a figure of two axes: each chart indented under the superchart, a pie's slices, a box's quartiles", said)
 
   // --- an exception comes back as the traceback -------------------------------------
   model = calls("def f():\n    raise ValueError('boom')\nf()").respond(new AIMessage('it failed'))

@@ -1,7 +1,7 @@
 // Compiled (not run) by test_js_client.py with tsc --noEmit --strict: the
 // package's type declarations as a TypeScript user (an ES module) sees them.
-import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot, type Template } from 'sandgate'
-import { executeCodeTool, executePythonTool, runCommandTool, sandgateTools } from 'sandgate/langchain'
+import { Sandgate, NotFoundError, QuotaExceededError, SandgateError, TooManyRequestsError, type Execution, type Context, type Snapshot, type Template, type Chart } from 'sandgate'
+import { executeCodeTool, executePythonTool, formatChart, runCommandTool, sandgateTools } from 'sandgate/langchain'
 import { SandgateSandbox } from 'sandgate/deepagents'
 import { createAgent } from 'langchain'
 import { createDeepAgent } from 'deepagents'
@@ -16,6 +16,20 @@ export async function use(): Promise<number> {
     context: ctx, onStdout: (t: string) => t.length, onResult: (r) => r.png, timeout: 5, envVars: { A: 'b' },
   })
   const main: string | undefined = ex.text
+  // a chart narrows by its type; a DataFrame's data is its columns
+  const chart: Chart | undefined = ex.results[0]?.chart
+  const described: string = chart ? formatChart(chart) : ''
+  let charted = 0
+  if (chart?.type === 'bar') charted = chart.elements.reduce((n, e) => n + (e.value ?? 0), chart.y_unit?.length ?? 0)
+  if (chart?.type === 'superchart') {
+    for (const sub of chart.elements) {
+      if (sub.type === 'line' || sub.type === 'scatter') charted += sub.elements[0].points.length + sub.x_ticks.length
+      if (sub.type === 'pie') charted += sub.elements[0].angle
+      if (sub.type === 'box_and_whisker') charted += sub.elements[0].outliers.length + (sub.elements[0].median ?? 0)
+    }
+  }
+  const columns: Record<string, unknown[]> | undefined = ex.results[0]?.data
+  void described; void charted; void columns
   const err: string | undefined = ex.error?.traceback
   const cmd = await sg.runCommand('ls', { context: ctx.id })
   const bytes: Uint8Array = await sg.downloadFile(ctx, 'a')

@@ -1,6 +1,7 @@
 """sandgate's JS client (clients/js, npm `sandgate`): `npm install ./clients/js`
 into an empty project and the import with nothing else installed; then the
-client against a real daemon (js_client.mjs): streaming callbacks, contexts,
+client against a real daemon (js_client.mjs): streaming callbacks, charts
+and DataFrames (result.chart of a line and a bar plot, result.data), contexts,
 pause and resume, snapshots (a context from one, fork, roll-back), templates
 (listTemplates, a context from one with its preload, an unknown one), commands,
 files, an error class per kind; then tenants (a keys file from `sandgate
@@ -55,8 +56,8 @@ try:
                         "js_types.mts"], cwd=types, capture_output=True, text=True, timeout=120)
     mine = [l for l in r.stdout.splitlines() if "sandgate/" in l or l.startswith("js_types")]
     ok(not mine and (r.returncode == 0 or "error TS" in r.stdout),
-       "the type declarations compile with tsc --strict (a client, the tools in createAgent, "
-       "the backend in createDeepAgent)", "\n".join(mine) or r.stdout[-2000:] + r.stderr[-2000:])
+       "the type declarations compile with tsc --strict (a client, a result's chart narrowed by "
+       "its type and its data, the tools in createAgent, the backend in createDeepAgent)", "\n".join(mine) or r.stdout[-2000:] + r.stderr[-2000:])
 finally:
     shutil.rmtree(types, ignore_errors=True)
 
@@ -70,7 +71,7 @@ d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_fil
            "--auth-fail-limit", "10", "--auth-block", "2",
            "--template", "pd=preload=import pandas as pd", "--notebook-url", NOTEBOOK_URL)
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 94, key_a, key_b, NOTEBOOK_URL)
+    run_suite(d, "js_client.mjs", TOKEN, 101, key_a, key_b, NOTEBOOK_URL)
 finally:
     d.stop()
     shutil.rmtree(tmp, ignore_errors=True)

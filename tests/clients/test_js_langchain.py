@@ -1,7 +1,8 @@
 """sandgate's LangChain tools (sandgate/langchain) and Deep Agents backend
 (sandgate/deepagents) in real agent loops — LangChain's createAgent and
 deepagents' createDeepAgent driven by @langchain/core's fake tool-calling
-model, no LLM — against a real daemon (js_langchain.mjs), the tools also on
+model, no LLM — against a real daemon (js_langchain.mjs), a figure's chart
+data as the tool's text (bars; a pie and a box plot in one figure), the tools also on
 a template's contexts (contextOptions { template }) and for JavaScript and
 TypeScript contexts (executeCodeTool); then, against a daemon with
 --notebook-url, the tool's artifact and text carry the context's link
@@ -16,7 +17,7 @@ from tap import ok, done  # noqa: E402
 
 d = Daemon("--pool-size", "2", "--template", "pd=preload=import pandas as pd")
 try:
-    run_suite(d, "js_langchain.mjs", TOKEN, 35)
+    run_suite(d, "js_langchain.mjs", TOKEN, 39)
     status, contexts = d.json("GET", "/contexts")
     ok(status == 200 and len(contexts) == 0, "the tools' and the backend's close() removed their contexts",
        contexts)

@@ -131,6 +131,95 @@ export interface Artifact {
   url: string
 }
 
+/** A value a chart carries: a number, or a string for what JSON has no number for (dates…), null for NaN. */
+export type ChartValue = number | string | null
+
+/** A line or scatter chart's series: its label ('' when it has none) and its [x, y] points. */
+export interface PointData {
+  label: string
+  points: [ChartValue, ChartValue][]
+}
+
+/** One bar: its tick label, its series' label (group; '' when none) and its height. */
+export interface BarData {
+  label: string
+  group: string
+  value: number | null
+}
+
+/** One slice of a pie: its label, its angle in degrees and its radius. */
+export interface PieData {
+  label: string
+  angle: number
+  radius: number
+}
+
+/** One box of a box plot, by its tick label. */
+export interface BoxAndWhiskerData {
+  label: string
+  min: number
+  first_quartile: number
+  median: number | null
+  third_quartile: number
+  max: number
+  outliers: number[]
+}
+
+/** A chart drawn on axes: their labels, and the unit a label ends with ("Time (s)", "Heat [C]"), else null. */
+export interface AxesChart {
+  title: string
+  x_label: string
+  y_label: string
+  x_unit: string | null
+  y_unit: string | null
+}
+
+/** Ticks and scale ('linear', 'log', …) of a line or scatter chart's axes. */
+export interface TickedChart extends AxesChart {
+  x_ticks: ChartValue[]
+  x_tick_labels: string[]
+  x_scale: string
+  y_ticks: ChartValue[]
+  y_tick_labels: string[]
+  y_scale: string
+}
+
+export interface LineChart extends TickedChart {
+  type: 'line'
+  elements: PointData[]
+}
+
+export interface ScatterChart extends TickedChart {
+  type: 'scatter'
+  elements: PointData[]
+}
+
+export interface BarChart extends AxesChart {
+  type: 'bar'
+  elements: BarData[]
+}
+
+export interface PieChart {
+  type: 'pie'
+  title: string
+  elements: PieData[]
+}
+
+export interface BoxAndWhiskerChart extends AxesChart {
+  type: 'box_and_whisker'
+  elements: BoxAndWhiskerData[]
+}
+
+/** A figure of several charted axes: its suptitle and one chart per axes. */
+export interface SuperChart {
+  type: 'superchart'
+  title: string
+  elements: Exclude<Chart, SuperChart>[]
+}
+
+/** A matplotlib figure's data (e2b/chart, docs/api.md): narrow it by `type`. */
+export type Chart = LineChart | ScatterChart | BarChart | PieChart | BoxAndWhiskerChart | SuperChart
+
 /** One MIME bundle: the cell's value (isMainResult) or a display() output. */
 export class Result {
   isMainResult: boolean
@@ -146,8 +235,10 @@ export class Result {
   latex?: string
   json?: unknown
   javascript?: string
-  data?: unknown
-  chart?: unknown
+  /** A pandas DataFrame's columns (e2b/data): {column: [values]}, NaN and infinities as null. */
+  data?: Record<string, unknown[]>
+  /** A matplotlib figure's data (e2b/chart), beside its png. */
+  chart?: Chart
   /** Other MIME types, by type. */
   extra?: Record<string, unknown>
   formats(): string[]

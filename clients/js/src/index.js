@@ -108,7 +108,12 @@ export function errorFromResponse(status, text) {
   return new SandgateError(message, { status, kind: kind ?? 'unknown', body: body ?? text })
 }
 
-/** One result of an execution: a MIME bundle (the cell's value or a display()). */
+/**
+ * One result of an execution: a MIME bundle (the cell's value or a display()),
+ * one field per format as the server names it. Besides text, html, png … a
+ * matplotlib figure has `chart` (its data: type, title, axes, elements) and a
+ * pandas DataFrame `data` ({column: [values]}), as docs/api.md describes them.
+ */
 export class Result {
   constructor(raw) {
     const { type: _t, is_main_result: main, ...formats } = raw

@@ -1,5 +1,5 @@
 import type { DynamicStructuredTool } from '@langchain/core/tools'
-import type { Sandgate, Context, ContextOptions, Execution, CommandResult } from './index.js'
+import type { Sandgate, Context, ContextOptions, Execution, CommandResult, Chart } from './index.js'
 
 /** The contexts tools run in: one per LangGraph thread id (or one without). */
 export class ContextRegistry {
@@ -69,5 +69,10 @@ export function runCommandTool(opts: ToolOptions): SandgateTool
 export function sandgateTools(opts: Omit<ToolOptions, 'registry' | 'name' | 'description'>): [SandgateTool, SandgateTool]
 
 export function formatExecution(ex: Execution, opts?: { maxChars?: number }): string
+/**
+ * A figure's chart data as the tool's text gives it: `[chart: TYPE "TITLE"; x: LABEL (UNIT); y: …]`,
+ * then a line per series, bar, slice or box (a superchart's charts indented).
+ */
+export function formatChart(chart: Chart, indent?: string): string
 export function truncate(text: string, max: number): string
 export function stripAnsi(s: string): string

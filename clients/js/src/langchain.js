@@ -83,18 +83,54 @@ function section(label, text) {
   return text ? `${label}:\n${text.endsWith('\n') ? text : text + '\n'}` : ''
 }
 
-/** The model-facing text of an Execution (stdout, stderr, value, error). */
+const axis = (label, unit) => unit ? `${label} (${unit})` : (label || '')
+// Python's '{:g}': six significant digits, no trailing zeros.
+const g = (n) => typeof n === 'number' ? String(Number(n.toPrecision(6))) : String(n)
+
+/**
+ * A figure's chart data (result.chart, docs/api.md) as lines a model can
+ * read: `[chart: bar "Title"; x: label; y: label (unit)]`, then one line per
+ * series, bar, slice or box (a superchart's charts indented under it), as
+ * the Python tool writes it.
+ */
+export function formatChart(chart, indent = '') {
+  let head = `${indent}[chart: ${chart.type}`
+  if (chart.title) head += ` "${chart.title}"`
+  for (const a of ['x', 'y']) {
+    const label = chart[`${a}_label`], unit = chart[`${a}_unit`]
+    if (label || unit) head += `; ${a}: ${axis(label, unit)}`
+  }
+  const lines = [head + ']']
+  for (const e of chart.elements ?? []) {
+    if (!e || typeof e !== 'object') continue
+    if (chart.type === 'superchart') lines.push(formatChart(e, indent + '  '))
+    else if ('points' in e) {
+      lines.push(`${indent}${e.label || 'series'}: ` + e.points.map(([x, y]) => `(${x}, ${y})`).join(', '))
+    } else if ('angle' in e) lines.push(`${indent}${e.label}: ${g(e.angle)} degrees`)
+    else if ('median' in e) {
+      lines.push(`${indent}${e.label}: min ${e.min}, q1 ${e.first_quartile}, median ${e.median}, ` +
+        `q3 ${e.third_quartile}, max ${e.max}, outliers [${(e.outliers ?? []).join(', ')}]`)
+    } else if ('value' in e) lines.push(`${indent}${e.label}${e.group ? ` (${e.group})` : ''}: ${e.value}`)
+  }
+  return lines.join('\n')
+}
+
+const chartSection = (r) => r?.chart && typeof r.chart === 'object' ? formatChart(r.chart) + '\n' : ''
+
+/** The model-facing text of an Execution (stdout, stderr, value, charts, error). */
 export function formatExecution(ex, { maxChars = DEFAULT_MAX_CHARS } = {}) {
   const parts = []
   if (ex.stdout) parts.push(section('stdout', ex.stdout))
   if (ex.stderr) parts.push(section('stderr', stripAnsi(ex.stderr)))
   const main = ex.results.find((r) => r.isMainResult)
   if (main?.text !== undefined) parts.push(section('result', main.text))
+  parts.push(chartSection(main))
   const others = ex.results.filter((r) => !r.isMainResult)
   for (const r of others) {
     const img = IMAGE_TYPES.find(([k]) => r[k])
     if (img) parts.push(`[image ${img[1]} attached]\n`)
     else if (r.text !== undefined) parts.push(section('display', r.text))
+    parts.push(chartSection(r))
   }
   if (ex.artifacts.length) {
     parts.push(section('files written', ex.artifacts
