@@ -94,6 +94,9 @@ try {
   check(str(bc?.elements.map((e) => [e.label, e.group, e.value])) ===
     str([['apples', 'stock', 3], ['pears', 'stock', 5], ['plums', 'stock', 2.5]]),
   "a bar chart's elements: each bar's label, group and value", bc?.elements)
+  ex = await c.execute("plt.bar(['a'], [1]); plt.show()", { richFormats: false })
+  check(ex.results.length === 1 && ex.results[0].png && ex.results[0].chart === undefined,
+    'richFormats: false: the image, no chart', ex.results.map((r) => r.formats()))
   ex = await c.execute("import pandas as pd\n" +
     "pd.DataFrame({'name': ['a', 'b'], 'n': [1, 2], 'x': [0.5, float('nan')]})")
   const frame = ex.results[0]

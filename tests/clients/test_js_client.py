@@ -71,7 +71,7 @@ d = Daemon("--pool-size", "1", "--max-upload", "400000", "--keys-file", keys_fil
            "--auth-fail-limit", "10", "--auth-block", "2",
            "--template", "pd=preload=import pandas as pd", "--notebook-url", NOTEBOOK_URL)
 try:
-    run_suite(d, "js_client.mjs", TOKEN, 101, key_a, key_b, NOTEBOOK_URL)
+    run_suite(d, "js_client.mjs", TOKEN, 102, key_a, key_b, NOTEBOOK_URL)
 finally:
     d.stop()
     shutil.rmtree(tmp, ignore_errors=True)

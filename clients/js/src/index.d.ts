@@ -271,6 +271,8 @@ export interface ExecuteOptions {
   envVars?: Record<string, string>
   /** Seconds (sandgate's --exec-timeout by default). */
   timeout?: number
+  /** Whether results carry `chart` and `data` (default: the server's --rich-formats, on unless turned off). */
+  richFormats?: boolean
   onStdout?: (text: string, msg: OutputMessage) => unknown
   onStderr?: (text: string, msg: OutputMessage) => unknown
   onResult?: (result: Result) => unknown

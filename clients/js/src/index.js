@@ -199,13 +199,14 @@ function sandboxPath(path) {
 }
 
 /** POST /execute's body: `what` ({code} or {command}) and the options set. */
-function executeBody(what, { context, language, envVars, timeout }) {
+function executeBody(what, { context, language, envVars, timeout, richFormats }) {
   const json = { ...what }
   const id = contextId(context)
   if (id !== undefined) json.context_id = id
   if (language !== undefined) json.language = language
   if (envVars !== undefined) json.env_vars = envVars
   if (timeout !== undefined) json.timeout = timeout
+  if (richFormats !== undefined) json.rich_formats = Boolean(richFormats)
   return json
 }
 
@@ -386,9 +387,9 @@ export class Sandgate {
    * it; resolves to the whole Execution. An exception in the code is not
    * thrown: it is `execution.error`. HTTP errors are thrown.
    */
-  async execute(code, { context, language, envVars, timeout, onStdout, onStderr, onResult,
-    onError, onArtifact, signal } = {}) {
-    const json = executeBody({ code }, { context, language, envVars, timeout })
+  async execute(code, { context, language, envVars, timeout, richFormats, onStdout, onStderr,
+    onResult, onError, onArtifact, signal } = {}) {
+    const json = executeBody({ code }, { context, language, envVars, timeout, richFormats })
     const res = await this.request('POST', '/execute',
       { json, signal, timeout: 0, headers: { Accept: 'application/x-ndjson' } })
     const ex = new Execution()
