@@ -14,6 +14,13 @@
 //               and run `pd.__version__` in it, with no import: the
 //               caller's template preloads pandas as pd (after python or
 //               snapshot: in the JupyterLab page they opened);
+//   rich        open a Python notebook (in a tab after the Python one; by
+//               its URL without python) and run cells whose outputs
+//               carry sandgate's E2B types (e2b/chart, e2b/data) beside
+//               image/png and text/plain: a bundle displayed raw without
+//               and with them must render the same HTML, a matplotlib
+//               figure exactly one <img>, a DataFrame exactly one HTML
+//               table; every output renders (none without a renderer);
 //   snapshot    open a Python notebook and run print(snapvar), which only a
 //               kernel started from the caller's snapshot has defined;
 //   attach=ID   POST /api/sessions on JupyterLab's server for agent.ipynb
@@ -40,9 +47,9 @@ import { createInterface } from "node:readline";
 
 const [labUrl, token, shot, ...argSteps] = process.argv.slice(2);
 const steps = argSteps.length ? argSteps : ["python", "r"];
-if (!shot || !steps.every((s) => /^(python|r|deno|snapshot|template=.+|attach=.+)$/.test(s))) {
+if (!shot || !steps.every((s) => /^(python|r|deno|rich|snapshot|template=.+|attach=.+)$/.test(s))) {
   console.error("usage: node jupyterlab_browser.mjs LAB_URL TOKEN SCREENSHOT.png " +
-    "[python|r|deno|template=NAME|snapshot|attach=KERNEL_ID ...]");
+    "[python|r|deno|rich|template=NAME|snapshot|attach=KERNEL_ID ...]");
   process.exit(2);
 }
 const base = labUrl.replace(/\/+$/, "");
@@ -155,6 +162,56 @@ async function prompts(panel, count, what) {
     `the ${what} prompts count the executions 1 to ${count}`, got.join(" | "));
 }
 
+
+// JSON of x with base64 and other long runs cut short, for a failure's detail.
+const brief = (x) => (typeof x === "string" ? x : JSON.stringify(x))
+  .replace(/[A-Za-z0-9+/=\\]{200,}/g, (b) => `${b.slice(0, 40)}…(${b.length} chars)`);
+
+// Waits until cell `index` of panel `id` has run (its prompt shows [N]) and
+// has an output in the notebook's model, rendered or not; when the page
+// renders a PNG, until the image has loaded: returns png()'s {src, width}
+// then, else {}.
+async function ran(id, index) {
+  const cell = page.locator(`[id="${id}"] .jp-Notebook .jp-Cell`).nth(index);
+  await cell.locator(".jp-InputPrompt").filter({ hasText: /\[\d+\]/ }).waitFor({ timeout: LIMIT });
+  await page.waitForFunction(([id, index]) => {
+    const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+    return p.content.model.cells.get(index).toJSON().outputs.length > 0;
+  }, [id, index], { timeout: LIMIT, polling: 100 });
+  return await cell.locator('.jp-OutputArea-output[data-mime-type="image/png"]').count()
+    ? png(cell) : {};
+}
+
+// What cell `index` of panel `id` holds and shows: its outputs' types and
+// MIME types in the notebook's model; the output area's children and how
+// many of them a renderer rendered (JupyterLab 4 shows nothing for an
+// output none of its renderers takes, where 3 wrote "No renderer could be
+// found"); the preferred MIME types JupyterLab rendered; the outputs' HTML,
+// element ids and prompts' texts left out (and the area's prompt overlay,
+// which shows a collapse icon while the mouse is over it).
+const shown = (id, index) => page.evaluate(([id, index]) => {
+  const p = [...window.jupyterapp.shell.widgets("main")].find((w) => w.id === id);
+  const outputs = p.content.model.cells.get(index).toJSON().outputs;
+  const area = p.content.widgets[index].node.querySelector(".jp-OutputArea");
+  const children = [...area.querySelectorAll(":scope > :not(.jp-OutputArea-promptOverlay)")];
+  const html = children.map((e) => {
+    const copy = e.cloneNode(true);
+    copy.querySelectorAll("[id], [data-icon-id]").forEach((e) => {
+      e.removeAttribute("id");
+      e.removeAttribute("data-icon-id");
+    });
+    copy.querySelectorAll(".jp-OutputPrompt").forEach((e) => { e.textContent = ""; });
+    return copy.outerHTML;
+  });
+  return {
+    model: outputs.map((o) => `${o.output_type} ${Object.keys(o.data || {}).sort().join(" ")}`),
+    data: outputs.map((o) => o.data),
+    children: children.length,
+    rendered: children.reduce((n, e) => n + e.querySelectorAll(".jp-OutputArea-output").length, 0),
+    mimes: [...area.querySelectorAll(".jp-OutputArea-output")].map((e) => e.dataset.mimeType),
+    html: html.join("\n"),
+  };
+}, [id, index]);
 
 // The caller's lines on stdin, one at a time (the attach step's hand-shakes).
 const lines = [], waiting = [];
@@ -393,6 +450,75 @@ const STEPS = {
       p.content.activeCellIndex = 0;
       p.content.scrollToCell(p.content.widgets[0]);
     }, id);
+  },
+
+  async rich() {
+    await put("rich.ipynb", "python3", "python");
+    const id = pyId ? await page.evaluate(async (ref) => {
+      const w = await window.jupyterapp.commands.execute("docmanager:open",
+        { path: "rich.ipynb", options: { ref, mode: "tab-after" } });
+      return w.id;
+    }, pyId) : await openByUrl("rich.ipynb");
+    const nb = page.locator(`[id="${id}"]`);
+    await idleKernel(id, "python3", "python", "the notebook for E2B's types opens", "rich");
+
+    // A real PNG, from a Figure that pyplot does not know (no display); its
+    // length printed, an output to wait for.
+    let c = await run(nb, page, 0, "import base64, io\nfrom matplotlib.figure import Figure\n" +
+      "fig = Figure(figsize=(3, 2)); fig.add_subplot().plot([1, 3, 2]); buf = io.BytesIO(); " +
+      "fig.savefig(buf, format='png')\n" +
+      "b = {'text/plain': '<Figure>', 'image/png': base64.b64encode(buf.getvalue()).decode()}\n" +
+      "print(len(b['image/png']))");
+    await ran(id, 0);
+    c = await run(nb, page, 1, "from IPython.display import display\ndisplay(b, raw=True)");
+    const im = await ran(id, 1);
+    c = await run(nb, page, 2, "chart = {'type': 'line', 'title': 'sandgate', 'x_label': 'x', " +
+      "'y_label': 'y', 'x_unit': None, 'y_unit': None, " +
+      "'elements': [{'label': 'a', 'points': [[0, 1], [1, 3], [2, 2]]}]}\n" +
+      "display({**b, 'e2b/chart': chart, 'e2b/data': {'a': [1, 2]}}, raw=True)");
+    await ran(id, 2);
+    const [plain, e2b] = [await shown(id, 1), await shown(id, 2)];
+    ok(plain.model.join() === "display_data image/png text/plain" &&
+      e2b.model.join() === "display_data e2b/chart e2b/data image/png text/plain" &&
+      e2b.data[0]["e2b/chart"]?.elements?.[0]?.points?.length === 3 &&
+      JSON.stringify(e2b.data[0]["e2b/data"]) === '{"a":[1,2]}',
+      "the page's notebook has the bundle without (cell 2) and with e2b/chart and e2b/data " +
+      "(cell 3), as the kernel displayed them", brief([plain.model, e2b.model]));
+    ok(im.src?.startsWith("data:image/png;base64,") && im.width > 100 &&
+      plain.children === 1 && plain.rendered === 1 && plain.mimes.join() === "image/png",
+      `cell 2 renders the bundle as one PNG (${im.width} px wide)`, brief(plain));
+    ok(e2b.html === plain.html && e2b.children === 1 && e2b.rendered === 1,
+      "cell 3, the same bundle with e2b/chart and e2b/data, renders exactly the same HTML",
+      `without:\n${brief(plain.html)}\nwith:\n${brief(e2b.html)}`);
+
+    c = await run(nb, page, 3, "import matplotlib.pyplot as plt\n" +
+      "plt.plot([1, 3, 2]); plt.title('a chart for e2b/chart'); plt.show()");
+    const fig = await ran(id, 3);
+    let s = await shown(id, 3);
+    console.log(`# rich-figure ${s.model.join(", ")}`);
+    ok(fig.width > 100 && s.children === 1 && s.rendered === 1 && s.mimes.join() === "image/png" &&
+      s.model.length === 1 && / image\/png /.test(s.model[0]),
+      `the matplotlib cell renders exactly one output, the figure's PNG (${fig.width} px wide; ` +
+      `${s.model[0]})`, brief(s));
+
+    c = await run(nb, page, 4, "import pandas as pd\n" +
+      "pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})");
+    await ran(id, 4);
+    s = await shown(id, 4);
+    console.log(`# rich-frame ${s.model.join(", ")}`);
+    const t = s.mimes.join() === "text/html" ? await tableRows(c) : "";
+    const body = await c.locator(".jp-OutputArea-output table tbody tr").count();
+    ok(t === "a b | 0 1 x | 1 2 y | 2 3 z" && body === 3 && s.children === 1 &&
+      s.rendered === 1 && s.mimes.join() === "text/html",
+      `the DataFrame cell renders exactly one output, its HTML table of 3 rows (${s.model[0]})`,
+      `${t}\n${brief(s)}`);
+
+    const errors = await nb.locator(ERROR).allInnerTexts();
+    const bodyText = await page.locator("body").innerText();
+    ok(errors.length === 0 && !/No renderer could be found/.test(bodyText),
+      "no cell renders an error, and the page has no \"No renderer could be found\"",
+      errors.join("\n"));
+    await prompts(nb, 5, "E2B types'");
   },
 
   async snapshot() {

@@ -6,7 +6,10 @@ their rendered outputs are checked (text, a PNG figure, an error), and a
 JavaScript notebook (kernelspec deno) a value and an HTML table from
 Deno.jupyter.html; the kernels must be sandgate sessions (GET /contexts)
 running under gVisor, and be gone once JupyterLab has stopped (it deletes its gateway kernels on
-shutdown).  sandgate runs with a template, pd (--template
+shutdown).  A third Python notebook shows that E2B's types (e2b/chart,
+e2b/data) change nothing on the page: a bundle displayed raw with them
+renders the same HTML as without, a matplotlib figure one PNG, a DataFrame
+one HTML table.  sandgate runs with a template, pd (--template
 'pd=preload=import pandas as pd'): the browser opens a New Launcher, clicks
 the template's kernelspec's card ("Python 3 (ipykernel) (pd)") and runs
 pd.__version__ with no import, which renders pandas' version; its kernel is
@@ -53,7 +56,7 @@ try:
     diag(f"JupyterLab up after {time.time() - started:.1f} s")
 
     shot = os.path.join(tmp, "lab.png")
-    r, info = browse(lab, shot, 25, "python", "template=pd", "r", "deno")
+    r, info = browse(lab, shot, 34, "python", "template=pd", "r", "deno", "rich")
     diag(f"the browser done after {time.time() - started:.1f} s")
 
     st, kernels = d.json("GET", "/api/kernels")
@@ -110,7 +113,7 @@ try:
     st, after = d.json("GET", "/api/kernels")
     ids = [k["id"] for k in after or []]
     ok(st == 200 and info.get("kernel-python") and not any(
-        info.get(f"kernel-{step}") in ids for step in ("python", "r", "deno", "template")),
+        info.get(f"kernel-{step}") in ids for step in ("python", "r", "deno", "template", "rich")),
        "JupyterLab's shutdown deletes its kernels in sandgate", after)
     if r.returncode != 0:
         diag(lab.output()[-3000:])
