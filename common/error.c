@@ -13,6 +13,8 @@ static int error_new(sg_error_t **err, sg_errkind_t kind, int errnum, const char
     sg_error_t *e = xmalloc(sizeof *e);
     e->kind = kind;
     e->errnum = errnum;
+    e->quota = NULL;
+    e->limit = 0;
     if (vasprintf(&e->msg, fmt, ap) < 0)
         abort();
     if (errnum != 0) {
@@ -40,6 +42,19 @@ int sg_error_errno(sg_error_t **err, int errnum, const char *fmt, ...)
     va_start(ap, fmt);
     error_new(err, SG_E_IO, errnum, fmt, ap);
     va_end(ap);
+    return -1;
+}
+
+int sg_error_quota(sg_error_t **err, const char *quota, long long limit, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_new(err, SG_E_QUOTA, 0, fmt, ap);
+    va_end(ap);
+    if (err) {
+        (*err)->quota = quota;
+        (*err)->limit = limit;
+    }
     return -1;
 }
 

@@ -35,6 +35,10 @@ typedef struct sg_error {
     sg_errkind_t kind;
     int errnum; /* errno when the cause was a system call, else 0 */
     char *msg;  /* owned, human-readable, no trailing newline */
+    /* SG_E_QUOTA: which quota refused, as the keys file spells it (a static
+     * string), and its value; NULL and 0 otherwise (sg_error_quota). */
+    const char *quota;
+    long long limit;
 } sg_error_t;
 
 /* Stores a new error in *err (if err is not NULL) and returns -1. */
@@ -43,6 +47,10 @@ int sg_error_set(sg_error_t **err, sg_errkind_t kind, const char *fmt, ...)
 /* Same, appending ": strerror(errnum)" and recording errnum. */
 int sg_error_errno(sg_error_t **err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Stores a new SG_E_QUOTA error naming quota (a static string) and its
+ * limit; returns -1. */
+int sg_error_quota(sg_error_t **err, const char *quota, long long limit, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Prepends "context: " to the message of *err (no-op if err or *err is NULL).
  * Returns -1 so it can end a failure path. */
 int sg_error_prefix(sg_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

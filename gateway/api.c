@@ -664,7 +664,7 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     if (!failed && err) { /* a pause that failed: the kernel runs on, or was restarted */
         json_decref(s->agg);
         s->agg =
-            json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg);
+            http_error_body(err);
         s->status = sg_error_http_status(err->kind);
     } else if (!failed && s->wait_for != KERNEL_EV_PREPARED) {
         json_decref(s->agg);

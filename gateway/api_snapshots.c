@@ -65,8 +65,7 @@ static void fork_from(taking_t *t, const kmgr_snapshot_t *snap)
     if (!t->keep) /* its files stay until the new context runs (kmgr.h) */
         kmgr_snapshot_delete(self->kmgr, sid, NULL);
     if (!k) {
-        json_t *e =
-            json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg);
+        json_t *e = http_error_body(err);
         api_stream_answer(t->s, err->kind == SG_E_QUOTA ? 429 : sg_error_http_status(err->kind), e);
         sg_error_free(&err);
         return;
@@ -89,9 +88,7 @@ static void on_taken(const kmgr_snapshot_t *snap, const sg_error_t *err, void *a
     stream_t *s = t->s;
     if (err) {
         log_info("api: snapshot failed: %s", err->msg);
-        api_stream_answer(
-            s, sg_error_http_status(err->kind),
-            json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", err->msg));
+        api_stream_answer(s, sg_error_http_status(err->kind), http_error_body(err));
     } else if (s->done) { /* the client left: nobody to answer, nothing to fork */
         if (t->fork && !t->keep)
             kmgr_snapshot_delete(s->api->kmgr, snap->id, NULL);
@@ -125,12 +122,16 @@ static enum MHD_Result take(api_t *self, http_req_t *call, bool fork)
         json_decref(req);
         return ret;
     }
+    sg_error_t *err = NULL;
+    if (fork && tenant_check_contexts(call->tenant, &err) < 0) {
+        json_decref(req); /* the new context would be refused: no snapshot for it either */
+        return reply_failed(call->conn, &err);
+    }
     stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
     s->json_mode = s->snapshot_wait = true;
     taking_t *t = xzalloc(sizeof *t);
     *t = (taking_t){.s = s, .tenant = call->tenant, .fork = fork, .keep = json_is_true(keep)};
     http_who(call, "rest", &t->who);
-    sg_error_t *err = NULL;
     int r = kmgr_snapshot(self->kmgr, k, json_string_value(name), on_taken, t, &err);
     json_decref(req);
     if (r < 0) {

@@ -22,6 +22,7 @@
 #include "common/xalloc.h"
 #include "gateway/commands_internal.h"
 #include "gateway/resp.h"
+#include "gateway/tenants.h"
 #include "kernelmgr/sandbox.h"
 
 #define READ_CHUNK 65536
@@ -29,6 +30,9 @@
 static void launch(command_t *c);
 static void finish(command_t *c);
 static void watch_output(command_t *c);
+
+static long long work_of(void *arg, const char *owner);
+static size_t running_count(const struct ctx *x);
 
 commands_t *commands_new(loop_t *loop, const commands_config_t *cfg)
 {
@@ -38,7 +42,20 @@ commands_t *commands_new(loop_t *loop, const commands_config_t *cfg)
         self->cfg = *cfg;
     if (self->cfg.max_backlog == 0)
         self->cfg.max_backlog = COMMANDS_BACKLOG;
+    tenants_count_source(TENANT_QUEUED, work_of, self);
     return self;
+}
+
+/* The commands of owner's not ended yet: the tenant's max-queued counts
+ * them with its executions (tenants.h). */
+static long long work_of(void *arg, const char *owner)
+{
+    commands_t *self = arg;
+    long long n = 0;
+    for (ctx_t *x = self->ctxs; x; x = x->next)
+        if (strcmp(kernel_owner(x->k), owner) == 0)
+            n += (long long)running_count(x);
+    return n;
 }
 
 /* --- freeing ------------------------------------------------------------------------- */
@@ -151,6 +168,7 @@ void commands_destroy(commands_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     commands_t *self = *self_p;
+    tenants_uncount_source(TENANT_QUEUED, work_of, self);
     while (self->ctxs)
         ctx_free(self, self->ctxs, true);
     free(self);
@@ -312,6 +330,10 @@ command_t *commands_start(commands_t *self, kernel_t *k, const command_opts_t *o
                      kernel_id(k));
         return NULL;
     }
+    /* The tenant's quotas before anything is made: max-queued, and max-live
+     * when the command wakes a paused context (kernel_resume asks). */
+    if (tenant_admit_work(kernel_owner(k), err) < 0)
+        return NULL;
     ctx_t *x = ctx_of(self, k, false);
     if (x && running_count(x) >= COMMANDS_MAX_RUNNING) {
         sg_error_set(err, SG_E_CONFLICT, "the context has %d commands running already",
@@ -321,6 +343,11 @@ command_t *commands_start(commands_t *self, kernel_t *k, const command_opts_t *o
     command_t *c = command_new(self, k);
     if (take_opts(c, opts, err) < 0) {
         command_free(c);
+        return NULL;
+    }
+    kernel_state_t st = kernel_state(k);
+    if ((st == KERNEL_PAUSED || st == KERNEL_PAUSING) && kernel_resume(k, err) < 0) {
+        command_free(c); /* using it resumes it, as executions do; or nothing is made */
         return NULL;
     }
     x = ctx_of(self, k, true);
@@ -337,14 +364,8 @@ command_t *commands_start(commands_t *self, kernel_t *k, const command_opts_t *o
     kernel_add_connections(k, 1);
     c->holds_connection = true;
     audit_event(&c->who, "command.start", audit_fields(c));
-    if (kernel_runs(k)) {
-        launch(c);
-    } else if (kernel_state(k) == KERNEL_PAUSED || kernel_state(k) == KERNEL_PAUSING) {
-        sg_error_t *rerr = NULL; /* as executions do: using it resumes it */
-        if (kernel_resume(k, &rerr) < 0 && kernel_state(k) == KERNEL_PAUSED)
-            fail(c, rerr->kind, rerr->msg);
-        sg_error_free(&rerr);
-    }
+    if (kernel_runs(k))
+        launch(c); /* else it starts at READY (on_kernel_event) */
     return c;
 }
 

@@ -271,25 +271,31 @@ static void refuse(exec_t *e, sg_error_t **err)
     sg_error_free(&why);
 }
 
-/* The executions waiting or running in owner's sessions. */
-static int queued_of(const char *owner)
+/* The executions waiting or running in owner's sessions (tenants.h's
+ * TENANT_QUEUED, registered at the first execution). */
+static long long queued_of(void *ctx, const char *owner)
 {
-    int n = 0;
+    (void)ctx;
+    long long n = 0;
     for (exec_t *e = accepted; e; e = e->next)
         n += strcmp(kernel_owner(e->k), owner) == 0;
     return n;
 }
 
 /* The quotas of k's owner, before k takes one more execution: max-queued,
- * and max-live when the execution would resume k. */
+ * and max-live when the execution would resume k (asked here, not only by
+ * kernel_execute's wake gate, so that nothing is begun for a refusal). */
 static int admit(kernel_t *k, const exec_opts_t *opts, sg_error_t **err)
 {
-    tenant_quota_t scratch, *quota = opts->quota ? opts->quota : &scratch;
-    if (tenant_admit_execution(k, queued_of(kernel_owner(k)), quota, err) < 0)
+    static bool counted;
+    if (!counted)
+        tenants_count_source(TENANT_QUEUED, queued_of, NULL);
+    counted = true;
+    if (tenant_admit_work(kernel_owner(k), err) < 0)
         return -1;
     kernel_state_t st = kernel_state(k);
     if (st == KERNEL_PAUSED || st == KERNEL_PAUSING)
-        return tenant_admit_wake(k, quota, err);
+        return tenant_admit_wake(k, opts->quota, err);
     return 0;
 }
 

@@ -148,19 +148,22 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
     return ret;
 }
 
-/* {"error": kind, "message": msg}. */
-static json_t *error_body(const sg_error_t *err)
+json_t *http_error_body(const sg_error_t *err)
 {
     char *msg = xstrdup(err->msg); /* it may quote a URL or header: bytes, not text */
     utf8_scrub(msg);
     json_t *body = json_pack("{s:s, s:s}", "error", sg_error_kind_name(err->kind), "message", msg);
     free(msg);
+    if (err->kind == SG_E_QUOTA && err->quota) {
+        json_object_set_new(body, "quota", json_string(err->quota));
+        json_object_set_new(body, "limit", json_integer(err->limit));
+    }
     return body;
 }
 
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
 {
-    return http_reply_json(conn, sg_error_http_status(err->kind), error_body(err));
+    return http_reply_json(conn, sg_error_http_status(err->kind), http_error_body(err));
 }
 
 enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
@@ -499,7 +502,7 @@ static enum MHD_Result reply_refusal(struct MHD_Connection *conn, const route_t 
 {
     struct MHD_Response *resp = r && r->front.error_response
                                     ? r->front.error_response(r->front.ctx, err)
-                                    : http_json_response(error_body(err));
+                                    : http_json_response(http_error_body(err));
     if (allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = http_queue(conn, sg_error_http_status(err->kind), resp);

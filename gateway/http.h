@@ -220,7 +220,10 @@ enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, struct 
 struct MHD_Response *http_json_response(json_t *body);
 /* Queues a JSON response (body is stolen) on a connection. */
 enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, json_t *body);
-/* Queues {"error": kind, "message": msg} with the status the kind maps to. */
+/* {"error": kind, "message": msg}, and for a quota its name and value:
+ * {"error": "quota_exceeded", "quota", "limit", "message"} (a new reference). */
+json_t *http_error_body(const sg_error_t *err);
+/* Queues http_error_body(err) with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
 /* Same from a kind and a message. */
 enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,

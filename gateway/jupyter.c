@@ -64,6 +64,8 @@ static void jreq_free(jreq_t *r)
     free(r);
 }
 
+static long long sessions_of(void *arg, const char *owner);
+
 jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg)
 {
@@ -72,6 +74,7 @@ jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
     self->kmgr = kmgr;
     self->ch = channels_new(loop, cfg, wake, wake_arg);
     self->sessions = json_object();
+    tenants_count_source(TENANT_JUPYTER_SESSIONS, sessions_of, self);
     self->wake = wake;
     self->wake_arg = wake_arg;
     self->started = zclock_time();
@@ -89,6 +92,7 @@ void jupyter_destroy(jupyter_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     jupyter_t *self = *self_p;
+    tenants_uncount_source(TENANT_JUPYTER_SESSIONS, sessions_of, self);
     channels_destroy(&self->ch);
     json_decref(self->sessions);
     free(self);
@@ -129,7 +133,14 @@ static struct MHD_Response *error_response(void *ctx, const sg_error_t *err)
 /* Answers with *err and frees it. */
 static enum MHD_Result fail_err(struct MHD_Connection *conn, sg_error_t **err)
 {
-    enum MHD_Result ret = fail(conn, (*err)->kind, "%s", (*err)->msg);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", (*err)->msg);
+    json_t *body = fail_body((*err)->kind, msg);
+    if ((*err)->quota) { /* a quota: which, as REST says it */
+        json_object_set_new(body, "quota", json_string((*err)->quota));
+        json_object_set_new(body, "limit", json_integer((*err)->limit));
+    }
+    enum MHD_Result ret = http_reply_json(conn, sg_error_http_status((*err)->kind), body);
     sg_error_free(err);
     return ret;
 }
@@ -587,6 +598,10 @@ static enum MHD_Result post_restart(void *arg, http_req_t *call)
 
 /* --- sessions ---------------------------------------------------------------------- */
 
+/* The longest path, name or type a session may have: they are labels (a
+ * notebook's path), kept in memory, listed and audited. */
+#define JUPYTER_FIELD_MAX 4096
+
 /* A session request's body, its fields checked; NULL when answered with an error. */
 static json_t *session_request(struct MHD_Connection *conn, const char *body, size_t len,
                                enum MHD_Result *ret)
@@ -599,6 +614,12 @@ static json_t *session_request(struct MHD_Connection *conn, const char *body, si
         json_t *v = json_object_get(req, keys[i]);
         if (v && !json_is_string(v) && !json_is_null(v)) {
             *ret = fail(conn, SG_E_INVALID, "'%s' must be a string", keys[i]);
+            json_decref(req);
+            return NULL;
+        }
+        if (json_string_length(v) > JUPYTER_FIELD_MAX) {
+            *ret =
+                fail(conn, SG_E_LIMIT, "'%s' is longer than %d bytes", keys[i], JUPYTER_FIELD_MAX);
             json_decref(req);
             return NULL;
         }
@@ -665,6 +686,21 @@ static void set_fields(json_t *s, json_t *req)
     }
 }
 
+/* The Jupyter sessions of owner's: its max-jupyter-sessions counts them. */
+static long long sessions_of(void *arg, const char *owner)
+{
+    jupyter_t *self = arg;
+    prune_sessions(self);
+    long long n = 0;
+    const char *id;
+    json_t *s;
+    json_object_foreach (self->sessions, id, s) {
+        const char *o = session_owner(self, s);
+        n += o && strcmp(o, owner) == 0;
+    }
+    return n;
+}
+
 static enum MHD_Result list_sessions(void *arg, http_req_t *call)
 {
     jupyter_t *self = arg;
@@ -702,6 +738,10 @@ static enum MHD_Result post_session(void *arg, http_req_t *call)
             json_decref(req);
             return http_reply_json(conn, 201, session_model(self, s));
         }
+    }
+    if (tenant_admit_new(call->tenant->name, TENANT_JUPYTER_SESSIONS, &err) < 0) {
+        json_decref(req);
+        return fail_err(conn, &err);
     }
     kernel_t *k = session_kernel(self, call, req, &who, &err);
     if (k == NULL) {

@@ -1,5 +1,6 @@
 #include "gateway/keys.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -108,18 +109,33 @@ static bool count_value(const char *v, int *out)
     return *end == 0 && !errno && n > 0 && n <= 1000000;
 }
 
+const tenant_count_t tenant_counts[] = {
+    {"max-contexts", "contexts, live and paused", offsetof(tenant_t, max_contexts)},
+    {"max-live", "live kernels at once", offsetof(tenant_t, max_live)},
+    {"max-queued", "executions, commands, envd processes and MCP calls at once",
+     offsetof(tenant_t, max_queued)},
+    {"max-jupyter-sessions", "Jupyter sessions (/api/sessions)",
+     offsetof(tenant_t, max_jupyter_sessions)},
+    {"max-mcp-sessions", "MCP sessions", offsetof(tenant_t, max_mcp_sessions)},
+    {"max-snapshots", "snapshots, whether their context lives or not",
+     offsetof(tenant_t, max_snapshots)},
+    {"max-snapshot-mib", "MiB of those snapshots", offsetof(tenant_t, max_snapshot_mib)},
+    {"max-disk-mib", "MiB of workspaces, checkpoints and snapshots",
+     offsetof(tenant_t, max_disk_mib)},
+};
+const size_t tenant_ncounts = sizeof tenant_counts / sizeof tenant_counts[0];
+
+int tenant_count(const tenant_t *t, const tenant_count_t *c)
+{
+    return *(const int *)((const char *)t + c->offset);
+}
+
 /* The count option named opt (nlen bytes) of t, or NULL. */
 static int *count_option(tenant_t *t, const char *opt, size_t nlen)
 {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } counts[] = {{"max-contexts", offsetof(tenant_t, max_contexts)},
-                  {"max-live", offsetof(tenant_t, max_live)},
-                  {"max-queued", offsetof(tenant_t, max_queued)}};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-        if (nlen == strlen(counts[i].name) && strncmp(opt, counts[i].name, nlen) == 0)
-            return (int *)((char *)t + counts[i].offset);
+    for (size_t i = 0; i < tenant_ncounts; i++)
+        if (nlen == strlen(tenant_counts[i].name) && strncmp(opt, tenant_counts[i].name, nlen) == 0)
+            return (int *)((char *)t + tenant_counts[i].offset);
     return NULL;
 }
 
@@ -293,12 +309,9 @@ static void tenant_line(FILE *f, const tenant_t *t)
     fprintf(f, "%s %s%s", t->name, HASH_PREFIX, hex);
     if (t->admin)
         fputs(" admin", f);
-    if (t->max_contexts)
-        fprintf(f, " max-contexts=%d", t->max_contexts);
-    if (t->max_live)
-        fprintf(f, " max-live=%d", t->max_live);
-    if (t->max_queued)
-        fprintf(f, " max-queued=%d", t->max_queued);
+    for (size_t i = 0; i < tenant_ncounts; i++)
+        if (tenant_count(t, &tenant_counts[i]))
+            fprintf(f, " %s=%d", tenant_counts[i].name, tenant_count(t, &tenant_counts[i]));
     if (t->memory_mib)
         fprintf(f, " memory=%llu", (unsigned long long)t->memory_mib);
     if (t->cpus > 0)
@@ -322,7 +335,9 @@ static int keys_save(const keys_t *self, const char *path)
         return -1;
     }
     fputs("# sandgate keys file: NAME sha256:HASH [admin] [max-contexts=N] [max-live=N]\n"
-          "# [max-queued=N] [memory=MIB] [cpus=N] [internet].  Edit with `sandgate keys`;\n"
+          "# [max-queued=N] [max-jupyter-sessions=N] [max-mcp-sessions=N] [max-snapshots=N]\n"
+          "# [max-snapshot-mib=N] [max-disk-mib=N] [memory=MIB] [cpus=N] [internet].\n"
+          "# Edit with `sandgate keys`;\n"
           "# keys are never stored, only their hashes.  SIGHUP makes a running sandgate\n"
           "# read it again.\n",
           f);
@@ -351,7 +366,10 @@ static char *new_key(tenant_t *t)
 
 static const char keys_usage[] =
     "usage: sandgate keys add NAME [--admin] [--max-contexts N] [--max-live N]\n"
-    "                        [--max-queued N] [--memory MIB] [--cpus N] [--internet]\n"
+    "                        [--max-queued N] [--max-jupyter-sessions N]\n"
+    "                        [--max-mcp-sessions N] [--max-snapshots N]\n"
+    "                        [--max-snapshot-mib N] [--max-disk-mib N]\n"
+    "                        [--memory MIB] [--cpus N] [--internet]\n"
     "                        --keys-file FILE\n"
     "       sandgate keys rotate NAME --keys-file FILE\n"
     "       sandgate keys remove NAME --keys-file FILE\n"
@@ -360,13 +378,21 @@ static const char keys_usage[] =
     "Manages the tenants of a keys file (--keys-file, or SANDGATE_KEYS_FILE).\n"
     "add and rotate print the tenant's new key once, as the last line of their\n"
     "output; the file keeps only its SHA-256.  The file is written mode 0600.\n"
-    "A running sandgate reads it again on SIGHUP: a new key works at once, a\n"
-    "removed or rotated one stops working, and no session is touched.\n"
-    "Options of add (limits of this tenant; 0 or absent: the server's):\n"
+    "A running sandgate reads it again on SIGHUP: a new key works at once; a\n"
+    "removed or rotated one stops working, and every WebSocket and stream it\n"
+    "opened is closed; no session is touched.\n"
+    "Options of add (limits of this tenant; 0 or absent: the server's\n"
+    "--tenant-max-...):\n"
     "  --admin             sees and manages every tenant's sessions\n"
     "  --max-contexts N    contexts, live and paused\n"
     "  --max-live N        live kernels at once\n"
-    "  --max-queued N      executions waiting or running at once, all its sessions\n"
+    "  --max-queued N      executions, commands, envd processes and MCP calls\n"
+    "                      waiting or running at once, all its sessions\n"
+    "  --max-jupyter-sessions N   Jupyter sessions (/api/sessions)\n"
+    "  --max-mcp-sessions N       MCP sessions\n"
+    "  --max-snapshots N   snapshots, whether their context lives or not\n"
+    "  --max-snapshot-mib N       MiB of those snapshots\n"
+    "  --max-disk-mib N    MiB of workspaces, checkpoints and snapshots\n"
     "  --memory MIB        memory ceiling per sandbox\n"
     "  --cpus N            CPU ceiling per sandbox\n"
     "  --internet          may create contexts with a network (--egress-allow)\n";
@@ -440,47 +466,55 @@ static int keys_remove(keys_t *k, const char *path, const char *name)
 
 static void keys_list(const keys_t *k)
 {
-    printf("%-24s %-5s %12s %8s %10s %10s %6s %8s\n", "TENANT", "ADMIN", "MAX-CONTEXTS", "MAX-LIVE",
-           "MAX-QUEUED", "MEMORY-MIB", "CPUS", "INTERNET");
+    printf("%-24s %-5s", "TENANT", "ADMIN");
+    for (size_t c = 0; c < tenant_ncounts; c++) {
+        char upper[32];
+        size_t i = 0;
+        for (; tenant_counts[c].name[i] && i < sizeof upper - 1; i++)
+            upper[i] = (char)toupper((unsigned char)tenant_counts[c].name[i]);
+        upper[i] = 0;
+        printf(" %s", upper);
+    }
+    printf(" %s %s %s\n", "MEMORY-MIB", "CPUS", "INTERNET");
     for (size_t i = 0; i < k->n; i++) {
         const tenant_t *t = &k->tenants[i];
-        char mc[16] = "-", ml[16] = "-", mq[16] = "-", mem[24] = "-", cpus[16] = "-";
-        if (t->max_contexts)
-            snprintf(mc, sizeof mc, "%d", t->max_contexts);
-        if (t->max_live)
-            snprintf(ml, sizeof ml, "%d", t->max_live);
-        if (t->max_queued)
-            snprintf(mq, sizeof mq, "%d", t->max_queued);
+        printf("%-24s %-5s", t->name, t->admin ? "yes" : "no");
+        for (size_t c = 0; c < tenant_ncounts; c++) {
+            int n = tenant_count(t, &tenant_counts[c]);
+            char v[16] = "-";
+            if (n)
+                snprintf(v, sizeof v, "%d", n);
+            printf(" %*s", (int)strlen(tenant_counts[c].name), v);
+        }
+        char mem[24] = "-", cpus[16] = "-";
         if (t->memory_mib)
             snprintf(mem, sizeof mem, "%llu", (unsigned long long)t->memory_mib);
         if (t->cpus > 0)
             snprintf(cpus, sizeof cpus, "%g", t->cpus);
-        printf("%-24s %-5s %12s %8s %10s %10s %6s %8s\n", t->name, t->admin ? "yes" : "no", mc, ml,
-               mq, mem, cpus, t->internet ? "yes" : "no");
+        printf(" %10s %4s %8s\n", mem, cpus, t->internet ? "yes" : "no");
     }
 }
 
-/* add's options into t; -1 after a usage message. */
+/* add's options into t; -1 after a usage message.  Each count of the keys
+ * file (tenant_counts) is an option --NAME N; getopt gives it 256 + its
+ * index. */
 static int add_options(int argc, char **argv, tenant_t *t, const char **path)
 {
-    static const struct option lo[] = {{"keys-file", required_argument, NULL, 'f'},
-                                       {"admin", no_argument, NULL, 'a'},
-                                       {"max-contexts", required_argument, NULL, 'c'},
-                                       {"max-live", required_argument, NULL, 'l'},
-                                       {"max-queued", required_argument, NULL, 'q'},
-                                       {"memory", required_argument, NULL, 'm'},
-                                       {"cpus", required_argument, NULL, 'u'},
-                                       {"internet", no_argument, NULL, 'i'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-    static const char *const names[] = {['c'] = "max-contexts",
-                                        ['l'] = "max-live",
-                                        ['q'] = "max-queued",
-                                        ['m'] = "memory",
-                                        ['u'] = "cpus"};
+    enum { COUNT = 256 };
+    struct option lo[32] = {
+        {"keys-file", required_argument, NULL, 'f'}, {"admin", no_argument, NULL, 'a'},
+        {"memory", required_argument, NULL, 'm'},    {"cpus", required_argument, NULL, 'u'},
+        {"internet", no_argument, NULL, 'i'},        {"help", no_argument, NULL, 'h'}};
+    size_t n = 6;
+    for (size_t c = 0; c < tenant_ncounts && n < sizeof lo / sizeof lo[0] - 1; c++)
+        lo[n++] = (struct option){tenant_counts[c].name, required_argument, NULL, COUNT + (int)c};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        const char *name = c >= COUNT ? tenant_counts[c - COUNT].name
+                           : c == 'm' ? "memory"
+                           : c == 'u' ? "cpus"
+                                      : NULL;
         if (c == 'f')
             *path = optarg;
         else if (c == 'a')
@@ -490,11 +524,11 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
         else if (c == 'h') {
             fputs(keys_usage, stdout);
             exit(0);
-        } else if (c == 'c' || c == 'l' || c == 'q' || c == 'm' || c == 'u') {
-            cleanup_free char *opt = xasprintf("%s=%s", names[c], optarg);
+        } else if (name) {
+            cleanup_free char *opt = xasprintf("%s=%s", name, optarg);
             const char *why = NULL;
             if (tenant_option(t, opt, &why) < 0) {
-                fprintf(stderr, "sandgate keys: --%s: %s '%s'\n", names[c], why, optarg);
+                fprintf(stderr, "sandgate keys: --%s: %s '%s'\n", name, why, optarg);
                 return -1;
             }
         } else {
@@ -503,6 +537,15 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
         }
     }
     return 0;
+}
+
+/* Whether add's options set anything (the other commands take none). */
+static bool any_limit(const tenant_t *t)
+{
+    for (size_t c = 0; c < tenant_ncounts; c++)
+        if (tenant_count(t, &tenant_counts[c]))
+            return true;
+    return t->admin || t->internet || t->memory_mib || t->cpus > 0;
 }
 
 int keys_main(int argc, char **argv)
@@ -520,10 +563,7 @@ int keys_main(int argc, char **argv)
     const char *name = optind < argc - 1 ? argv[1 + optind] : NULL;
     bool needs_name = strcmp(cmd, "list") != 0;
     if (!path || (needs_name && !name) || (!needs_name && name) ||
-        (needs_name && optind + 2 < argc) ||
-        (strcmp(cmd, "add") != 0 &&
-         (want.admin || want.internet || want.max_contexts || want.max_live || want.max_queued ||
-          want.memory_mib || want.cpus > 0))) {
+        (needs_name && optind + 2 < argc) || (strcmp(cmd, "add") != 0 && any_limit(&want))) {
         fprintf(stderr, "%s",
                 !path ? "sandgate keys: --keys-file FILE (or SANDGATE_KEYS_FILE) "
                         "is needed\n"

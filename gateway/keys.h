@@ -5,6 +5,7 @@
  *
  *   # name   key hash          options
  *   alice    sha256:9f86d08…   max-contexts=20 max-live=4 max-queued=16 memory=2048
+ *   bob      sha256:2c26b46…   max-snapshots=8 max-disk-mib=4096
  *   ops      sha256:60303ae…   admin
  *
  * A client presents its key as a bearer token; sandgate hashes what it was
@@ -30,13 +31,19 @@
 
 typedef struct {
     char name[KEYS_NAME_MAX + 1];
-    bool admin;          /* sees and manages every tenant's sessions */
-    int max_contexts;    /* contexts live + paused; 0: the server's default */
-    int max_live;        /* live kernels at once; 0: the server's default */
-    int max_queued;      /* executions waiting or running at once; 0: the server's default */
-    uint64_t memory_mib; /* memory ceiling per sandbox; 0: the server's */
-    double cpus;         /* CPU ceiling per sandbox; 0: the server's */
-    bool internet;       /* may create contexts with a network */
+    bool admin;               /* sees and manages every tenant's sessions */
+    int max_contexts;         /* contexts live + paused; 0: the server's default */
+    int max_live;             /* live kernels at once; 0: the server's default */
+    int max_queued;           /* executions, commands, envd processes and MCP calls waiting or
+                                 running at once; 0: the server's default */
+    int max_jupyter_sessions; /* Jupyter sessions (/api/sessions); 0: the server's default */
+    int max_mcp_sessions;     /* MCP sessions; 0: the server's default */
+    int max_snapshots;        /* snapshots, whether their context lives or not; 0: the server's */
+    int max_snapshot_mib;     /* the bytes of those snapshots, in MiB; 0: the server's */
+    int max_disk_mib;         /* workspaces + checkpoints + snapshots, in MiB; 0: the server's */
+    uint64_t memory_mib;      /* memory ceiling per sandbox; 0: the server's */
+    double cpus;              /* CPU ceiling per sandbox; 0: the server's */
+    bool internet;            /* may create contexts with a network */
     unsigned char hash[32];
 } tenant_t;
 
@@ -58,6 +65,19 @@ const tenant_t *keys_lookup(const keys_t *self, const char *key);
 const tenant_t *keys_find(const keys_t *self, const char *name);
 size_t keys_count(const keys_t *self);
 const tenant_t *keys_at(const keys_t *self, size_t i);
+
+/* The keys file's count options (max-contexts=N, ...), in the order the
+ * file and `sandgate keys list` give them: each one's name and where t
+ * keeps it. */
+typedef struct {
+    const char *name;
+    const char *help; /* for `sandgate keys --help` */
+    size_t offset;    /* of its int in tenant_t */
+} tenant_count_t;
+extern const tenant_count_t tenant_counts[];
+extern const size_t tenant_ncounts;
+/* t's value of count c (0: the server's default). */
+int tenant_count(const tenant_t *t, const tenant_count_t *c);
 
 /* A valid tenant name: 1-63 of A-Z a-z 0-9 . _ - */
 bool keys_valid_name(const char *name);

@@ -265,6 +265,9 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     /* The kernels' own defaults, for what sandgate runs in them itself. */
     s->k.kernel.exec_timeout_ms = s->exec.timeout_ms;
     s->k.kernel.interrupt_grace_ms = s->exec.interrupt_grace_ms;
+    /* Every wake of a session and every snapshot asks the tenants' quotas. */
+    s->k.kernel.wake_gate = tenant_wake_gate;
+    s->k.snapshot_gate = tenant_admit_snapshot;
     if (pyscript_load(err) < 0 || !(d->kmgr = kmgr_new(loop, &s->k, err)) ||
         !(d->http = http_server_new(loop, &s->http, err)))
         return -1;

@@ -111,6 +111,16 @@ static json_t *quota_error(const json_t *id, const char *quota, long long limit)
 
 /* --- sessions ----------------------------------------------------------------- */
 
+/* The MCP sessions of owner's open now: its max-mcp-sessions counts them. */
+static long long sessions_of(void *arg, const char *owner)
+{
+    mcp_t *self = arg;
+    long long n = 0;
+    for (session_t *s = zhashx_first(self->sessions); s; s = zhashx_next(self->sessions))
+        n += strcmp(s->owner, owner) == 0;
+    return n;
+}
+
 /* The record: Python's kernel as kernel_id (as before there were others),
  * the other languages' in kernels. */
 static void record_write(mcp_t *self, const session_t *s)
@@ -622,6 +632,15 @@ static enum MHD_Result handle_post(mcp_t *self, http_req_t *call, const char *bo
         ret = refuse(conn, 503, RPC_SERVER, msg);
         goto out;
     }
+    sg_error_t *qerr = NULL;
+    if (init && tenant_admit_new(call->tenant->name, TENANT_MCP_SESSIONS, &qerr) < 0) {
+        json_t *e = quota_error(json_object_get(doc, "id"), qerr->quota, qerr->limit);
+        sg_error_free(&qerr);
+        char *text = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+        ret = send_body(conn, 429, "application/json", text, NULL);
+        goto out;
+    }
     if (!init) {
         s = session_of(call, "Bad Request: no Mcp-Session-Id header (send initialize first)", &ret);
         if (!s)
@@ -788,6 +807,7 @@ mcp_t *mcp_new(loop_t *loop, kmgr_t *kmgr, const mcp_config_t *cfg, void (*wake)
     self->wake = wake;
     self->wake_arg = wake_arg;
     self->sessions = zhashx_new();
+    tenants_count_source(TENANT_MCP_SESSIONS, sessions_of, self);
     zhashx_set_destructor(self->sessions, session_free);
     self->calls = zlistx_new();
     self->specs[LANG_PYTHON] = cfg->kernelspec;
@@ -817,6 +837,7 @@ void mcp_destroy(mcp_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     mcp_t *self = *self_p;
+    tenants_uncount_source(TENANT_MCP_SESSIONS, sessions_of, self);
     loop_timer_end(self->loop, self->tick);
     /* Calls still listed belong to no request (the HTTP server is gone). */
     for (call_t *c = zlistx_first(self->calls); c; c = zlistx_next(self->calls)) {

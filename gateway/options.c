@@ -354,9 +354,25 @@ static const opt_t table[] = {
              "default: no limit); past it, its least recently used idle session is paused, or "
              "429 when none can be (so too when one is resumed or restarted)"},
     {"tenant-max-queued", 0, "N", UINT(tenants.max_queued, 0, 1000000, 1),
-     .help = "executions a tenant may have waiting or running at once, all its sessions "
-             "together, when its line names no max-queued (0, the default: no limit); past it, "
-             "429 naming the quota"},
+     .help = "executions, commands, envd processes and MCP calls a tenant may have waiting or "
+             "running at once, all its sessions together, when its line names no max-queued (0, "
+             "the default: no limit); past it, 429 naming the quota"},
+    {"tenant-max-jupyter-sessions", 0, "N", UINT(tenants.max_jupyter_sessions, 0, 1000000, 1),
+     .help = "Jupyter sessions (/api/sessions) a tenant may have when its line names no "
+             "max-jupyter-sessions (100; 0: no limit)"},
+    {"tenant-max-mcp-sessions", 0, "N", UINT(tenants.max_mcp_sessions, 0, 1000000, 1),
+     .help = "MCP sessions a tenant may have open when its line names no max-mcp-sessions (64; "
+             "0: no limit; 1,024 are open at most in all)"},
+    {"tenant-max-snapshots", 0, "N", UINT(tenants.max_snapshots, 0, 1000000, 1),
+     .help = "snapshots a tenant may keep, whether their context lives or not, when its line "
+             "names no max-snapshots (64; 0: no limit)"},
+    {"tenant-max-snapshot-mib", 0, "MIB", UINT(tenants.max_snapshot_mib, 0, 1000000000, 1),
+     .help = "MiB those snapshots may take when its line names no max-snapshot-mib (0, the "
+             "default: no limit)"},
+    {"tenant-max-disk-mib", 0, "MIB", UINT(tenants.max_disk_mib, 0, 1000000000, 1),
+     .help = "MiB of disk a tenant's workspaces (with --workspace-size), checkpoints and "
+             "snapshots may take before its new contexts and snapshots are refused, when its "
+             "line names no max-disk-mib (0, the default: no limit)"},
     {"no-auth", 0, NULL, set_bool, AT(no_auth), .flags = OPT_VALUED,
      .help = "no token (only with a loopback --listen address)"},
     {"replica-id", 0, "ID", set_replica,
@@ -719,12 +735,14 @@ static int read_argv(settings_t *s, int argc, char **argv, const struct option *
 
 static void defaults(settings_t *s)
 {
-    *s = (settings_t){.level = SG_LOG_INFO,
-                      .uid = LAUNCHER_DEFAULT_UID,
-                      .launcher_timeout_ms = 10000,
-                      .auth_fail_limit = 20,
-                      .auth_block_ms = 300 * 1000,
-                      .audit_code = AUDIT_CODE_FULL};
+    *s = (settings_t){
+        .level = SG_LOG_INFO,
+        .uid = LAUNCHER_DEFAULT_UID,
+        .launcher_timeout_ms = 10000,
+        .auth_fail_limit = 20,
+        .auth_block_ms = 300 * 1000,
+        .audit_code = AUDIT_CODE_FULL,
+        .tenants = {.max_jupyter_sessions = 100, .max_mcp_sessions = 64, .max_snapshots = 64}};
     strcpy(s->host, "127.0.0.1");
     http_config_defaults(&s->http);
     api_config_defaults(&s->api);

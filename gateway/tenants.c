@@ -1,6 +1,7 @@
 #include "gateway/tenants.h"
 
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "common/log.h"
 #include "gateway/http.h"
@@ -9,6 +10,37 @@
 static tenants_config_t defaults;
 static const keys_t *current;
 static kmgr_t *sessions; /* what the quotas count */
+static struct {
+    tenant_count_fn count;
+    void *ctx;
+} sources[TENANT_NSOURCES][4];
+
+void tenants_count_source(tenant_source_t source, tenant_count_fn count, void *ctx)
+{
+    for (size_t i = 0; i < sizeof sources[0] / sizeof sources[0][0]; i++)
+        if (!sources[source][i].count) {
+            sources[source][i].count = count;
+            sources[source][i].ctx = ctx;
+            return;
+        }
+    abort(); /* a programmer's error: more sources than room */
+}
+
+void tenants_uncount_source(tenant_source_t source, tenant_count_fn count, void *ctx)
+{
+    for (size_t i = 0; i < sizeof sources[0] / sizeof sources[0][0]; i++)
+        if (sources[source][i].count == count && sources[source][i].ctx == ctx)
+            sources[source][i].count = NULL;
+}
+
+static long long count_of(tenant_source_t source, const char *tenant)
+{
+    long long n = 0;
+    for (size_t i = 0; i < sizeof sources[0] / sizeof sources[0][0]; i++)
+        if (sources[source][i].count)
+            n += sources[source][i].count(sources[source][i].ctx, tenant);
+    return n;
+}
 
 /* --token's tenant (http.c has the same): sees and manages everything. */
 static const tenant_t admin = {.name = "admin", .admin = true, .internet = true};
@@ -87,12 +119,77 @@ static kernel_t *lru_idle(const tenant_t *t)
 static int refuse(const tenant_t *t, tenant_quota_t *quota, const char *name, long long limit,
                   sg_error_t **err, const char *why)
 {
-    quota->name = name;
-    quota->limit = limit;
-    char what[32];
+    if (quota) {
+        quota->name = name;
+        quota->limit = limit;
+    }
+    char what[40];
     snprintf(what, sizeof what, "quota:%s", name);
     metrics_tenant(t->name, what);
-    return sg_error_set(err, SG_E_QUOTA, "quota %s (%lld) of tenant reached: %s", name, limit, why);
+    return sg_error_quota(err, name, limit, "quota %s (%lld) of tenant reached: %s", name, limit,
+                          why);
+}
+
+/* t's limit for the count option called name (keys.h's tenant_counts), or
+ * the server's default; 0: no limit. */
+static long long limit_of(const tenant_t *t, const char *name)
+{
+    for (size_t i = 0; i < tenant_ncounts; i++)
+        if (strcmp(tenant_counts[i].name, name) == 0) {
+            int n = tenant_count(t, &tenant_counts[i]);
+            return n ? n : tenant_count(&defaults, &tenant_counts[i]);
+        }
+    abort(); /* a programmer's error: a quota the keys file does not have */
+}
+
+/* The bytes a workspace's own file system uses (--workspace-size gives each
+ * one); 0 for a plain directory on the state's file system, which that
+ * file system's free space bounds. */
+static uint64_t workspace_used(const kernel_t *k)
+{
+    struct statvfs v;
+    const kmgr_config_t *c = kmgr_config(sessions);
+    if (!c->sandbox.workspace_bytes || statvfs(kernel_workspace(k), &v) < 0)
+        return 0;
+    return (uint64_t)(v.f_blocks - v.f_bfree) * v.f_frsize;
+}
+
+void tenant_usage(const char *owner, tenant_usage_t *out)
+{
+    *out = (tenant_usage_t){0};
+    if (!sessions)
+        return;
+    for (size_t i = 0; i < kmgr_count(sessions); i++) {
+        const kernel_t *k = kmgr_at(sessions, i);
+        if (strcmp(kernel_owner(k), owner) == 0)
+            out->disk_bytes += workspace_used(k) + kernel_pause_info(k).checkpoint_bytes;
+    }
+    for (size_t i = 0; i < kmgr_snapshot_count(sessions); i++) {
+        const kmgr_snapshot_t *s = kmgr_snapshot_at(sessions, i);
+        /* a deleted one still in use keeps its files, but no longer counts:
+         * they go when the starts restoring it have their own */
+        if (s->deleted || s->template_of || strcmp(s->owner, owner) != 0)
+            continue;
+        out->snapshots++;
+        out->snapshot_bytes += s->bytes;
+    }
+    out->disk_bytes += out->snapshot_bytes;
+}
+
+/* t's disk within max-disk-mib: 0, else -1 (what is refused: what). */
+static int check_disk(const tenant_t *t, tenant_quota_t *quota, const char *what, sg_error_t **err)
+{
+    long long mib = limit_of(t, "max-disk-mib");
+    if (!mib)
+        return 0;
+    tenant_usage_t u;
+    tenant_usage(t->name, &u);
+    if (u.disk_bytes < (uint64_t)mib << 20)
+        return 0;
+    char why[128];
+    snprintf(why, sizeof why, "its workspaces, checkpoints and snapshots use %llu MiB; %s",
+             (unsigned long long)(u.disk_bytes >> 20), what);
+    return refuse(t, quota, "max-disk-mib", mib, err, why);
 }
 
 /* t's sessions (live and paused), and how many of them are live. */
@@ -113,7 +210,7 @@ static void count_sessions(const tenant_t *t, int *contexts, int *live)
  * -1 (max-live). */
 static int make_room(const tenant_t *t, tenant_quota_t *quota, sg_error_t **err)
 {
-    int max_live = t->max_live ? t->max_live : defaults.max_live;
+    int max_live = (int)limit_of(t, "max-live");
     int contexts, live;
     count_sessions(t, &contexts, &live);
     if (!max_live || live < max_live)
@@ -130,6 +227,18 @@ static int make_room(const tenant_t *t, tenant_quota_t *quota, sg_error_t **err)
     return 0;
 }
 
+/* Room for one more session of t's by count: max-contexts and max-disk-mib. */
+static int check_contexts(const tenant_t *t, tenant_quota_t *quota, sg_error_t **err)
+{
+    int max_contexts = (int)limit_of(t, "max-contexts");
+    int contexts, live;
+    count_sessions(t, &contexts, &live);
+    if (max_contexts && contexts >= max_contexts)
+        return refuse(t, quota, "max-contexts", max_contexts, err,
+                      "delete one of its sessions first");
+    return check_disk(t, quota, "delete a session or a snapshot first", err);
+}
+
 int tenant_admit(const tenant_t *t, bool internet, tenant_quota_t *quota, sg_error_t **err)
 {
     if (t->admin || !sessions)
@@ -137,24 +246,31 @@ int tenant_admit(const tenant_t *t, bool internet, tenant_quota_t *quota, sg_err
     if (internet && !t->internet)
         return refuse(t, quota, "internet", 0, err,
                       "this key may not create sessions with a network");
-    int max_contexts = t->max_contexts ? t->max_contexts : defaults.max_contexts;
-    int contexts, live;
-    count_sessions(t, &contexts, &live);
-    if (max_contexts && contexts >= max_contexts)
-        return refuse(t, quota, "max-contexts", max_contexts, err,
-                      "delete one of its sessions first");
+    if (check_contexts(t, quota, err) < 0)
+        return -1;
     return make_room(t, quota, err);
 }
 
-/* k's owner as quotas see it, into *t: false when it has none (an admin's
- * session).  A tenant the keys file no longer names has the defaults. */
-static bool owner_quotas(const kernel_t *k, tenant_t *t)
+int tenant_check_contexts(const tenant_t *t, sg_error_t **err)
 {
-    if (!tenant_by_name(kernel_owner(k), t)) {
+    return t->admin || !sessions ? 0 : check_contexts(t, NULL, err);
+}
+
+/* owner's quotas into *t: false for an admin's (no quotas), or before
+ * anything is counted. */
+static bool quotas_of(const char *owner, tenant_t *t)
+{
+    if (!tenant_by_name(owner, t)) {
         *t = (tenant_t){0};
-        snprintf(t->name, sizeof t->name, "%s", kernel_owner(k));
+        snprintf(t->name, sizeof t->name, "%s", owner);
     }
     return !t->admin && sessions != NULL;
+}
+
+/* k's owner as quotas see it, into *t (quotas_of). */
+static bool owner_quotas(const kernel_t *k, tenant_t *t)
+{
+    return quotas_of(kernel_owner(k), t);
 }
 
 int tenant_admit_wake(kernel_t *k, tenant_quota_t *quota, sg_error_t **err)
@@ -165,24 +281,63 @@ int tenant_admit_wake(kernel_t *k, tenant_quota_t *quota, sg_error_t **err)
     return make_room(&t, quota, err);
 }
 
-int tenant_admit_execution(const kernel_t *k, int queued, tenant_quota_t *quota, sg_error_t **err)
+int tenant_wake_gate(kernel_t *k, sg_error_t **err)
+{
+    return tenant_admit_wake(k, NULL, err);
+}
+
+int tenant_admit_work(const char *owner, sg_error_t **err)
+{
+    tenant_t t;
+    if (!quotas_of(owner, &t))
+        return 0;
+    long long max = limit_of(&t, "max-queued");
+    if (!max || count_of(TENANT_QUEUED, owner) < max)
+        return 0;
+    return refuse(&t, NULL, "max-queued", max, err,
+                  "its sessions have that many executions, commands, envd processes and MCP "
+                  "calls waiting or running; try again when one ends");
+}
+
+int tenant_admit_new(const char *owner, tenant_source_t source, sg_error_t **err)
+{
+    static const char *const quota[] = {[TENANT_JUPYTER_SESSIONS] = "max-jupyter-sessions",
+                                        [TENANT_MCP_SESSIONS] = "max-mcp-sessions"};
+    static const char *const what[] = {
+        [TENANT_JUPYTER_SESSIONS] = "Jupyter sessions", [TENANT_MCP_SESSIONS] = "MCP sessions"};
+    tenant_t t;
+    if (source == TENANT_QUEUED)
+        return tenant_admit_work(owner, err);
+    if (!quotas_of(owner, &t))
+        return 0;
+    long long max = limit_of(&t, quota[source]);
+    if (!max || count_of(source, owner) < max)
+        return 0;
+    char why[96];
+    snprintf(why, sizeof why, "it has that many %s; delete one first", what[source]);
+    return refuse(&t, NULL, quota[source], max, err, why);
+}
+
+int tenant_admit_snapshot(kernel_t *k, sg_error_t **err)
 {
     tenant_t t;
     if (!owner_quotas(k, &t))
         return 0;
-    int max_queued = t.max_queued ? t.max_queued : defaults.max_queued;
-    if (!max_queued || queued < max_queued)
-        return 0;
-    return refuse(&t, quota, "max-queued", max_queued, err,
-                  "its sessions have that many executions waiting or running; try again when one "
-                  "ends");
+    tenant_usage_t u;
+    tenant_usage(t.name, &u);
+    long long max = limit_of(&t, "max-snapshots"), mib = limit_of(&t, "max-snapshot-mib");
+    if (max && u.snapshots >= max)
+        return refuse(&t, NULL, "max-snapshots", max, err,
+                      "it has that many snapshots (deleted contexts' included); delete one first");
+    if (mib && u.snapshot_bytes >= (uint64_t)mib << 20)
+        return refuse(&t, NULL, "max-snapshot-mib", mib, err,
+                      "its snapshots use that much disk; delete one first");
+    return check_disk(&t, NULL, "delete a snapshot first", err);
 }
 
 enum MHD_Result tenant_reply_quota(struct MHD_Connection *conn, const tenant_quota_t *quota,
                                    const sg_error_t *err)
 {
-    return http_reply_json(conn, 429,
-                           json_pack("{s:s, s:s, s:I, s:s}", "error", "quota_exceeded", "quota",
-                                     quota->name, "limit", (json_int_t)quota->limit, "message",
-                                     err->msg));
+    (void)quota; /* err names it (sg_error_quota) */
+    return http_reply_error(conn, err);
 }

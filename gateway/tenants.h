@@ -1,23 +1,40 @@
-/* tenants: what a tenant may start and run, checked the same way by every front end.
+/* tenants: what a tenant may make, wake and run — the one place that decides,
+ * for every front end.
  *
  * A session belongs to the tenant whose key created it (kernel_owner); the
  * route layer answers another tenant's ids as unknown (http.h's owner
  * functions).  This module holds the quotas of the keys file (keys.h) and
- * the server-wide defaults for tenants whose line names none:
+ * the server-wide defaults (--tenant-max-...) for tenants whose line names
+ * none, and every admission asks it:
  *
- *   max-contexts  sessions, live and paused            429 past it
- *   max-live      live (not paused) kernels at once,   the tenant's least
- *                 checked when a session starts and    recently used idle
- *                 when one is resumed or restarted     session is paused to
- *                 (tenant_admit_wake)                  make room; 429 when
- *                                                      none can be
- *   max-queued    executions waiting or running in     429 past it (MCP: a
- *                 its sessions at once, whichever      tool error; the
- *                 front end asked (exec.c)             WebSocket: an error
- *                                                      execute_reply)
- *   internet      whether its sessions may have a network
- *   memory, cpus  its sandboxes' memory limit and CPU quota, when below the
- *                 server's --memory and --cpus (tenant_start_opts)
+ *   quota                 counts                          asked by
+ *   max-contexts          sessions, live and paused       tenant_admit: REST, Jupyter,
+ *                                                         MCP, envd, fork, snapshots
+ *   max-live              live (not paused) kernels;      tenant_admit, and the kernel
+ *                         the least recently used idle    layer before any paused or dead
+ *                         session is paused to make room  kernel runs again (tenant_admit_wake
+ *                                                         as kernel_opts_t.wake_gate): every
+ *                                                         execute, command, file, envd call
+ *   max-queued            executions, commands, envd      tenant_admit_work: exec.c (REST,
+ *                         processes and MCP calls          WebSocket, MCP), commands.c (REST
+ *                         waiting or running              commands, envd Process), mcp.c
+ *   max-jupyter-sessions  Jupyter sessions                tenant_admit_new: jupyter.c
+ *   max-mcp-sessions      MCP sessions                    tenant_admit_new: mcp.c
+ *   max-snapshots         snapshots, their context        kmgr before any snapshot
+ *   max-snapshot-mib      alive or not; their bytes       (tenant_admit_snapshot as
+ *                                                         kmgr_config_t.snapshot_gate)
+ *   max-disk-mib          workspaces (their file system's tenant_admit, the snapshot gate
+ *                         use, with --workspace-size),
+ *                         checkpoints and snapshots
+ *   internet              whether its sessions may have a network
+ *   memory, cpus          its sandboxes' memory limit and CPU quota, when below the
+ *                         server's --memory and --cpus (tenant_start_opts)
+ *
+ * A refusal is an SG_E_QUOTA error naming the quota and its value
+ * (sg_error_quota): REST answers 429 {"error": "quota_exceeded", "quota",
+ * "limit", "message"}, MCP a tool error, envd resource_exhausted, the
+ * WebSocket an error execute_reply.  What is counted is read from where it
+ * lives (tenants_count_source), never kept twice.
  *
  * Quotas belong to the sessions' owner: an admin's sessions (--token's, or
  * a key marked admin) have none, and an admin acting on a tenant's session
@@ -33,11 +50,24 @@
 #include "gateway/keys.h"
 #include "kernelmgr/kmgr.h"
 
-typedef struct {
-    int max_contexts; /* per tenant, when its line names none; 0: no limit */
-    int max_live;
-    int max_queued;
-} tenants_config_t;
+/* The server-wide defaults: the count fields of a tenant_t (keys.h), each
+ * the value for a tenant whose line names none; 0: no limit. */
+typedef tenant_t tenants_config_t;
+
+/* What a tenant has of a counted resource, read from its owner. */
+typedef enum {
+    TENANT_QUEUED,           /* max-queued: work waiting or running */
+    TENANT_JUPYTER_SESSIONS, /* max-jupyter-sessions */
+    TENANT_MCP_SESSIONS,     /* max-mcp-sessions */
+    TENANT_NSOURCES
+} tenant_source_t;
+/* count(ctx, tenant): how many tenant has now.  Registered once by the
+ * module that keeps them (exec.c, commands.c, jupyter.c, mcp.c); counts of
+ * one source add up. */
+typedef long long (*tenant_count_fn)(void *ctx, const char *tenant);
+void tenants_count_source(tenant_source_t source, tenant_count_fn count, void *ctx);
+/* Forgets a source registered with these arguments (its owner goes). */
+void tenants_uncount_source(tenant_source_t source, tenant_count_fn count, void *ctx);
 
 /* The server-wide defaults (main.c sets them once). */
 void tenants_configure(const tenants_config_t *cfg);
@@ -67,13 +97,33 @@ int tenant_admit(const tenant_t *t, bool internet, tenant_quota_t *quota, sg_err
  * idle sessions; else -1 with *err (SG_E_QUOTA) and *quota. */
 int tenant_admit_wake(kernel_t *k, tenant_quota_t *quota, sg_error_t **err);
 
-/* Whether k may take one more execution when its owner's sessions have
- * queued executions waiting or running (exec.c counts them): 0, or -1 with
- * *err (SG_E_QUOTA) and *quota (max-queued). */
-int tenant_admit_execution(const kernel_t *k, int queued, tenant_quota_t *quota, sg_error_t **err);
+/* Whether owner (a tenant's name; its quotas) may have one more piece of
+ * work waiting or running (an execution, a command, an envd process, an
+ * MCP call): 0, or -1 with *err (SG_E_QUOTA, max-queued). */
+int tenant_admit_work(const char *owner, sg_error_t **err);
+/* Whether owner may have one more of source (Jupyter or MCP sessions): 0,
+ * or -1 with *err (SG_E_QUOTA naming the quota). */
+int tenant_admit_new(const char *owner, tenant_source_t source, sg_error_t **err);
+/* Whether the owner of k may have one more snapshot (count, bytes, disk):
+ * kmgr asks before any snapshot of k (kmgr_config_t.snapshot_gate). */
+int tenant_admit_snapshot(kernel_t *k, sg_error_t **err);
+/* Whether t may make one more session, by count only (max-contexts,
+ * max-disk-mib), nothing paused to make room: a fork asks before its
+ * snapshot is taken. */
+int tenant_check_contexts(const tenant_t *t, sg_error_t **err);
+/* The kernel layer's wake gate (kernel_opts_t.wake_gate): tenant_admit_wake
+ * without the quota out-parameter. */
+int tenant_wake_gate(kernel_t *k, sg_error_t **err);
+/* What owner uses now, for /metrics and the tests: bytes on disk
+ * (workspaces, checkpoints, snapshots), snapshots and their bytes. */
+typedef struct {
+    uint64_t disk_bytes, snapshot_bytes;
+    long long snapshots;
+} tenant_usage_t;
+void tenant_usage(const char *owner, tenant_usage_t *out);
 
 /* The 429 for a refused quota: {"error": "quota_exceeded", "quota", "limit",
- * "message"}. */
+ * "message"} (http_reply_error of err, which names them). */
 enum MHD_Result tenant_reply_quota(struct MHD_Connection *conn, const tenant_quota_t *quota,
                                    const sg_error_t *err);
 

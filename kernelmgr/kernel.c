@@ -710,6 +710,13 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
 
 int kernel_restart(kernel_t *k, sg_error_t **err)
 {
+    if (kernel_wake_refused(k, err))
+        return -1;
+    return restart_now(k, err);
+}
+
+int restart_now(kernel_t *k, sg_error_t **err)
+{
     if (k->held)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is still being prepared", k->id);
     log_info("kernel %s: restarting", k->id);

@@ -64,6 +64,12 @@ typedef struct {
                                workspace restored by the caller); NULL: a fresh kernel */
     const char *template;   /* its sandboxes' root is this template's (copied; sandbox.h);
                                NULL: the server's */
+    /* Asked before a paused or dead kernel runs again for a client
+     * (kernel_resume, kernel_execute, kernel_restart): 0 to go ahead, else
+     * -1 with *err, which those return (the gateway's tenants: max-live).
+     * Not asked when the kernel resumes or restarts on its own (after a
+     * snapshot, a failed pause, a timeout).  NULL: always. */
+    int (*wake_gate)(kernel_t *k, sg_error_t **err);
 } kernel_opts_t;
 
 typedef struct {

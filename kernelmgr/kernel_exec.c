@@ -183,7 +183,7 @@ static void on_grace_expired(loop_t *loop, int timer_id, void *arg)
     e->next = NULL;
     end_timer(k, &e->timer);
     sg_error_t *rerr = NULL;
-    if (kernel_restart(k, &rerr) < 0) {
+    if (restart_now(k, &rerr) < 0) {
         log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
         sg_error_free(&rerr);
     }
@@ -247,6 +247,8 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
         sg_error_set(err, SG_E_UNAVAILABLE, "%s", k->closed);
         return 0;
     }
+    if (k->state != KERNEL_DEAD && kernel_wake_refused(k, err))
+        return 0;
     exec_t *e = exec_new(k, code, opts, cb);
     exec_t **tail = &k->queue;
     while (*tail)
@@ -255,7 +257,7 @@ uint64_t kernel_execute(kernel_t *k, const char *code, const kernel_exec_opts_t 
     k->last_activity = zclock_mono();
     if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING) {
         sg_error_t *rerr = NULL;
-        if (kernel_resume(k, &rerr) < 0) {
+        if (resume_now(k, &rerr) < 0) {
             log_warn("kernel %s: %s", k->id, rerr->msg);
             sg_error_free(&rerr);
         }

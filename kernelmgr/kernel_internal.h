@@ -145,6 +145,14 @@ void release_slot(kernel_t *k);
  * to nothing, its sandbox is removed, executions already sent end with
  * why, those not sent yet wait for the new kernel. */
 void restart_reset(kernel_t *k, const char *why);
+/* kernel_resume and kernel_restart without the wake gate: for a kernel
+ * that resumes or restarts on its own (after a snapshot, a failed pause, a
+ * timeout), having been let run before. */
+int resume_now(kernel_t *k, sg_error_t **err);
+int restart_now(kernel_t *k, sg_error_t **err);
+/* Whether k is paused or dead and opts.wake_gate refuses to let it run
+ * again (then *err says why). */
+bool kernel_wake_refused(kernel_t *k, sg_error_t **err);
 
 /* kernel_snapshot.c, for kernel_pause.c and kernel.c */
 /* The pause a snapshot asked for ended: saved and resumed, or err (the

@@ -28,7 +28,7 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         emit(k, KERNEL_EV_PAUSED, NULL);
         if (!k->freed && k->state == KERNEL_PAUSED && (k->resume_wanted || k->queue)) {
             sg_error_t *rerr = NULL;
-            if (kernel_resume(k, &rerr) < 0) {
+            if (resume_now(k, &rerr) < 0) {
                 log_warn("kernel %s: %s", k->id, rerr->msg);
                 if (k->closed)
                     fail_all(k, rerr); /* queued while it paused: it stays paused */
@@ -72,7 +72,7 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
     k->state = KERNEL_IDLE;
     emit(k, KERNEL_EV_PAUSED, lost);
     sg_error_t *rerr = NULL;
-    if (!k->freed && kernel_restart(k, &rerr) < 0) {
+    if (!k->freed && restart_now(k, &rerr) < 0) {
         log_error("kernel %s: restart failed: %s", k->id, rerr->msg);
         sg_error_free(&rerr);
     }
@@ -158,7 +158,21 @@ void kernel_close(kernel_t *k, const char *why)
     k->closed = why;
 }
 
+bool kernel_wake_refused(kernel_t *k, sg_error_t **err)
+{
+    bool asleep =
+        k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING || k->state == KERNEL_DEAD;
+    return asleep && k->opts.wake_gate && k->opts.wake_gate(k, err) < 0;
+}
+
 int kernel_resume(kernel_t *k, sg_error_t **err)
+{
+    if (kernel_wake_refused(k, err))
+        return -1;
+    return resume_now(k, err);
+}
+
+int resume_now(kernel_t *k, sg_error_t **err)
 {
     if (k->closed && (k->state == KERNEL_PAUSING || k->state == KERNEL_PAUSED))
         return sg_error_set(err, SG_E_UNAVAILABLE, "%s", k->closed);

@@ -42,7 +42,7 @@ static void on_saved(uint64_t bytes, const sg_error_t *err, void *arg)
     if (resume && k->state == KERNEL_PAUSED) {
         k->resume_wanted = false;
         sg_error_t *rerr = NULL;
-        if (kernel_resume(k, &rerr) < 0) {
+        if (resume_now(k, &rerr) < 0) {
             log_warn("kernel %s: resuming after its snapshot: %s", k->id, rerr->msg);
             sg_error_free(&rerr);
         }

@@ -52,7 +52,12 @@ typedef struct {
     int max_kernels;         /* running session kernels at once (not the pool, not paused) */
     int64_t snapshot_ttl_ms; /* snapshots older than this are deleted; 0: kept until deleted */
     int max_snapshots;       /* snapshots of one context at once; 0: no limit */
-    kmgr_notice_fn *notice;  /* NULL: none */
+    /* Asked before any snapshot of a session (kmgr_snapshot: REST, MCP, a
+     * fork): 0 to go ahead, or -1 with *err, which kmgr_snapshot returns
+     * (the gateway's tenants: max-snapshots, max-snapshot-mib,
+     * max-disk-mib).  NULL: always. */
+    int (*snapshot_gate)(kernel_t *k, sg_error_t **err);
+    kmgr_notice_fn *notice; /* NULL: none */
     void *notice_arg;
 } kmgr_config_t;
 
@@ -159,7 +164,8 @@ typedef struct {
 typedef void(kmgr_snapshot_fn)(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg);
 /* Takes a snapshot of session k (kernel_snapshot: an idle one is paused and
  * resumed, a paused one stays paused).  SG_E_QUOTA: the session has
- * max_snapshots; SG_E_CONFLICT: as kernel_snapshot. */
+ * max_snapshots, or snapshot_gate refused; SG_E_CONFLICT: as
+ * kernel_snapshot. */
 int kmgr_snapshot(kmgr_t *self, kernel_t *k, const char *name, kmgr_snapshot_fn *cb, void *arg,
                   sg_error_t **err);
 /* NULL for an unknown or deleted id, and a template's own. */

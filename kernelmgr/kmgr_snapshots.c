@@ -271,10 +271,12 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
         have += !m->snaps[i]->deleted && !m->snaps[i]->template_of &&
                 strcmp(m->snaps[i]->context_id, kernel_id(k)) == 0;
     if (m->cfg.max_snapshots > 0 && have >= m->cfg.max_snapshots)
-        return sg_error_set(err, SG_E_QUOTA,
-                            "context %s has %d snapshots, the most one context may keep "
-                            "(--max-snapshots); delete one first",
-                            kernel_id(k), have);
+        return sg_error_quota(err, "max-snapshots-per-context", m->cfg.max_snapshots,
+                              "context %s has %d snapshots, the most one context may keep "
+                              "(--max-snapshots); delete one first",
+                              kernel_id(k), have);
+    if (m->cfg.snapshot_gate && m->cfg.snapshot_gate(k, err) < 0)
+        return -1;
     kmgr_snapshot_t *s = xzalloc(sizeof *s);
     replica_uuid(s->id);
     snprintf(s->context_id, sizeof s->context_id, "%s", kernel_id(k));
