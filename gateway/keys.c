@@ -109,7 +109,7 @@ static bool count_value(const char *v, int *out)
     return *end == 0 && !errno && n > 0 && n <= 1000000;
 }
 
-const tenant_count_t tenant_counts[] = {
+const tenant_count_t tenant_count_options[] = {
     {"max-contexts", "contexts, live and paused", offsetof(tenant_t, max_contexts)},
     {"max-live", "live kernels at once", offsetof(tenant_t, max_live)},
     {"max-queued", "executions, commands, envd processes and MCP calls at once",
@@ -123,7 +123,7 @@ const tenant_count_t tenant_counts[] = {
     {"max-disk-mib", "MiB of workspaces, checkpoints and snapshots",
      offsetof(tenant_t, max_disk_mib)},
 };
-const size_t tenant_ncounts = sizeof tenant_counts / sizeof tenant_counts[0];
+const size_t tenant_ncount_options = sizeof tenant_count_options / sizeof tenant_count_options[0];
 
 int tenant_count(const tenant_t *t, const tenant_count_t *c)
 {
@@ -133,9 +133,10 @@ int tenant_count(const tenant_t *t, const tenant_count_t *c)
 /* The count option named opt (nlen bytes) of t, or NULL. */
 static int *count_option(tenant_t *t, const char *opt, size_t nlen)
 {
-    for (size_t i = 0; i < tenant_ncounts; i++)
-        if (nlen == strlen(tenant_counts[i].name) && strncmp(opt, tenant_counts[i].name, nlen) == 0)
-            return (int *)((char *)t + tenant_counts[i].offset);
+    for (size_t i = 0; i < tenant_ncount_options; i++)
+        if (nlen == strlen(tenant_count_options[i].name) &&
+            strncmp(opt, tenant_count_options[i].name, nlen) == 0)
+            return (int *)((char *)t + tenant_count_options[i].offset);
     return NULL;
 }
 
@@ -309,9 +310,10 @@ static void tenant_line(FILE *f, const tenant_t *t)
     fprintf(f, "%s %s%s", t->name, HASH_PREFIX, hex);
     if (t->admin)
         fputs(" admin", f);
-    for (size_t i = 0; i < tenant_ncounts; i++)
-        if (tenant_count(t, &tenant_counts[i]))
-            fprintf(f, " %s=%d", tenant_counts[i].name, tenant_count(t, &tenant_counts[i]));
+    for (size_t i = 0; i < tenant_ncount_options; i++)
+        if (tenant_count(t, &tenant_count_options[i]))
+            fprintf(f, " %s=%d", tenant_count_options[i].name,
+                    tenant_count(t, &tenant_count_options[i]));
     if (t->memory_mib)
         fprintf(f, " memory=%llu", (unsigned long long)t->memory_mib);
     if (t->cpus > 0)
@@ -467,11 +469,11 @@ static int keys_remove(keys_t *k, const char *path, const char *name)
 static void keys_list(const keys_t *k)
 {
     printf("%-24s %-5s", "TENANT", "ADMIN");
-    for (size_t c = 0; c < tenant_ncounts; c++) {
+    for (size_t c = 0; c < tenant_ncount_options; c++) {
         char upper[32];
         size_t i = 0;
-        for (; tenant_counts[c].name[i] && i < sizeof upper - 1; i++)
-            upper[i] = (char)toupper((unsigned char)tenant_counts[c].name[i]);
+        for (; tenant_count_options[c].name[i] && i < sizeof upper - 1; i++)
+            upper[i] = (char)toupper((unsigned char)tenant_count_options[c].name[i]);
         upper[i] = 0;
         printf(" %s", upper);
     }
@@ -479,12 +481,12 @@ static void keys_list(const keys_t *k)
     for (size_t i = 0; i < k->n; i++) {
         const tenant_t *t = &k->tenants[i];
         printf("%-24s %-5s", t->name, t->admin ? "yes" : "no");
-        for (size_t c = 0; c < tenant_ncounts; c++) {
-            int n = tenant_count(t, &tenant_counts[c]);
+        for (size_t c = 0; c < tenant_ncount_options; c++) {
+            int n = tenant_count(t, &tenant_count_options[c]);
             char v[16] = "-";
             if (n)
                 snprintf(v, sizeof v, "%d", n);
-            printf(" %*s", (int)strlen(tenant_counts[c].name), v);
+            printf(" %*s", (int)strlen(tenant_count_options[c].name), v);
         }
         char mem[24] = "-", cpus[16] = "-";
         if (t->memory_mib)
@@ -496,7 +498,7 @@ static void keys_list(const keys_t *k)
 }
 
 /* add's options into t; -1 after a usage message.  Each count of the keys
- * file (tenant_counts) is an option --NAME N; getopt gives it 256 + its
+ * file (tenant_count_options) is an option --NAME N; getopt gives it 256 + its
  * index. */
 static int add_options(int argc, char **argv, tenant_t *t, const char **path)
 {
@@ -506,12 +508,13 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
         {"memory", required_argument, NULL, 'm'},    {"cpus", required_argument, NULL, 'u'},
         {"internet", no_argument, NULL, 'i'},        {"help", no_argument, NULL, 'h'}};
     size_t n = 6;
-    for (size_t c = 0; c < tenant_ncounts && n < sizeof lo / sizeof lo[0] - 1; c++)
-        lo[n++] = (struct option){tenant_counts[c].name, required_argument, NULL, COUNT + (int)c};
+    for (size_t c = 0; c < tenant_ncount_options && n < sizeof lo / sizeof lo[0] - 1; c++)
+        lo[n++] =
+            (struct option){tenant_count_options[c].name, required_argument, NULL, COUNT + (int)c};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        const char *name = c >= COUNT ? tenant_counts[c - COUNT].name
+        const char *name = c >= COUNT ? tenant_count_options[c - COUNT].name
                            : c == 'm' ? "memory"
                            : c == 'u' ? "cpus"
                                       : NULL;
@@ -542,8 +545,8 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
 /* Whether add's options set anything (the other commands take none). */
 static bool any_limit(const tenant_t *t)
 {
-    for (size_t c = 0; c < tenant_ncounts; c++)
-        if (tenant_count(t, &tenant_counts[c]))
+    for (size_t c = 0; c < tenant_ncount_options; c++)
+        if (tenant_count(t, &tenant_count_options[c]))
             return true;
     return t->admin || t->internet || t->memory_mib || t->cpus > 0;
 }

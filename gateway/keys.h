@@ -74,8 +74,8 @@ typedef struct {
     const char *help; /* for `sandgate keys --help` */
     size_t offset;    /* of its int in tenant_t */
 } tenant_count_t;
-extern const tenant_count_t tenant_counts[];
-extern const size_t tenant_ncounts;
+extern const tenant_count_t tenant_count_options[];
+extern const size_t tenant_ncount_options;
 /* t's value of count c (0: the server's default). */
 int tenant_count(const tenant_t *t, const tenant_count_t *c);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "config.h"
+#include "gateway/tenants.h"
 #include "kernelmgr/kmgr.h"
 
 metrics_t metrics;
@@ -106,6 +107,41 @@ void metrics_tenant(const char *tenant, const char *what)
     json_object_set_new(t, what, json_integer(json_integer_value(json_object_get(t, what)) + 1));
 }
 
+/* What each tenant with sessions or snapshots holds now of what its quotas
+ * count (tenants.h). */
+static void usage(FILE *f, const kmgr_t *kmgr, json_t *live, json_t *paused)
+{
+    json_t *names = json_object();
+    json_object_update(names, live);
+    json_object_update(names, paused);
+    for (size_t i = 0; i < kmgr_snapshot_count(kmgr); i++) {
+        const kmgr_snapshot_t *s = kmgr_snapshot_at(kmgr, i);
+        if (!s->deleted && !s->template_of)
+            json_object_set_new(names, s->owner, json_true());
+    }
+    header(f, "sandgate_tenant_usage", "gauge",
+           "What a tenant holds now of what its quotas count, by tenant and resource.");
+    const char *name;
+    json_t *v;
+    json_object_foreach (names, name, v) {
+        tenant_usage_t u;
+        tenant_usage(name, &u);
+        const struct {
+            const char *what;
+            long long n;
+        } rows[] = {{"queued", tenant_counted(name, TENANT_QUEUED)},
+                    {"jupyter_sessions", tenant_counted(name, TENANT_JUPYTER_SESSIONS)},
+                    {"mcp_sessions", tenant_counted(name, TENANT_MCP_SESSIONS)},
+                    {"snapshots", u.snapshots},
+                    {"snapshot_bytes", (long long)u.snapshot_bytes},
+                    {"disk_bytes", (long long)u.disk_bytes}};
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+            fprintf(f, "sandgate_tenant_usage{tenant=\"%s\",resource=\"%s\"} %lld\n", name,
+                    rows[r].what, rows[r].n);
+    }
+    json_decref(names);
+}
+
 /* Per tenant: sessions live and paused now, executions and quota refusals
  * since the start. */
 static void tenants(FILE *f, const kmgr_t *kmgr)
@@ -141,6 +177,7 @@ static void tenants(FILE *f, const kmgr_t *kmgr)
                         "sandgate_tenant_quota_refusals_total{tenant=\"%s\",quota=\"%s\"} %lld\n",
                         name, what + 6, (long long)json_integer_value(n));
     }
+    usage(f, kmgr, live, paused);
     json_decref(live);
     json_decref(paused);
 }

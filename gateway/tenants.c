@@ -26,11 +26,18 @@ void tenants_count_source(tenant_source_t source, tenant_count_fn count, void *c
     abort(); /* a programmer's error: more sources than room */
 }
 
+static long long count_of(tenant_source_t source, const char *tenant);
+
 void tenants_uncount_source(tenant_source_t source, tenant_count_fn count, void *ctx)
 {
     for (size_t i = 0; i < sizeof sources[0] / sizeof sources[0][0]; i++)
         if (sources[source][i].count == count && sources[source][i].ctx == ctx)
             sources[source][i].count = NULL;
+}
+
+long long tenant_counted(const char *owner, tenant_source_t source)
+{
+    return count_of(source, owner);
 }
 
 static long long count_of(tenant_source_t source, const char *tenant)
@@ -130,14 +137,14 @@ static int refuse(const tenant_t *t, tenant_quota_t *quota, const char *name, lo
                           why);
 }
 
-/* t's limit for the count option called name (keys.h's tenant_counts), or
+/* t's limit for the count option called name (keys.h's tenant_count_options), or
  * the server's default; 0: no limit. */
 static long long limit_of(const tenant_t *t, const char *name)
 {
-    for (size_t i = 0; i < tenant_ncounts; i++)
-        if (strcmp(tenant_counts[i].name, name) == 0) {
-            int n = tenant_count(t, &tenant_counts[i]);
-            return n ? n : tenant_count(&defaults, &tenant_counts[i]);
+    for (size_t i = 0; i < tenant_ncount_options; i++)
+        if (strcmp(tenant_count_options[i].name, name) == 0) {
+            int n = tenant_count(t, &tenant_count_options[i]);
+            return n ? n : tenant_count(&defaults, &tenant_count_options[i]);
         }
     abort(); /* a programmer's error: a quota the keys file does not have */
 }

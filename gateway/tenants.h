@@ -66,6 +66,8 @@ typedef enum {
  * one source add up. */
 typedef long long (*tenant_count_fn)(void *ctx, const char *tenant);
 void tenants_count_source(tenant_source_t source, tenant_count_fn count, void *ctx);
+/* How many owner has of source now, all its sources together. */
+long long tenant_counted(const char *owner, tenant_source_t source);
 /* Forgets a source registered with these arguments (its owner goes). */
 void tenants_uncount_source(tenant_source_t source, tenant_count_fn count, void *ctx);
 
