@@ -939,7 +939,7 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/contexts/{context}/resume", context_resume, 0, NULL},
         {"POST", "/contexts/{context}/restart", context_restart, 0, NULL},
     };
-    const http_front_t front = {.ctx = self, .done = request_done};
+    const http_front_t front = {.name = "rest", .ctx = self, .done = request_done};
     if (http_param(http, "context", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "no context '%s'", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||

@@ -445,7 +445,7 @@ static void resume_upload(creq_t *cr)
 {
     if (cr->suspended) {
         cr->suspended = false;
-        MHD_resume_connection(cr->conn);
+        http_resume(cr->conn);
         cr->api->wake(cr->api->wake_arg);
     }
 }
@@ -515,7 +515,7 @@ static size_t stdin_take(void *ctx, void *sink, struct MHD_Connection *conn, con
         return len;
     if ((size_t)n < len) {
         cr->suspended = true;
-        MHD_suspend_connection(conn);
+        http_suspend(conn);
     }
     return (size_t)n;
 }
@@ -690,7 +690,7 @@ int api_commands_register(api_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/contexts/{context}/commands/{command}/stdin", NULL, 0, &stdin_sink},
         {"POST", "/contexts/{context}/commands/{command}/signal", command_signal_post, 0, NULL},
     };
-    const http_front_t front = {.ctx = self, .done = request_done};
+    const http_front_t front = {.name = "rest", .ctx = self, .done = request_done};
     if (http_param(http, "command", resolve_command, command_owner, self, "no command '%s'", err) <
         0)
         return -1;

@@ -228,7 +228,7 @@ static void sink_stored(const json_t *info, const sg_error_t *err, void *arg)
     if (err)
         sg_error_set(&sink->err, err->kind, "%s", err->msg);
     if (sink->conn) {
-        MHD_resume_connection(sink->conn); /* sink_finish answers */
+        http_resume(sink->conn); /* sink_finish answers */
         sink->conn = NULL;
         sink->api->wake(sink->api->wake_arg);
     }
@@ -252,7 +252,7 @@ static enum MHD_Result sink_finish(void *ctx, struct MHD_Connection *conn, void 
         files_upload_store(sink->up, sink_stored, sink);
         if (!sink->stored) {
             sink->conn = conn;
-            MHD_suspend_connection(conn);
+            http_suspend(conn);
             return MHD_YES;
         }
     }
@@ -301,8 +301,10 @@ int api_files_register(api_t *self, http_server_t *http, const http_front_t *fro
         {"DELETE", "/contexts/{context}/files/*", files_delete, 0, NULL},
     };
     /* Their state is api_sbfs.c's (absolute paths), never a stream_t. */
-    const http_front_t files_front = {
-        .ctx = front->ctx, .done = files_done, .error_response = front->error_response};
+    const http_front_t files_front = {.name = front->name,
+                                      .ctx = front->ctx,
+                                      .done = files_done,
+                                      .error_response = front->error_response};
     if (http_routes(http, &files_front, routes, sizeof routes / sizeof routes[0], err) < 0)
         return -1;
     return api_sbfs_register(self, http, &files_front, err);

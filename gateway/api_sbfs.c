@@ -54,10 +54,11 @@ static void copy_error(sg_error_t **to, const sg_error_t *err)
     }
 }
 
-static void suspend(api_sbfs_req_t *q)
+/* False when the request's key was revoked (http_suspend). */
+static bool suspend(api_sbfs_req_t *q)
 {
-    q->suspended = true;
-    MHD_suspend_connection(q->conn);
+    q->suspended = http_suspend(q->conn);
+    return q->suspended;
 }
 
 static void resume(api_sbfs_req_t *q)
@@ -65,7 +66,7 @@ static void resume(api_sbfs_req_t *q)
     if (!q->suspended)
         return;
     q->suspended = false;
-    MHD_resume_connection(q->conn);
+    http_resume(q->conn);
     q->api->wake(q->api->wake_arg);
 }
 
@@ -216,10 +217,8 @@ static ssize_t download_reader(void *cls, uint64_t pos, char *buf, size_t max)
     api_sbfs_req_t *q = cls;
     sg_error_t *err = NULL;
     ssize_t n = sbfs_read_pull(q->op, buf, max, &err);
-    if (n == SBFS_AGAIN) {
-        suspend(q); /* on_ready resumes it */
-        return 0;
-    }
+    if (n == SBFS_AGAIN) /* on_ready resumes it; a revoked key ends it */
+        return suspend(q) ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
     if (n > 0) {
         metrics.download_bytes += (uint64_t)n;
         return n;
@@ -337,7 +336,7 @@ static void sink_resume(api_sbfs_sink_t *s)
     if (!s->suspended)
         return;
     s->suspended = false;
-    MHD_resume_connection(s->conn);
+    http_resume(s->conn);
     s->api->wake(s->api->wake_arg);
 }
 
@@ -376,7 +375,7 @@ size_t api_sbfs_sink_write(api_sbfs_sink_t *s, const char *data, size_t len)
         return len; /* done follows with the reason */
     if ((size_t)n < len) {
         s->suspended = true;
-        MHD_suspend_connection(s->conn);
+        http_suspend(s->conn);
     }
     return (size_t)n;
 }
@@ -389,7 +388,7 @@ enum MHD_Result api_sbfs_sink_finish(api_sbfs_sink_t *s, const char *tenant, con
     }
     if (s->op && !s->answered) {
         s->suspended = true;
-        MHD_suspend_connection(s->conn);
+        http_suspend(s->conn);
         return MHD_YES;
     }
     if (s->err)

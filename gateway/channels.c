@@ -37,6 +37,7 @@ typedef struct conn {
     size_t out_len, out_off, out_cap;
     unsigned close_code; /* set by the parser callback; acted on after the feed */
     audit_who_t who;     /* the client, for the audit log */
+    const void *owner;   /* channels_attach's, for channels_revoke */
 } conn_t;
 
 /* A message kept for replay, or held until the kernel is ready (then who
@@ -723,12 +724,13 @@ static void conn_close(conn_t *c)
 
 void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
                      struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
-                     const audit_who_t *who)
+                     const audit_who_t *who, const void *owner)
 {
     hub_t *h = hub_get(self, k);
     conn_t *c = xzalloc(sizeof *c);
     c->ch = self;
     c->who = *who;
+    c->owner = owner;
     c->hub = h;
     c->format = v1 ? WSMSG_V1 : WSMSG_DEFAULT;
     c->fd = fd;
@@ -783,6 +785,25 @@ void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1
         int code = ws_parser_feed(c->parser, (const uint8_t *)extra, extra_len, on_ws_message, c);
         if (code && !c->closed)
             conn_begin_close(c, (unsigned)code, "protocol error");
+    }
+}
+
+void channels_revoke(channels_t *self, const void *owner, const char *reason)
+{
+    for (hub_t *h = self->hubs; h; h = h->next) {
+        conn_t *c = h->conns;
+        while (c) {
+            if (c->owner != owner || c->closed) {
+                c = c->next;
+                continue;
+            }
+            log_info("channels: kernel %s: frontend %s closed: %s", kernel_id(h->k), c->session,
+                     reason);
+            conn_begin_close(c, WS_CLOSE_POLICY, reason);
+            if (!c->closed)
+                conn_close(c); /* it does not read: no time to wait for it */
+            c = h->conns;      /* c left the list */
+        }
     }
 }
 

@@ -49,7 +49,9 @@ void channels_destroy(channels_t **self_p);
 
 /* Takes over an upgraded socket as a frontend of k.  session: the client's
  * session_id (may be empty: then the connection is its own session).  who:
- * the client, for the audit log (copied).  A frontend's execute_requests go
+ * the client, for the audit log (copied).  owner: what channels_revoke
+ * names the connection by (the upgraded request's state; borrowed, never
+ * dereferenced).  A frontend's execute_requests go
  * to the kernel as it sent them, and exec.c follows each to its end
  * (exec_track): the policy's timeout (interrupt, then restart; the frontend
  * reads on stderr which happened, and gets an execute_reply and an idle
@@ -57,7 +59,13 @@ void channels_destroy(channels_t **self_p);
  * metrics, as for every front end. */
 void channels_attach(channels_t *self, kernel_t *k, const char *session, bool v1, MHD_socket fd,
                      struct MHD_UpgradeResponseHandle *urh, const char *extra, size_t extra_len,
-                     const audit_who_t *who);
+                     const audit_who_t *who, const void *owner);
+
+/* Closes owner's connections at once, with 1008 (policy violation) and
+ * reason: the key they were opened with was revoked.  A frontend that does
+ * not read, its output still pending, is cut without the close frame.
+ * What they started in the kernel runs on. */
+void channels_revoke(channels_t *self, const void *owner, const char *reason);
 
 /* Calls fn once when k is ready (err NULL), or fails to be (err set);
  * at once if it already is.  The token identifies the wait for

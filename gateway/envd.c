@@ -340,7 +340,8 @@ static const http_route_t routes[] = {
 
 int envd_register(envd_t *self, http_server_t *http, sg_error_t **err)
 {
-    http_front_t front = {.ctx = self, .done = done, .error_response = error_response};
+    http_front_t front = {
+        .name = "envd", .ctx = self, .done = done, .error_response = error_response};
     if (http_routes(http, &front, routes, sizeof routes / sizeof *routes, err) < 0 ||
         envd_files_register(self, http, &front, err) < 0)
         return -1;

@@ -9,6 +9,7 @@
 #include "common/xalloc.h"
 #include "gateway/audit.h"
 #include "gateway/envd_internal.h"
+#include "gateway/http.h"
 #include "gateway/resp.h"
 #include "gateway/sbfs.h"
 
@@ -61,7 +62,7 @@ static void download_ready(sbfs_op_t *op, void *arg)
     download_t *d = arg;
     if (d->suspended) {
         d->suspended = false;
-        MHD_resume_connection(d->conn);
+        http_resume(d->conn);
         d->envd->wake(d->envd->wake_arg);
     }
 }
@@ -76,8 +77,9 @@ static ssize_t download_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (n == 0)
         return MHD_CONTENT_READER_END_OF_STREAM;
     if (n == SBFS_AGAIN) {
+        if (!http_suspend(d->conn)) /* its key was revoked */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
         d->suspended = true;
-        MHD_suspend_connection(d->conn);
         return 0;
     }
     log_warn("envd: a download broke off: %s", err->msg);
@@ -181,7 +183,7 @@ static void upload_resume(upload_t *up)
 {
     if (up->suspended) {
         up->suspended = false;
-        MHD_resume_connection(up->conn);
+        http_resume(up->conn);
         up->envd->wake(up->envd->wake_arg);
     }
 }
@@ -388,7 +390,7 @@ static size_t upload_write(void *ctx, void *sink, struct MHD_Connection *conn, c
         part_push(up->parts[0], data, len);
     if (!up->status && !all_drained(up) && !up->suspended) {
         up->suspended = true;
-        MHD_suspend_connection(up->conn);
+        http_suspend(up->conn);
     }
     return len;
 }
@@ -426,7 +428,7 @@ static enum MHD_Result upload_finish(void *ctx, struct MHD_Connection *conn, voi
     }
     if (!up->status && !all_done(up)) {
         up->suspended = true;
-        MHD_suspend_connection(conn);
+        http_suspend(conn);
         return MHD_YES;
     }
     enum MHD_Result ret = upload_answer(up, conn);

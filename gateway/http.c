@@ -63,10 +63,17 @@ struct http_server {
     size_t nroutes;
     param_t **params;
     size_t nparams;
+    struct request *keyed; /* the requests under way made with a key (revocable) */
 };
 
-/* Per-request state between libmicrohttpd's calls. */
+/* A connection's socket context: its request under way, for http_suspend
+ * and http_resume, which libmicrohttpd gives only the connection. */
 typedef struct {
+    struct request *req; /* NULL between requests */
+} slot_t;
+
+/* Per-request state between libmicrohttpd's calls. */
+typedef struct request {
     http_server_t *server;
     char *body;
     size_t len;
@@ -87,6 +94,13 @@ typedef struct {
     char *method, *path; /* for the audit log's refusals; NULL without one */
     bool begun;          /* request_begin ran (uri_seen made it before) */
     bool nul_in_url;     /* its URL has a %00: refused (400), no route sees it */
+    /* Made with a key of the keys file (not --token's): listed in the
+     * server's keyed list, whose links these are, until it completes. */
+    bool keyed;
+    struct request *prev, *next;
+    bool revoked;   /* its key went (http_server_revoke): it ends, no handler runs */
+    bool suspended; /* by http_suspend, until http_resume */
+    slot_t *slot;   /* its connection's, while under way */
 } request_t;
 
 void http_config_defaults(http_config_t *cfg)
@@ -189,8 +203,9 @@ static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet 
  * the admin for --token's value (or when there is no authentication), the
  * keys file's for one of its keys.  Both are found by a hash of what was
  * given, so nothing secret is compared byte by byte. */
-static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenant_t *t)
+static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenant_t *t, bool *keyed)
 {
+    *keyed = false;
     if (self->cfg.token == NULL && self->keys == NULL) {
         *t = admin_tenant;
         return true;
@@ -220,6 +235,7 @@ static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenan
     const tenant_t *k = keys_lookup(self->keys, given);
     if (k)
         *t = *k;
+    *keyed = k != NULL;
     return k != NULL;
 }
 
@@ -623,6 +639,141 @@ const char *http_arg_id(const http_req_t *req, const char *name)
  * the pool is mmap'd, so pages no request touches cost no memory. */
 #define HTTP_CONN_MEMORY (256 * 1024)
 
+/* --- requests under way, and revocation ------------------------------------------------ */
+
+/* A connection's socket context, made when libmicrohttpd accepts it and
+ * freed when it closes (after its last request completed). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = xzalloc(sizeof(slot_t));
+        return;
+    }
+    slot_t *slot = *socket_context;
+    if (slot && slot->req) /* not expected: completed comes first */
+        slot->req->slot = NULL;
+    free(slot);
+    *socket_context = NULL;
+}
+
+static request_t *request_of_conn(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const slot_t *slot = ci ? ci->socket_context : NULL;
+    return slot ? slot->req : NULL;
+}
+
+/* The request is under way on its connection: http_suspend finds it, and
+ * one made with a key is listed for http_server_revoke. */
+static void request_track(http_server_t *self, request_t *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->call.conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->slot = ci ? ci->socket_context : NULL;
+    if (req->slot)
+        req->slot->req = req;
+    if (!req->keyed)
+        return;
+    req->next = self->keyed;
+    if (self->keyed)
+        self->keyed->prev = req;
+    self->keyed = req;
+}
+
+static void request_untrack(request_t *req)
+{
+    if (req->slot && req->slot->req == req)
+        req->slot->req = NULL;
+    req->slot = NULL;
+    if (!req->keyed)
+        return;
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        req->server->keyed = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    req->prev = req->next = NULL;
+    req->keyed = false;
+}
+
+bool http_suspend(struct MHD_Connection *conn)
+{
+    request_t *req = request_of_conn(conn);
+    if (req && req->revoked)
+        return false;
+    if (req)
+        req->suspended = true;
+    MHD_suspend_connection(conn);
+    return true;
+}
+
+void http_resume(struct MHD_Connection *conn)
+{
+    request_t *req = request_of_conn(conn);
+    if (req && !req->suspended)
+        return; /* resumed already: by the server, for a revocation */
+    if (req)
+        req->suspended = false;
+    MHD_resume_connection(conn);
+}
+
+/* Why req's key no longer holds under keys: "removed" (its tenant is gone),
+ * "rotated" (its tenant has another key), or NULL: it holds. */
+static const char *revoked_why(const keys_t *keys, const request_t *req)
+{
+    const tenant_t *t = keys ? keys_find(keys, req->tenant.name) : NULL;
+    if (t == NULL)
+        return "removed";
+    return memcmp(t->hash, req->tenant.hash, sizeof t->hash) == 0 ? NULL : "rotated";
+}
+
+/* Ends req, whose key went (why). */
+static void request_revoke(http_server_t *self, request_t *req, const char *why)
+{
+    const route_t *r = req->route;
+    struct MHD_Connection *conn = req->call.conn;
+    req->revoked = true;
+    audit_who_t who;
+    audit_who_conn(&who, r ? r->front.name : NULL, conn);
+    audit_who_set_tenant(&who, req->tenant.name);
+    audit_event(
+        &who, "revoked",
+        json_pack("{s:s?, s:s?, s:s}", "method", req->method, "path", req->path, "reason", why));
+    log_info("http: %s %s of tenant %s ended: its key was %s", req->call.method, req->call.path,
+             req->tenant.name, why);
+    metrics.revoked++;
+    if (r && r->front.revoke && req->call.state && r->front.revoke(r->front.ctx, req->call.state))
+        return;
+    /* The client sees its connection end now, whatever libmicrohttpd does
+     * with it; libmicrohttpd, woken by it, closes the connection. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    if (req->suspended) { /* resumed, it ends at libmicrohttpd's next call */
+        req->suspended = false;
+        MHD_resume_connection(conn);
+    }
+    self->pending = true;
+}
+
+size_t http_server_revoke(http_server_t *self)
+{
+    size_t n = 0;
+    for (request_t *req = self->keyed, *next; req; req = next) {
+        next = req->next; /* ending req frees nothing else */
+        const char *why = req->revoked ? NULL : revoked_why(self->keys, req);
+        if (why) {
+            request_revoke(self, req, why);
+            n++;
+        }
+    }
+    return n;
+}
+
 /* --- one request --------------------------------------------------------------------- */
 
 /* The headers have come: the route is chosen (or why there is none), the
@@ -660,12 +811,14 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     }
     if (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) {
         req->authorized = true;
-        authenticate(self, conn, &req->tenant); /* a public route may still say who asks */
+        /* a public route may still say who asks */
+        authenticate(self, conn, &req->tenant, &req->keyed);
     } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
         req->blocked = true; /* its key is not even looked at */
     } else {
-        req->authorized = authenticate(self, conn, &req->tenant);
+        req->authorized = authenticate(self, conn, &req->tenant, &req->keyed);
     }
+    request_track(self, req);
     req->call.tenant = req->authorized ? &req->tenant : NULL;
     if (audit_enabled()) {
         req->method = xstrdup(method);
@@ -758,6 +911,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     request_t *req = *req_cls;
     if (req == NULL || !req->begun) /* headers only so far */
         return request_begin(self, conn, url, method, req_cls);
+    if (req->revoked) /* its key went: closed, no handler or sink sees it again */
+        return MHD_NO;
     if (*upload_size) {
         *upload_size -= request_body(self, req, upload_data, *upload_size);
         return MHD_YES;
@@ -788,6 +943,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         *req_cls = NULL;
         return;
     }
+    request_untrack(req);
     const route_t *r = req->route;
     if (req->call.state && r->front.done)
         r->front.done(r->front.ctx, req->call.state, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
@@ -919,9 +1075,10 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
         (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self,
         MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)HTTP_CONN_MEMORY, MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        self, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         cfg->max_conns_ip ? cfg->max_conns_ip : (cfg->max_conns + 3) / 4, MHD_OPTION_END);
     if (self->mhd == NULL) {
         sg_error_set(err, SG_E_UNAVAILABLE, "cannot listen on %s:%d (in use or not permitted)",

@@ -47,8 +47,25 @@ void http_config_defaults(http_config_t *cfg);
 http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_t **err);
 void http_server_destroy(http_server_t **self_p);
 /* The tenants' keys from now on (SIGHUP); keys borrowed.  A request under
- * way keeps the tenant it authenticated as. */
+ * way keeps the tenant it authenticated as, until http_server_revoke. */
 void http_server_set_keys(http_server_t *self, const keys_t *keys);
+
+/* Revocation is immediate: ends every request under way — a stream, a
+ * suspended wait, a body still arriving, a connection upgraded to a
+ * WebSocket — that authenticated with a key the keys in use no longer
+ * hold (removed, or rotated: its tenant has another key now; a key whose
+ * options alone changed holds).  The admin token's requests, and those
+ * made without authentication, are never ended.  Each one ended writes an
+ * audit event "revoked" (its tenant, front end, client, method, path and
+ * reason: "removed" or "rotated").  A front end's revoke hook ends a
+ * request its own way (a WebSocket's close frame); else the server does:
+ * it shuts the socket down, so the client sees the end at once, resumes
+ * the request if it is suspended, and ends it the next time
+ * libmicrohttpd calls about it (the handler is not called again; a
+ * content reader's http_suspend says false) — the front end's done or
+ * sink abort then runs as for a client that left.  Sessions are not
+ * touched.  Returns how many requests were ended. */
+size_t http_server_revoke(http_server_t *self);
 
 /* The most {name} parameters one pattern may have. */
 #define HTTP_MAX_ARGS 4
@@ -185,6 +202,13 @@ typedef struct {
      * response went out); called once, and only when req->state is not
      * NULL.  May be NULL for a front end that never keeps state. */
     void (*done)(void *ctx, void *state, bool completed);
+    /* The front end's name in the audit log ("rest", "jupyter"...), or NULL. */
+    const char *name;
+    /* Optional: ends, its own way, a request whose key was revoked
+     * (http_server_revoke), state its req->state: true when it did (a
+     * WebSocket closed with 1008), false to let the server end it.  Runs on
+     * the loop, outside libmicrohttpd's calls. */
+    bool (*revoke)(void *ctx, void *state);
     /* Optional: the response for a refusal the route layer makes on this
      * front end's routes (an unknown id: 404; a method the path does not
      * take: 405), in the front end's error shape.  The server adds the
@@ -204,6 +228,17 @@ typedef struct {
  * those routes is public).  Register before the loop runs. */
 int http_routes(http_server_t *self, const http_front_t *front, const http_route_t *routes,
                 size_t n, sg_error_t **err);
+
+/* Suspends and resumes conn's request as MHD_suspend_connection and
+ * MHD_resume_connection do, the server knowing which are suspended so
+ * that it can end them (http_server_revoke); every suspension goes through
+ * these.  http_resume of a request that is not suspended does nothing.
+ * http_suspend returns false, without suspending, only to a content reader
+ * whose request's key was revoked: it returns
+ * MHD_CONTENT_READER_END_WITH_ERROR then (handlers and sinks are not
+ * called for such a request). */
+bool http_suspend(struct MHD_Connection *conn);
+void http_resume(struct MHD_Connection *conn);
 
 /* Runs libmicrohttpd before the loop next waits: front ends call it after
  * they resume a suspended connection or hand back an upgraded one.  arg is

@@ -45,6 +45,7 @@ typedef struct {
     /* WebSocket upgrade */
     char ws_session[129];
     bool ws_v1;
+    bool upgraded;   /* channels has the socket: channels_revoke closes it */
     char tenant[64]; /* who opens it, for the audit log */
 } jreq_t;
 
@@ -427,7 +428,8 @@ static void on_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, co
     audit_who_t who;
     audit_who_fd(&who, "jupyter", sock);
     audit_who_set_tenant(&who, r->tenant);
-    channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len, &who);
+    r->upgraded = true;
+    channels_attach(r->j->ch, k, r->ws_session, r->ws_v1, sock, urh, extra, extra_len, &who, r);
     (void)conn, (void)req_cls;
 }
 
@@ -901,6 +903,19 @@ static enum MHD_Result get_status(void *arg, http_req_t *call)
 
 /* --- registration ------------------------------------------------------------------ */
 
+/* http_front_t.revoke: a WebSocket is closed with 1008; a request still
+ * waiting for its kernel is the server's to end. */
+static bool request_revoke(void *ctx, void *req_state)
+{
+    jupyter_t *self = ctx;
+    jreq_t *r = req_state;
+    if (!r->upgraded)
+        return false;
+    if (self->ch)
+        channels_revoke(self->ch, r, "the key was revoked");
+    return true;
+}
+
 static void request_done(void *ctx, void *req_state, bool completed)
 {
     jupyter_t *self = ctx;
@@ -955,8 +970,11 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
         {"PATCH", "/api/sessions/{session}", patch_session, 0, NULL},
         {"DELETE", "/api/sessions/{session}", delete_session, 0, NULL},
     };
-    const http_front_t front = {
-        .ctx = self, .done = request_done, .error_response = error_response};
+    const http_front_t front = {.name = "jupyter",
+                                .ctx = self,
+                                .done = request_done,
+                                .revoke = request_revoke,
+                                .error_response = error_response};
     if (http_param(http, "kernel", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "Kernel does not exist: %s", err) < 0 ||
         http_param(http, "session", resolve_session, session_owner, self, "Session not found: %s",

@@ -41,10 +41,12 @@ typedef struct {
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
- * removed or rotated one fails from then on; sessions are not touched (they
- * belong to their tenant's name, which a new key for it keeps).  The old
- * keys go at once: a request under way holds a copy of its tenant.
- * A file that cannot be read or is wrong keeps the keys in use. */
+ * removed or rotated one fails from then on, and what it has open — streams,
+ * suspended requests, WebSockets — is closed now (http_server_revoke);
+ * sessions are not touched (they belong to their tenant's name, which a new
+ * key for it keeps).  The old keys go at once: a request under way holds a
+ * copy of its tenant.  A file that cannot be read or is wrong keeps the keys
+ * in use. */
 static void use_keys(daemon_t *d, keys_t *fresh, sg_error_t *err)
 {
     if (!fresh) {
@@ -56,7 +58,9 @@ static void use_keys(daemon_t *d, keys_t *fresh, sg_error_t *err)
     tenants_set_keys(fresh);
     keys_destroy(&d->keys);
     d->keys = fresh;
-    log_info("SIGHUP: %s read again: %zu tenants", d->keys_file, keys_count(fresh));
+    size_t revoked = http_server_revoke(d->http);
+    log_info("SIGHUP: %s read again: %zu tenants; %zu requests of removed or rotated keys ended",
+             d->keys_file, keys_count(fresh), revoked);
 }
 
 /* The launcher read the file (it keeps root; this process may not). */

@@ -787,7 +787,7 @@ int mcp_register(mcp_t *self, http_server_t *http, sg_error_t **err)
         {"DELETE", "/mcp/", delete_mcp, 0, NULL},
     };
     const http_front_t front = {
-        .ctx = self, .done = request_done, .error_response = error_response};
+        .name = "mcp", .ctx = self, .done = request_done, .error_response = error_response};
     if (http_param(http, "mcp_session", resolve_session, session_owner, self,
                    "Session not found: it was deleted or expired; initialize a new one", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)

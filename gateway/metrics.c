@@ -240,6 +240,9 @@ char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts)
          "Client addresses refused for a while after too many failed authentications "
          "(--auth-fail-limit).",
          metrics.auth_blocks},
+        {"sandgate_http_revoked_total",
+         "Requests, streams and WebSockets ended because their key was removed or rotated.",
+         metrics.revoked},
         {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
         {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
         {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},

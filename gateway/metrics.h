@@ -47,6 +47,7 @@ typedef struct {
     histogram_t http_seconds;
     uint64_t auth_failures;
     uint64_t auth_blocks; /* client addresses refused for failing too often */
+    uint64_t revoked;     /* requests and WebSockets ended when their key went */
     uint64_t executions[EXEC_KINDS][OUTCOMES];
     histogram_t exec_seconds[EXEC_KINDS];
     uint64_t output_truncated;

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "common/xalloc.h"
+#include "gateway/http.h"
 
 struct resp {
     loop_t *loop;
@@ -48,7 +49,7 @@ static void resume(resp_t *self)
 {
     if (self->suspended && !self->gone) {
         self->suspended = false;
-        MHD_resume_connection(self->conn);
+        http_resume(self->conn);
         if (self->wake)
             self->wake(self->wake_arg);
     }
@@ -67,8 +68,9 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
     }
     if (self->ended)
         return MHD_CONTENT_READER_END_OF_STREAM;
+    if (!http_suspend(self->conn)) /* its key was revoked: the stream ends */
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     self->suspended = true;
-    MHD_suspend_connection(self->conn);
     return 0;
 }
 
@@ -138,7 +140,7 @@ void resp_end(resp_t *self)
 enum MHD_Result resp_wait(resp_t *self)
 {
     self->suspended = true;
-    MHD_suspend_connection(self->conn);
+    http_suspend(self->conn);
     return MHD_YES;
 }
 
