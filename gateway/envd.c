@@ -304,9 +304,14 @@ static enum MHD_Result fs_remove(void *ctx, http_req_t *req)
 }
 
 /* Calls envd has that sandgate does not serve: watching a directory (see
- * docs/clients.md), pseudo-terminals, client streams. */
+ * docs/clients.md), pseudo-terminals, client streams.  The context the
+ * request names is still resolved first (without starting a default one),
+ * so an unknown id, and another tenant's, is 404 here as on every call. */
 static enum MHD_Result unimplemented(void *ctx, http_req_t *req)
 {
+    const char *id = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    if (!names_default(id) && http_resolve(req, "context", id) == NULL)
+        return http_reply_unknown(req, "context", id);
     return envd_reply_code(req->conn, "unimplemented",
                            "sandgate does not serve this envd call (docs/clients.md)");
 }

@@ -30,6 +30,29 @@ def sandbox_pids(ctx):
     return pids
 
 
+def sandbox_cgroups(ctx):
+    """{hierarchy: path} of the cgroups of a context's running sandbox (its
+    runsc-sandbox process's /proc/PID/cgroup); {} when none runs."""
+    pids = sandbox_pids(ctx)
+    out = {}
+    if pids:
+        with open(f"/proc/{pids[0]}/cgroup") as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                for n in names.split(","):
+                    out[n] = path
+    return out
+
+
+def read_int(path):
+    """The number a file (a cgroup's) starts with, or None."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @contextlib.contextmanager
 def small_disk(size):
     """A tmpfs of size (e.g. "400m") on a new directory under /tmp, for a

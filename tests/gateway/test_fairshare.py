@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from sgd import Daemon, SANDGATE, sandbox_pids
+from sgd import Daemon, SANDGATE, read_int as num, sandbox_cgroups as cgroups, sandbox_pids
 from tap import ok, diag, done, skip
 
 CG = "/sys/fs/cgroup"
@@ -43,28 +43,6 @@ def add(name, *opts):
 
 SMALL = add("small", "--memory", "192", "--cpus", "0.5")
 BIG = add("big")
-
-
-def cgroups(ctx):
-    """{hierarchy: path} of the context's running sandbox (its runsc-sandbox process)."""
-    pids = sandbox_pids(ctx)
-    if not pids:
-        return {}
-    out = {}
-    with open(f"/proc/{pids[0]}/cgroup") as f:
-        for line in f:
-            _, names, path = line.rstrip("\n").split(":", 2)
-            for n in names.split(","):
-                out[n] = path
-    return out
-
-
-def num(path):
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def run(d, key, ctx, code, timeout=120):
