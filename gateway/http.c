@@ -71,8 +71,6 @@ typedef struct {
     char *body;
     size_t len;
     bool too_big;
-    bool authorized;      /* the token checked, or a public route */
-    bool blocked;         /* its address failed too often: 429 */
     tenant_t tenant;      /* who the key says the caller is (a copy: a SIGHUP may
                              free the keys it came from meanwhile) */
     const route_t *route; /* NULL: no route takes the method and path */
@@ -180,18 +178,11 @@ enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind
 /* The tenant of the token and of --no-auth: sees and manages everything. */
 static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet = true};
 
-/* The key may come as "Authorization: Bearer K" or "token K", in the
- * headers the E2B SDK sends, or as ?token=K (browsers cannot set headers on
- * a WebSocket; Jupyter clients send it so).  The caller's tenant into *t:
- * the admin for --token's value (or when there is no authentication), the
- * keys file's for one of its keys.  Both are found by a hash of what was
- * given, so nothing secret is compared byte by byte. */
-static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenant_t *t)
+/* The key a request presents, or NULL: "Authorization: Bearer K" or
+ * "token K", the headers the E2B SDK sends, or ?token=K (browsers cannot
+ * set headers on a WebSocket; Jupyter clients send it so). */
+static const char *presented_key(struct MHD_Connection *conn)
 {
-    if (self->cfg.token == NULL && self->keys == NULL) {
-        *t = admin_tenant;
-        return true;
-    }
     const char *given = NULL;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
@@ -204,6 +195,19 @@ static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenan
         given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
     if (!given)
         given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    return given;
+}
+
+/* The caller's tenant for the key given (presented_key, may be NULL) into
+ * *t: the admin for --token's value (or when there is no authentication),
+ * the keys file's for one of its keys.  Both are found by a hash of what
+ * was given, so nothing secret is compared byte by byte. */
+static bool authenticate(http_server_t *self, const char *given, tenant_t *t)
+{
+    if (self->cfg.token == NULL && self->keys == NULL) {
+        *t = admin_tenant;
+        return true;
+    }
     if (!given)
         return false;
     if (self->cfg.token) {
@@ -623,8 +627,8 @@ const char *http_arg_id(const http_req_t *req, const char *name)
 /* --- one request --------------------------------------------------------------------- */
 
 /* The headers have come: the route is chosen (or why there is none), the
- * token checked, and a route that takes bodies as they arrive gets its
- * sink. */
+ * key checked — a refusal (401, 429) is answered now — and a route that
+ * takes bodies as they arrive gets its sink. */
 static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection *conn,
                                      const char *url, const char *method, void **req_cls)
 {
@@ -655,15 +659,6 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     } else {
         req->allow = path_methods(self, req->url, true, ", ", &r);
     }
-    if (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) {
-        req->authorized = true;
-        authenticate(self, conn, &req->tenant); /* a public route may still say who asks */
-    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
-        req->blocked = true; /* its key is not even looked at */
-    } else {
-        req->authorized = authenticate(self, conn, &req->tenant);
-    }
-    req->call.tenant = req->authorized ? &req->tenant : NULL;
     if (audit_enabled()) {
         req->method = xstrdup(method);
         /* libmicrohttpd gives the path without its query; cut anyway:
@@ -672,8 +667,35 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
         utf8_scrub(req->method);
         utf8_scrub(req->path);
     }
+    /* The key is checked now, before any of the body is read: a refusal is
+     * queued at once, so libmicrohttpd answers without reading the body
+     * (none is awaited, no 100 Continue is sent) and closes the connection
+     * after the answer.  A failure counts for its address here, whether or
+     * not a body would follow: a client that never sends it is counted
+     * too. */
+    const char *key = presented_key(conn);
+    if (r && (r->def.flags & HTTP_ROUTE_PUBLIC) && key == NULL) {
+        /* a probe's request: nobody (the admin without authentication) */
+        req->call.tenant = authenticate(self, NULL, &req->tenant) ? &req->tenant : NULL;
+    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
+        /* its key is not even looked at: guessing learns nothing meanwhile */
+        return http_reply_errorf(conn, SG_E_TOO_MANY,
+                                 "too many failed authentications from this address; retry "
+                                 "later");
+    } else if (!authenticate(self, key, &req->tenant)) {
+        /* A key given to a public route is checked as anywhere: a wrong one
+         * is refused and counted, so no route tells a right key from a
+         * wrong one without a count (GET /health shows an admin more). */
+        auth_failed(self, conn);
+        return http_reply_errorf(conn, SG_E_AUTH,
+                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+    } else {
+        req->call.tenant = &req->tenant;
+    }
+    /* Only now, for a caller the key was accepted for, is anything looked
+     * up or opened. */
     r = req->route;
-    if (r && r->def.sink && req->authorized) {
+    if (r && r->def.sink) {
         req->unknown = resolve_args(req);
         if (req->unknown < 0)
             req->sink = r->def.sink->open(r->front.ctx, &req->call);
@@ -717,15 +739,6 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
     }
     if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
         return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
-    if (req->blocked)
-        return http_reply_errorf(conn, SG_E_TOO_MANY,
-                                 "too many failed authentications from this address; retry "
-                                 "later");
-    if (!req->authorized) {
-        auth_failed(self, conn);
-        return http_reply_errorf(conn, SG_E_AUTH,
-                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
-    }
     if (req->unknown >= 0)
         return reply_unknown(req, req->params[req->unknown], req->ids[req->unknown]);
     if (req->too_big)
@@ -800,8 +813,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
             /* Refused: who and where, never a header or the query. */
             audit_who_t who;
             audit_who_conn(&who, NULL, conn);
-            if (req->authorized) /* a key was known: a 403 or a quota's 429 */
-                audit_who_set_tenant(&who, req->tenant.name);
+            if (req->call.tenant) /* a key was known: a 403 or a quota's 429 */
+                audit_who_set_tenant(&who, req->call.tenant->name);
             audit_event(&who, "refused",
                         json_pack("{s:i, s:s, s:s}", "status", (int)st, "method", req->method,
                                   "path", req->path));
