@@ -642,8 +642,8 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     req->call.method = req->verb = xstrdup(method);
     req->call.path = req->url = xstrdup(url);
     req->call.body = "";
-    if (req->nul_in_url) /* answered 400 once its body is read: nothing else is done */
-        return MHD_YES;
+    if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
+        return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
     match_t m;
     const route_t *r = req->route = route_find(self, method, req->url, &m);
     if (r) {
@@ -737,8 +737,6 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
             req->call.args[k].obj = NULL;
         return r->def.handle(r->front.ctx, &req->call);
     }
-    if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
-        return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
     if (req->unknown >= 0)
         return reply_unknown(req, req->params[req->unknown], req->ids[req->unknown]);
     if (req->too_big)
@@ -779,7 +777,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
  * would cut it short: "a%00b" would name the file "a".  The raw URI comes
  * here first, before its headers; what this returns is the request's
  * *req_cls, so the request is made here, marked when its URI (path or
- * query) has a %00.  request_begin then refuses it (400). */
+ * query) has a %00.  request_begin then refuses it (400) at once. */
 static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     request_t *req = xzalloc(sizeof(request_t));
