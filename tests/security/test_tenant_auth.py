@@ -69,6 +69,9 @@ d = Daemon("--keys-file", KEYS, "--pool-size", "0", "--auth-fail-limit", str(LIM
 PORT = int(d.url.rsplit(":", 1)[1])
 
 
+closed = []  # for each raw(): whether the server closed the connection
+
+
 def raw(src, data, wait=3.0):
     """Sends data from address src, then nothing more; what came back before
     the server closed the connection or wait seconds passed."""
@@ -76,11 +79,13 @@ def raw(src, data, wait=3.0):
     s.sendall(data)
     got = b""
     deadline = time.time() + wait
+    closed.append(False)
     try:
         while time.time() < deadline:
             s.settimeout(max(0.01, deadline - time.time()))
             chunk = s.recv(65536)
             if not chunk:
+                closed[-1] = True
                 break
             got += chunk
     except (socket.timeout, ConnectionResetError):
@@ -125,11 +130,13 @@ try:
     # --- a wrong key's body is never awaited -----------------------------------------
     failures = metric("sandgate_http_auth_failures_total")
     t0 = time.time()
+    del closed[:]
     codes = [status(raw("127.0.0.2", upload(f"sgk_wrong{i}"))) for i in range(LIMIT + 1)]
     took = time.time() - t0
     ok(codes == [401] * (LIMIT + 1) and took < 6,
        f"{LIMIT + 1} wrong keys with 1 of 100 body bytes: 401 each, at once ({took:.2f} s)",
        codes)
+    ok(closed == [True] * (LIMIT + 1), "and the connection closed after each answer", closed)
     ok(metric("sandgate_http_auth_failures_total") - failures == LIMIT + 1,
        "each counted as a failed authentication", metric("sandgate_http_auth_failures_total"))
     resp = raw("127.0.0.2", upload("sgk_wrong-again"))
