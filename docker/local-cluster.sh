@@ -228,7 +228,9 @@ cmd_status() {
     for id in $(replicas); do
         port=$(cat "$dir/$id/port" 2>/dev/null || echo "?")
         if alive "$dir/$id/pid"; then
-            health=$(curl -s -m 2 "http://127.0.0.1:$port/health" || echo "no answer")
+            # With the token: /health gives the counts to an admin only.
+            health=$(curl -s -m 2 -H "Authorization: Bearer $(token)" \
+                "http://127.0.0.1:$port/health" || echo "no answer")
             printf '%-6s pid %-8s 127.0.0.1:%-6s %s\n' "$id" "$(cat "$dir/$id/pid")" "$port" "$health"
         else
             printf '%-6s %-12s 127.0.0.1:%-6s\n' "$id" "not running" "$port"

@@ -90,23 +90,29 @@ static enum MHD_Result metrics_get(void *arg, http_req_t *call)
 
 /* --- GET /health ---------------------------------------------------------------- */
 
+/* Anyone may ask whether sandgate is up, and is told only that: counts of
+ * sessions would tell a guesser which of its keys made one (each key's
+ * creations move them), so they are an admin's, here and on /metrics.
+ * Stopping (--pause-on-stop's drain): 503, so that a proxy's health check
+ * takes this replica out before it goes. */
 static enum MHD_Result health(void *arg, http_req_t *call)
 {
     api_t *self = arg;
-    struct MHD_Connection *conn = call->conn;
+    bool stopping = kmgr_stopping(self->kmgr);
+    unsigned status = stopping ? 503 : 200;
+    json_t *body = json_pack("{s:s}", "status", stopping ? "stopping" : "ok");
+    if (!call->tenant || !call->tenant->admin)
+        return http_reply_json(call->conn, status, body);
     kmgr_stats_t st;
     kmgr_stats(self->kmgr, &st);
-    /* Stopping (--pause-on-stop's drain): 503, so that a proxy's health
-     * check takes this replica out before it goes. */
-    bool stopping = kmgr_stopping(self->kmgr);
-    return http_reply_json(
-        conn, stopping ? 503 : 200,
-        json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "status",
-                  stopping ? "stopping" : "ok", "version", PACKAGE_VERSION, "replica", replica_id(),
-                  "replica_tag", replica_tag(), "kernels", "sessions", (json_int_t)st.sessions,
-                  "starting", (json_int_t)st.starting, "idle", (json_int_t)st.idle, "busy",
-                  (json_int_t)st.busy, "pool_ready", (json_int_t)st.pool_ready, "pool_starting",
-                  (json_int_t)st.pool_starting));
+    json_object_update_new(
+        body,
+        json_pack("{s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "version", PACKAGE_VERSION,
+                  "replica", replica_id(), "replica_tag", replica_tag(), "kernels", "sessions",
+                  (json_int_t)st.sessions, "starting", (json_int_t)st.starting, "idle",
+                  (json_int_t)st.idle, "busy", (json_int_t)st.busy, "pool_ready",
+                  (json_int_t)st.pool_ready, "pool_starting", (json_int_t)st.pool_starting));
+    return http_reply_json(call->conn, status, body);
 }
 
 /* --- GET /openapi.json ---------------------------------------------------------- */
@@ -125,8 +131,8 @@ int api_metrics_register(api_t *self, http_server_t *http, const http_front_t *f
                          sg_error_t **err)
 {
     /* /health answers without the token: load balancers' and orchestrators'
-     * probes carry none.  Nor does /openapi.json: the API's description is
-     * no secret, and client generators fetch it without one. */
+     * probes carry none (and an admin's key gets the counts too).  Nor does /openapi.json: the
+     * API's description is no secret, and client generators fetch it without one. */
     static const http_route_t routes[] = {
         {"GET", "/health", health, HTTP_ROUTE_PUBLIC, NULL},
         {"GET", "/metrics", metrics_get, 0, NULL},

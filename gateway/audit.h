@@ -9,8 +9,18 @@
  * What is never written: the API token (no header and no query string is
  * ever logged: a refused request's path is cut at '?'), file contents,
  * execution output.  Code and shell commands are written whole up to
- * AUDIT_CODE_MAX bytes (then cut, with a marker) or, with --audit-code hash,
- * as their SHA-256 only.
+ * AUDIT_CODE_MAX bytes (then cut, with a marker, and "code_truncated") or,
+ * with --audit-code hash, as their SHA-256 only; both with their length
+ * ("code_bytes").  Any other string a client chose (a path, a name) is cut
+ * at AUDIT_FIELD_MAX bytes, and followed by "KEY_bytes" (its length) and
+ * "KEY_truncated": true; a list or object holding such a string gets its
+ * strings cut and "KEY_truncated".  A line is never longer than
+ * AUDIT_LINE_MAX: one that would be keeps its short fields only, lists the
+ * others' names in "dropped" and says "line_bytes" and "line_truncated".
+ *
+ * A regular file can be rotated by size (audit_rotate_at, --audit-max-size):
+ * before a line would take it past the size, PATH becomes PATH.1 (PATH.1
+ * PATH.2, and so on up to --audit-keep) and a new PATH is opened.
  *
  * Writing never blocks the loop.  A regular file is written with one
  * write(2) per line on an O_APPEND descriptor (a local file's write does not
@@ -36,9 +46,11 @@
 #include "common/error.h"
 #include "common/loop.h"
 
-#define AUDIT_CODE_MAX 65536       /* bytes of code or a command written in full mode */
-#define AUDIT_QUEUE_MAX (4u << 20) /* bytes waiting for a slow stderr or pipe reader */
-#define AUDIT_CLIENT_MAX 48        /* an IPv4 or IPv6 address as text */
+#define AUDIT_CODE_MAX 65536        /* bytes of code or a command written in full mode */
+#define AUDIT_QUEUE_MAX (4u << 20)  /* bytes waiting for a slow stderr or pipe reader */
+#define AUDIT_CLIENT_MAX 48         /* an IPv4 or IPv6 address as text */
+#define AUDIT_FIELD_MAX 4096        /* bytes of any other string written (a path, a name) */
+#define AUDIT_LINE_MAX (256u << 10) /* bytes of a whole line, its newline included */
 
 typedef enum {
     AUDIT_CODE_FULL, /* the code, capped at AUDIT_CODE_MAX bytes */
@@ -56,6 +68,12 @@ typedef struct {
  * dropping privileges when the file's directory is root's; the loop comes
  * later (audit_attach).  -1 with *err when it cannot be opened. */
 int audit_open(const char *path, audit_code_t mode, sg_error_t **err);
+/* Rotation by size from now on: a regular file about to grow past
+ * max_size bytes (0: never) is renamed PATH.1, the older ones shifted up to
+ * PATH.keep (the oldest dropped), and PATH opened anew.  Renaming needs the
+ * directory to be writable by the serving uid; when it is not, the file
+ * keeps growing (a warning says so) until a reopen. */
+void audit_rotate_at(uint64_t max_size, unsigned keep);
 /* The loop that drains the queue (stderr and pipes).  main.c delivers
  * SIGHUP through the same loop and calls audit_reopen. */
 void audit_attach(loop_t *loop);

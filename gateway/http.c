@@ -78,8 +78,6 @@ typedef struct request {
     char *body;
     size_t len;
     bool too_big;
-    bool authorized;      /* the token checked, or a public route */
-    bool blocked;         /* its address failed too often: 429 */
     tenant_t tenant;      /* who the key says the caller is (a copy: a SIGHUP may
                              free the keys it came from meanwhile) */
     const route_t *route; /* NULL: no route takes the method and path */
@@ -197,19 +195,11 @@ enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind
 /* The tenant of the token and of --no-auth: sees and manages everything. */
 static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet = true};
 
-/* The key may come as "Authorization: Bearer K" or "token K", in the
- * headers the E2B SDK sends, or as ?token=K (browsers cannot set headers on
- * a WebSocket; Jupyter clients send it so).  The caller's tenant into *t:
- * the admin for --token's value (or when there is no authentication), the
- * keys file's for one of its keys.  Both are found by a hash of what was
- * given, so nothing secret is compared byte by byte. */
-static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenant_t *t, bool *keyed)
+/* The key a request presents, or NULL: "Authorization: Bearer K" or
+ * "token K", the headers the E2B SDK sends, or ?token=K (browsers cannot
+ * set headers on a WebSocket; Jupyter clients send it so). */
+static const char *presented_key(struct MHD_Connection *conn)
 {
-    *keyed = false;
-    if (self->cfg.token == NULL && self->keys == NULL) {
-        *t = admin_tenant;
-        return true;
-    }
     const char *given = NULL;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
@@ -222,6 +212,20 @@ static bool authenticate(http_server_t *self, struct MHD_Connection *conn, tenan
         given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
     if (!given)
         given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    return given;
+}
+
+/* The caller's tenant for the key given (presented_key, may be NULL) into
+ * *t: the admin for --token's value (or when there is no authentication),
+ * the keys file's for one of its keys (then *keyed).  Both are found by a
+ * hash of what was given, so nothing secret is compared byte by byte. */
+static bool authenticate(http_server_t *self, const char *given, tenant_t *t, bool *keyed)
+{
+    *keyed = false; /* set when a key of the keys file it is: revocable */
+    if (self->cfg.token == NULL && self->keys == NULL) {
+        *t = admin_tenant;
+        return true;
+    }
     if (!given)
         return false;
     if (self->cfg.token) {
@@ -777,8 +781,8 @@ size_t http_server_revoke(http_server_t *self)
 /* --- one request --------------------------------------------------------------------- */
 
 /* The headers have come: the route is chosen (or why there is none), the
- * token checked, and a route that takes bodies as they arrive gets its
- * sink. */
+ * key checked — a refusal (401, 429) is answered now — and a route that
+ * takes bodies as they arrive gets its sink. */
 static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection *conn,
                                      const char *url, const char *method, void **req_cls)
 {
@@ -792,8 +796,8 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     req->call.method = req->verb = xstrdup(method);
     req->call.path = req->url = xstrdup(url);
     req->call.body = "";
-    if (req->nul_in_url) /* answered 400 once its body is read: nothing else is done */
-        return MHD_YES;
+    if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
+        return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
     match_t m;
     const route_t *r = req->route = route_find(self, method, req->url, &m);
     if (r) {
@@ -809,17 +813,6 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     } else {
         req->allow = path_methods(self, req->url, true, ", ", &r);
     }
-    if (r && (r->def.flags & HTTP_ROUTE_PUBLIC)) {
-        req->authorized = true;
-        /* a public route may still say who asks */
-        authenticate(self, conn, &req->tenant, &req->keyed);
-    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
-        req->blocked = true; /* its key is not even looked at */
-    } else {
-        req->authorized = authenticate(self, conn, &req->tenant, &req->keyed);
-    }
-    request_track(self, req);
-    req->call.tenant = req->authorized ? &req->tenant : NULL;
     if (audit_enabled()) {
         req->method = xstrdup(method);
         /* libmicrohttpd gives the path without its query; cut anyway:
@@ -828,8 +821,37 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
         utf8_scrub(req->method);
         utf8_scrub(req->path);
     }
+    /* The key is checked now, before any of the body is read: a refusal is
+     * queued at once, so libmicrohttpd answers without reading the body
+     * (none is awaited, no 100 Continue is sent) and closes the connection
+     * after the answer.  A failure counts for its address here, whether or
+     * not a body would follow: a client that never sends it is counted
+     * too. */
+    const char *key = presented_key(conn);
+    if (r && (r->def.flags & HTTP_ROUTE_PUBLIC) && key == NULL) {
+        /* a probe's request: nobody (the admin without authentication) */
+        req->call.tenant =
+            authenticate(self, NULL, &req->tenant, &req->keyed) ? &req->tenant : NULL;
+    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
+        /* its key is not even looked at: guessing learns nothing meanwhile */
+        return http_reply_errorf(conn, SG_E_TOO_MANY,
+                                 "too many failed authentications from this address; retry "
+                                 "later");
+    } else if (!authenticate(self, key, &req->tenant, &req->keyed)) {
+        /* A key given to a public route is checked as anywhere: a wrong one
+         * is refused and counted, so no route tells a right key from a
+         * wrong one without a count (GET /health shows an admin more). */
+        auth_failed(self, conn);
+        return http_reply_errorf(conn, SG_E_AUTH,
+                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+    } else {
+        req->call.tenant = &req->tenant;
+    }
+    request_track(self, req); /* a key's, revocable (http_server_revoke) */
+    /* Only now, for a caller the key was accepted for, is anything looked
+     * up or opened. */
     r = req->route;
-    if (r && r->def.sink && req->authorized) {
+    if (r && r->def.sink) {
         req->unknown = resolve_args(req);
         if (req->unknown < 0)
             req->sink = r->def.sink->open(r->front.ctx, &req->call);
@@ -870,17 +892,6 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
         for (size_t k = 0; k < req->call.nargs; k++)
             req->call.args[k].obj = NULL;
         return r->def.handle(r->front.ctx, &req->call);
-    }
-    if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
-        return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
-    if (req->blocked)
-        return http_reply_errorf(conn, SG_E_TOO_MANY,
-                                 "too many failed authentications from this address; retry "
-                                 "later");
-    if (!req->authorized) {
-        auth_failed(self, conn);
-        return http_reply_errorf(conn, SG_E_AUTH,
-                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
     }
     if (req->unknown >= 0)
         return reply_unknown(req, req->params[req->unknown], req->ids[req->unknown]);
@@ -924,7 +935,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
  * would cut it short: "a%00b" would name the file "a".  The raw URI comes
  * here first, before its headers; what this returns is the request's
  * *req_cls, so the request is made here, marked when its URI (path or
- * query) has a %00.  request_begin then refuses it (400). */
+ * query) has a %00.  request_begin then refuses it (400) at once. */
 static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     request_t *req = xzalloc(sizeof(request_t));
@@ -959,8 +970,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
             /* Refused: who and where, never a header or the query. */
             audit_who_t who;
             audit_who_conn(&who, NULL, conn);
-            if (req->authorized) /* a key was known: a 403 or a quota's 429 */
-                audit_who_set_tenant(&who, req->tenant.name);
+            if (req->call.tenant) /* a key was known: a 403 or a quota's 429 */
+                audit_who_set_tenant(&who, req->call.tenant->name);
             audit_event(&who, "refused",
                         json_pack("{s:i, s:s, s:s}", "status", (int)st, "method", req->method,
                                   "path", req->path));

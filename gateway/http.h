@@ -6,10 +6,11 @@
  * came.  No thread of its own: every handler runs on the loop thread and
  * must not block; long responses suspend their connection.
  *
- * This layer reads the request body (bounded), checks the token, picks the
- * route for the request's method and path, resolves the ids the path names
- * ({context}, {kernel}...) to their objects, and only then calls the
- * route's handler.  It knows no front end and no kernel manager by name:
+ * This layer checks the key as soon as a request's headers have come —
+ * refusing it then, before any of its body is read — reads the body
+ * (bounded), picks the route for the request's method and path, resolves
+ * the ids the path names ({context}, {kernel}...) to their objects, and
+ * only then calls the route's handler.  It knows no front end and no kernel manager by name:
  * each front end registers its parameter kinds (http_param) and its routes
  * (http_routes), and main.c has them do so.
  */
@@ -178,7 +179,9 @@ typedef struct {
 
 /* Route flags. */
 enum {
-    HTTP_ROUTE_PUBLIC = 1, /* no token needed (a health check for probes) */
+    /* No key needed (a health check for probes); a key that is given is
+     * checked as on any route, and a wrong one refused and counted. */
+    HTTP_ROUTE_PUBLIC = 1,
 };
 
 /* One endpoint: a method and a path pattern.  A pattern starts with '/'

@@ -387,6 +387,7 @@ int main(int argc, char **argv)
     tenants_configure(&s.tenants);
     s.http.auth_fail_limit = s.auth_fail_limit;
     s.http.auth_block_ms = s.auth_block_ms;
+    audit_rotate_at(s.audit_max_size, s.audit_keep);
     if (replica_init(s.replica, &err) < 0 || separate(&s, &link, &launcher_pid, &err) < 0 ||
         !(loop = loop_start(&stop, &d, &err)))
         goto out;

@@ -30,6 +30,7 @@ enum {
     OPT_NO_ENV = 2, /* not from the environment (--config has its own variable) */
     OPT_VALUED = 4, /* a flag on the command line, a value elsewhere (no-auth = true) */
     OPT_SECRET = 8, /* never echoed in an error (--token) */
+    OPT_SIZE = 16,  /* set_uint: a size, with a K, M, G or T suffix if wanted */
 };
 
 struct opt {
@@ -74,8 +75,22 @@ static int set_uint(settings_t *s, const opt_t *o, const char *v)
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
+    /* OPT_SIZE: K, M, G or T after the number (KiB, MiB...: "100M", "1GiB") */
+    static const char units[] = "KMGT";
+    const char *u =
+        o->flags & OPT_SIZE && *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (u && (strcmp(end + 1, "") == 0 || strcasecmp(end + 1, "iB") == 0 ||
+              strcasecmp(end + 1, "B") == 0)) {
+        unsigned shift = 10 * (unsigned)(u - units + 1);
+        if (n > (o->max >> shift))
+            return bad(o, v, "a smaller size");
+        n <<= shift;
+        end += strlen(end);
+    }
     if (*v == 0 || *end != 0 || *v == '-' || errno || n > o->max)
-        return bad(o, v, "a non-negative integer");
+        return bad(o, v,
+                   o->flags & OPT_SIZE ? "a size in bytes, K, M or G (such as 100M)"
+                                       : "a non-negative integer");
     if (n < o->min)
         return bad(o, v, o->want ? o->want : "a positive integer");
     n *= o->scale ? o->scale : 1;
@@ -323,6 +338,7 @@ static int set_pool_size(settings_t *s, const opt_t *o, const char *v)
 #define AT(f) .off = offsetof(settings_t, f), .width = sizeof(((settings_t *)0)->f)
 #define UINT(f, lo, hi, mul) .set = set_uint, AT(f), .min = (lo), .max = (hi), .scale = (mul)
 #define SECONDS_MS(f, lo, hi) UINT(f, lo, hi, 1000)
+#define BYTES(f, lo, hi) UINT(f, lo, hi, 1), .flags = OPT_SIZE
 #define DAY 86400ull
 
 /* In --help's order.  help, version and config are handled before the rest. */
@@ -388,13 +404,13 @@ static const opt_t table[] = {
              "DataFrame data (chart, data) when the request does not say (\"rich_formats\"; "
              "yes, the default); no saves their cost (a plot ~60 ms). Jupyter frontends get "
              "them only when an execute_request's metadata asks (docs/api.md)"},
-    {"max-body", 0, "BYTES", UINT(http.max_body, 0, 1ull << 32, 1),
+    {"max-body", 0, "BYTES", BYTES(http.max_body, 0, 1ull << 32),
      .help = "request body limit (1048576)"},
-    {"max-output", 0, "BYTES", UINT(exec.max_output, 0, 1ull << 34, 1),
+    {"max-output", 0, "BYTES", BYTES(exec.max_output, 0, 1ull << 34),
      .help = "output kept per execution (16777216; the rest is dropped with a marker)"},
-    {"max-upload", 0, "BYTES", UINT(api.max_upload, 0, 1ull << 40, 1),
+    {"max-upload", 0, "BYTES", BYTES(api.max_upload, 0, 1ull << 40),
      .help = "size of one uploaded file (268435456)"},
-    {"max-ws-message", 0, "BYTES", UINT(channels.max_message, 1024, 1ull << 32, 1),
+    {"max-ws-message", 0, "BYTES", BYTES(channels.max_message, 1024, 1ull << 32),
      .want = "at least 1024 bytes", .help = "one WebSocket message from a frontend (16777216)"},
     {"max-timeout", 0, "SEC", SECONDS_MS(exec.max_timeout_ms, 1, 7 * DAY),
      .want = "a positive number of seconds",
@@ -489,6 +505,12 @@ static const opt_t table[] = {
     {"audit-code", 0, "MODE", set_audit_code,
      .help = "full: code and commands as sent, the first 64 KiB of each (the default); hash: "
              "their SHA-256 only"},
+    {"audit-max-size", 0, "BYTES", BYTES(audit_max_size, 0, 1ull << 50),
+     .help = "rotate the audit log when it would grow past BYTES (K, M, G: 100M): PATH becomes "
+             "PATH.1 and a new PATH is started, beside SIGHUP's reopen; the serving uid needs "
+             "to be able to write the directory (0, the default: no rotation)"},
+    {"audit-keep", 0, "N", UINT(audit_keep, 1, 1000, 1),
+     .help = "rotated audit logs kept, PATH.1 to PATH.N, the oldest removed (1)"},
     {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
     {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
 };
@@ -742,6 +764,7 @@ static void defaults(settings_t *s)
         .auth_fail_limit = 20,
         .auth_block_ms = 300 * 1000,
         .audit_code = AUDIT_CODE_FULL,
+        .audit_keep = 1,
         .tenants = {.max_jupyter_sessions = 100, .max_mcp_sessions = 64, .max_snapshots = 64}};
     strcpy(s->host, "127.0.0.1");
     http_config_defaults(&s->http);

@@ -46,6 +46,8 @@ typedef struct {
     int auth_block_ms;        /* how long an address past it is refused */
     tenants_config_t tenants; /* quotas of tenants whose line names none */
     audit_code_t audit_code;
+    uint64_t audit_max_size; /* --audit-max-size; 0: no rotation by size */
+    unsigned audit_keep;     /* --audit-keep */
     sandbox_template_t templates[SETTINGS_MAX_TEMPLATES]; /* --template */
     size_t ntemplates;
     char *template_text[SETTINGS_MAX_TEMPLATES * 7]; /* what templates' strings point into */

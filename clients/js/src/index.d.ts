@@ -343,7 +343,15 @@ export class Sandgate {
   request(method: string, path: string, opts?: {
     json?: unknown; body?: BodyInit; headers?: Record<string, string>; signal?: AbortSignal; timeout?: number
   }): Promise<Response>
-  health(): Promise<{ status: string; version: string; [k: string]: unknown }>
+  /** `{status}` only, unless the key is an admin's: then version, replica and kernel counts too. */
+  health(): Promise<{
+    status: 'ok' | 'stopping'
+    version?: string
+    replica?: string
+    replica_tag?: string
+    kernels?: Record<'sessions' | 'starting' | 'idle' | 'busy' | 'pool_ready' | 'pool_starting', number>
+    [k: string]: unknown
+  }>
 
   /** With `snapshot`, the context starts with its state (give no other option). */
   createContext(opts?: ContextOptions): Promise<Context>

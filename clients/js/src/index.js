@@ -271,7 +271,7 @@ export class Sandgate {
     return text.trim() ? JSON.parse(text) : null
   }
 
-  /** GET /health (no token needed). */
+  /** GET /health: {status}, and for an admin's key version, replica and kernel counts. */
   async health() {
     return this._json('GET', '/health')
   }

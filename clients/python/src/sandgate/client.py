@@ -676,6 +676,8 @@ class Sandgate:
             "POST", f"/contexts/{_q(_id(context))}/files/move", {"from": src, "to": dst}))
 
     def health(self):
+        """GET /health: {"status": "ok"}, and with an admin's key the
+        version, replica and kernel counts too."""
         return self._json("GET", "/health")
 
 
