@@ -120,13 +120,16 @@ def measure(d, ctx, runs, as_json, use_perf):
 
 
 def make_keys(build, n):
-    """A keys file of n tenants (sandgate keys add); returns (path, the middle one's key)."""
+    """A keys file of n tenants (sandgate keys add); returns (path, the middle one's key).
+    Their max-rps is set past what one client sends (the loop's cost of a key
+    is measured here; pacing a tenant to its share is bench/tenant_noisy.py's)."""
     d = tempfile.mkdtemp(prefix="sg-loopcost-keys-")
     path = os.path.join(d, "keys")
     key = None
     for i in range(n):
         out = subprocess.run([os.path.join(build, "sandgate"), "keys", "add", f"t{i:05d}",
-                              "--keys-file", path], capture_output=True, text=True, check=True)
+                              "--max-rps", "1000000", "--keys-file", path],
+                             capture_output=True, text=True, check=True)
         if i == n // 2:
             key = out.stdout.strip().splitlines()[-1]
     return path, key

@@ -35,7 +35,8 @@ answered, refusals by quota, sessions open), and whether the target holds
 
 usage: bench/tenant_noisy.py [--max-contexts N] [--max-live N] [--max-queued N]
                             [--jupyter-sessions N] [--mcp-sessions N] [--loops N]
-                            [--lists N] [--creates N]
+                            [--lists N] [--interval MS] [--creates N] [--noise LIST]
+                            [--max-rps N] [--daemon-rps N]
   SG_BUILDDIR selects the build (default ./build); run as root (runsc).
 """
 import argparse
@@ -321,6 +322,7 @@ def alice_window(d, key, ctx, a):
     cpu0, t0 = cpu_seconds(d.proc.pid), time.time()
     lists = []
     for _ in range(a.lists):
+        time.sleep(a.interval / 1000)
         t = time.perf_counter()
         st, _, _ = c.request("GET", "/contexts")
         lists.append((time.perf_counter() - t) * 1000)
@@ -376,6 +378,12 @@ def main():
     ap.add_argument("--loops", type=int, default=4,
                     help="mallory's threads looping each of GET /api/sessions and GET /contexts")
     ap.add_argument("--lists", type=int, default=300, help="alice's GET /contexts per window")
+    ap.add_argument("--interval", type=float, default=10,
+                    help="ms between alice's GET /contexts (10: she is no flood herself)")
+    ap.add_argument("--max-rps", type=int, default=0,
+                    help="mallory's max-rps (0, the default: the server's --tenant-max-rps)")
+    ap.add_argument("--daemon-rps", type=int, default=None,
+                    help="the server's --tenant-max-rps (default: its own default, 200)")
     ap.add_argument("--creates", type=int, default=3,
                     help="alice's context creates (and Jupyter, MCP sessions) per window")
     ap.add_argument("--noise", default="busy,refused,sessions,lists",
@@ -389,15 +397,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sg-noisy-bench-")
     os.chmod(tmp, 0o711)
     keys = os.path.join(tmp, "keys")
+    rps = ["--max-rps", str(a.max_rps)] if a.max_rps else []
     key_m = sgd.add_key(keys, "mallory", "--max-contexts", str(a.max_contexts), "--max-live",
-                        str(a.max_live), "--max-queued", str(a.max_queued))
+                        str(a.max_live), "--max-queued", str(a.max_queued), *rps)
     key_a = sgd.add_key(keys, "alice")
-    d = sgd.Daemon("--keys-file", keys, "--pool-size", "0", "--pause-after", "0",
+    daemon_rps = [] if a.daemon_rps is None else ["--tenant-max-rps", str(a.daemon_rps)]
+    d = sgd.Daemon("--keys-file", keys, "--pool-size", "0", "--pause-after", "0", *daemon_rps,
                    start_timeout=60)
     windows = {}
-    if os.environ.get("SG_EXP_NICE"):
-        for t in os.listdir(f"/proc/{d.proc.pid}/task"):
-            os.setpriority(os.PRIO_PROCESS, int(t), int(os.environ["SG_EXP_NICE"]))
     try:
         c = Client(d.url, key_a)
         st, ac = c.json("POST", "/contexts", {})
@@ -447,8 +454,11 @@ def main():
     print(f"Noisy tenant — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, runsc; "
           f"mallory: max-contexts {a.max_contexts}, max-live {a.max_live}, max-queued "
           f"{a.max_queued}, {a.jupyter_sessions} Jupyter and {a.mcp_sessions} MCP sessions "
-          f"opened first, {a.loops}+{a.loops} list loops; noise: {','.join(sorted(a.noise))}; "
-          f"alice: {a.lists} GET /contexts, "
+          f"opened first, {a.loops}+{a.loops} list loops; max-rps "
+          f"{a.max_rps or 'the server' + chr(39) + 's'}, server --tenant-max-rps "
+          f"{'default (200)' if a.daemon_rps is None else a.daemon_rps}; "
+          f"noise: {','.join(sorted(a.noise))}; "
+          f"alice: {a.lists} GET /contexts {a.interval:g} ms apart, "
           f"{a.creates} creates per window\n")
     print("| alice's | idle | noisy | idle after | noisy / idle |")
     print("|---|---|---|---|---|")

@@ -14,6 +14,7 @@
 #include "gateway/authlimit.h"
 #include "gateway/keys.h"
 #include "gateway/metrics.h"
+#include "gateway/ratelimit.h"
 
 /* A parameter kind: {name} in patterns, and the ids of that kind clients
  * give elsewhere (http_resolve). */
@@ -58,6 +59,7 @@ struct http_server {
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
     const keys_t *keys; /* --keys-file's tenants (borrowed), or NULL */
     authlimit_t *limit; /* failed authentications per client address */
+    ratelimit_t *rate;  /* each tenant's requests a second */
     route_t **routes;   /* each its own allocation, so a request's pointer
                            survives the array growing */
     size_t nroutes;
@@ -98,6 +100,8 @@ typedef struct request {
     struct request *prev, *next;
     bool revoked;   /* its key went (http_server_revoke): it ends, no handler runs */
     bool suspended; /* by http_suspend, until http_resume */
+    bool paced;     /* its tenant's rate was checked: served, or waiting its turn */
+    int pace_timer; /* while it waits its turn (ratelimit.h), else -1 */
     slot_t *slot;   /* its connection's, while under way */
 } request_t;
 
@@ -789,6 +793,7 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     request_t *req = *req_cls ? *req_cls : xzalloc(sizeof(request_t));
     *req_cls = req;
     req->begun = true;
+    req->pace_timer = -1;
     req->server = self;
     req->started = zclock_mono();
     req->unknown = -1;
@@ -880,6 +885,38 @@ static size_t request_body(http_server_t *self, request_t *req, const char *data
     return len;
 }
 
+/* req's tenant's requests a second: its line's max-rps, else the server's;
+ * 0 for an admin (no limit). */
+static unsigned rate_of(const http_server_t *self, const request_t *req)
+{
+    if (req->tenant.admin)
+        return 0;
+    return req->tenant.max_rps ? (unsigned)req->tenant.max_rps : self->cfg.tenant_max_rps;
+}
+
+/* The tenant's share of the loop (ratelimit.h): how long req waits for its
+ * turn, in ms (0: none), or -1 when it is refused. */
+static int64_t pace(http_server_t *self, request_t *req)
+{
+    req->paced = true;
+    unsigned rate = rate_of(self, req);
+    if (!rate)
+        return 0;
+    int64_t wait = ratelimit_take(self->rate, req->tenant.name, rate, zclock_mono());
+    if (wait < 0)
+        metrics_tenant(req->tenant.name, "quota:max-rps");
+    return wait;
+}
+
+/* req's turn has come: it is served as libmicrohttpd resumes it. */
+static void paced(loop_t *loop, int timer_id, void *arg)
+{
+    request_t *req = arg;
+    req->pace_timer = -1;
+    http_resume(req->call.conn);
+    http_server_wake(req->server);
+}
+
 /* The whole request has come (or a suspended one was resumed): its answer. */
 static enum MHD_Result request_end(http_server_t *self, request_t *req)
 {
@@ -911,6 +948,20 @@ static enum MHD_Result request_end(http_server_t *self, request_t *req)
     if (r->def.handle == NULL) /* a sink that declined, with no handler to fall back on */
         return http_reply_errorf(conn, SG_E_INTERNAL, "%s %s took no body", req->call.method,
                                  req->call.path);
+    if (!req->paced) {
+        int64_t wait = pace(self, req);
+        if (wait < 0)
+            return http_reply_error(conn, &(sg_error_t){.kind = SG_E_QUOTA,
+                                                        .msg = "quota max-rps of tenant reached: "
+                                                               "more than a second's worth of its "
+                                                               "requests wait already",
+                                                        .quota = "max-rps",
+                                                        .limit = rate_of(self, req)});
+        if (wait > 0 && http_suspend(conn)) {
+            req->pace_timer = loop_timer(self->loop, wait, 1, paced, req);
+            return MHD_YES;
+        }
+    }
     return r->def.handle(r->front.ctx, &req->call);
 }
 
@@ -949,6 +1000,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     request_t *req = *req_cls;
     if (req == NULL)
         return;
+    if (req->begun && req->pace_timer >= 0) /* ended while it waited its turn */
+        loop_timer_end(req->server->loop, req->pace_timer);
     if (!req->begun) { /* ended before its headers were complete */
         free(req);
         *req_cls = NULL;
@@ -1079,6 +1132,7 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
     self->timer_id = -1;
     self->keys = cfg->keys;
     self->limit = authlimit_new(cfg->auth_fail_limit, 60 * 1000, cfg->auth_block_ms, 4096);
+    self->rate = ratelimit_new();
     if (cfg->token)
         crypto_generichash(self->token_hash, sizeof self->token_hash,
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
@@ -1136,6 +1190,7 @@ void http_server_destroy(http_server_t **self_p)
     }
     free(self->params);
     authlimit_destroy(&self->limit);
+    ratelimit_destroy(&self->rate);
     free(self);
     *self_p = NULL;
 }

@@ -37,6 +37,8 @@ typedef struct {
     unsigned max_conns;       /* connections at once */
     unsigned max_conns_ip;    /* per client address; 0: max_conns / 4 */
     unsigned conn_timeout_s;  /* idle connection timeout */
+    unsigned tenant_max_rps;  /* requests a second of a keys-file tenant whose line names no
+                                 max-rps (ratelimit.h; admins have none); 0: no limit */
 } http_config_t;
 
 typedef struct http_server http_server_t;

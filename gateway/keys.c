@@ -122,6 +122,8 @@ const tenant_count_t tenant_count_options[] = {
     {"max-snapshot-mib", "MiB of those snapshots", offsetof(tenant_t, max_snapshot_mib)},
     {"max-disk-mib", "MiB of workspaces, checkpoints and snapshots",
      offsetof(tenant_t, max_disk_mib)},
+    {"max-rps", "requests a second (a second's worth at once; the rest wait their turn)",
+     offsetof(tenant_t, max_rps)},
 };
 const size_t tenant_ncount_options = sizeof tenant_count_options / sizeof tenant_count_options[0];
 
@@ -338,7 +340,8 @@ static int keys_save(const keys_t *self, const char *path)
     }
     fputs("# sandgate keys file: NAME sha256:HASH [admin] [max-contexts=N] [max-live=N]\n"
           "# [max-queued=N] [max-jupyter-sessions=N] [max-mcp-sessions=N] [max-snapshots=N]\n"
-          "# [max-snapshot-mib=N] [max-disk-mib=N] [memory=MIB] [cpus=N] [internet].\n"
+          "# [max-snapshot-mib=N] [max-disk-mib=N] [max-rps=N] [memory=MIB] [cpus=N]\n"
+          "# [internet].\n"
           "# Edit with `sandgate keys`;\n"
           "# keys are never stored, only their hashes.  SIGHUP makes a running sandgate\n"
           "# read it again.\n",
@@ -370,7 +373,7 @@ static const char keys_usage[] =
     "usage: sandgate keys add NAME [--admin] [--max-contexts N] [--max-live N]\n"
     "                        [--max-queued N] [--max-jupyter-sessions N]\n"
     "                        [--max-mcp-sessions N] [--max-snapshots N]\n"
-    "                        [--max-snapshot-mib N] [--max-disk-mib N]\n"
+    "                        [--max-snapshot-mib N] [--max-disk-mib N] [--max-rps N]\n"
     "                        [--memory MIB] [--cpus N] [--internet]\n"
     "                        --keys-file FILE\n"
     "       sandgate keys rotate NAME --keys-file FILE\n"
@@ -395,6 +398,8 @@ static const char keys_usage[] =
     "  --max-snapshots N   snapshots, whether their context lives or not\n"
     "  --max-snapshot-mib N       MiB of those snapshots\n"
     "  --max-disk-mib N    MiB of workspaces, checkpoints and snapshots\n"
+    "  --max-rps N         requests a second (a second's worth at once; the rest\n"
+    "                      wait their turn, and past another second's worth, 429)\n"
     "  --memory MIB        memory ceiling per sandbox\n"
     "  --cpus N            CPU ceiling per sandbox\n"
     "  --internet          may create contexts with a network (--egress-allow)\n";

@@ -41,6 +41,7 @@ typedef struct {
     int max_snapshots;        /* snapshots, whether their context lives or not; 0: the server's */
     int max_snapshot_mib;     /* the bytes of those snapshots, in MiB; 0: the server's */
     int max_disk_mib;         /* workspaces + checkpoints + snapshots, in MiB; 0: the server's */
+    int max_rps;              /* requests a second (ratelimit.h); 0: the server's */
     uint64_t memory_mib;      /* memory ceiling per sandbox; 0: the server's */
     double cpus;              /* CPU ceiling per sandbox; 0: the server's */
     bool internet;            /* may create contexts with a network */

@@ -385,6 +385,10 @@ static const opt_t table[] = {
     {"tenant-max-snapshot-mib", 0, "MIB", UINT(tenants.max_snapshot_mib, 0, 1000000000, 1),
      .help = "MiB those snapshots may take when its line names no max-snapshot-mib (0, the "
              "default: no limit)"},
+    {"tenant-max-rps", 0, "N", UINT(tenants.max_rps, 0, 1000000, 1),
+     .help = "requests a second a tenant may send when its line names no max-rps: a second's "
+             "worth at once, then each waits its turn (suspended, costing the loop nothing), "
+             "and past another second's worth, 429 (200; 0: no limit; admins have none)"},
     {"tenant-max-disk-mib", 0, "MIB", UINT(tenants.max_disk_mib, 0, 1000000000, 1),
      .help = "MiB of disk a tenant's workspaces (with --workspace-size), checkpoints and "
              "snapshots may take before its new contexts and snapshots are refused, when its "
@@ -757,15 +761,17 @@ static int read_argv(settings_t *s, int argc, char **argv, const struct option *
 
 static void defaults(settings_t *s)
 {
-    *s = (settings_t){
-        .level = SG_LOG_INFO,
-        .uid = LAUNCHER_DEFAULT_UID,
-        .launcher_timeout_ms = 10000,
-        .auth_fail_limit = 20,
-        .auth_block_ms = 300 * 1000,
-        .audit_code = AUDIT_CODE_FULL,
-        .audit_keep = 1,
-        .tenants = {.max_jupyter_sessions = 100, .max_mcp_sessions = 64, .max_snapshots = 64}};
+    *s = (settings_t){.level = SG_LOG_INFO,
+                      .uid = LAUNCHER_DEFAULT_UID,
+                      .launcher_timeout_ms = 10000,
+                      .auth_fail_limit = 20,
+                      .auth_block_ms = 300 * 1000,
+                      .audit_code = AUDIT_CODE_FULL,
+                      .audit_keep = 1,
+                      .tenants = {.max_jupyter_sessions = 100,
+                                  .max_mcp_sessions = 64,
+                                  .max_snapshots = 64,
+                                  .max_rps = 200}};
     strcpy(s->host, "127.0.0.1");
     http_config_defaults(&s->http);
     api_config_defaults(&s->api);
@@ -778,6 +784,7 @@ static void defaults(settings_t *s)
 static int derive(settings_t *s)
 {
     s->http.host = s->host;
+    s->http.tenant_max_rps = (unsigned)s->tenants.max_rps; /* ratelimit.h: the HTTP layer paces */
     if (s->k.state_dir[0] != '/') { /* both halves, and the paths they compare, agree */
         char cwd[PATH_MAX];
         if (!getcwd(cwd, sizeof cwd)) {

@@ -14,9 +14,8 @@ Attacks and what must hold:
 * /health without a key tells only that the daemon is alive: counts of
   sessions moved with every key's creations, an oracle for guessing keys.
   An admin's key still gets them; a wrong key is refused and counted.
-* Audit lines stay bounded: a Jupyter session whose path is 1 MiB makes a
-  line of at most 256 KiB whose path is cut to 4 KiB, with its length
-  noted; code that JSON escapes to 400 KiB makes a line that keeps its
+* Audit lines stay bounded: a command of 100 kB makes a line whose
+  command is cut to 4 KiB, with its length noted; code that JSON escapes to 400 KiB makes a line that keeps its
   short fields and names the code dropped; --audit-max-size rotates the
   file.
 Needs root (a log directory for the serving uid) and runsc."""
@@ -170,20 +169,25 @@ try:
        "the refusals at the headers are in the audit log", refused[-3:])
 
     # --- audit lines are bounded -------------------------------------------------------
-    path = "n" * (1 << 20)
     st, sess = d.json("POST", "/api/sessions",
-                      {"path": path, "type": "notebook", "kernel": {"name": "python3"}})
-    ok(st == 201, "a Jupyter session whose path is 1 MiB", (st, str(sess)[:200]))
-    lines = [l for l in audit_lines() if b'"session.create"' in l]
+                      {"path": "n.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+    ok(st == 201, "a Jupyter session", (st, str(sess)[:200]))
+    kid = sess["kernel"]["id"] if isinstance(sess, dict) and sess.get("kernel") else None
+    # A command of 100 kB (a Jupyter session's labels are bounded before
+    # they reach the log: 413 past 4096 bytes).
+    cmd = "true " + "n" * 100000
+    st, _, _ = d.request("POST", f"/contexts/{kid}/commands", {"cmd": cmd},
+                         headers={"Accept": "application/json"})
+    lines = [l for l in audit_lines() if b'"command.start"' in l]
     e = json.loads(lines[-1]) if lines else {}
-    ok(lines and len(lines[-1]) + 1 <= LINE_MAX and len(e["path"]) == 4096 and
-       e.get("path_bytes") == 1 << 20 and e.get("path_truncated") is True,
-       f"its audit line is {len(lines[-1]) if lines else 0} bytes: the path cut to 4 KiB, "
-       "path_bytes and path_truncated", {k: (v if k != "path" else len(v)) for k, v in e.items()})
+    ok(lines and len(lines[-1]) + 1 <= LINE_MAX and len(e.get("command", "")) == 4096 and
+       e.get("command_bytes") == len(cmd) and e.get("command_truncated") is True,
+       f"a 100 kB command's audit line is {len(lines[-1]) if lines else 0} bytes: the command "
+       "cut to 4 KiB, command_bytes and command_truncated",
+       {k: (v if k != "command" else len(v)) for k, v in e.items()})
     # 64 KiB of code (the cap of the code itself) that JSON writes as six
     # times as many bytes: the line keeps its short fields only.
     code = "\x01" * 70000
-    kid = sess["kernel"]["id"] if isinstance(sess, dict) and sess.get("kernel") else None
     st, _, _ = d.request("POST", "/execute", {"code": code, "context_id": kid})
     lines = [l for l in audit_lines() if b'"event":"execute"' in l]
     e = json.loads(lines[-1]) if lines else {}

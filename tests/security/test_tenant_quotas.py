@@ -30,6 +30,7 @@ MONA = add_key(KEYS, "mona", "--max-mcp-sessions", "2")
 SAM = add_key(KEYS, "sam", "--max-snapshots", "2", "--max-contexts", "2")
 SIZE = add_key(KEYS, "size", "--max-snapshot-mib", "1")
 DISK = add_key(KEYS, "disk", "--max-disk-mib", "1")
+RITA = add_key(KEYS, "rita", "--max-rps", "5")
 ALICE = add_key(KEYS, "alice")
 d = Daemon("--keys-file", KEYS, "--pool-size", "0")
 
@@ -328,6 +329,35 @@ try:
     st, _ = js(DISK, "DELETE", f"/snapshots/{snap['id']}")
     st, ans = js(DISK, "POST", "/contexts", {})
     ok(st == 201, "the snapshot deleted, it may make one again", (st, ans))
+
+    # --- requests a second: a tenant's share of the loop --------------------------------
+    import concurrent.futures
+
+    def timed_list(key):
+        c = http.client.HTTPConnection(d.url.split("//", 1)[1], timeout=30)
+        t = time.time()
+        c.request("GET", "/contexts", headers={"Authorization": "Bearer " + key})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body, time.time() - t
+
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        got = list(pool.map(timed_list, [RITA] * 30))
+        theirs = [pool.submit(timed_list, ALICE), pool.submit(timed_list, TOKEN)]
+    served = [g for g in got if g[0] == 200]
+    refused = [g for g in got if g[0] == 429]
+    ok(len(served) + len(refused) == 30 and len(served) >= 10 and len(refused) >= 5,
+       "rita (max-rps 5) sends 30 at once: a second's worth at once, a second's worth waits "
+       "its turn, the rest is refused", [g[:1] for g in got])
+    ok(all(json.loads(g[1]).get("quota") == "max-rps" and json.loads(g[1]).get("limit") == 5
+           for g in refused), "each refusal is a 429 naming max-rps (5)", refused[:1])
+    ok(sum(g[2] >= 0.15 for g in served) >= 4, "those past the burst waited their turn",
+       sorted(round(g[2], 3) for g in served))
+    ok(all(f.result()[0] == 200 for f in theirs),
+       "meanwhile another tenant and the admin are served", [f.result()[:1] for f in theirs])
+    time.sleep(2.2)  # her queue drains: a burst again
+    ok(timed_list(RITA)[0] == 200, "two seconds later she is served again")
 
     # The admin is held to nothing; the daemon serves on.
     st, _ = js(TOKEN, "GET", "/contexts")
