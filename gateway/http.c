@@ -12,41 +12,10 @@
 #include "config.h"
 #include "gateway/audit.h"
 #include "gateway/authlimit.h"
+#include "gateway/http_routes.h"
 #include "gateway/keys.h"
 #include "gateway/metrics.h"
 #include "gateway/ratelimit.h"
-
-/* A parameter kind: {name} in patterns, and the ids of that kind clients
- * give elsewhere (http_resolve). */
-typedef struct {
-    char *name;
-    http_resolve_fn resolve;
-    http_owner_fn owner; /* NULL: objects of this kind belong to nobody */
-    void *ctx;
-    char *unknown; /* the 404's message; "%s" in it becomes the id */
-} param_t;
-
-/* One segment of a pattern: exact text, a {name}, or the final '*'. */
-typedef struct {
-    char *text;           /* exact: the segment; NULL for {name} and '*' */
-    const param_t *param; /* {name}: its kind */
-} seg_t;
-
-typedef struct {
-    char *method, *pattern;
-    seg_t *segs;
-    size_t nsegs, nparams;
-    bool star; /* the last segment is '*' */
-    http_route_t def;
-    http_front_t front;
-} route_t;
-
-/* Where a path matched a route: its {name}s and the '*' rest. */
-typedef struct {
-    const char *at[HTTP_MAX_ARGS];
-    size_t len[HTTP_MAX_ARGS];
-    const char *rest;
-} match_t;
 
 struct http_server {
     struct MHD_Daemon *mhd;
@@ -57,14 +26,10 @@ struct http_server {
     bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
-    const keys_t *keys; /* --keys-file's tenants (borrowed), or NULL */
-    authlimit_t *limit; /* failed authentications per client address */
-    ratelimit_t *rate;  /* each tenant's requests a second */
-    route_t **routes;   /* each its own allocation, so a request's pointer
-                           survives the array growing */
-    size_t nroutes;
-    param_t **params;
-    size_t nparams;
+    const keys_t *keys;    /* --keys-file's tenants (borrowed), or NULL */
+    authlimit_t *limit;    /* failed authentications per client address */
+    ratelimit_t *rate;     /* each tenant's requests a second */
+    routetab_t *tab;       /* the front ends' parameter kinds and routes */
     struct request *keyed; /* the requests under way made with a key (revocable) */
 };
 
@@ -275,246 +240,16 @@ static void auth_failed(http_server_t *self, struct MHD_Connection *conn)
     }
 }
 
-/* --- parameter kinds --------------------------------------------------------------- */
-
-static const param_t *param_find(const http_server_t *self, const char *name, size_t len)
-{
-    for (size_t i = 0; i < self->nparams; i++)
-        if (strlen(self->params[i]->name) == len && memcmp(self->params[i]->name, name, len) == 0)
-            return self->params[i];
-    return NULL;
-}
-
 int http_param(http_server_t *self, const char *name, http_resolve_fn resolve, http_owner_fn owner,
                void *ctx, const char *unknown, sg_error_t **err)
 {
-    size_t len = strlen(name);
-    const char *pct = strchr(unknown, '%');
-    if (len == 0 || strspn(name, "abcdefghijklmnopqrstuvwxyz_") != len || resolve == NULL ||
-        (pct && (pct[1] != 's' || strchr(pct + 2, '%'))))
-        return sg_error_set(err, SG_E_INVALID,
-                            "parameter '%s': a name of [a-z_], a resolver, and at most one %%s "
-                            "in its message",
-                            name);
-    if (param_find(self, name, len))
-        return sg_error_set(err, SG_E_INVALID, "parameter '%s' is registered already", name);
-    param_t *p = xmalloc(sizeof *p);
-    *p = (param_t){.name = xstrdup(name),
-                   .resolve = resolve,
-                   .owner = owner,
-                   .ctx = ctx,
-                   .unknown = xstrdup(unknown)};
-    self->params = xrealloc(self->params, (self->nparams + 1) * sizeof *self->params);
-    self->params[self->nparams++] = p;
-    return 0;
-}
-
-/* --- routes ------------------------------------------------------------------------ */
-
-static void route_free(route_t *r)
-{
-    for (size_t i = 0; i < r->nsegs; i++)
-        free(r->segs[i].text);
-    free(r->segs);
-    free(r->method);
-    free(r->pattern);
-    free(r);
-}
-
-/* Cuts r->pattern into segments; the kinds of its {name}s must be known. */
-static int route_parse(const http_server_t *self, route_t *r, sg_error_t **err)
-{
-    const char *pat = r->pattern;
-    if (pat[0] != '/')
-        return sg_error_set(err, SG_E_INVALID, "route %s '%s': a pattern starts with '/'",
-                            r->method, pat);
-    for (const char *p = pat + 1;; p++) {
-        size_t n = strcspn(p, "/");
-        seg_t seg = {0};
-        if (r->star)
-            return sg_error_set(err, SG_E_INVALID, "route %s %s: '*' can only be the last segment",
-                                r->method, pat);
-        if (n == 1 && p[0] == '*') {
-            r->star = true;
-        } else if (n >= 2 && p[0] == '{' && p[n - 1] == '}') {
-            seg.param = param_find(self, p + 1, n - 2);
-            if (seg.param == NULL)
-                return sg_error_set(err, SG_E_INVALID,
-                                    "route %s %s: no parameter kind '%.*s' (http_param)", r->method,
-                                    pat, (int)n, p);
-            if (r->nparams == HTTP_MAX_ARGS)
-                return sg_error_set(err, SG_E_INVALID, "route %s %s: more than %d parameters",
-                                    r->method, pat, HTTP_MAX_ARGS);
-            r->nparams++;
-        } else if (memchr(p, '{', n) || memchr(p, '}', n) || memchr(p, '*', n)) {
-            return sg_error_set(err, SG_E_INVALID,
-                                "route %s %s: '{name}' and '*' are whole segments", r->method, pat);
-        } else {
-            seg.text = xstrndup(p, n);
-        }
-        r->segs = xrealloc(r->segs, (r->nsegs + 1) * sizeof *r->segs);
-        r->segs[r->nsegs++] = seg;
-        p += n;
-        if (*p == 0)
-            return 0;
-    }
-}
-
-/* Whether path matches r; m gets where its {name}s and '*' rest are. */
-static bool route_match(const route_t *r, const char *path, match_t *m)
-{
-    const char *p = path;
-    size_t k = 0;
-    for (size_t i = 0; i < r->nsegs; i++) {
-        const seg_t *seg = &r->segs[i];
-        if (r->star && i + 1 == r->nsegs) {
-            m->rest = p; /* "" or from a '/' */
-            return true;
-        }
-        if (*p != '/')
-            return false;
-        p++;
-        size_t n = strcspn(p, "/");
-        if (seg->param) {
-            if (n == 0)
-                return false;
-            m->at[k] = p;
-            m->len[k++] = n;
-        } else if (strlen(seg->text) != n || memcmp(seg->text, p, n) != 0) {
-            return false;
-        }
-        p += n;
-    }
-    m->rest = NULL;
-    return *p == 0;
-}
-
-/* Whether some path matches both a and b. */
-static bool routes_overlap(const route_t *a, const route_t *b)
-{
-    for (size_t i = 0;; i++) {
-        if ((a->star && i + 1 == a->nsegs) || (b->star && i + 1 == b->nsegs))
-            return true; /* '*' takes whatever the other still needs */
-        if (i == a->nsegs || i == b->nsegs)
-            return a->nsegs == b->nsegs;
-        const seg_t *x = &a->segs[i], *y = &b->segs[i];
-        if (x->param && y->param)
-            continue;
-        if (x->param || y->param) { /* {name} takes any segment but "" */
-            if (*(x->param ? y : x)->text == 0)
-                return false;
-            continue;
-        }
-        if (strcmp(x->text, y->text) != 0)
-            return false;
-    }
-}
-
-static int route_add(http_server_t *self, const http_front_t *front, const http_route_t *def,
-                     sg_error_t **err)
-{
-    const http_sink_t *k = def->sink;
-    if (!def->method || !*def->method || !def->pattern || !(def->handle || k) ||
-        (k && !(k->open && k->write && k->finish && k->abort)))
-        return sg_error_set(err, SG_E_INVALID,
-                            "route %s %s: a method, a pattern, a handler or a sink, and a sink's "
-                            "four functions",
-                            def->method ? def->method : "?", def->pattern ? def->pattern : "?");
-    route_t *r = xzalloc(sizeof *r);
-    r->method = xstrdup(def->method);
-    r->pattern = xstrdup(def->pattern);
-    r->def = *def;
-    r->front = *front;
-    if (route_parse(self, r, err) < 0) {
-        route_free(r);
-        return -1;
-    }
-    for (size_t i = 0; i < self->nroutes; i++) {
-        const route_t *o = self->routes[i];
-        if (strcmp(o->method, r->method) == 0 && routes_overlap(o, r)) {
-            sg_error_set(err, SG_E_INVALID,
-                         "route %s %s overlaps route %s %s: a path could match both", r->method,
-                         r->pattern, o->method, o->pattern);
-            route_free(r);
-            return -1;
-        }
-    }
-    self->routes = xrealloc(self->routes, (self->nroutes + 1) * sizeof *self->routes);
-    self->routes[self->nroutes++] = r;
-    return 0;
+    return routetab_param(self->tab, name, resolve, owner, ctx, unknown, err);
 }
 
 int http_routes(http_server_t *self, const http_front_t *front, const http_route_t *routes,
                 size_t n, sg_error_t **err)
 {
-    for (size_t i = 0; i < n; i++)
-        if (route_add(self, front, &routes[i], err) < 0)
-            return -1;
-    return 0;
-}
-
-/* The route for method and path (m: its matches), or NULL.  A GET route
- * takes HEAD when no HEAD route does.  At most one route of a method
- * matches a path (route_add sees to it), so the order does not matter. */
-static const route_t *route_find(const http_server_t *self, const char *method, const char *path,
-                                 match_t *m)
-{
-    const route_t *get = NULL;
-    match_t get_m = {0};
-    for (size_t i = 0; i < self->nroutes; i++) {
-        const route_t *r = self->routes[i];
-        match_t rm;
-        if (!route_match(r, path, &rm))
-            continue;
-        if (strcmp(r->method, method) == 0) {
-            *m = rm;
-            return r;
-        }
-        if (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0) {
-            get = r;
-            get_m = rm;
-        }
-    }
-    *m = get_m;
-    return get;
-}
-
-/* The methods whose routes match path, joined ("GET, HEAD, PUT" for Allow
- * with head; "GET or PUT" for a message without), or NULL when none does.
- * *first: one of those routes, a public one if there is one. */
-static char *path_methods(const http_server_t *self, const char *path, bool head,
-                          const char *last_sep, const route_t **first)
-{
-    const char **names = xmalloc((2 * self->nroutes + 1) * sizeof *names);
-    size_t n = 0;
-    bool has_head = false;
-    *first = NULL;
-    for (size_t i = 0; i < self->nroutes; i++) {
-        const route_t *r = self->routes[i];
-        match_t m;
-        if (route_match(r, path, &m)) {
-            names[n++] = r->method;
-            has_head |= strcmp(r->method, "HEAD") == 0;
-            if (!*first || (r->def.flags & HTTP_ROUTE_PUBLIC))
-                *first = r;
-        }
-    }
-    char *list = NULL;
-    for (size_t i = 0, count = 0; i < n; i++) {
-        for (int twice = 0; twice < 2; twice++) {
-            const char *name = twice ? "HEAD" : names[i];
-            if (twice && !(head && !has_head && strcmp(names[i], "GET") == 0))
-                break;
-            bool last = i + 1 == n && (twice || !(head && !has_head && strcmp(name, "GET") == 0));
-            char *joined = xasprintf("%s%s%s", list ? list : "",
-                                     count == 0 ? "" : (last ? last_sep : ", "), name);
-            free(list);
-            list = joined;
-            count++;
-        }
-    }
-    free(names);
-    return list;
+    return routetab_add(self->tab, front, routes, n, err);
 }
 
 /* --- answers the route layer makes for the front ends ------------------------------- */
@@ -538,7 +273,7 @@ static enum MHD_Result reply_refusal(struct MHD_Connection *conn, const route_t 
 static enum MHD_Result reply_method(const http_server_t *self, request_t *req)
 {
     const route_t *r;
-    char *methods = path_methods(self, req->call.path, false, " or ", &r);
+    char *methods = routetab_methods(self->tab, req->call.path, false, " or ", &r);
     sg_error_t e = {.kind = SG_E_METHOD};
     e.msg = xasprintf("use %s %s", methods, req->call.path);
     enum MHD_Result ret = reply_refusal(req->call.conn, r, &e, req->allow);
@@ -607,7 +342,7 @@ static request_t *request_of(const http_req_t *call)
 void *http_resolve(const http_req_t *req, const char *name, const char *id)
 {
     const request_t *r = request_of(req);
-    const param_t *p = param_find(r->server, name, strlen(name));
+    const param_t *p = routetab_param_find(r->server->tab, name, strlen(name));
     if (p == NULL) {
         log_error("http: http_resolve of an unregistered kind '%s'", name);
         return NULL;
@@ -618,7 +353,7 @@ void *http_resolve(const http_req_t *req, const char *name, const char *id)
 enum MHD_Result http_reply_unknown(const http_req_t *req, const char *name, const char *id)
 {
     const request_t *r = request_of(req);
-    const param_t *p = param_find(r->server, name, strlen(name));
+    const param_t *p = routetab_param_find(r->server->tab, name, strlen(name));
     if (p == NULL)
         return http_reply_errorf(req->conn, SG_E_INTERNAL, "no parameter kind '%s'", name);
     return reply_unknown(r, p, id);
@@ -804,7 +539,7 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
         return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
     match_t m;
-    const route_t *r = req->route = route_find(self, method, req->url, &m);
+    const route_t *r = req->route = routetab_find(self->tab, method, req->url, &m);
     if (r) {
         req->call.rest = m.rest;
         for (size_t i = 0, k = 0; i < r->nsegs; i++) {
@@ -816,7 +551,7 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
             req->call.nargs = ++k;
         }
     } else {
-        req->allow = path_methods(self, req->url, true, ", ", &r);
+        req->allow = routetab_methods(self->tab, req->url, true, ", ", &r);
     }
     if (audit_enabled()) {
         req->method = xstrdup(method);
@@ -1132,6 +867,7 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
     self->timer_id = -1;
     self->keys = cfg->keys;
     self->limit = authlimit_new(cfg->auth_fail_limit, 60 * 1000, cfg->auth_block_ms, 4096);
+    self->tab = routetab_new();
     self->rate = ratelimit_new();
     if (cfg->token)
         crypto_generichash(self->token_hash, sizeof self->token_hash,
@@ -1180,15 +916,7 @@ void http_server_destroy(http_server_t **self_p)
     loop_hook_remove(self->loop, run_mhd, self);
     loop_timer_end(self->loop, self->timer_id);
     MHD_stop_daemon(self->mhd); /* its last completion callbacks use the routes */
-    for (size_t i = 0; i < self->nroutes; i++)
-        route_free(self->routes[i]);
-    free(self->routes);
-    for (size_t i = 0; i < self->nparams; i++) {
-        free(self->params[i]->name);
-        free(self->params[i]->unknown);
-        free(self->params[i]);
-    }
-    free(self->params);
+    routetab_destroy(&self->tab);
     authlimit_destroy(&self->limit);
     ratelimit_destroy(&self->rate);
     free(self);
