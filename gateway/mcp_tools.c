@@ -742,15 +742,17 @@ static json_t *tool_snapshot(mcp_t *self, post_t *p, session_t *s, const json_t 
     return NULL;
 }
 
-/* The session back at one of its tenant's snapshots: its kernel rolled back,
- * or (without one) started from it.  Another tenant's is an unknown id. */
+/* The session back at one of its tenant's snapshots (an admin's: any
+ * tenant's): its kernel rolled back, or (without one) started from it.
+ * Another tenant's is an unknown id, as the route layer answers one. */
 static json_t *tool_restore(mcp_t *self, session_t *s, json_t *args)
 {
     const char *sid = json_string_value(json_object_get(args, "snapshot_id"));
     if (!sid)
         return tool_text(true, "'snapshot_id' (a string: the snapshot tool's id) is required");
     const kmgr_snapshot_t *snap = kmgr_snapshot_get(self->kmgr, sid);
-    if (!snap || strcmp(snap->owner, s->owner) != 0)
+    tenant_t t; /* the session's tenant sees its own, an admin every tenant's */
+    if (!snap || !tenant_by_name(s->owner, &t) || !tenant_sees(&t, snap->owner))
         return tool_text(true, "no snapshot '%s'", sid);
     const char *kid = s->kernels[LANG_PYTHON].id;
     kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;

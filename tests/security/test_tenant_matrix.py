@@ -50,7 +50,7 @@ from urllib.parse import quote, urlparse
 
 import yaml
 
-from sgd import Daemon, tenants
+from sgd import Daemon, TOKEN, tenants
 from tap import ok, diag, done
 
 SRC = os.path.abspath(os.environ.get("SG_SRCDIR", "."))
@@ -538,6 +538,11 @@ try:
         outs.append((st, err, text.replace(x, "{ID}")))
     ok(outs[0] == outs[1] and outs[0][1],
        "MCP restore given alice's snapshot: the same tool error as an unknown one", outs)
+    # An admin sees every tenant's: its own MCP session may start from hers.
+    st, err, text = mcp_call(TOKEN, mcp_init(TOKEN), "restore", {"snapshot_id": S})
+    ok(st == 200 and not err and "back at snapshot" in text,
+       "an admin's MCP session restores alice's snapshot (an admin sees every tenant's)",
+       (st, err, text[:300]))
 
     # --- afterwards: alice's things as they were ----------------------------------------------
     time.sleep(0.5)
