@@ -63,7 +63,10 @@ else
   ca=()
   [ -s /etc/ssl/certs/ca-certificates.crt ] &&
     ca=(-v /etc/ssl/certs/ca-certificates.crt:/run/host-ca.crt:ro)
-  buildah bud --runtime="$runtime" --network=host --layers --format docker "${ca[@]}" \
+  # runsc's build (scripts/runsc.sh) reuses this machine's Go caches.
+  go=()
+  [ -d /var/cache/sandgate/go ] && go=(-v /var/cache/sandgate/go:/var/cache/sandgate/go)
+  buildah bud --runtime="$runtime" --network=host --layers --format docker "${ca[@]}" "${go[@]}" \
     --build-arg BASE="$base" -f "$src/docker/Dockerfile" -t "$image" "$src" >&2
   # Only the newest tree's tag is kept; the layers stay as the cache.
   podman images --format '{{.Repository}}:{{.Tag}}' "$repo" | grep ":src-" |

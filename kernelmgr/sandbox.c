@@ -15,8 +15,8 @@ void sandbox_config_defaults(sandbox_config_t *cfg)
 {
     *cfg = (sandbox_config_t){
         .mode = SANDBOX_RUNSC,
-        .runsc = "/usr/bin/runsc",
-        .platform = "ptrace",
+        .runsc = "/usr/local/bin/runsc", /* scripts/runsc.sh: the pinned build */
+        .platform = "systrap",
         .rootfs = NULL,
         .memory_bytes = 1024ull << 20,
         .cpu_quota_us = 100000, /* one CPU */

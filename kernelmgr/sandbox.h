@@ -51,8 +51,8 @@ typedef struct {
 
 typedef struct {
     sandbox_mode_t mode;
-    const char *runsc;         /* runsc binary (default /usr/bin/runsc) */
-    const char *platform;      /* runsc --platform (default ptrace) */
+    const char *runsc;         /* runsc binary (default /usr/local/bin/runsc) */
+    const char *platform;      /* runsc --platform (default systrap) */
     const char *rootfs;        /* image directory to use as /; NULL: minimal host /usr */
     uint64_t memory_bytes;     /* linux.resources.memory.limit */
     uint64_t cpu_quota_us;     /* CPU time per 100 ms period */

@@ -274,10 +274,11 @@ static void detach(void)
     /* runsc cannot save a TCP socket that a thread waits on, and a failed
      * checkpoint ends the sandbox: with any TCP or UDP socket open (a server
      * started from the notebook), refuse, and say so in "HOST.refused". */
+    char refused[sizeof marker + 8];
+    snprintf(refused, sizeof refused, "%.*s.refused", (int)(strlen(marker) - 9), marker);
+    unlink(refused); /* an earlier refusal's, read by now */
     int open_sockets = inet_sockets();
     if (open_sockets > 0) {
-        char refused[sizeof marker + 8];
-        snprintf(refused, sizeof refused, "%.*s.refused", (int)(strlen(marker) - 9), marker);
         FILE *f = fopen(refused, "we");
         if (f) {
             fprintf(f, "%d\n", open_sockets);
@@ -291,11 +292,16 @@ static void detach(void)
         if (ports[i].listener.fd >= 0) {
             close(ports[i].listener.fd);
             ports[i].listener.fd = -1;
+            /* Removed from inside too: a restore walks again every file
+             * the sandbox knew at the checkpoint, and fails on one the host
+             * removed behind its back.  (runsc of 2022 refuses this
+             * unlink; the launcher removes them then.) */
+            unlink(ports[i].host.sun_path);
         }
-    /* The sandbox cannot remove host socket files (runsc's gofer does not
-     * let it touch them, and keeps them listening on the host), so the
-     * host cannot tell a detached relay by its sockets: this file says it,
-     * and the launcher then removes the socket files and the marker. */
+    /* The host cannot tell a detached relay by its sockets (runsc's gofer
+     * may keep them listening on the host): this file says it, and the
+     * launcher then removes what socket files are left; the marker stays
+     * until the launcher lets the relay attach again. */
     int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0660);
     if (fd < 0)
         warn("create", marker, errno);

@@ -174,7 +174,7 @@ static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
     env->launcher_py = host_launcher_py(env->init);
     if (access(cfg->runsc, X_OK) != 0) {
         sg_error_set(err, SG_E_UNAVAILABLE,
-                     "runsc not found at %s (install it with 'apt-get install runsc', or "
+                     "runsc not found at %s (scripts/runsc.sh builds and installs it, or "
                      "use --sandbox=none for development)",
                      cfg->runsc);
         goto fail;

@@ -19,10 +19,11 @@ packages=(
   libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
   # ... docs/openapi.yaml becomes the JSON GET /openapi.json serves
   python3 python3-yaml
-  # run: the sandbox, its workspaces' file systems, and the Python kernel.
+  # run: its workspaces' file systems, and the Python kernel (the sandbox,
+  # gVisor's runsc, is built from its Go module: scripts/runsc.sh, below).
   # The sandboxes' root is this machine's /usr: what is installed here is
   # what sandboxed code can import.
-  runsc e2fsprogs python3 python3-ipykernel python3-jupyter-client
+  e2fsprogs python3 python3-ipykernel python3-jupyter-client
   # ... `python` as well as `python3` (agents and their tools call `python`)
   python-is-python3
   # ... the data stack analytics code expects (Debian 12 has no pyarrow)
@@ -95,6 +96,9 @@ if [[ " ${missing[*]} " == *" haproxy "* ]]; then
     $sudo update-rc.d haproxy disable >/dev/null 2>&1 || true
   fi
 fi
+# gVisor's runsc, the sandbox: built from its Go module at the pinned version
+# (scripts/runsc.pin), once per pin
+$sudo "$(dirname "$0")/runsc.sh"
 # The Bash kernel: from PyPI, pinned (Debian 12 has no package of it).
 $sudo "$(dirname "$0")/bash-kernel.sh"
 # Deno's Jupyter kernel (JavaScript and TypeScript; kernelspec deno): its

@@ -214,7 +214,7 @@ if 3 in PARTS:
     with open(wrapper, "w") as f:
         # runsc that works for everything but starting a sandbox
         f.write("#!/bin/sh\nfor a; do [ \"$a\" = run ] && { echo 'runsc: boom: cannot start' >&2;"
-                " exit 1; }; done\nexec /usr/bin/runsc \"$@\"\n")
+                " exit 1; }; done\nexec /usr/local/bin/runsc \"$@\"\n")
     os.chmod(wrapper, 0o755)
     d = Daemon("--pool-size", "0", "--runsc", wrapper)
     try:

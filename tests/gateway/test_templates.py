@@ -30,7 +30,7 @@ MARKER = "made-by-test-templates"
 ROOT_CHECK = ("import os\n"
               "m = '/IMAGE-MARKER'\n"
               "print(open(m).read().strip() if os.path.exists(m) else 'no-marker', "
-              "os.path.exists('/usr/bin/runsc'))")
+              "os.path.exists('/usr/local/bin/runsc'))")
 
 
 def sh(cmd, timeout=600):

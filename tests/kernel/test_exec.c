@@ -125,7 +125,7 @@ int main(void)
 {
     const char *mode = getenv("SG_SANDBOX") ? getenv("SG_SANDBOX") : "runsc";
     bool sandboxed = strcmp(mode, "none") != 0;
-    if (sandboxed && (geteuid() != 0 || access("/usr/bin/runsc", X_OK) != 0)) {
+    if (sandboxed && (geteuid() != 0 || access("/usr/local/bin/runsc", X_OK) != 0)) {
         printf("1..0 # SKIP needs root and runsc\n");
         return 0;
     }

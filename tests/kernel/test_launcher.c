@@ -91,7 +91,7 @@ static bool exists(const char *path)
 
 int main(void)
 {
-    if (geteuid() != 0 || access("/usr/bin/runsc", X_OK) != 0) {
+    if (geteuid() != 0 || access("/usr/local/bin/runsc", X_OK) != 0) {
         printf("1..0 # SKIP needs root and runsc\n");
         return 0;
     }
