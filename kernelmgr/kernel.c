@@ -132,7 +132,8 @@ static void become_ready(kernel_t *k)
     if (k->resuming) {
         k->resuming = false;
         if (k->reattaching) {
-            log_info("kernel %s answers again after the failed pause", k->id);
+            log_info("kernel %s answers again (its sandbox ran on: a snapshot, or a failed pause)",
+                     k->id);
         } else {
             k->last_resume_ms = k->last_activity - k->pause_began;
             k->resumes++;

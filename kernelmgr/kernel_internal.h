@@ -149,6 +149,13 @@ void restart_reset(kernel_t *k, const char *why);
  * that resumes or restarts on its own (after a snapshot, a failed pause, a
  * timeout), having been let run before. */
 int resume_now(kernel_t *k, sg_error_t **err);
+/* kernel_pause with live: the checkpoint leaves the sandbox running
+ * (sandbox_save_live), for a snapshot. */
+int pause_kernel(kernel_t *k, bool live, sg_error_t **err);
+/* The sandbox runs but the relay dropped every connection: fresh sockets,
+ * ready again once the kernel answers; paused_err (a failed pause's) is
+ * reported as KERNEL_EV_PAUSED first. */
+void reattach(kernel_t *k, const sg_error_t *paused_err);
 int restart_now(kernel_t *k, sg_error_t **err);
 /* Whether k is paused or dead and opts.wake_gate refuses to let it run
  * again (then *err says why). */
@@ -158,6 +165,8 @@ bool kernel_wake_refused(kernel_t *k, sg_error_t **err);
 /* The pause a snapshot asked for ended: saved and resumed, or err (the
  * snapshot fails with it; the pause's own handling goes on). */
 void snapshot_paused(kernel_t *k);
+/* Whether the snapshot under way checkpoints the kernel and lets it run on. */
+bool snapshot_is_live(const kernel_t *k);
 void snapshot_failed(kernel_t *k, const sg_error_t *err);
 /* A snapshot asked for while the kernel resumed waits for it to answer:
  * why NULL, the kernel answers (it starts now); else it fails with why.

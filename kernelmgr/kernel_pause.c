@@ -13,6 +13,15 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
     if (k->freed || k->sb != sb || k->state != KERNEL_PAUSING)
         return;
     int64_t took = zclock_mono() - k->pause_began;
+    if (err == NULL && k->snap && snapshot_is_live(k)) {
+        /* Checkpointed, and running on with its relay detached: the
+         * snapshot is saved, then the kernel's clients reconnect. */
+        disconnect(k);
+        log_info("kernel %s checkpointed in %lld ms, running on (image %llu KiB)", k->id,
+                 (long long)took, (unsigned long long)(bytes >> 10));
+        snapshot_paused(k);
+        return;
+    }
     if (err == NULL) {
         disconnect(k);
         k->state = KERNEL_PAUSED;
@@ -37,29 +46,22 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         }
         return;
     }
+    bool live = k->snap && snapshot_is_live(k);
+    if (live && alive) {
+        /* A snapshot's checkpoint: the kernel runs on; failed, it is back. */
+        snapshot_failed(k, err);
+        sandbox_reattach(k->sb);
+        reattach(k, NULL);
+        sg_error_free(&err);
+        return;
+    }
     k->resume_wanted = false;
     if (k->snap)
         snapshot_failed(k, err);
     if (alive) {
-        /* Nothing was lost, but the relay dropped every connection: fresh
-         * sockets, and the kernel is ready again when it answers (a message
-         * sent into a connection being dropped would be lost). */
         log_warn("kernel %s: pause failed, it runs on: %s", k->id, err->msg);
-        disconnect(k);
-        k->state = KERNEL_STARTING;
-        k->resuming = k->reattaching = true;
-        k->info_replied = k->iopub_seen = false;
-        k->hb_sent = 0;
-        emit(k, KERNEL_EV_PAUSED, err);
+        reattach(k, err);
         sg_error_free(&err);
-        if (k->freed)
-            return;
-        k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
-        sg_error_t *cerr = NULL;
-        if (connect_kernel(k, sandbox_pid(k->sb), &cerr) < 0) {
-            die(k, cerr);
-            sg_error_free(&cerr);
-        }
         return;
     }
     sg_error_t *lost = NULL;
@@ -79,14 +81,42 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
     sg_error_free(&lost);
 }
 
+void reattach(kernel_t *k, const sg_error_t *paused_err)
+{
+    /* Nothing was lost, but the relay dropped every connection: fresh
+     * sockets, and the kernel is ready again when it answers (a message
+     * sent into a connection being dropped would be lost). */
+    disconnect(k);
+    k->state = KERNEL_STARTING;
+    k->resuming = k->reattaching = true;
+    k->info_replied = k->iopub_seen = false;
+    k->hb_sent = 0;
+    if (paused_err) {
+        emit(k, KERNEL_EV_PAUSED, paused_err);
+        if (k->freed)
+            return;
+    }
+    k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    sg_error_t *cerr = NULL;
+    if (connect_kernel(k, sandbox_pid(k->sb), &cerr) < 0) {
+        die(k, cerr);
+        sg_error_free(&cerr);
+    }
+}
+
 int kernel_pause(kernel_t *k, sg_error_t **err)
+{
+    return pause_kernel(k, false, err);
+}
+
+int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
 {
     if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING)
         return 0;
     if (!sandbox_env_can_pause(k->env))
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions cannot be paused without a sandbox (--sandbox none)");
-    if (k->opts.internet)
+    if (k->opts.internet && !sandbox_env_can_save_live(k->env))
         /* runsc (2022-12-19) cannot save its network stack with a TCP
          * connection in it, closed ones in TIME_WAIT included, and a failed
          * checkpoint ends the sandbox: not worth a session's variables. */
@@ -108,7 +138,7 @@ int kernel_pause(kernel_t *k, sg_error_t **err)
     if (k->watched > 0)
         proc_unwatch(k->watched);
     k->watched = 0;
-    if (sandbox_pause(k->sb, on_paused, k, err) < 0) {
+    if ((live ? sandbox_save_live : sandbox_pause)(k->sb, on_paused, k, err) < 0) {
         k->state = KERNEL_IDLE;
         sg_error_t *werr = NULL;
         if (proc_watch(sandbox_pid(k->sb), on_exit_, k, &werr) == 0)
@@ -126,6 +156,19 @@ static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
     kernel_t *k = arg;
     if (k->freed || k->sb != sb)
         return;
+    if (pid < 0 && err && err->kind == SG_E_CONFLICT) {
+        /* Another runsc's image (sandbox_internal.h's image_check): kept,
+         * and the session stays paused until it is restarted or deleted —
+         * never a fresh kernel in its place unasked. */
+        sg_error_prefix(&err, "the session cannot be resumed");
+        log_error("kernel %s: %s", k->id, err->msg);
+        k->resuming = false;
+        end_timer(k, &k->start_timer);
+        k->state = KERNEL_PAUSED;
+        fail_all(k, err);
+        sg_error_free(&err);
+        return;
+    }
     if (pid < 0) {
         /* The checkpoint is unusable: a fresh kernel on the same workspace. */
         sg_error_prefix(&err, "the session could not be resumed; it has a fresh kernel and its "
@@ -207,6 +250,8 @@ const char *kernel_status(const kernel_t *k)
 {
     if (k->state == KERNEL_STARTING && k->resuming)
         return k->reattaching ? "running" : "resuming";
+    if (k->state == KERNEL_PAUSING && k->snap && snapshot_is_live(k))
+        return "running"; /* a snapshot's checkpoint: it runs on */
     if (k->held)
         return "starting";
     return kernel_state_name(k->state);

@@ -16,6 +16,7 @@ struct snap {
     kernel_snapshot_fn *cb;
     void *arg;
     bool resume;   /* the kernel was paused for it */
+    bool live;     /* ... or checkpointed and left running (sandbox_save_live) */
     bool deferred; /* asked for while the kernel resumed: starts once it answers */
     int64_t began;
 };
@@ -51,9 +52,36 @@ static void on_saved(uint64_t bytes, const sg_error_t *err, void *arg)
     snap_free(s);
 }
 
+/* A live snapshot saved (or not): the kernel's relay listens again and
+ * its clients reconnect (queued executions go once it answers). */
+static void on_saved_live(uint64_t bytes, const sg_error_t *err, void *arg)
+{
+    struct snap *s = arg;
+    kernel_t *k = s->k;
+    if (k == NULL) {
+        snap_free(s);
+        return;
+    }
+    k->snap = NULL;
+    if (err == NULL)
+        log_info("kernel %s: snapshot %s taken in %lld ms, the kernel running on", k->id, s->id,
+                 (long long)(zclock_mono() - s->began));
+    if (k->state == KERNEL_PAUSING && k->sb) {
+        sandbox_reattach(k->sb);
+        reattach(k, NULL);
+    }
+    s->cb(k, bytes, err, s->arg);
+    snap_free(s);
+}
+
+bool snapshot_is_live(const kernel_t *k)
+{
+    return k->snap && k->snap->live;
+}
+
 void snapshot_paused(kernel_t *k)
 {
-    sandbox_snapshot_save(k->sb, k->snap->id, on_saved, k->snap);
+    sandbox_snapshot_save(k->sb, k->snap->id, k->snap->live ? on_saved_live : on_saved, k->snap);
 }
 
 void snapshot_failed(kernel_t *k, const sg_error_t *err)
@@ -79,7 +107,7 @@ void snapshot_ready(kernel_t *k, const sg_error_t *why)
                      "(retry once its execution has ended)",
                      k->id);
         snapshot_failed(k, err);
-    } else if (kernel_pause(k, &err) < 0) {
+    } else if (pause_kernel(k, k->snap->live, &err) < 0) {
         snapshot_failed(k, err);
     }
     sg_error_free(&err);
@@ -106,13 +134,16 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
     if (!sandbox_env_can_pause(k->env))
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions cannot be snapshotted without a sandbox (--sandbox none)");
-    if (k->opts.internet)
+    if (k->opts.internet && !sandbox_env_can_save_live(k->env))
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions with a network (\"internet\": true) cannot be snapshotted: "
                             "runsc cannot save their TCP connections");
     bool paused = k->state == KERNEL_PAUSED;
+    /* A running kernel's snapshot leaves it running where runsc can. */
+    bool live = !paused && sandbox_env_can_save_live(k->env);
     /* Resuming (after a snapshot, say): the snapshot waits for it. */
-    bool resuming = k->state == KERNEL_STARTING && k->resuming && !k->reattaching && k->sb;
+    /* ... or answering again after a snapshot that left it running. */
+    bool resuming = k->state == KERNEL_STARTING && k->resuming && k->sb;
     if (!paused && !resuming &&
         (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || !k->sb))
         return sg_error_set(err, SG_E_CONFLICT,
@@ -124,7 +155,8 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
                        .id = xstrdup(sid),
                        .cb = cb,
                        .arg = arg,
-                       .resume = !paused,
+                       .resume = !paused && !live,
+                       .live = live,
                        .deferred = resuming,
                        .began = zclock_mono()};
     k->snap = s;
@@ -134,7 +166,7 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
         snapshot_paused(k);
         return 0;
     }
-    if (kernel_pause(k, err) < 0) {
+    if (pause_kernel(k, live, err) < 0) {
         k->snap = NULL;
         snap_free(s);
         return -1;

@@ -427,6 +427,8 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
         sg_error_set(err, SG_E_NOTFOUND, "no snapshot '%s'", o->snapshot);
         return NULL;
     }
+    if (snap && snapshot_usable(m, snap, err) < 0)
+        return NULL;
     const char *template = snap ? snap->template : o->template;
     const sandbox_template_t *t = kmgr_template(m, template);
     if (template && !t) {

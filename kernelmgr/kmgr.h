@@ -158,6 +158,7 @@ typedef struct {
     char *template_of;  /* a template's own (kmgr_templates.c): not the API's to list, use or
                            delete; NULL for the sessions' snapshots */
     char *key;          /* template_of's: what it was taken of (template_key) */
+    char *runsc;        /* the runsc version that made its image; NULL: not recorded (older) */
 } kmgr_snapshot_t;
 /* cb: the new snapshot (borrowed), or why not; once, from the loop (or
  * before kmgr_snapshot returns without a launcher). */

@@ -68,6 +68,11 @@ void snapshots_load(kmgr_t *m);
 void snapshots_free(kmgr_t *m);
 /* A start or roll-back restores sid: its files are kept until release. */
 kmgr_snapshot_t *snapshot_use(kmgr_t *m, const char *sid);
+/* The runsc version a snapshot taken now records (a new string; NULL: none). */
+char *snapshot_runsc(const kmgr_t *m);
+/* 0 when this sandgate's runsc can restore s; else a conflict naming both
+ * versions (runsc restores only images of its own version). */
+int snapshot_usable(const kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err);
 void snapshot_release(kmgr_t *m, const char *sid);
 /* Snapshots past snapshot_ttl_ms are deleted (on the manager's tick). */
 void snapshots_expire(kmgr_t *m);

@@ -9,6 +9,12 @@
     "sandgate is stopping: this session is being paused to disk and resumes when its "             \
     "replica is back; try again shortly"
 
+/* A session with a network, where runsc cannot save one (kernel_pause). */
+static bool unsaveable(const kmgr_t *m, const entry_t *e)
+{
+    return kernel_internet(e->k) && !sandbox_env_can_save_live(m->env);
+}
+
 /* Pauses e for the stop if it can now (idle, nothing queued); otherwise it
  * keeps waiting (stop_pause) for the next tick.  One that has ended, or
  * cannot pause, no longer holds the stop up. */
@@ -51,7 +57,7 @@ size_t kmgr_pause_all(kmgr_t *m, void (*drained)(void *arg), void *arg)
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
         kernel_state_t st = kernel_state(e->k);
-        if (e->pool || e->draining || kernel_internet(e->k) || st == KERNEL_DEAD ||
+        if (e->pool || e->draining || unsaveable(m, e) || st == KERNEL_DEAD ||
             st == KERNEL_PAUSED || st == KERNEL_PAUSING)
             continue;
         kernel_close(e->k, STOPPING_MSG);
@@ -76,7 +82,7 @@ static void pause_idle(kmgr_t *m, int64_t now)
         return;
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (e->pool || kernel_internet(e->k) || kernel_state(e->k) != KERNEL_IDLE ||
+        if (e->pool || unsaveable(m, e) || kernel_state(e->k) != KERNEL_IDLE ||
             kernel_pending(e->k) > 0 || kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
             now - kernel_last_activity(e->k) < m->cfg.pause_after_ms)
             continue;

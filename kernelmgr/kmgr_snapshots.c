@@ -34,6 +34,7 @@ void snapshot_free(kmgr_snapshot_t *s)
     free(s->template);
     free(s->template_of);
     free(s->key);
+    free(s->runsc);
     json_decref(s->lineage);
     free(s);
 }
@@ -62,6 +63,8 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
                   s->context_id, "name", s->name, "tenant", s->owner, "kernelspec", s->kernelspec,
                   "template", s->template, "created_ms", (json_int_t)s->created_ms, "bytes",
                   (json_int_t)s->bytes, "lineage", s->lineage);
+    if (s->runsc)
+        json_object_set_new(rec, "runsc", json_string(s->runsc));
     if (s->template_of)
         json_object_set_new(rec, "template_of",
                             json_pack("{s:s, s:s}", "name", s->template_of, "key", s->key));
@@ -120,6 +123,8 @@ static kmgr_snapshot_t *load_one(const char *path)
     const char *of_key = json_string_value(json_object_get(of, "key"));
     s->template_of = of_name && of_key ? xstrdup(of_name) : NULL;
     s->key = of_name && of_key ? xstrdup(of_key) : NULL;
+    const char *runsc = json_string_value(json_object_get(rec, "runsc"));
+    s->runsc = runsc ? xstrdup(runsc) : NULL;
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
@@ -159,6 +164,24 @@ void snapshots_free(kmgr_t *m)
     free(m->snaps);
     m->snaps = NULL;
     m->nsnaps = m->capsnaps = 0;
+}
+
+char *snapshot_runsc(const kmgr_t *m)
+{
+    const char *v = sandbox_env_runsc_version(m->env);
+    return v ? xstrdup(v) : NULL;
+}
+
+int snapshot_usable(const kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
+{
+    const char *ours = sandbox_env_runsc_version(m->env);
+    if (!ours || (s->runsc && strcmp(s->runsc, ours) == 0))
+        return 0; /* mode none never restores an image */
+    return sg_error_set(err, SG_E_CONFLICT,
+                        "snapshot %s was made by runsc %s and this sandgate runs runsc %s, which "
+                        "cannot restore it (delete it; take a new one from a running context)",
+                        s->id, s->runsc ? s->runsc : "of an older sandgate (no version recorded)",
+                        ours);
 }
 
 kmgr_snapshot_t *snapshot_use(kmgr_t *m, const char *sid)
@@ -285,6 +308,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     s->kernelspec = xstrdup(kernel_spec(k)->name);
     s->template = kernel_opts(k)->template ? xstrdup(kernel_opts(k)->template) : NULL;
     s->created_ms = now_ms();
+    s->runsc = snapshot_runsc(m);
     s->lineage = e->lineage ? json_copy(e->lineage) : json_array();
     taking_t *t = xzalloc(sizeof *t);
     *t = (taking_t){m, s, cb, arg};
@@ -315,6 +339,8 @@ int kmgr_restore(kmgr_t *m, kernel_t *k, const char *sid, sg_error_t **err)
     if (e->snap_user)
         return sg_error_set(err, SG_E_CONFLICT, "context %s is still starting from a snapshot",
                             kernel_id(k));
+    if (snapshot_usable(m, s, err) < 0)
+        return -1;
     if (kernel_restore_snapshot(k, sid, err) < 0)
         return -1;
     snapshot_use(m, sid);

@@ -66,8 +66,10 @@ void templates_check(kmgr_t *m)
         char key[17] = "";
         if (t)
             template_key(t, key);
-        if (t && t->preload && strcmp(key, s->key) == 0)
+        sg_error_t *old = NULL;
+        if (t && t->preload && strcmp(key, s->key) == 0 && snapshot_usable(m, s, &old) == 0)
             continue;
+        sg_error_free(&old);
         log_info("kmgr: template %s changed or is gone: its snapshot %s is dropped", s->template_of,
                  s->id);
         snapshot_drop(m, s);
@@ -120,6 +122,7 @@ void template_snapshot_maybe(kmgr_t *m, entry_t *e)
     s->kernelspec = xstrdup(kernel_spec(e->k)->name);
     s->template = xstrdup(t->name);
     s->template_of = xstrdup(t->name);
+    s->runsc = snapshot_runsc(m);
     char key[17];
     template_key(t, key);
     s->key = xstrdup(key);

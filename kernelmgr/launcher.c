@@ -401,10 +401,17 @@ static void op_pause(launcher_t *L, const launcher_req_t *r)
 {
     cleanup_error sg_error_t *err = NULL;
     later_t *st = later(L, r->seq);
-    if (sandbox_pause(r->sb, on_paused, st, &err) < 0) {
+    bool live = json_is_true(json_object_get(r->body, "leave_running"));
+    if ((live ? sandbox_save_live : sandbox_pause)(r->sb, on_paused, st, &err) < 0) {
         free(st);
         reply_err(L, r->seq, err);
     }
+}
+
+static void op_reattach(launcher_t *L, const launcher_req_t *r)
+{
+    sandbox_reattach(r->sb);
+    reply_ok(L, r->seq, NULL);
 }
 
 static void op_resume(launcher_t *L, const launcher_req_t *r)
@@ -603,6 +610,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_ADOPT] = {"adopt", ID | LOP_STARTUP, op_adopt},
     [LOP_START] = {"start", SB | LOP_ASYNC, op_start},
     [LOP_PAUSE] = {"pause", SB | LOP_ASYNC, op_pause},
+    [LOP_REATTACH] = {"reattach", SB | LOP_ASYNC | LOP_TIMED, op_reattach},
     [LOP_RESUME] = {"resume", SB | LOP_ASYNC, op_resume},
     [LOP_SIGNAL] = {"signal", SB | LOP_ASYNC, op_signal},
     [LOP_REMOVE] = {"remove", ID | LOP_STARTUP | LOP_ASYNC, op_remove},

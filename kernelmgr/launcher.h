@@ -53,7 +53,9 @@ typedef enum {
     LOP_ADOPT,             /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
                               (pid 0: a paused one, whose checkpoint exists) */
     LOP_START,             /* {id}: runsc run -> {pid} when it runs */
-    LOP_PAUSE,             /* {id}: runsc checkpoint -> {bytes}, or an error with "alive" */
+    LOP_PAUSE,             /* {id, leave_running}: runsc checkpoint -> {bytes}, or an error
+                              with "alive" (leave_running: sandbox_save_live) */
+    LOP_REATTACH,          /* {id}: after a leave_running pause (sandbox_reattach) */
     LOP_RESUME,            /* {id}: runsc restore -> {pid} when it runs */
     LOP_SIGNAL,            /* {id, sig}: INT, TERM or KILL */
     LOP_REMOVE,            /* {id, wait}: kill and delete (a known or listed id) */

@@ -4,12 +4,15 @@
  * kernels. */
 #include "kernelmgr/sandbox_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernelmgr/egress.h"
 #include "kernelmgr/sandbox_cgroup.h"
 
 #include "common/xalloc.h"
+#include "kernelmgr/proc.h"
 
 void sandbox_config_defaults(sandbox_config_t *cfg)
 {
@@ -48,6 +51,21 @@ static const sandbox_ops_t *mode_ops(sandbox_mode_t mode)
     return &sandbox_none_ops;
 }
 
+/* "runsc version X" of `runsc --version`: X (a new string), or NULL. */
+static char *runsc_version_of(const char *runsc)
+{
+    const char *argv[] = {runsc, "--version", NULL};
+    cleanup_free char *out = NULL;
+    sg_error_t *err = NULL;
+    int status = proc_run_sync(argv, &out, &err);
+    sg_error_free(&err);
+    const char *v = status == 0 && out ? strstr(out, "runsc version ") : NULL;
+    if (v == NULL)
+        return NULL;
+    v += strlen("runsc version ");
+    return xstrndup(v, strcspn(v, " \n"));
+}
+
 sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir, sg_error_t **err)
 {
     sandbox_env_t *self = xzalloc(sizeof *self);
@@ -64,6 +82,8 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
             sandbox_env_destroy(&self);
             return NULL;
         }
+    if (cfg->mode == SANDBOX_RUNSC && access(cfg->runsc, X_OK) == 0)
+        self->runsc_version = runsc_version_of(cfg->runsc);
     if (self->ops->env_init(self, err) < 0)
         sandbox_env_destroy(&self);
     return self;
@@ -81,6 +101,7 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->init);
     free(self->preload);
     free(self->launcher_py);
+    free(self->runsc_version);
     template_roots_free(self);
     if (self->egress) {
         egress_teardown();
@@ -93,6 +114,11 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
 const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env)
 {
     return &env->cfg;
+}
+
+const char *sandbox_env_runsc_version(const sandbox_env_t *env)
+{
+    return env->runsc_version;
 }
 
 const char *sandbox_env_state_dir(const sandbox_env_t *env)
@@ -285,7 +311,50 @@ int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t 
                             "sessions cannot be paused without a sandbox (--sandbox none)");
     self->paused_cb = cb;
     self->paused_arg = arg;
+    self->leave_running = false;
     return self->env->ops->pause(self, err);
+}
+
+/* The date (YYYYMMDD) in a runsc version: Debian's 0.0~20221219.0, a
+ * release's release-20240401.0, a Go module build's
+ * v0.0.0-20260905035102-160fafc42237; 0 when it has none. */
+static long runsc_date(const char *v)
+{
+    for (; v && *v; v++) {
+        int n = 0;
+        while (v[n] >= '0' && v[n] <= '9')
+            n++;
+        if (n >= 8 && v[0] == '2' && v[1] == '0') {
+            char date[9];
+            memcpy(date, v, 8);
+            date[8] = '\0';
+            return strtol(date, NULL, 10);
+        }
+        v += n ? n - 1 : 0;
+    }
+    return 0;
+}
+
+bool sandbox_env_can_save_live(const sandbox_env_t *env)
+{
+    return env->ops->pause != NULL && runsc_date(env->runsc_version) >= 20240401;
+}
+
+int sandbox_save_live(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err)
+{
+    if (!sandbox_env_can_save_live(self->env))
+        return sg_error_set(err, SG_E_CONFLICT, "this runsc (%s) cannot checkpoint and run on",
+                            self->env->runsc_version ? self->env->runsc_version : "?");
+    self->paused_cb = cb;
+    self->paused_arg = arg;
+    self->leave_running = true;
+    return self->env->ops->pause(self, err);
+}
+
+void sandbox_reattach(sandbox_t *self)
+{
+    if (self->env->ops->reattach)
+        self->env->ops->reattach(self);
 }
 
 int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err)

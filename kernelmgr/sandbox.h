@@ -87,6 +87,9 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
 void sandbox_env_destroy(sandbox_env_t **self_p);
 const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env);
 const char *sandbox_env_state_dir(const sandbox_env_t *env);
+/* The version runsc reports (`runsc --version`); NULL in mode none or when
+ * runsc did not answer.  Checkpoints and snapshots record it. */
+const char *sandbox_env_runsc_version(const sandbox_env_t *env);
 
 /* Creates (or, if it exists, mounts) a workspace at path: a directory owned
  * by the sandbox user, on its own size-limited filesystem when
@@ -169,6 +172,20 @@ typedef void(sandbox_paused_fn)(sandbox_t *sb, uint64_t bytes, sg_error_t *err, 
                                 void *arg);
 int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
 int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+/* A checkpoint that leaves the sandbox running (runsc checkpoint
+ * --leave-running), for a snapshot of a running session: as sandbox_pause,
+ * but cb's alive is true and, on success, the sandbox runs on with its
+ * relay detached (nothing reaches the kernel) and its image in
+ * kernels/<id>/checkpoint/ until sandbox_reattach, after
+ * sandbox_snapshot_save took it.  Only where sandbox_env_can_save_live. */
+int sandbox_save_live(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
+/* After sandbox_save_live, whatever came of it: the relay listens again
+ * (the kernel's clients reconnect) and the image is dropped. */
+void sandbox_reattach(sandbox_t *self);
+/* Whether env's runsc checkpoints a sandbox and lets it run on, and saves
+ * and restores a sandbox's network stack (listening sockets come back): a
+ * runsc of 2024-04 or later.  Debian 12's (2022-12-19) does neither. */
+bool sandbox_env_can_save_live(const sandbox_env_t *env);
 /* Snapshots (runsc only): STATE/snapshot-images/<sid>/ holds a paused
  * sandbox's checkpoint.img (hard-linked: taking it copies nothing), its
  * connection.json (the kernel's ports and key live in its memory) and a

@@ -138,6 +138,9 @@ static socklen_t make_addr(struct sockaddr_un *a, const char *name, const char *
 /* "HOST.detached": exists while the relay is detached (see detach()). */
 static char marker[108];
 static bool detached; /* until attach(): the marker's removal is looked for */
+/* SANDGATE_SAVES_INET: runsc saves the sandbox's TCP and UDP sockets (a
+ * runsc of 2024 or later): a detach need not refuse for them. */
+static bool saves_inet;
 
 /* HOST=INNER:PORT[,PORT...]; 0 or -1 with a message. */
 static int parse_relay(const char *spec)
@@ -271,13 +274,14 @@ static int inet_sockets(void)
 
 static void detach(void)
 {
-    /* runsc cannot save a TCP socket that a thread waits on, and a failed
-     * checkpoint ends the sandbox: with any TCP or UDP socket open (a server
-     * started from the notebook), refuse, and say so in "HOST.refused". */
+    /* runsc of 2022 cannot save a TCP socket that a thread waits on, and a
+     * failed checkpoint ends the sandbox: with any TCP or UDP socket open (a
+     * server started from the notebook), refuse, and say so in
+     * "HOST.refused".  A newer runsc saves them (SANDGATE_SAVES_INET). */
     char refused[sizeof marker + 8];
     snprintf(refused, sizeof refused, "%.*s.refused", (int)(strlen(marker) - 9), marker);
     unlink(refused); /* an earlier refusal's, read by now */
-    int open_sockets = inet_sockets();
+    int open_sockets = saves_inet ? 0 : inet_sockets();
     if (open_sockets > 0) {
         FILE *f = fopen(refused, "we");
         if (f) {
@@ -529,6 +533,8 @@ int main(int argc, char **argv)
     if (relay_spec && *relay_spec && parse_relay(relay_spec) < 0)
         return 127;
     unsetenv("SANDGATE_RELAY");
+    saves_inet = getenv("SANDGATE_SAVES_INET") != NULL;
+    unsetenv("SANDGATE_SAVES_INET");
     /* The kernel's files and sockets, and the relay's, are the sandbox
      * group's too: sandgate's unprivileged half is in that group
      * (kernelmgr/launcher.h). */

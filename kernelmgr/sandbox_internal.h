@@ -35,6 +35,7 @@ struct sandbox_env {
     char **template_roots;   /* local: each template's root directory (cfg.templates' order),
                                 NULL where it has none (sandbox_template.c) */
     egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
+    char *runsc_version;     /* what `runsc --version` says (mode runsc); NULL: unknown */
 };
 
 struct sandbox {
@@ -60,9 +61,11 @@ struct sandbox {
     char *kernelspec; /* what "new" prepares */
     uint64_t
         start_seq; /* the launcher's answer to "new", "start", "pause" or "resume" is awaited */
+    bool leave_running; /* the pause asked for is sandbox_save_live's */
     /* Local, pause and resume under way: */
     struct pausing *pausing;
-    unsigned execs; /* commands of sandbox_exec still running (sandbox_exec.c) */
+    bool live_saved; /* sandbox_save_live's image is in checkpoint/ (until reattach) */
+    unsigned execs;  /* commands of sandbox_exec still running (sandbox_exec.c) */
 };
 
 /* The operations that differ between doing the work here and asking the
@@ -98,9 +101,12 @@ struct sandbox_ops {
     /* sandbox_start: calls sb->started_cb exactly once if it returns 0
      * (perhaps before returning), never if it returns -1. */
     int (*start)(sandbox_t *sb, sg_error_t **err);
-    /* sandbox_pause: calls sb->paused_cb exactly once if it returns 0.
-     * pause and resume are NULL where sandboxes cannot be saved. */
+    /* sandbox_pause and sandbox_save_live (sb->leave_running): calls
+     * sb->paused_cb exactly once if it returns 0.  pause, resume and
+     * reattach are NULL where sandboxes cannot be saved. */
     int (*pause)(sandbox_t *sb, sg_error_t **err);
+    /* sandbox_reattach: no answer. */
+    void (*reattach)(sandbox_t *sb);
     /* sandbox_resume: calls sb->started_cb exactly once if it returns 0. */
     int (*resume)(sandbox_t *sb, sg_error_t **err);
     /* sandbox_set_tenant: sb->tenant and sb->cgroup are the new ones when it
@@ -177,6 +183,16 @@ int host_make_dir(const char *path, mode_t mode, sg_error_t **err);
 int host_write_file(const char *path, const char *text, sg_error_t **err);
 /* rm -rf, never crossing into another filesystem or through a symlink. */
 void host_remove_tree(const char *path);
+/* What the tree at dir takes on disk (allocated blocks). */
+uint64_t host_disk_bytes(const char *dir);
+/* Hard links in to of every regular file in from (to is made). */
+int host_link_files(const char *from, const char *to, sg_error_t **err);
+/* A runsc image directory (checkpoint/, a snapshot's image/): the runsc
+ * version that wrote it is recorded beside runsc's files; reading it back,
+ * another version is a conflict naming both (runsc restores only its own). */
+#define IMAGE_VERSION_FILE "runsc.version"
+int image_stamp(const sandbox_env_t *env, const char *dir, sg_error_t **err);
+int image_check(const sandbox_env_t *env, const char *dir, sg_error_t **err);
 /* The init program's path, absolute; sandgate-kernel.py beside it, or
  * NULL (warned).  New strings. */
 char *host_init_path(const sandbox_config_t *cfg);
@@ -256,6 +272,7 @@ void runsc_ignore_done(int status, const char *output, void *arg);
 /* The runsc table's pause and resume, and the end of either under way
  * (timers and runsc commands stopped, no callback). */
 int runsc_pause(sandbox_t *sb, sg_error_t **err);
+void runsc_reattach(sandbox_t *sb);
 int runsc_resume(sandbox_t *sb, sg_error_t **err);
 void runsc_pausing_end(sandbox_t *sb);
 

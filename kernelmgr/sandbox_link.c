@@ -514,18 +514,32 @@ static void pause_answered(json_t *reply, void *arg)
         sb->paused_cb(sb, 0, err, alive, sb->paused_arg);
         return;
     }
-    sb->pid = 0;
-    sb->paused_cb(sb, (uint64_t)json_integer_value(json_object_get(reply, "bytes")), NULL, false,
-                  sb->paused_arg);
+    if (!sb->leave_running) /* else it runs on */
+        sb->pid = 0;
+    sb->paused_cb(sb, (uint64_t)json_integer_value(json_object_get(reply, "bytes")), NULL,
+                  sb->leave_running, sb->paused_arg);
 }
 
 /* Checkpoints take as long as the sandbox's memory takes to write: the
  * kernel bounds them, not the link's timeout (like start). */
 static int link_pause(sandbox_t *sb, sg_error_t **err)
 {
-    sb->start_seq =
-        link_async(LOP_PAUSE, json_pack("{s:s}", "id", sb->id), -1, pause_answered, sb, 0);
+    sb->start_seq = link_async(
+        LOP_PAUSE, json_pack("{s:s, s:b}", "id", sb->id, "leave_running", sb->leave_running), -1,
+        pause_answered, sb, 0);
     return 0;
+}
+
+static void reattach_answered(json_t *reply, void *arg)
+{
+    cleanup_error sg_error_t *err = reply_error(reply);
+    if (err)
+        log_warn("sandbox: reattaching: %s", err->msg);
+}
+
+static void link_reattach(sandbox_t *sb)
+{
+    link_async(LOP_REATTACH, json_pack("{s:s}", "id", sb->id), -1, reattach_answered, NULL, 0);
 }
 
 static int link_resume(sandbox_t *sb, sg_error_t **err)
@@ -781,6 +795,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .release = link_release,
     .start = link_start,
     .pause = link_pause,
+    .reattach = link_reattach,
     .resume = link_resume,
     .set_tenant = link_set_tenant,
     .signal = link_signal,

@@ -196,9 +196,8 @@ static void delete_after_checkpoint(int status, const char *output, void *arg)
         log_warn("sandbox %s: runsc delete after checkpoint: %s", sb->id, output);
     cgroup_remove(sandbox_cgroup(sb));
     runsc_pausing_end(sb);
-    cleanup_free char *img = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
-    struct stat st;
-    uint64_t bytes = stat(img, &st) == 0 ? (uint64_t)st.st_size : 0;
+    cleanup_free char *img = image_dir(sb);
+    uint64_t bytes = host_disk_bytes(img);
     sb->pid = 0;
     sb->paused_cb(sb, bytes, NULL, false, sb->paused_arg);
 }
@@ -216,6 +215,17 @@ static void checkpoint_done(int status, const char *output, void *arg)
                      "runsc checkpoint: %.*s", (int)(nl ? nl - output : (int)strlen(output)),
                      output);
         pause_failed(sb, err);
+        return;
+    }
+    cleanup_free char *img = image_dir(sb);
+    if (image_stamp(sb->env, img, &err) < 0) {
+        pause_failed(sb, err);
+        return;
+    }
+    if (sb->leave_running) { /* it runs on, its relay detached until runsc_reattach */
+        runsc_pausing_end(sb);
+        sb->live_saved = true;
+        sb->paused_cb(sb, host_disk_bytes(img), NULL, true, sb->paused_arg);
         return;
     }
     const char *cmd[] = {"delete", "-force", sb->id, NULL};
@@ -259,7 +269,18 @@ static void checkpoint(sandbox_t *sb)
         return;
     }
     sb->pausing->step = P_CHECKPOINT;
-    const char *cmd[] = {"checkpoint", "--image-path", img, sb->id, NULL};
+    /* Pages that are committed but zero are not written (modern runsc). */
+    const char *cmd[8];
+    size_t n = 0;
+    cmd[n++] = "checkpoint";
+    cmd[n++] = "--image-path";
+    cmd[n++] = img;
+    if (sandbox_env_can_save_live(sb->env))
+        cmd[n++] = "--exclude-committed-zero-pages";
+    if (sb->leave_running)
+        cmd[n++] = "--leave-running";
+    cmd[n++] = sb->id;
+    cmd[n] = NULL;
     if (run_step(sb, cmd, checkpoint_done, &err) < 0)
         pause_failed(sb, err);
 }
@@ -307,6 +328,18 @@ int runsc_pause(sandbox_t *sb, sg_error_t **err)
     runsc_signal(sb, SIGUSR1);
     sb->pausing->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_detach_poll, sb);
     return 0;
+}
+
+void runsc_reattach(sandbox_t *sb)
+{
+    if (sb->pausing)
+        return; /* a pause under way ends with its own callback */
+    if (sb->live_saved) {
+        cleanup_free char *img = image_dir(sb);
+        host_remove_tree(img); /* the snapshot has its own links to it */
+        sb->live_saved = false;
+    }
+    relay_release(sb);
 }
 
 static void resume_failed(sandbox_t *sb, sg_error_t *err)
@@ -425,12 +458,14 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT, "sandbox %s is not paused", sb->id);
     if (access(img, R_OK) < 0)
         return sg_error_errno(err, errno, "sandbox %s has no checkpoint (%s)", sb->id, img);
+    cleanup_free char *dir = image_dir(sb);
+    if (image_check(sb->env, dir, err) < 0)
+        return -1;
     if (sb->workspace == NULL)
         sb->workspace = workspace_of(sb);
     if (host_workspace_open(sb->env, sb->workspace, err) < 0)
         return -1;
     relay_unlink(sb); /* left by a machine that went down (or a failed attach) */
-    cleanup_free char *dir = image_dir(sb);
     long long quota = 0, period = 0;
     cleanup_free char *bundle = restore_bundle(sb, &quota, &period, err);
     if (bundle == NULL)

@@ -240,6 +240,8 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     json_array_append_new(env,
                           json_sprintf("SANDGATE_RELAY=/conn/kernel=" RELAY_INNER ":%d,%d,%d,%d,%d",
                                        p[0], p[1], p[2], p[3], p[4]));
+    if (sandbox_env_can_save_live(sb->env)) /* its runsc saves TCP and UDP sockets */
+        json_array_append_new(env, json_string("SANDGATE_SAVES_INET=1"));
     if (spec->tcp_only) /* sandgate-preload.so binds its TCP ports there (runsc_prepare) */
         json_array_append_new(env, json_string("SANDGATE_TCP_AS_IPC=" RELAY_INNER));
     const char *k;
@@ -680,6 +682,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .release = runsc_release,
     .start = runsc_start,
     .pause = runsc_pause,
+    .reattach = runsc_reattach,
     .resume = runsc_resume,
     .set_tenant = runsc_set_tenant,
     .signal = runsc_signal_op,

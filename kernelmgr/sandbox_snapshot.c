@@ -93,34 +93,83 @@ static int add_bytes(const char *path, const struct stat *st, int flag, struct F
     return 0;
 }
 
-/* What dir takes on disk (allocated blocks: sparse files count their data). */
-static uint64_t disk_bytes(const char *dir)
+/* Sparse files count their data only. */
+uint64_t host_disk_bytes(const char *dir)
 {
     tree_bytes = 0;
     nftw(dir, add_bytes, 16, FTW_PHYS | FTW_MOUNT);
     return tree_bytes;
 }
 
+int host_link_files(const char *from, const char *to, sg_error_t **err)
+{
+    DIR *d = opendir(from);
+    if (d == NULL)
+        return sg_error_errno(err, errno, "cannot open %s", from);
+    int r = host_make_dir(to, 0700, err);
+    struct dirent *de;
+    while (r == 0 && (de = readdir(d))) {
+        if (de->d_type != DT_REG)
+            continue;
+        cleanup_free char *a = xasprintf("%s/%s", from, de->d_name);
+        cleanup_free char *b = xasprintf("%s/%s", to, de->d_name);
+        unlink(b);
+        if (link(a, b) < 0)
+            r = sg_error_errno(err, errno, "cannot link %s to %s", a, b);
+    }
+    closedir(d);
+    return r;
+}
+
+int image_stamp(const sandbox_env_t *env, const char *dir, sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/" IMAGE_VERSION_FILE, dir);
+    cleanup_free char *text = xasprintf("%s\n", env->runsc_version ? env->runsc_version : "");
+    return host_write_file(path, text, err);
+}
+
+int image_check(const sandbox_env_t *env, const char *dir, sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/" IMAGE_VERSION_FILE, dir);
+    char made[128] = "";
+    FILE *f = fopen(path, "re");
+    if (f) {
+        if (fgets(made, sizeof made, f) == NULL)
+            made[0] = '\0';
+        made[strcspn(made, "\n")] = '\0';
+        fclose(f);
+    }
+    const char *ours = env->runsc_version ? env->runsc_version : "";
+    if (strcmp(made, ours) == 0)
+        return 0;
+    return sg_error_set(err, SG_E_CONFLICT,
+                        "its image was made by runsc %s and this sandgate runs runsc %s, which "
+                        "cannot restore it (the session can be restarted with a fresh kernel; "
+                        "its files are kept)",
+                        *made ? made : "of an older sandgate (no version recorded)",
+                        *ours ? ours : "(version unknown)");
+}
+
 void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg)
 {
     cleanup_error sg_error_t *err = NULL;
     cleanup_free char *image = xasprintf("%s/checkpoint/checkpoint.img", sb->dir);
+    cleanup_free char *cpdir = xasprintf("%s/checkpoint", sb->dir);
     cleanup_free char *dir = host_snapshot_dir(sb->env, sid);
     cleanup_free char *ws = workspace_of(sb);
-    cleanup_free char *to_image = xasprintf("%s/checkpoint.img", dir);
+    cleanup_free char *to_image = xasprintf("%s/image", dir);
     cleanup_free char *to_conn = xasprintf("%s/connection.json", dir);
     cleanup_free char *to_ws_img = xasprintf("%s/workspace.img", dir);
     cleanup_free char *to_ws_dir = xasprintf("%s/workspace", dir);
-    if (sb->pid > 0 || sb->pausing) {
+    if ((sb->pid > 0 && !sb->live_saved) || sb->pausing) {
         sg_error_set(&err, SG_E_CONFLICT, "sandbox %s is not paused", sb->id);
     } else if (access(image, R_OK) < 0) {
         sg_error_errno(&err, errno, "sandbox %s has no checkpoint (%s)", sb->id, image);
     } else if (access(dir, F_OK) == 0) {
         sg_error_set(&err, SG_E_CONFLICT, "snapshot %s exists", sid);
     } else if (host_make_dir(dir, 0700, &err) == 0) {
-        if (link(image, to_image) < 0)
-            sg_error_errno(&err, errno, "cannot link %s to %s", image, to_image);
-        else if (jconn_write(&sb->conn, to_conn, &err) == 0)
+        if (host_link_files(cpdir, to_image, &err) == 0 &&
+            jconn_write(&sb->conn, to_conn, &err) == 0)
             copy_workspace(sb->env, ws, to_ws_img, to_ws_dir, &err);
         if (err)
             host_remove_tree(dir);
@@ -130,7 +179,7 @@ void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, v
         cb(0, err, arg);
         return;
     }
-    uint64_t bytes = disk_bytes(dir);
+    uint64_t bytes = host_disk_bytes(dir);
     log_info("sandbox %s: snapshot %s saved (%llu KiB)", sb->id, sid,
              (unsigned long long)(bytes >> 10));
     cb(bytes, NULL, arg);
@@ -170,25 +219,26 @@ int snapshot_attach(sandbox_t *sb, sg_error_t **err)
 {
     cleanup_free char *dir = host_snapshot_dir(sb->env, sb->snapshot);
     cleanup_free char *conn = xasprintf("%s/connection.json", dir);
-    cleanup_free char *image = xasprintf("%s/checkpoint.img", dir);
+    cleanup_free char *image = xasprintf("%s/image", dir);
     cleanup_free char *record = xasprintf("%s/connection.json", sb->dir);
     cleanup_free char *cpdir = xasprintf("%s/checkpoint", sb->dir);
-    cleanup_free char *to_image = xasprintf("%s/checkpoint.img", cpdir);
     jconn_t saved;
-    if (access(image, R_OK) < 0)
+    if (access(conn, R_OK) < 0)
         return sg_error_set(err, SG_E_NOTFOUND, "no snapshot %s", sb->snapshot);
+    if (image_check(sb->env, image, err) < 0) { /* an older layout has no image/ either */
+        sg_error_prefix(err, "snapshot %s", sb->snapshot);
+        return -1;
+    }
     if (jconn_read(&saved, conn, err) < 0)
         return -1;
     /* The kernel's ports and key are the snapshot's; the host path of its
      * sockets is this sandbox's own conn/. */
     memcpy(sb->conn.ports, saved.ports, sizeof sb->conn.ports);
     memcpy(sb->conn.key, saved.key, sizeof sb->conn.key);
-    if (jconn_write(&sb->conn, record, err) < 0 || host_make_dir(cpdir, 0700, err) < 0)
+    if (jconn_write(&sb->conn, record, err) < 0)
         return -1;
-    unlink(to_image);
-    if (link(image, to_image) < 0)
-        return sg_error_errno(err, errno, "cannot link %s to %s", image, to_image);
-    return 0;
+    host_remove_tree(cpdir);
+    return host_link_files(image, cpdir, err);
 }
 
 /* A workspace being restored: the copy, then its mount, each a process

@@ -269,7 +269,7 @@ try:
     st, still = d.json("GET", f"/snapshots/{sid}", token=ALICE)
     ok(st == 200 and still == snap, "the snapshot survives a restart of sandgate", (st, still))
     ok(not os.path.exists(orphan) and
-       os.path.exists(os.path.join(d.dir, "snapshot-images", sid, "checkpoint.img")),
+       os.path.exists(os.path.join(d.dir, "snapshot-images", sid, "image", "checkpoint.img")),
        "snapshot files without a record are removed at start-up; recorded ones stay",
        os.listdir(os.path.join(d.dir, "snapshot-images")))
     st, after = new_context(d, {"snapshot": sid})
