@@ -439,9 +439,15 @@ static void on_done(void *arg, const exec_end_t *end)
 {
     stream_t *s = arg;
     s->exec = NULL;
-    if (s->command)
+    if (s->command) {
         command_done(s, end);
-    else if (end->err) {
+    } else if (end->err && end->err->kind == SG_E_CONFLICT && s->json_mode) {
+        /* Nothing ran: the context could not take it (a resume refused). */
+        json_decref(s->agg);
+        s->agg = http_error_body(end->err);
+        s->status = sg_error_http_status(end->err->kind);
+        emit(s, error_line(end->error_name, end->err->msg, ""));
+    } else if (end->err) {
         const char *name = end->error_name;
         json_object_set_new(
             s->agg, "error",
@@ -658,13 +664,14 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     /* A resume that could not restore gives a fresh kernel: RESTARTED. */
     bool failed = ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE ||
                   (s->wait_for == KERNEL_EV_READY && ev == KERNEL_EV_RESTARTED && !s->restoring);
-    if (ev != s->wait_for && !failed)
+    bool refused = s->wait_for == KERNEL_EV_READY && ev == KERNEL_EV_NOT_RESUMED;
+    if (ev != s->wait_for && !failed && !refused)
         return;
     kernel_unobserve(k, on_context_event, s);
-    if (!failed && err) { /* a pause that failed: the kernel runs on, or was restarted */
+    if (!failed && err) { /* a pause that failed (the kernel runs on, or was restarted), or a
+                             resume refused (it stays paused) */
         json_decref(s->agg);
-        s->agg =
-            http_error_body(err);
+        s->agg = http_error_body(err);
         s->status = sg_error_http_status(err->kind);
     } else if (!failed && s->wait_for != KERNEL_EV_PREPARED) {
         json_decref(s->agg);

@@ -479,7 +479,8 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *er
     hub_t *h = arg;
     switch (ev) {
     case KERNEL_EV_PREPARED:
-    case KERNEL_EV_PAUSED: break;
+    case KERNEL_EV_PAUSED:
+    case KERNEL_EV_NOT_RESUMED: break;
     case KERNEL_EV_READY:
         send_early(h);
         fire_waiters(h, NULL);

@@ -451,6 +451,8 @@ static void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *ke
                      kernel_id(k), ev == KERNEL_EV_GONE ? "went away" : "died");
     else if (ev == KERNEL_EV_READY || ev == KERNEL_EV_PAUSED)
         try_run(op, k, &err);
+    else if (ev == KERNEL_EV_NOT_RESUMED)
+        sg_error_set(&err, kerr->kind, "%s", kerr->msg);
     if (!err)
         return;
     if (op->observing)

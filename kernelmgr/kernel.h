@@ -44,7 +44,8 @@ typedef enum {
     KERNEL_EV_DEAD,
     KERNEL_EV_RESTARTED,
     KERNEL_EV_GONE,
-    KERNEL_EV_PAUSED
+    KERNEL_EV_PAUSED,
+    KERNEL_EV_NOT_RESUMED /* err says why; it stays paused, its image kept (another runsc's) */
 } kernel_event_t;
 typedef void(kernel_event_fn)(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 

@@ -166,6 +166,7 @@ static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
         end_timer(k, &k->start_timer);
         k->state = KERNEL_PAUSED;
         fail_all(k, err);
+        emit(k, KERNEL_EV_NOT_RESUMED, err);
         sg_error_free(&err);
         return;
     }

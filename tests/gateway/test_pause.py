@@ -27,6 +27,11 @@ CHECK = ("import os\n"
 EXPECTED = "1000000 True 499500 kept 42 True /home/user\n"
 
 
+def runsc_version():
+    out = subprocess.run(["/usr/local/bin/runsc", "--version"], capture_output=True, text=True)
+    return out.stdout.split()[2] if out.returncode == 0 else "?"
+
+
 def runsc_processes(kernel_id):
     """runsc processes (sandbox, gofer) of a kernel, by its id in their command line."""
     found = []
@@ -197,6 +202,30 @@ try:
     st, _ = d.json("POST", f"/contexts/{cid}/restart")
     c = wait_state(d, cid, "running", 60)
     ok(st == 204 and c.get("state") == "running", "and a restart gives it a new kernel", c)
+
+    # --- a checkpoint another runsc made: 409 naming both versions, kept paused ----------
+    run(d, cid, "kept = 'made before the pause'")
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    stamps = glob.glob(f"{d.dir}/kernels/{cid}-*/checkpoint/runsc.version")
+    ours = open(stamps[0]).read().strip() if stamps else ""
+    ok(st == 200 and len(stamps) == 1 and ours == runsc_version(),
+       "a checkpoint records the runsc version that made it", (st, stamps, ours))
+    if stamps:
+        open(stamps[0], "w").write("release-20221219.0\n")
+    st, e = d.json("POST", f"/contexts/{cid}/resume", timeout=60)
+    msg = e.get("message", "")
+    ok(st == 409 and "release-20221219.0" in msg and ours in msg,
+       "resuming it after a change of runsc: 409 naming both versions", (st, e))
+    st, r = run(d, cid, "print(1)")
+    ok(st == 409 and "release-20221219.0" in json.dumps(r),
+       "an execute gets the same 409: no fresh kernel in its place", (st, r))
+    st, c = d.json("GET", f"/contexts/{cid}")
+    ok(st == 200 and c["state"] == "paused", "and it stays paused, its image kept", c)
+    if stamps:
+        open(stamps[0], "w").write(ours + "\n")
+    st, r = run(d, cid, "print(kept)")
+    ok(st == 200 and r["stdout"] == "made before the pause\n",
+       "with its own version back it resumes intact", r)
 
     # --- delete a paused session ---------------------------------------------------------
     st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)

@@ -7,7 +7,9 @@ survive a restart of sandgate; every refusal has its status and message;
 another tenant sees none of it."""
 import concurrent.futures
 import glob
+import json
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -340,6 +342,38 @@ with small_disk("1500m") as mnt:
         os.unlink(filler)
     finally:
         d.stop()
+
+# --- a snapshot another runsc made: 409 naming both versions ------------------------------
+d = Daemon("--pool-size", "0", "--pause-after", "0")
+try:
+    st, c = d.json("POST", "/contexts", {})
+    d.json("POST", "/execute", {"code": "kept = 7", "context_id": c["id"]},
+           headers={"Accept": "application/json"}, timeout=180)
+    st, snap = d.json("POST", f"/contexts/{c['id']}/snapshots", {}, timeout=180)
+    record = os.path.join(d.dir, "snapshots", snap["id"] + ".json")
+    stamp = os.path.join(d.dir, "snapshot-images", snap["id"], "image", "runsc.version")
+    rec = json.load(open(record))
+    ours = subprocess.run(["/usr/local/bin/runsc", "--version"], capture_output=True,
+                          text=True).stdout.split()[2]
+    ok(rec.get("runsc") == ours and open(stamp).read().strip() == ours,
+       "a snapshot records the runsc version that made it (record and image)", (rec, ours))
+    rec["runsc"] = "release-20221219.0"
+    json.dump(rec, open(record, "w"))
+    open(stamp, "w").write("release-20221219.0\n")
+    d.restart()
+    st, e = d.json("POST", "/contexts", {"snapshot": snap["id"]}, timeout=180)
+    ok(st == 409 and "release-20221219.0" in e.get("message", "") and ours in e["message"],
+       "a context from a snapshot of another runsc: 409 naming both versions", (st, e))
+    st, e = d.json("POST", f"/contexts/{c['id']}/restore", {"snapshot": snap["id"]}, timeout=180)
+    ok(st == 409 and "release-20221219.0" in e.get("message", ""),
+       "rolling back to it: 409 too", (st, e))
+    st, r = d.json("POST", "/execute", {"code": "print(kept)", "context_id": c["id"]},
+                   headers={"Accept": "application/json"}, timeout=180)
+    st2, _ = d.json("DELETE", f"/snapshots/{snap['id']}")
+    ok(st == 200 and r.get("stdout") == "7\n" and st2 == 204,
+       "the context runs on untouched; the snapshot can be deleted", (st, r, st2))
+finally:
+    d.stop()
 
 # --- --sandbox none ------------------------------------------------------------------------
 d = Daemon("--pool-size", "0", "--sandbox", "none")
