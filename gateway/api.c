@@ -213,6 +213,8 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
         sg_error_set(err, SG_E_INVALID, "no kernel for language '%s'", language);
         return NULL;
     }
+    if (snap) /* a snapshot's context has its network, or none */
+        internet = snap->internet;
     if (tenant_admit(t, internet, quota, err) < 0)
         return NULL;
     if (internet && !kmgr_has_egress(self->kmgr)) {

@@ -460,7 +460,8 @@ static int shape(const egress_policy_t *p, const char *ns, const char *host, con
     return run(err, path, in) < 0 || run(err, path, out) < 0 ? -1 : 0;
 }
 
-char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, sg_error_t **err)
+char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, bool restoring,
+                        sg_error_t **err)
 {
     if (p == NULL) {
         sg_error_set(err, SG_E_INVALID,
@@ -504,7 +505,12 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
     snprintf(gw, sizeof gw, "%.*s", (int)strcspn(haddr, "/"), haddr);
     char *path = xasprintf("%s/%s", NETNS_DIR, ns);
     if (access(path, F_OK) == 0 && link_exists(n)) { /* a resume, or a restart that re-adopts */
-        if (shape(p, ns, host, peer, err) < 0) {
+        const char *again[][12] = {
+            {"-n", ns, "addr", "replace", saddr, "dev", peer, NULL},
+            {"-n", ns, "route", "replace", "default", "via", gw, NULL},
+        };
+        if ((restoring && (ip(err, again[0]) < 0 || ip(err, again[1]) < 0)) ||
+            shape(p, ns, host, peer, err) < 0) {
             sg_error_prefix(err, "the network of sandbox %s", id);
             free(path);
             return NULL;

@@ -60,8 +60,11 @@ void egress_teardown(void);
 
 /* The namespace of sandbox id (its directory dir), made if missing: the
  * index is kept in DIR/net so a resume after a reboot gets the same
- * addresses.  Returns the namespace's path (free it). */
-char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir,
+ * addresses.  restoring: a runsc restore follows, which takes the
+ * sandbox's address and route from the namespace as runsc run did (runsc
+ * moves them into the sandbox, so they are put back first).  Returns the
+ * namespace's path (free it). */
+char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, bool restoring,
                         sg_error_t **err);
 void egress_sandbox_down(const char *id, const char *dir);
 /* Whether the sandbox in dir has a network (DIR/net exists). */

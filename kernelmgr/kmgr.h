@@ -159,6 +159,7 @@ typedef struct {
                            delete; NULL for the sessions' snapshots */
     char *key;          /* template_of's: what it was taken of (template_key) */
     char *runsc;        /* the runsc version that made its image; NULL: not recorded (older) */
+    bool internet;      /* taken of a context with a network: those made from it have one */
 } kmgr_snapshot_t;
 /* cb: the new snapshot (borrowed), or why not; once, from the loop (or
  * before kmgr_snapshot returns without a launcher). */

@@ -65,6 +65,8 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
                   (json_int_t)s->bytes, "lineage", s->lineage);
     if (s->runsc)
         json_object_set_new(rec, "runsc", json_string(s->runsc));
+    if (s->internet)
+        json_object_set_new(rec, "internet", json_true());
     if (s->template_of)
         json_object_set_new(rec, "template_of",
                             json_pack("{s:s, s:s}", "name", s->template_of, "key", s->key));
@@ -125,6 +127,7 @@ static kmgr_snapshot_t *load_one(const char *path)
     s->key = of_name && of_key ? xstrdup(of_key) : NULL;
     const char *runsc = json_string_value(json_object_get(rec, "runsc"));
     s->runsc = runsc ? xstrdup(runsc) : NULL;
+    s->internet = json_is_true(json_object_get(rec, "internet"));
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
@@ -309,6 +312,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     s->template = kernel_opts(k)->template ? xstrdup(kernel_opts(k)->template) : NULL;
     s->created_ms = now_ms();
     s->runsc = snapshot_runsc(m);
+    s->internet = kernel_internet(k);
     s->lineage = e->lineage ? json_copy(e->lineage) : json_array();
     taking_t *t = xzalloc(sizeof *t);
     *t = (taking_t){m, s, cb, arg};

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include "kernelmgr/egress.h"
@@ -94,6 +95,15 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     sandbox_env_t *self = *self_p;
+    if (self->runsc_root) {
+        /* runsc pins an empty network namespace for its file proxies at
+         * ROOT/null-netns, a bind mount (stacked when runs race): let go of
+         * it, so the state directory can be removed.  Running sandboxes
+         * keep theirs; the next runsc run pins a new one. */
+        cleanup_free char *pin = xasprintf("%s/null-netns", self->runsc_root);
+        while (umount2(pin, MNT_DETACH) == 0)
+            ;
+    }
     free(self->state_dir);
     free(self->etc_dir);
     free(self->rootfs_dir);

@@ -475,7 +475,7 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
     cgroup_prepare(sandbox_cgroup(sb)); /* its tenant's, swept since a restart */
     /* The same global flags as run: restore needs the sandbox it saved. */
     if (sb->internet) { /* its namespace, again after a reboot */
-        cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
+        cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, true, err);
         if (ns == NULL)
             return -1;
     }

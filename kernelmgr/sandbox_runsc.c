@@ -369,7 +369,8 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
                          "this server gives sandboxes no network (start it with --egress-allow)");
             goto fail;
         }
-        cleanup_free char *ns = egress_sandbox_up(sb->env->egress, sb->id, sb->dir, err);
+        cleanup_free char *ns =
+            egress_sandbox_up(sb->env->egress, sb->id, sb->dir, sb->snapshot != NULL, err);
         if (ns == NULL)
             goto fail;
     }

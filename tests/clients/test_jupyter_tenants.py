@@ -223,7 +223,7 @@ try:
             ws.close()
         except Exception as e:  # noqa: BLE001 - reported below
             reply, out = None, f"{type(e).__name__}: {e}"
-        ok(reply and reply["content"]["status"] == "ok" and out == f"{who} 4.4.0 42\n",
+        ok(reply and reply["content"]["status"] == "ok" and out == f"{who} 4.19.0-gvisor 42\n",
            f"{who}'s code runs in their sandgate kernel over {srv.name}'s kernel WebSocket "
            "(under gVisor, KERNEL_USERNAME in its environment)", out)
 

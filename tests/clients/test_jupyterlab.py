@@ -69,8 +69,9 @@ try:
         ok(st2 == 200 and ctx and ctx.get("language", "").lower() == lang,
            f"the {step} kernel is a sandgate session like any other, language {lang} "
            "(GET /contexts)", ctxs)
-        ok(len(where) == 3 and where[0].startswith("/home/user") and where[1] == "4.4.0",
-           f"the {step} cells ran in sandgate's workspace under gVisor (kernel release 4.4.0)",
+        ok(len(where) == 3 and where[0].startswith("/home/user") and where[1] == "4.19.0-gvisor",
+           f"the {step} cells ran in sandgate's workspace under gVisor "
+           "(kernel release 4.19.0-gvisor)",
            where)
 
     kernel = info.get("kernel-template", "")

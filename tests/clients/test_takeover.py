@@ -72,9 +72,9 @@ try:
     ex = agent.execute("import os, platform\nimport pandas as pd\n"
                        "df = pd.DataFrame({'a': [1, 2, 3, 4], 'b': [10, 20, 30, 40]})\n"
                        "print(platform.release(), list(df.columns), len(df))", context=ctx)
-    ok(ex.ok and ex.stdout.strip() == "4.4.0 ['a', 'b'] 4",
+    ok(ex.ok and ex.stdout.strip() == "4.19.0-gvisor ['a', 'b'] 4",
        f"the agent (clients/python) makes context {ctx.id} and a DataFrame df in it, "
-       "under gVisor (kernel release 4.4.0)", ex.to_dict())
+       "under gVisor (kernel release 4.19.0-gvisor)", ex.to_dict())
     st, kernels = d.json("GET", "/api/kernels")
     ok(st == 200 and {"id": ctx.id, "name": "python3"}.items() <= next(
         (k for k in kernels if k.get("id") == ctx.id), {}).items(),

@@ -449,15 +449,62 @@ def main():
            f"two opted-in contexts cannot reach each other ({baddr}:8000 open for itself, "
            f"{r.get('other')} for the other)", (baddr, self_ok, r))
 
-        st, e = d.json("POST", f"/contexts/{a['id']}/pause")
-        ok(st == 409 and "network" in e.get("message", ""),
-           "pausing a context with a network: 409, with the reason", (st, e))
-        st, e = d.json("POST", f"/contexts/{a['id']}/snapshots", {})
-        ok(st == 409 and "network" in e.get("message", ""),
-           "a snapshot of a context with a network: 409, with the reason", (st, e))
-        st, e = d.json("POST", f"/contexts/{a['id']}/fork", {})
-        ok(st == 409 and "network" in e.get("message", ""),
-           "forking a context with a network: 409, with the reason", (st, e))
+        # --- pause, resume, snapshot and fork with a network -----------------------------
+        # runsc saves the sandbox's network stack.  Across a pause an open
+        # connection to a host outside carries on (the host kept its end)
+        # and a listening socket listens again; a fork gets a namespace and
+        # address of its own, its listening sockets listen, and the
+        # connections it inherited are broken (docs/api.md).
+        addr = ("u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"u.connect(('{PUBLIC}', 9)); print(u.getsockname()[0])")
+        r = run(d, a["id"], "import socket\n"
+                f"sink = socket.create_connection(('{PUBLIC}', 9000), timeout=10)\n"
+                "sink.sendall(b'x' * 1000)\n"
+                "srv = socket.socket(); srv.bind(('127.0.0.1', 8001)); srv.listen()\n" + addr)
+        a_addr = r.get("stdout", "").strip()
+        st, p = d.json("POST", f"/contexts/{a['id']}/pause", timeout=120)
+        ok(st == 200 and p.get("state") == "paused" and p.get("internet") is True,
+           "a context with a network and a connection open to a host outside pauses", (st, p))
+        r = run(d, a["id"], "sink.sendall(b'y' * 500); sink.shutdown(socket.SHUT_WR)\n"
+                "print(sink.recv(64).decode())\n"
+                "c = socket.create_connection(('127.0.0.1', 8001), timeout=5); print('listens')")
+        ok(r.get("stdout") == "1500\nlistens\n",
+           "after the resume that connection carries on (the host got all 1500 bytes) and its "
+           "listening socket listens again", r)
+        r = probe(d, a["id"], {"public": [PUBLIC, 8080], "private": [PRIVATE, 8080]})
+        ok(r.get("public") == "open" and r.get("private") != "open",
+           "and its network works, within the rules", r)
+        run(d, a["id"], f"held = socket.create_connection(('{PUBLIC}', 9000), timeout=10)\n"
+            "held.sendall(b'h' * 10)")
+        st, snap = d.json("POST", f"/contexts/{a['id']}/snapshots", {}, timeout=180)
+        st2, f = d.json("POST", f"/contexts/{a['id']}/fork", {}, timeout=180)
+        r = run(d, a["id"], "held.sendall(b'p' * 5); held.shutdown(socket.SHUT_WR)\n"
+                "print(held.recv(64).decode())")
+        ok(st == 201 and st2 == 201 and r.get("stdout") == "15\n",
+           "a snapshot and a fork of it: 201, and the context runs on with its connection",
+           (st, snap, st2, f, r))
+        r = probe(d, f.get("id"), {"public": [PUBLIC, 8080], "private": [PRIVATE, 8080]})
+        ok(f.get("internet") is True and r.get("public") == "open" and r.get("private") != "open",
+           "the fork has a network, within the rules", (f, r))
+        r = run(d, f.get("id"), "try:\n    held.sendall(b'c'); print('sent')\n"
+                "except OSError as e:\n    print('broken', type(e).__name__)\n"
+                "c = socket.create_connection(('127.0.0.1', 8001), timeout=5); print('listens')\n"
+                + addr)
+        lines = r.get("stdout", "").split()
+        ok(len(lines) == 4 and lines[0] == "broken" and lines[2] == "listens" and
+           lines[3].startswith("100.127.") and lines[3] != a_addr,
+           f"in the fork the connection it inherited is broken ({lines[1:2]}), its listening "
+           f"socket listens, and its address is its own ({lines[3:]} vs {a_addr})", r)
+        st, c2 = d.json("POST", "/contexts", {"snapshot": snap.get("id")}, timeout=180)
+        r = probe(d, c2.get("id"), {"public": [PUBLIC, 8080]})
+        ok(st == 201 and c2.get("internet") is True and r.get("public") == "open",
+           "a context from the snapshot has a network too", (st, c2, r))
+        for extra in (f.get("id"), c2.get("id")):
+            d.json("DELETE", f"/contexts/{extra}")
+        d.json("DELETE", f"/snapshots/{snap.get('id')}")
+        deadline = time.time() + 15
+        while len(netns_names()) > 2 and time.time() < deadline:
+            time.sleep(0.2)
 
 
         # Deleting a context removes its namespace and veth.

@@ -110,8 +110,9 @@ class Sandgate:
 
     def check_kernel(self, kernel, where):
         cwd, release, pid = where
-        ok(cwd.startswith("/home/user") and release == "4.4.0",
-           "the cell ran in sandgate's workspace under gVisor (its kernel release is 4.4.0)",
+        ok(cwd.startswith("/home/user") and release == "4.19.0-gvisor",
+           "the cell ran in sandgate's workspace under gVisor (its kernel release is "
+           "4.19.0-gvisor)",
            where)
         st, ctxs = self.daemon.json("GET", "/contexts")
         ok(st == 200 and kernel in [c["id"] for c in ctxs],
