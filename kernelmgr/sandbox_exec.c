@@ -142,6 +142,7 @@ typedef struct local {
     char *pidfile; /* runsc: where runsc exec writes init's pid inside */
     sandbox_exec_done_fn *cb;
     void *arg;
+    bool killed; /* a KILL was sent (SIGUSR2 to init) */
     struct local *next;
 } local_t;
 static local_t *locals;
@@ -166,6 +167,10 @@ static void local_exited(pid_t pid, int status, void *arg)
         unlink(l->pidfile);
     /* init exits with the command's code, or 128 + the signal that ended it. */
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    /* A KILL that reached init before it took its signals (it was still
+     * starting, nothing of the command ran) ended it by SIGUSR2 itself. */
+    if (l->killed && code == 128 + SIGUSR2)
+        code = 128 + SIGKILL;
     l->cb(code, NULL, l->arg);
     free(l->pidfile);
     free(l);
@@ -248,6 +253,7 @@ int runsc_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT, "the command has not started yet");
     }
     fclose(f);
+    l->killed = l->killed || sig == SIGKILL;
     char pid[24], signame[8];
     snprintf(pid, sizeof pid, "%ld", inner);
     snprintf(signame, sizeof signame, "%d", sig == SIGKILL ? SIGUSR2 : sig);
@@ -296,8 +302,10 @@ uint64_t none_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
 
 int none_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
 {
-    if (local_find((pid_t)exec) && kill((pid_t)exec, sig == SIGKILL ? SIGUSR2 : sig) < 0 &&
-        errno != ESRCH)
+    local_t *l = local_find((pid_t)exec);
+    if (l)
+        l->killed = l->killed || sig == SIGKILL;
+    if (l && kill((pid_t)exec, sig == SIGKILL ? SIGUSR2 : sig) < 0 && errno != ESRCH)
         return sg_error_errno(err, errno, "kill %d", (int)exec);
     return 0;
 }
