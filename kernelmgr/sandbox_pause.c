@@ -492,7 +492,15 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
                          "--image-path",
                          dir,
                          sb->id,
+                         NULL,
                          NULL};
+    /* A modern runsc lets the sandbox run once the kernel's state is loaded
+     * and reads its memory in as it is needed (the image is uncompressed);
+     * it holds the image's files open, so removing them after is safe. */
+    if (sandbox_env_can_save_live(sb->env)) {
+        cmd[12] = "--background";
+        cmd[13] = sb->id;
+    }
     sb->pausing = xzalloc(sizeof *sb->pausing);
     *sb->pausing = (struct pausing){.sb = sb,
                                     .step = R_RESTORE,

@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""The sandbox runtime side by side: the runsc sandgate installs (built from
+gVisor's Go module, scripts/runsc.pin; systrap) against Debian 12's runsc
+(2022-12-19; ptrace), and plain kernels (--sandbox none) as the baseline,
+all with the same sandgate build, in one run.
+
+Per runtime, one daemon at a time (--pool-size 0 --pause-after 0):
+  execute p50      `1+1` (POST /execute, JSON mode), --runs times on one
+                   warm context; ratio to plain's
+  32 busy          wrk, 32 connections each on its own context posting `1+1`
+                   for --duration s: executes/s; ratio to plain's
+  idle CPU         8 idle contexts, each's processes (sandbox, gofer, or the
+                   plain kernel) over --window s, in % of one core per context
+                   (/proc/PID/task/*/schedstat)
+  idle memory      MemAvailable's drop per context for the 32 contexts
+and, for each runsc, on an idle numpy session (np.arange(10**6), a 10^6-
+element list), --rounds times each, with runsc's own time on the path
+(sandgate's debug log of the same run):
+  pause            POST /contexts/{id}/pause to its 200
+  resume           the next execute's result after a pause
+  snapshot         POST /contexts/{id}/snapshots to its 201
+  execute during   an execute sent 20 ms into a snapshot, to its result
+  from snapshot    POST /contexts {snapshot} to the new context's first result
+  fork             POST /contexts/{id}/fork to the child's first result
+  8 from one       8 contexts from one snapshot at once, until all answered
+  roll back        POST /contexts/{id}/restore to the context's next result
+  image            the snapshot's bytes on disk (memory image + workspace data)
+
+usage: bench/runtime.py [--runs N] [--duration S] [--rounds N] [--window S]
+                        [--old PATH] [--new PATH]
+Needs root, wrk, Debian's runsc at --old (apt-get install runsc puts it at
+/usr/bin/runsc) and a build in build/ (or SG_BUILDDIR).  Prints Markdown.
+"""
+import argparse
+import concurrent.futures
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "gateway")]
+os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
+os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
+from scale import mem_available, run_wrk  # noqa: E402
+from snapshot import StepDaemon  # noqa: E402
+
+SETUP = "import numpy as np\narr = np.arange(10**6)\nbig = list(range(10**6))"
+
+
+def run(d, ctx, code="1"):
+    st, r = d.json("POST", "/execute", {"code": code, "context_id": ctx},
+                   headers={"Accept": "application/json"}, timeout=300)
+    if st != 200 or r.get("error"):
+        raise RuntimeError(f"execute: {st} {r}")
+    return r
+
+
+def ms_since(t0):
+    return (time.perf_counter() - t0) * 1000
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def stats(xs):
+    return f"{med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})" if xs else "-"
+
+
+def version(runsc):
+    out = subprocess.run([runsc, "--version"], capture_output=True, text=True).stdout
+    return out.split()[2] if out else "?"
+
+
+def pids_of(ids):
+    """Processes whose command line names one of ids (sandboxes, gofers,
+    plain kernels: sandgate names their files and containers by the id)."""
+    found = []
+    for p in glob.glob("/proc/[0-9]*"):
+        try:
+            cmd = open(p + "/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if any(i in cmd for i in ids):
+            found.append(int(p[6:]))
+    return found
+
+
+def cpu_ns(pids):
+    total = 0
+    for pid in pids:
+        for t in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                total += int(open(t).read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
+
+
+def new_context(d):
+    st, c = d.json("POST", "/contexts", {}, timeout=300)
+    if st != 201:
+        raise RuntimeError(f"POST /contexts: {st} {c}")
+    return c["id"]
+
+
+def throughput(d, a):
+    """execute p50, 32 busy, idle CPU and memory, for daemon d."""
+    out = {}
+    ctx = new_context(d)
+    for _ in range(20):
+        run(d, ctx, "1+1")
+    xs = []
+    for _ in range(a.runs):
+        t0 = time.perf_counter()
+        run(d, ctx, "1+1")
+        xs.append(ms_since(t0))
+    out["p50"] = xs
+    d.json("DELETE", "/contexts/" + ctx)
+    before = mem_available()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        ctxs = list(pool.map(lambda _: new_context(d), range(32)))
+        list(pool.map(lambda c: run(d, c, "1+1"), ctxs))
+    time.sleep(a.settle)
+    out["mem"] = (before - mem_available()) / 32 / 2**20
+    watched = pids_of(ctxs[:8])
+    c0 = cpu_ns(watched)
+    time.sleep(a.window)
+    out["idle"] = (cpu_ns(watched) - c0) / 1e9 / a.window / 8 * 100
+    w = run_wrk(d.url.rstrip("/"), ctxs, a.duration)
+    out["rps"], out["errors"] = w["rps"], w["errors"]
+    for c in ctxs:
+        d.json("DELETE", "/contexts/" + c)
+    return out
+
+
+def state_ops(d, a):
+    """The state operations on an idle numpy session, with runsc's floor."""
+    rows = {}
+
+    def add(name, x, floor):
+        rows.setdefault(name, ([], []))
+        rows[name][0].append(x)
+        rows[name][1].append(floor)
+
+    ctx = new_context(d)
+    run(d, ctx, SETUP)
+    run(d, ctx)
+    sizes, last = [], None
+    for _ in range(a.rounds):
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        st, p = d.json("POST", f"/contexts/{ctx}/pause", timeout=300)
+        x = ms_since(t0)
+        if st != 200:
+            raise RuntimeError(f"pause: {st} {p}")
+        time.sleep(0.3)
+        add("pause", x, d.steps_since(t0, "runsc checkpoint") + d.steps_since(t0, "runsc delete"))
+        t0 = time.perf_counter()
+        run(d, ctx)
+        x = ms_since(t0)
+        time.sleep(0.3)
+        add("first result after a pause", x, d.steps_since(t0, "runsc restore"))
+
+        time.sleep(0.5)
+        probe = {}
+
+        def second_client():
+            time.sleep(0.02)
+            t = time.perf_counter()
+            run(d, ctx)
+            probe["ms"] = ms_since(t)
+
+        th = threading.Thread(target=second_client)
+        t0 = time.perf_counter()
+        th.start()
+        st, s = d.json("POST", f"/contexts/{ctx}/snapshots", {}, timeout=300)
+        x = ms_since(t0)
+        th.join()
+        time.sleep(0.3)
+        if st != 201:
+            raise RuntimeError(f"snapshot: {st} {s}")
+        cp = d.steps_since(t0, "runsc checkpoint") + d.steps_since(t0, "runsc delete")
+        add("snapshot of an idle context", x, cp)
+        add("an execute sent 20 ms into it, to its result", probe["ms"],
+            cp + d.steps_since(t0, "runsc restore"))
+        sizes.append(s["bytes"])
+        if last:
+            d.json("DELETE", "/snapshots/" + last)
+        last = s["id"]
+
+        t0 = time.perf_counter()
+        st, k = d.json("POST", "/contexts", {"snapshot": last}, timeout=300)
+        run(d, k["id"])
+        x = ms_since(t0)
+        time.sleep(0.3)
+        add("new context from a snapshot, to its first result", x,
+            d.steps_since(t0, "runsc restore"))
+        d.json("DELETE", "/contexts/" + k["id"])
+
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        st, k = d.json("POST", f"/contexts/{ctx}/fork", {}, timeout=300)
+        run(d, k["id"])
+        x = ms_since(t0)
+        time.sleep(0.3)
+        add("fork, to the child's first result", x,
+            d.steps_since(t0, "runsc checkpoint") + d.steps_since(t0, "runsc delete") +
+            d.steps_since(t0, "runsc restore") / 2)
+        d.json("DELETE", "/contexts/" + k["id"])
+
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        d.json("POST", f"/contexts/{ctx}/restore", {"snapshot": last}, timeout=300)
+        run(d, ctx)
+        x = ms_since(t0)
+        time.sleep(0.3)
+        add("roll back, to the next result", x, d.steps_since(t0, "runsc restore"))
+
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+
+        def one(_):
+            st, k = d.json("POST", "/contexts", {"snapshot": last}, timeout=300)
+            run(d, k["id"])
+            return k["id"]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            made = list(pool.map(one, range(8)))
+        x = ms_since(t0)
+        time.sleep(0.3)
+        add("8 contexts from one snapshot, all answering", x,
+            d.steps_since(t0, "runsc restore") / (os.cpu_count() or 1))
+        for k in made:
+            d.json("DELETE", "/contexts/" + k)
+    return rows, med(sizes) / 2**20
+
+
+def daemon(sandbox_args):
+    return StepDaemon("--pool-size", "0", "--pause-after", "0", "--max-snapshots", "0",
+                      "--max-kernels", "64", "--log-level", "debug", *sandbox_args)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--duration", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--window", type=float, default=30)
+    ap.add_argument("--settle", type=float, default=10)
+    ap.add_argument("--old", default="/usr/bin/runsc")
+    ap.add_argument("--new", default="/usr/local/bin/runsc")
+    a = ap.parse_args()
+    runtimes = [("plain (--sandbox none)", ["--sandbox", "none"], None),
+                (f"runsc {version(a.old)}, ptrace", ["--runsc", a.old, "--platform", "ptrace"],
+                 "old"),
+                (f"runsc {version(a.new)}, systrap", ["--runsc", a.new, "--platform", "systrap"],
+                 "new")]
+    tp, ops = {}, {}
+    for name, args, key in runtimes:
+        print(f"runtime: {name}", file=sys.stderr)
+        d = daemon(args)
+        try:
+            tp[name] = throughput(d, a)
+            if key:
+                ops[name] = state_ops(d, a)
+        finally:
+            d.stop()
+    plain = tp[runtimes[0][0]]
+    print(f"# The sandbox runtime side by side — {time.strftime('%Y-%m-%d')}\n")
+    print(f"Machine: {os.cpu_count()} cores; one sandgate build "
+          f"({subprocess.run([os.path.join(os.environ['SG_BUILDDIR'], 'sandgate'), '--version'], capture_output=True, text=True).stdout.strip()}); "
+          f"each runtime its own daemon, one after the other. ms unless said otherwise; "
+          f"median (min-max).\n")
+    print("| | execute p50 | ÷ plain | 32 busy, executes/s | ÷ plain | idle CPU per context "
+          "(% of a core) | memory per idle context (MiB) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _, _ in runtimes:
+        t = tp[name]
+        print(f"| {name} | {stats(t['p50'])} | {med(t['p50']) / med(plain['p50']):.2f}x | "
+              f"{t['rps']:.0f}{' (' + str(t['errors']) + ' errors)' if t['errors'] else ''} | "
+              f"{t['rps'] / plain['rps']:.2f}x | {t['idle']:.3f} | {t['mem']:.0f} |")
+    names = [n for n, _, k in runtimes if k]
+    print(f"\nState operations, an idle numpy session, {a.rounds} rounds. The floor is runsc's "
+          f"own time on the operation's path (its checkpoint, delete and restore of the very "
+          f"sandboxes, from sandgate's debug log).\n")
+    print("| operation | " + " | ".join(f"{n} | its runsc floor" for n in names) + " |")
+    print("|---|" + "---|---|" * len(names))
+    for op in ops[names[0]][0]:
+        cells = []
+        for n in names:
+            xs, fl = ops[n][0].get(op, ([], []))
+            cells += [stats(xs), stats(fl)]
+        print(f"| {op} | " + " | ".join(cells) + " |")
+    print("| image, MiB | " + " | ".join(f"{ops[n][1]:.1f} | " for n in names) + "|")
+
+
+if __name__ == "__main__":
+    main()
