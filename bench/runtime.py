@@ -25,6 +25,11 @@ element list), --rounds times each, with runsc's own time on the path
   8 from one       8 contexts from one snapshot at once, until all answered
   roll back        POST /contexts/{id}/restore to the context's next result
   image            the snapshot's bytes on disk (memory image + workspace data)
+and where an execute's time goes: the cost of one system call in each
+runtime (a cell calling getppid() 20,000 times, per call), and the system
+calls one `1+1` makes in the sandbox, by thread (the pinned runsc with
+--strace, through a wrapper: every call is logged, so that daemon's times
+are not reported).
 
 usage: bench/runtime.py [--runs N] [--duration S] [--rounds N] [--window S]
                         [--old PATH] [--new PATH]
@@ -32,10 +37,14 @@ Needs root, wrk, Debian's runsc at --old (apt-get install runsc puts it at
 /usr/bin/runsc) and a build in build/ (or SG_BUILDDIR).  Prints Markdown.
 """
 import argparse
+import collections
 import concurrent.futures
 import glob
 import os
+import re
+import shutil
 import statistics
+import tempfile
 import subprocess
 import sys
 import threading
@@ -240,6 +249,63 @@ def state_ops(d, a):
     return rows, med(sizes) / 2**20
 
 
+SYSCALL = ("import ctypes, time\nf = ctypes.CDLL(None).getppid\n"
+           "t = time.perf_counter()\nfor _ in range(20000): f()\n"
+           "print((time.perf_counter() - t) / 20000 * 1e6)")
+
+
+def syscall_us(d):
+    """One getppid(), in µs (the Python loop's own cost included)."""
+    ctx = new_context(d)
+    xs = [float(run(d, ctx, SYSCALL)["stdout"]) for _ in range(3)]
+    d.json("DELETE", "/contexts/" + ctx)
+    return med(xs)
+
+
+def syscalls_per_execute(runsc, n=50):
+    """System calls of one `1+1` in the sandbox, by thread name, from runsc's
+    --strace log (a wrapper adds the flags)."""
+    tmp = tempfile.mkdtemp(prefix="sg-strace-")
+    os.chmod(tmp, 0o755)
+    logs = os.path.join(tmp, "logs")
+    os.mkdir(logs)
+    wrapper = os.path.join(tmp, "runsc")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nexec {runsc} --debug --strace --debug-log={logs}/ \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    line = re.compile(r"\] \[\s*\d+:\s*\d+\] (\S+) E (\w+)\(")
+
+    def count():
+        c = collections.Counter()
+        for path in glob.glob(os.path.join(logs, "*boot*")):
+            with open(path, errors="replace") as f:
+                for text in f:
+                    m = line.search(text)
+                    if m:
+                        c[(m.group(1), m.group(2))] += 1
+        return c
+
+    d = daemon(["--runsc", wrapper])
+    try:
+        ctx = new_context(d)
+        for _ in range(20):
+            run(d, ctx, "1+1")
+        time.sleep(2)
+        before = count()
+        for _ in range(n):
+            run(d, ctx, "1+1")
+        time.sleep(2)
+        diff = count() - before
+    finally:
+        d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    by_thread, by_call = collections.Counter(), collections.Counter()
+    for (who, call), v in diff.items():
+        by_thread[who] += v / n
+        by_call[call] += v / n
+    return by_thread, by_call
+
+
 def daemon(sandbox_args):
     return StepDaemon("--pool-size", "0", "--pause-after", "0", "--max-snapshots", "0",
                       "--max-kernels", "64", "--log-level", "debug", *sandbox_args)
@@ -260,16 +326,19 @@ def main():
                  "old"),
                 (f"runsc {version(a.new)}, systrap", ["--runsc", a.new, "--platform", "systrap"],
                  "new")]
-    tp, ops = {}, {}
+    tp, ops, sys_us = {}, {}, {}
     for name, args, key in runtimes:
         print(f"runtime: {name}", file=sys.stderr)
         d = daemon(args)
         try:
             tp[name] = throughput(d, a)
+            sys_us[name] = syscall_us(d)
             if key:
                 ops[name] = state_ops(d, a)
         finally:
             d.stop()
+    print("runtime: the pinned runsc with --strace", file=sys.stderr)
+    by_thread, by_call = syscalls_per_execute(a.new)
     plain = tp[runtimes[0][0]]
     print(f"# The sandbox runtime side by side — {time.strftime('%Y-%m-%d')}\n")
     print(f"Machine: {os.cpu_count()} cores; one sandgate build "
@@ -297,6 +366,15 @@ def main():
             cells += [stats(xs), stats(fl)]
         print(f"| {op} | " + " | ".join(cells) + " |")
     print("| image, MiB | " + " | ".join(f"{ops[n][1]:.1f} | " for n in names) + "|")
+    total = sum(by_thread.values())
+    print(f"\nWhere an execute's time goes. One getppid() from Python, µs: " +
+          ", ".join(f"{n} {sys_us[n]:.2f}" for n, _, _ in runtimes) +
+          f". A `1+1` makes {total:.0f} system calls in the sandbox (pinned runsc, --strace): " +
+          ", ".join(f"{w} {v:.1f}" for w, v in by_thread.most_common()) + "; by call: " +
+          ", ".join(f"{c} {v:.1f}" for c, v in by_call.most_common(8)) + ".")
+    extra = {n: total * (sys_us[n] - sys_us[runtimes[0][0]]) / 1000 for n in names}
+    print("Those calls at each runtime's cost over plain's, ms per execute: " +
+          ", ".join(f"{n} {v:.2f}" for n, v in extra.items()) + ".")
 
 
 if __name__ == "__main__":
