@@ -181,7 +181,9 @@ class Daemon:
         # Sessions outlive a stopped daemon by design; remove them for the test.
         subprocess.run(f"for c in $(runsc --root {self.dir}/runsc list -quiet); do "
                        f"runsc --root {self.dir}/runsc delete -force $c; done; "
-                       f"grep -o '{self.dir}[^ ]*' /proc/mounts | xargs -r umount -l; "
+                       # (runsc's null-netns pin may be stacked)
+                       f"for i in 1 2 3; do grep -o '{self.dir}[^ ]*' /proc/mounts | "
+                       f"xargs -r umount -l; done; "
                        # --sandbox none: the kernels are plain processes
                        f"pkill -9 -f -- '{self.dir}/kernels/'",
                        shell=True, capture_output=True)
