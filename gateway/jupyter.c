@@ -390,6 +390,8 @@ static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
                      sid);
         return NULL;
     }
+    if (snap) /* a snapshot's kernel has its network, or none (as POST /contexts) */
+        internet = snap->internet;
     tenant_quota_t quota;
     if (tenant_admit(t, internet, &quota, err) < 0)
         return NULL;

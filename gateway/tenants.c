@@ -115,7 +115,8 @@ static kernel_t *lru_idle(const tenant_t *t)
     for (size_t i = 0; i < kmgr_count(sessions); i++) {
         kernel_t *k = kmgr_at(sessions, i);
         if (strcmp(kernel_owner(k), t->name) != 0 || kernel_state(k) != KERNEL_IDLE ||
-            kernel_pending(k) || kernel_internet(k) || kernel_connections(k) > 0)
+            kernel_pending(k) || (kernel_internet(k) && !kmgr_saves_network(sessions)) ||
+            kernel_connections(k) > 0)
             continue;
         if (!best || kernel_last_activity(k) < kernel_last_activity(best))
             best = k;

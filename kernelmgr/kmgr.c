@@ -483,6 +483,11 @@ void kmgr_set_username(kmgr_t *m, kernel_t *k, const char *username)
         session_record(m, e);
 }
 
+bool kmgr_saves_network(const kmgr_t *m)
+{
+    return sandbox_env_can_save_live(m->env);
+}
+
 bool kmgr_has_egress(const kmgr_t *m)
 {
     const char *a = m->cfg.sandbox.egress_allow;

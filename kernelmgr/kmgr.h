@@ -124,6 +124,9 @@ void kmgr_set_username(kmgr_t *self, kernel_t *k, const char *username);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);
+/* Whether sessions with a network can pause and be snapshotted (runsc
+ * saves their network stack: sandbox_env_can_save_live). */
+bool kmgr_saves_network(const kmgr_t *self);
 /* Packets the egress rules refused, asked of the launcher (or nft, without
  * one): cb is called exactly once, perhaps before this returns, with
  * counts (borrowed) {"total": N, "sessions": {session id: N}} — total over

@@ -499,7 +499,13 @@ def main():
         r = probe(d, c2.get("id"), {"public": [PUBLIC, 8080]})
         ok(st == 201 and c2.get("internet") is True and r.get("public") == "open",
            "a context from the snapshot has a network too", (st, c2, r))
-        for extra in (f.get("id"), c2.get("id")):
+        st, jk = d.json("POST", "/api/kernels",
+                        {"name": "python3", "env": {"KERNEL_SNAPSHOT": snap.get("id")}},
+                        timeout=180)
+        st2, g = d.json("GET", f"/contexts/{jk.get('id')}")
+        ok(st == 201 and g.get("internet") is True,
+           "so does a Jupyter kernel from it (KERNEL_SNAPSHOT, no KERNEL_INTERNET)", (st, jk, g))
+        for extra in (f.get("id"), c2.get("id"), jk.get("id")):
             d.json("DELETE", f"/contexts/{extra}")
         d.json("DELETE", f"/snapshots/{snap.get('id')}")
         deadline = time.time() + 15
