@@ -1,6 +1,6 @@
 /* kernel_slots: start slots (kernel_internal.h).  Sandbox starts are
- * CPU-heavy (Python imports under ptrace, or a restore decompressing a
- * memory image): running more at once than there are CPUs makes every one
+ * CPU-heavy (Python's imports, or a restore loading a memory image):
+ * running more at once than there are CPUs makes every one
  * slower, until they time out.  Starts beyond that wait here; the start
  * timeout runs from the real start. */
 #include "kernelmgr/kernel_internal.h"

@@ -187,7 +187,7 @@ void sandbox_reattach(sandbox_t *self);
  * runsc of 2024-04 or later.  Debian 12's (2022-12-19) does neither. */
 bool sandbox_env_can_save_live(const sandbox_env_t *env);
 /* Snapshots (runsc only): STATE/snapshot-images/<sid>/ holds a paused
- * sandbox's checkpoint.img (hard-linked: taking it copies nothing), its
+ * sandbox's runsc image in image/ (hard-linked: taking it copies nothing), its
  * connection.json (the kernel's ports and key live in its memory) and a
  * copy of its workspace: workspace.img, sparse (reflinked where the file
  * system can), or workspace/ when workspaces have no size limit.  sid is a

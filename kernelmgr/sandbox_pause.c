@@ -27,11 +27,15 @@
  * runsc cannot save a sandbox that holds host sockets, and fails by killing
  * it.  The kernel's own sockets are inside (abstract); only sandgate-init's
  * relay holds host ones.  A pause therefore (1) tells init to let go of
- * them (SIGUSR1) and waits for its word (conn/kernel.detached), removes
- * the socket files, (2) checks
- * that the disk can hold the image (the sandbox's memory, an upper bound:
- * runsc compresses it), (3) checkpoints into kernels/<id>/checkpoint/,
- * (4) deletes the stopped container.  The workspace stays mounted, so the
+ * them (SIGUSR1) and waits for its word (conn/kernel.detached; init
+ * removes the socket files itself where runsc lets it, else this side
+ * does), (2) checks that the disk can hold the image (the sandbox's memory,
+ * an upper bound), (3) checkpoints into kernels/<id>/checkpoint/ and
+ * records there the runsc version that made it (image_stamp), (4) deletes
+ * the stopped container — or, for a snapshot of a running session
+ * (sandbox_save_live), leaves it running (--leave-running) with its relay
+ * detached until the snapshot has taken the image (runsc_reattach).  The
+ * workspace stays mounted, so the
  * files API works on a paused session without waking it.  A resume
  * mounts the workspace if it is not (after a reboot), restores, tells init to listen again
  * (SIGUSR2), waits for the socket files and reads the new pid (runsc state). */
@@ -414,8 +418,8 @@ static void restore_done(int status, const char *output, void *arg)
 
 /* The bundle runsc restore reads: the sandbox's own, but without its CPU
  * quota (restore-bundle/config.json), which *quota and *period get.
- * Restoring decompresses the whole memory image, and at one CPU that is
- * half of a resume; the quota goes back on (cgroup_set_cpu) before the
+ * Restoring loads the memory image (Debian's runsc of 2022 decompresses
+ * all of it: at one CPU half of a resume); the quota goes back on (cgroup_set_cpu) before the
  * kernel is reached again. */
 static char *restore_bundle(const sandbox_t *sb, long long *quota, long long *period,
                             sg_error_t **err)

@@ -8,10 +8,14 @@
  * dirty pages are flushed first).  A sandbox started from it gets its own
  * workspace (a copy of the snapshot's), conn/ directory, cgroup and id:
  * `runsc restore` of the same image with its own bundle, so several run
- * from one snapshot at once, each writing only its own files.  (runsc
- * 2022-12-19's `checkpoint --leave-running` restores into the same sandbox
- * and loses its file proxy: a running sandbox is paused and resumed
- * instead, by the kernel layer.) */
+ * from one snapshot at once, each writing only its own files.  A running
+ * sandbox's image comes from sandbox_save_live (checkpoint
+ * --leave-running; its relay stays detached while the workspace is
+ * copied).  runsc 2022-12-19's `checkpoint --leave-running` restores into
+ * the same sandbox and loses its file proxy: with it, a running sandbox is
+ * paused and resumed instead, by the kernel layer.  runsc's image is
+ * several files (checkpoint.img, pages_meta.img, pages.img), all linked
+ * into the snapshot's image/ with the version that made them. */
 #include "kernelmgr/sandbox_internal.h"
 
 #include <dirent.h>

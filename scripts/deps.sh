@@ -1,5 +1,6 @@
 #!/bin/bash
-# Installs what sandgate needs from Debian 12's packages:
+# Installs what sandgate needs: Debian 12's packages, and gVisor's runsc built
+# from its Go module (scripts/runsc.sh):
 #   scripts/deps.sh          to build and run it (scripts/quickstart.sh)
 #   scripts/deps.sh --test   that, and what the tests and benchmarks drive
 #                            (scripts/test.sh)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds and installs gVisor's runsc, the sandbox every kernel runs in, from
 # its Go module at the pinned version (scripts/runsc.pin):
-#   /usr/local/lib/sandgate/runsc/VERSION/runsc   the binary (static, ~100 MB)
+#   /usr/local/lib/sandgate/runsc/VERSION/runsc   the binary (static, ~85 MB)
 #   /usr/local/bin/runsc -> that                  what sandgate runs by default
 # The go command fetches the module from the Go module proxy and checks it
 # against the checksum database (sum.golang.org) before building.  A Go
