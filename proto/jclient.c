@@ -67,6 +67,12 @@ jclient_t *jclient_new(const jconn_t *conn, sg_error_t **err)
         self->socks[c] = s;
         zsock_set_linger(s, 0);
         zsock_set_maxmsgsize(s, JSESSION_DEFAULT_MAX_BYTES);
+        /* The kernel's sockets come (back) within milliseconds of the
+         * connect — a start, a resume, a snapshot that let it run on — and
+         * ZeroMQ's default first retry, 100 ms, was most of the wait: retry
+         * after 10 ms, backing off to 200 ms for a kernel that is gone. */
+        zsock_set_reconnect_ivl(s, 10);
+        zsock_set_reconnect_ivl_max(s, 200);
         if (c == JCHAN_SHELL || c == JCHAN_STDIN || c == JCHAN_CONTROL)
             zsock_set_identity(s, jsession_id(session));
         if (c == JCHAN_IOPUB)
