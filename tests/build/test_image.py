@@ -37,7 +37,8 @@ NAME = f"sg-test-image-{os.getpid()}"
 VOLUME = NAME + "-state"
 # The narrow privileges docker/README.md documents for nested runsc.
 NARROW = ["--cap-drop", "ALL",
-          "--cap-add", "SYS_ADMIN,MKNOD,SYS_CHROOT,SETUID,SETGID,CHOWN,FOWNER,DAC_OVERRIDE",
+          "--cap-add", "SYS_ADMIN,MKNOD,SYS_CHROOT,SETUID,SETGID,SETFCAP,CHOWN,FOWNER,"
+          "DAC_OVERRIDE",
           "--device", "/dev/loop-control", "--device-cgroup-rule", "b 7:* rwm",
           "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"]
 # This machine's default limits are too low for podman's container start.
