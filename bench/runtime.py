@@ -33,8 +33,9 @@ are not reported).
 
 usage: bench/runtime.py [--runs N] [--duration S] [--rounds N] [--window S]
                         [--old PATH] [--new PATH]
-Needs root, wrk, Debian's runsc at --old (apt-get install runsc puts it at
-/usr/bin/runsc) and a build in build/ (or SG_BUILDDIR).  Prints Markdown.
+Needs root, wrk, Debian's runsc at --old (installed with apt-get when
+/usr/bin/runsc is missing) and a build in build/ (or SG_BUILDDIR).  Prints
+Markdown.
 """
 import argparse
 import collections
@@ -324,6 +325,10 @@ def main():
     ap.add_argument("--old", default="/usr/bin/runsc")
     ap.add_argument("--new", default="/usr/local/bin/runsc")
     a = ap.parse_args()
+    if a.old == "/usr/bin/runsc" and not os.path.exists(a.old):
+        subprocess.run(["apt-get", "install", "-y", "-q", "runsc"], check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                       stdout=subprocess.DEVNULL)
     runtimes = [("plain (--sandbox none)", ["--sandbox", "none"], None),
                 (f"runsc {version(a.old)}, ptrace", ["--runsc", a.old, "--platform", "ptrace"],
                  "old"),
