@@ -13,7 +13,7 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
     if (k->freed || k->sb != sb || k->state != KERNEL_PAUSING)
         return;
     int64_t took = zclock_mono() - k->pause_began;
-    if (err == NULL && k->snap && snapshot_is_live(k)) {
+    if (err == NULL && snapshot_is_live(k)) {
         /* Checkpointed, and running on with its relay detached: the
          * snapshot is saved, then the kernel's clients reconnect. */
         disconnect(k);
@@ -46,7 +46,7 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         }
         return;
     }
-    bool live = k->snap && snapshot_is_live(k);
+    bool live = snapshot_is_live(k);
     if (live && alive) {
         /* A snapshot's checkpoint: the kernel runs on; failed, it is back. */
         snapshot_failed(k, err);
@@ -251,7 +251,7 @@ const char *kernel_status(const kernel_t *k)
 {
     if (k->state == KERNEL_STARTING && k->resuming)
         return k->reattaching ? "running" : "resuming";
-    if (k->state == KERNEL_PAUSING && k->snap && snapshot_is_live(k))
+    if (k->state == KERNEL_PAUSING && snapshot_is_live(k))
         return "running"; /* a snapshot's checkpoint: it runs on */
     if (k->held)
         return "starting";
