@@ -25,7 +25,11 @@ element list), --rounds times each, with runsc's own time on the path
   8 from one       8 contexts from one snapshot at once, until all answered
   roll back        POST /contexts/{id}/restore to the context's next result
   image            the snapshot's bytes on disk (memory image + workspace data)
-and where an execute's time goes: the cost of one system call in each
+and runsc's own floor for the first two (bench/runsc_floor.py: the same
+kernel bootstrap in a bare `runsc run` of the pinned runsc, binding the
+host's Unix sockets itself, and with sandgate-init's relay, against a plain
+one; a lean ZeroMQ client, no sandgate), and where an execute's time goes:
+the cost of one system call in each
 runtime (a cell calling getppid() 20,000 times, per call), and the system
 calls one `1+1` makes in the sandbox, by thread (the pinned runsc with
 --strace, through a wrapper: every call is logged, so that daemon's times
@@ -57,6 +61,7 @@ os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 from scale import mem_available, run_wrk  # noqa: E402
 from snapshot import StepDaemon  # noqa: E402
+import runsc_floor  # noqa: E402
 
 SETUP = "import numpy as np\narr = np.arange(10**6)\nbig = list(range(10**6))"
 
@@ -310,6 +315,25 @@ def syscalls_per_execute(runsc, n=50):
     return by_thread, by_call
 
 
+def print_floor(floor, plain, new, name):
+    """runsc's own cost on the execute path, and sandgate's against it."""
+    p = {m: med(xs) for m, xs in floor["p50"].items()}
+    b = floor["busy"]
+    print(f"\nrunsc's own floor (bench/runsc_floor.py, {name}, no sandgate; a lean ZeroMQ "
+          f"client, interleaved): `1+1` p50 plain {p['plain']:.2f} ms, in a bare sandbox "
+          f"{p['runsc']:.2f} ms ({p['runsc'] / p['plain']:.2f}x), the same through "
+          f"sandgate-init's relay {p['relay']:.2f} ms ({p['relay'] / p['plain']:.2f}x); 32 busy "
+          f"kernels {b['plain']:.0f} against {b['runsc']:.0f} executes/s "
+          f"({b['runsc'] / b['plain']:.2f}x).")
+    ceiling = med(plain["p50"]) + p["runsc"] - p["plain"]
+    rate = plain["rps"] * b["runsc"] / b["plain"]
+    print(f"sandgate against it: its sandboxed p50 {med(new['p50']):.2f} ms is "
+          f"{med(new['p50']) / ceiling:.2f}x its plain p50 plus runsc's own cost "
+          f"({ceiling:.2f} ms); its 32 busy sessions' {new['rps']:.0f} executes/s are "
+          f"{new['rps'] / rate:.2f}x its plain rate scaled by runsc's own ratio "
+          f"({rate:.0f}/s).")
+
+
 def daemon(sandbox_args):
     return StepDaemon("--pool-size", "0", "--pause-after", "0", "--max-snapshots", "0",
                       "--max-kernels", "64", "--log-level", "debug", *sandbox_args)
@@ -345,6 +369,8 @@ def main():
                 ops[name] = state_ops(d, a)
         finally:
             d.stop()
+    print("runtime: the pinned runsc, bare (its own floor)", file=sys.stderr)
+    floor = runsc_floor.measure(a.new, a.runs, 32, a.duration)
     print("runtime: the pinned runsc with --strace", file=sys.stderr)
     by_thread, by_call = syscalls_per_execute(a.new)
     plain = tp[runtimes[0][0]]
@@ -361,6 +387,7 @@ def main():
         print(f"| {name} | {stats(t['p50'])} | {med(t['p50']) / med(plain['p50']):.2f}x | "
               f"{t['rps']:.0f}{' (' + str(t['errors']) + ' errors)' if t['errors'] else ''} | "
               f"{t['rps'] / plain['rps']:.2f}x | {t['idle']:.3f} | {t['mem']:.0f} |")
+    print_floor(floor, plain, tp[runtimes[2][0]], runtimes[2][0])
     names = [n for n, _, k in runtimes if k]
     print(f"\nState operations, an idle numpy session, {a.rounds} rounds. The floor is runsc's "
           f"own time on the operation's path (its checkpoint, delete and restore of the very "
