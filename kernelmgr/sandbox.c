@@ -12,6 +12,7 @@
 #include "kernelmgr/egress.h"
 #include "kernelmgr/sandbox_cgroup.h"
 
+#include "common/log.h"
 #include "common/xalloc.h"
 #include "kernelmgr/proc.h"
 
@@ -83,8 +84,19 @@ sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_di
             sandbox_env_destroy(&self);
             return NULL;
         }
-    if (cfg->mode == SANDBOX_RUNSC && access(cfg->runsc, X_OK) == 0)
-        self->runsc_version = runsc_version_of(cfg->runsc);
+    if (cfg->mode == SANDBOX_RUNSC && access(cfg->runsc, X_OK) == 0) {
+        /* The binary it names now, for this sandgate's whole life: a runsc
+         * installed meanwhile (scripts/runsc.sh points the link at a new
+         * version's directory and keeps the old one) takes over at the next
+         * start, where the images' version stamps meet it.  Following the
+         * link on every call would resume a checkpoint with a runsc that
+         * cannot read it, and a failed restore starts a fresh kernel. */
+        if (strchr(cfg->runsc, '/') && (self->runsc_path = realpath(cfg->runsc, NULL)))
+            self->cfg.runsc = self->runsc_path;
+        self->runsc_version = runsc_version_of(self->cfg.runsc);
+        log_info("runsc: %s, version %s", self->cfg.runsc,
+                 self->runsc_version ? self->runsc_version : "unknown");
+    }
     if (self->ops->env_init(self, err) < 0)
         sandbox_env_destroy(&self);
     return self;
@@ -112,6 +124,7 @@ void sandbox_env_destroy(sandbox_env_t **self_p)
     free(self->preload);
     free(self->launcher_py);
     free(self->runsc_version);
+    free(self->runsc_path);
     template_roots_free(self);
     if (self->egress) {
         egress_teardown();

@@ -36,6 +36,7 @@ struct sandbox_env {
                                 NULL where it has none (sandbox_template.c) */
     egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
     char *runsc_version;     /* what `runsc --version` says (mode runsc); NULL: unknown */
+    char *runsc_path;        /* cfg.runsc resolved at start (owned), or NULL */
 };
 
 struct sandbox {

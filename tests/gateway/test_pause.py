@@ -340,6 +340,47 @@ try:
 finally:
     d.stop()
 
+# --- runsc replaced under a running sandgate: its own binary until the next start ------------
+# What scripts/runsc.sh does on a new pin: a new version's directory, the
+# link moved to it.  The "new" runsc here reports another version and cannot
+# restore what the old one saved (runsc requires the same version); the
+# rest it passes on to the real one.
+tmp = tempfile.mkdtemp(prefix="sg-runsc-")
+link, real = os.path.join(tmp, "runsc"), os.path.realpath("/usr/local/bin/runsc")
+newer = os.path.join(tmp, "runsc-newer")
+with open(newer, "w") as f:
+    f.write('#!/bin/sh\n[ "$1" = --version ] && exec echo "runsc version release-20990101.0"\n'
+            'for a; do [ "$a" = restore ] && echo "image of another version" >&2 && exit 1; done\n'
+            f'exec {real} "$@"\n')
+os.chmod(newer, 0o755)
+os.chmod(tmp, 0o755)
+os.symlink(real, link)
+d = Daemon("--pool-size", "0", "--runsc", link)
+try:
+    st, ctx = d.json("POST", "/contexts", {})
+    cid = ctx["id"]
+    run(d, cid, "kept = 'before the swap'")
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    os.symlink(newer, link + ".new")
+    os.rename(link + ".new", link)
+    st, r = run(d, cid, "print(kept)")
+    ok(st == 200 and r["stdout"] == "before the swap\n",
+       "runsc replaced while sandgate runs: a session paused before resumes intact "
+       "(sandgate keeps the binary it started with)", (st, r))
+    ok(f"runsc: {real}, version {runsc_version()}" in "".join(d.log),
+       "the log names the binary and its version", "".join(d.log)[-800:])
+    st, p = d.json("POST", f"/contexts/{cid}/pause", timeout=120)
+    d.restart()
+    st, r = run(d, cid, "print(kept)")
+    msg = json.dumps(r)
+    ok(st == 409 and "release-20990101.0" in msg and runsc_version() in msg,
+       "after a restart on the new runsc, its image is a 409 naming both versions", (st, r))
+    st, c = d.json("GET", f"/contexts/{cid}")
+    ok(st == 200 and c["state"] == "paused", "and the session stays paused, no fresh kernel", c)
+finally:
+    d.stop()
+    subprocess.run(["rm", "-rf", tmp])
+
 # --- without a sandbox there is nothing to pause ---------------------------------------------
 d = Daemon("--sandbox", "none", "--pool-size", "0")
 try:
