@@ -1,4 +1,4 @@
-"""sandgate-init's relay (SANDGATE_RELAY, kernelmgr/sandbox_init.c), outside
+"""sandgate-init's relay (SANDGATE_RELAY, kernelmgr/guest/init.c), outside
 gVisor: the real build/sandgate-init as a plain process, its host sockets in a
 temporary directory and the kernel's in the abstract namespace under a unique
 name.  First with a small Python "kernel" (echo, checksummed bulk transfers
