@@ -6,7 +6,7 @@
 #define SG_KERNEL_INTERNAL_H
 
 #include "kernelmgr/kernel/kernel.h"
-#include "proto/jclient.h"
+#include "proto/proto.h"
 
 #define PROBE_INTERVAL_MS 250
 /* A resumed kernel answers at once; what it waits for is the iopub

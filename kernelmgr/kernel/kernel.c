@@ -14,7 +14,7 @@
 #include "common/loop.h"
 #include "common/proc.h"
 #include "common/xalloc.h"
-#include "proto/jclient.h"
+#include "proto/proto.h"
 
 static const char *state_names[] = {"starting", "idle", "busy", "dead", "pausing", "paused"};
 

@@ -16,8 +16,7 @@
 
 #include "kernelmgr/kspec/kspec.h"
 #include "kernelmgr/sandbox/sandbox.h"
-#include "proto/jconn.h"
-#include "proto/jmsg.h"
+#include "proto/proto.h"
 
 /* PAUSING: its sandbox is being checkpointed; PAUSED: only the checkpoint
  * is left (no process).  A resume goes through STARTING again. */

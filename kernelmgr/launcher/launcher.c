@@ -117,8 +117,8 @@ static json_t *conn_json(const jconn_t *c)
 }
 
 /* --- operations -------------------------------------------------------------------------
- * One handler per operation of launcher_ops; dispatch() has already checked
- * what the operation's flags ask for. */
+ * One handler per operation of launcher_ops (launcher_handlers, below);
+ * dispatch() has already checked what the operation's flags ask for. */
 
 /* A workspace path: exactly STATE/workspaces/<uuid>.  *uuid points at it. */
 static bool valid_workspace(launcher_t *L, const char *path, const char **uuid)
@@ -596,50 +596,31 @@ static void op_exec_signal(launcher_t *L, const launcher_req_t *r)
         reply_ok(L, r->seq, NULL);
 }
 
-#define ENV LOP_NEEDS_ENV
-#define SB (LOP_NEEDS_ENV | LOP_TAKES_ID | LOP_TAKES_SANDBOX)
-#define ID (LOP_NEEDS_ENV | LOP_TAKES_ID)
-const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
-    [LOP_ENV] = {"env", LOP_STARTUP, op_env},
-    [LOP_WORKSPACE_OPEN] = {"workspace_open",
-                            ENV | LOP_TAKES_PATH | LOP_STARTUP | LOP_ASYNC | LOP_TIMED,
-                            op_workspace_open},
-    [LOP_WORKSPACE_CLOSE] = {"workspace_close", ENV | LOP_TAKES_PATH | LOP_ASYNC | LOP_TIMED,
-                             op_workspace_close},
-    [LOP_NEW] = {"new", ID | LOP_ASYNC | LOP_TIMED, op_new},
-    [LOP_ADOPT] = {"adopt", ID | LOP_STARTUP, op_adopt},
-    [LOP_START] = {"start", SB | LOP_ASYNC, op_start},
-    [LOP_PAUSE] = {"pause", SB | LOP_ASYNC, op_pause},
-    [LOP_REATTACH] = {"reattach", SB | LOP_ASYNC | LOP_TIMED, op_reattach},
-    [LOP_RESUME] = {"resume", SB | LOP_ASYNC, op_resume},
-    [LOP_SIGNAL] = {"signal", SB | LOP_ASYNC, op_signal},
-    [LOP_REMOVE] = {"remove", ID | LOP_STARTUP | LOP_ASYNC, op_remove},
-    [LOP_FREE] = {"free", ID | LOP_ASYNC, op_free},
-    [LOP_LIST] = {"list", ENV | LOP_STARTUP, op_list},
-    [LOP_LOG] = {"log", ID | LOP_ASYNC | LOP_TIMED, op_log},
-    [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED, op_egress_refused},
-    [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED, op_give},
-    [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED, op_keys},
-    [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED, op_tenant},
-    [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC, op_exec},
-    [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED, op_exec_signal},
-    /* Copies take as long as the workspace's data: not timed, like pause. */
-    [LOP_SNAPSHOT_SAVE] = {"snapshot_save", SB | LOP_ASYNC, op_snapshot_save},
-    [LOP_SNAPSHOT_DELETE] = {"snapshot_delete", ENV | LOP_ASYNC, op_snapshot_delete},
-    [LOP_WORKSPACE_RESTORE] = {"workspace_restore", ENV | LOP_TAKES_PATH | LOP_ASYNC,
-                               op_workspace_restore},
+launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
+    [LOP_ENV] = op_env,
+    [LOP_WORKSPACE_OPEN] = op_workspace_open,
+    [LOP_WORKSPACE_CLOSE] = op_workspace_close,
+    [LOP_NEW] = op_new,
+    [LOP_ADOPT] = op_adopt,
+    [LOP_START] = op_start,
+    [LOP_PAUSE] = op_pause,
+    [LOP_REATTACH] = op_reattach,
+    [LOP_RESUME] = op_resume,
+    [LOP_SIGNAL] = op_signal,
+    [LOP_REMOVE] = op_remove,
+    [LOP_FREE] = op_free,
+    [LOP_LIST] = op_list,
+    [LOP_LOG] = op_log,
+    [LOP_EGRESS_REFUSED] = op_egress_refused,
+    [LOP_GIVE] = op_give,
+    [LOP_KEYS] = op_keys,
+    [LOP_TENANT] = op_tenant,
+    [LOP_EXEC] = op_exec,
+    [LOP_EXEC_SIGNAL] = op_exec_signal,
+    [LOP_SNAPSHOT_SAVE] = op_snapshot_save,
+    [LOP_SNAPSHOT_DELETE] = op_snapshot_delete,
+    [LOP_WORKSPACE_RESTORE] = op_workspace_restore,
 };
-#undef ENV
-#undef SB
-#undef ID
-
-int launcher_op_find(const char *name)
-{
-    for (int op = 0; name && op < LOP_COUNT; op++)
-        if (strcmp(launcher_ops[op].name, name) == 0)
-            return op;
-    return -1;
-}
 
 /* Checks what op's flags ask of a request, then calls its handler. */
 static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
@@ -681,7 +662,7 @@ static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
         refuse(L, r.seq, "%s: no sandbox %s", d->name, r.id);
         return;
     }
-    d->handle(L, &r);
+    launcher_handlers[op](L, &r);
 }
 
 static void on_request(loop_t *loop, int fd, unsigned events, void *arg)

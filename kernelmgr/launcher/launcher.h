@@ -10,19 +10,19 @@
  * kernels' sockets) and does everything else: HTTP, JSON, WebSockets, MCP,
  * the Jupyter wire protocol, the kernels' state machines.
  *
- * The two talk over a SOCK_SEQPACKET socket pair: one JSON object per
- * packet, {"seq": N, "op": ..., ...} one way and {"seq": N, ...} or
- * {"seq": N, "error": {"kind": K, "message": M}} back.  The launcher trusts
+ * The two talk over a SOCK_SEQPACKET socket pair (kernelmgr/sandbox/link.h
+ * says how).  The launcher trusts
  * nothing in a request: ids must be sandgate's own (a UUID, with
  * "-<generation>" for a sandbox), paths must be the state directory's own
  * workspace paths for those ids, kernelspecs are looked up in the
  * launcher's own list (the argv never comes from the daemon), signals are
  * INT, TERM or KILL, tenant names are keys-file names, and every sandbox
  * limit comes from the launcher's configuration (a tenant's ceilings can
- * only lower it).  The operations are one table, launcher_ops below: the
- * daemon names a request's op from it (sandbox_link.c) and the launcher
- * finds its checks and its handler in it (launcher.c); docs/architecture.md
- * lists them.
+ * only lower it).  The operations are one table, launcher_ops (the sandbox room's
+ * kernelmgr/sandbox/link.h, the daemon's end of the link, which names a
+ * request's op from it): its name on the wire and what the launcher checks
+ * before the handler runs; the launcher's handlers are launcher_handlers,
+ * indexed the same way (launcher.c).  docs/architecture.md lists them.
  */
 #ifndef SG_LAUNCHER_H
 #define SG_LAUNCHER_H
@@ -43,58 +43,6 @@ typedef struct {
     const char *keys_file;       /* --keys-file, read for the daemon (LOP_KEYS); or NULL */
 } launcher_config_t;
 
-/* The launcher's operations (the "op" of a request). */
-typedef enum {
-    LOP_ENV,               /* is the state directory ready? */
-    LOP_WORKSPACE_OPEN,    /* {path}: create/mount a workspace */
-    LOP_WORKSPACE_CLOSE,   /* {path, remove} */
-    LOP_NEW,               /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota,
-                              snapshot}: bundle + connection -> {conn} (the snapshot's) */
-    LOP_ADOPT,             /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
-                              (pid 0: a paused one, whose checkpoint exists) */
-    LOP_START,             /* {id}: runsc run -> {pid} when it runs */
-    LOP_PAUSE,             /* {id, leave_running}: runsc checkpoint -> {bytes}, or an error
-                              with "alive" (leave_running: sandbox_save_live) */
-    LOP_REATTACH,          /* {id}: after a leave_running pause (sandbox_reattach) */
-    LOP_RESUME,            /* {id}: runsc restore -> {pid} when it runs */
-    LOP_SIGNAL,            /* {id, sig}: INT, TERM or KILL */
-    LOP_REMOVE,            /* {id, wait}: kill and delete (a known or listed id) */
-    LOP_FREE,              /* {id}: forget the handle; the sandbox keeps running */
-    LOP_LIST,              /* -> {ids}: runsc's containers */
-    LOP_LOG,               /* {id, max} -> {text}: the tail of kernel.log */
-    LOP_EGRESS_REFUSED,    /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
-    LOP_GIVE,              /* one fd: a file of a workspace becomes the sandbox user's */
-    LOP_KEYS,              /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
-    LOP_TENANT,            /* {id, tenant}: a claimed pool kernel's sandbox moves to the
-                              tenant's cgroup */
-    LOP_EXEC,              /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a
-                              command in the sandbox as its user -> {status} when it ends */
-    LOP_EXEC_SIGNAL,       /* {id, exec: the seq of its exec, sig}: INT, TERM, HUP or KILL
-                              to the command's process group */
-    LOP_SNAPSHOT_SAVE,     /* {id, snapshot}: a paused sandbox saved as snapshot (a UUID)
-                              -> {bytes} */
-    LOP_SNAPSHOT_DELETE,   /* {snapshot}: its files removed */
-    LOP_WORKSPACE_RESTORE, /* {path, snapshot}: the workspace becomes a copy of the
-                              snapshot's, then opened */
-    LOP_COUNT
-} launcher_op_t;
-
-/* What the launcher checks before an operation's handler runs, and how the
- * daemon may call it (launcher_op_desc_t.flags). */
-enum {
-    LOP_NEEDS_ENV = 1 << 0,     /* refused while the state directory is not ready */
-    LOP_TAKES_PATH = 1 << 1,    /* "path" is exactly STATE/workspaces/<uuid> */
-    LOP_TAKES_ID = 1 << 2,      /* "id" is a sandbox id (UUID-N) */
-    LOP_TAKES_SANDBOX = 1 << 3, /* ... of a sandbox the launcher holds (new/adopt made it) */
-    LOP_TAKES_FD = 1 << 4,      /* exactly one file descriptor (give) */
-    LOP_STARTUP = 1 << 5, /* the daemon may wait for the answer: at start-up and shutdown only */
-    LOP_ASYNC = 1 << 6,   /* the daemon may send it while serving; the answer goes to a callback */
-    LOP_TIMED = 1 << 7,   /* an async answer is awaited --launcher-timeout at most (otherwise
-                             the kernel's own timeouts bound it: start, pause, resume; a
-                             command's, its caller's) */
-    LOP_TAKES_STDIO = 1 << 8, /* exactly three file descriptors (exec); no other op takes any */
-};
-
 typedef struct launcher launcher_t;
 /* One request as the launcher's handler gets it, checked as its flags say
  * (borrowed, for the call). */
@@ -111,16 +59,9 @@ typedef struct {
 /* Answers the request (at once or later, through reply functions of launcher.c). */
 typedef void(launcher_handler_fn)(launcher_t *L, const launcher_req_t *req);
 
-typedef struct {
-    const char *name; /* on the wire */
-    unsigned flags;
-    launcher_handler_fn *handle;
-} launcher_op_desc_t;
-
-/* Indexed by launcher_op_t; every entry is filled. */
-extern const launcher_op_desc_t launcher_ops[LOP_COUNT];
-/* The operation named name; -1 when there is none. */
-int launcher_op_find(const char *name);
+/* The launcher's handler of each operation of launcher_ops (sandbox/link.h),
+ * indexed by launcher_op_t; every entry is filled. */
+extern launcher_handler_fn *const launcher_handlers[LOP_COUNT];
 
 /* The uid the unprivileged half runs as unless --user says otherwise: no
  * host account should have it. */

@@ -1,5 +1,5 @@
-/* sandbox_link: the sandbox operations as requests to the privileged
- * launcher (sandbox_internal.h, launcher.h).  With a launcher this process
+/* link: the sandbox operations as requests to the privileged launcher
+ * (internal.h; the operations and their wire: link.h).  With a launcher this process
  * holds no privilege: each operation that needs one sends the launcher a
  * request on the link, a SOCK_SEQPACKET socket, named from launcher_ops.
  * While the daemon serves, every answer goes to a callback from the loop
@@ -17,7 +17,51 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "kernelmgr/launcher/launcher.h"
+#include "kernelmgr/sandbox/link.h"
+
+/* --- the operations ----------------------------------------------------------- */
+
+#define ENV LOP_NEEDS_ENV
+#define SB (LOP_NEEDS_ENV | LOP_TAKES_ID | LOP_TAKES_SANDBOX)
+#define ID (LOP_NEEDS_ENV | LOP_TAKES_ID)
+const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
+    [LOP_ENV] = {"env", LOP_STARTUP},
+    [LOP_WORKSPACE_OPEN] = {"workspace_open",
+                            ENV | LOP_TAKES_PATH | LOP_STARTUP | LOP_ASYNC | LOP_TIMED},
+    [LOP_WORKSPACE_CLOSE] = {"workspace_close", ENV | LOP_TAKES_PATH | LOP_ASYNC | LOP_TIMED},
+    [LOP_NEW] = {"new", ID | LOP_ASYNC | LOP_TIMED},
+    [LOP_ADOPT] = {"adopt", ID | LOP_STARTUP},
+    [LOP_START] = {"start", SB | LOP_ASYNC},
+    [LOP_PAUSE] = {"pause", SB | LOP_ASYNC},
+    [LOP_REATTACH] = {"reattach", SB | LOP_ASYNC | LOP_TIMED},
+    [LOP_RESUME] = {"resume", SB | LOP_ASYNC},
+    [LOP_SIGNAL] = {"signal", SB | LOP_ASYNC},
+    [LOP_REMOVE] = {"remove", ID | LOP_STARTUP | LOP_ASYNC},
+    [LOP_FREE] = {"free", ID | LOP_ASYNC},
+    [LOP_LIST] = {"list", ENV | LOP_STARTUP},
+    [LOP_LOG] = {"log", ID | LOP_ASYNC | LOP_TIMED},
+    [LOP_EGRESS_REFUSED] = {"egress_refused", ENV | LOP_ASYNC | LOP_TIMED},
+    [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED},
+    [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED},
+    [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED},
+    [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC},
+    [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED},
+    /* Copies take as long as the workspace's data: not timed, like pause. */
+    [LOP_SNAPSHOT_SAVE] = {"snapshot_save", SB | LOP_ASYNC},
+    [LOP_SNAPSHOT_DELETE] = {"snapshot_delete", ENV | LOP_ASYNC},
+    [LOP_WORKSPACE_RESTORE] = {"workspace_restore", ENV | LOP_TAKES_PATH | LOP_ASYNC},
+};
+#undef ENV
+#undef SB
+#undef ID
+
+int launcher_op_find(const char *name)
+{
+    for (int op = 0; name && op < LOP_COUNT; op++)
+        if (strcmp(launcher_ops[op].name, name) == 0)
+            return op;
+    return -1;
+}
 
 /* --- the link ---------------------------------------------------------------- */
 

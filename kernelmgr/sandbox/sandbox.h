@@ -25,7 +25,10 @@
 
 #include "common/error.h"
 #include "kernelmgr/kspec/kspec.h"
-#include "proto/jconn.h"
+#include "proto/proto.h"
+/* The launcher's operations, as the link speaks them: for the launcher,
+ * which serves them (kernelmgr/launcher/). */
+#include "kernelmgr/sandbox/link.h"
 
 /* The sandbox user: a uid no host account should have (the kernel's files
  * and sockets on the host belong to it; a host user sharing it could reach
