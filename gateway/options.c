@@ -15,7 +15,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/session/handover.h"
+#include "gateway/session/session.h"
 #include "kernelmgr/egress/egress.h"
 #include "kernelmgr/launcher/launcher.h"
 

@@ -15,10 +15,10 @@
 
 #include "common/log.h"
 #include "gateway/http/http.h"
-#include "gateway/jupyter/channels.h"
-#include "gateway/observe/audit.h"
+#include "gateway/jupyter/jupyter.h"
+#include "gateway/observe/observe.h"
 #include "gateway/rest/rest.h"
-#include "gateway/session/exec.h"
+#include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 #include "kernelmgr/manager/manager.h"
 

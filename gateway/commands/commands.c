@@ -21,7 +21,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/commands/internal.h"
-#include "gateway/http/resp.h"
+#include "gateway/http/http.h"
 #include "gateway/tenants/tenants.h"
 #include "kernelmgr/sandbox/sandbox.h"
 

@@ -72,7 +72,7 @@
 
 #include "common/error.h"
 #include "common/loop.h"
-#include "gateway/observe/audit.h"
+#include "gateway/observe/observe.h"
 #include "kernelmgr/kernel/kernel.h"
 
 #define COMMANDS_MAX_RUNNING 16         /* starting or running, per context */

@@ -4,9 +4,9 @@
 
 #include "common/xalloc.h"
 #include "gateway/envd/internal.h"
-#include "gateway/files/sbfs.h"
-#include "gateway/http/resp.h"
-#include "gateway/observe/audit.h"
+#include "gateway/files/files.h"
+#include "gateway/http/http.h"
+#include "gateway/observe/observe.h"
 
 envd_t *envd_new(loop_t *loop, kmgr_t *kmgr, api_t *api, commands_t *commands,
                  const envd_config_t *cfg, void (*wake)(void *), void *wake_arg)

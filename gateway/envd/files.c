@@ -8,10 +8,9 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/envd/internal.h"
-#include "gateway/files/sbfs.h"
+#include "gateway/files/files.h"
 #include "gateway/http/http.h"
-#include "gateway/http/resp.h"
-#include "gateway/observe/audit.h"
+#include "gateway/observe/observe.h"
 
 static enum MHD_Result reply_files_error(struct MHD_Connection *conn, unsigned status,
                                          const char *msg)

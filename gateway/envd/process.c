@@ -17,7 +17,7 @@
 #include "common/xalloc.h"
 #include "gateway/commands/commands.h"
 #include "gateway/envd/internal.h"
-#include "gateway/http/resp.h"
+#include "gateway/http/http.h"
 
 #define KEEPALIVE_MS 5000
 #define HIGH_WATER (1 << 20) /* bytes not yet sent to the client */

@@ -24,6 +24,9 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+/* The room's other half, for the rooms that include this face: files
+ * anywhere inside a sandbox, as its user sees them. */
+#include "gateway/files/sbfs.h"
 
 /* Opens path for reading: a regular file or a directory (see st). */
 int files_open(const char *workspace, const char *path, struct stat *st, sg_error_t **err);

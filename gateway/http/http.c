@@ -10,12 +10,9 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/auth/authlimit.h"
-#include "gateway/auth/keys.h"
-#include "gateway/auth/ratelimit.h"
+#include "gateway/auth/auth.h"
 #include "gateway/http/routes.h"
-#include "gateway/observe/audit.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 
 struct http_server {
     struct MHD_Daemon *mhd;

@@ -23,8 +23,11 @@
 
 #include "common/error.h"
 #include "common/loop.h"
-#include "gateway/auth/keys.h"
-#include "gateway/observe/audit.h"
+#include "gateway/auth/auth.h"
+#include "gateway/observe/observe.h"
+/* Responses that are not ready when their request is handled (streams,
+ * waits): every front end's, through this face. */
+#include "gateway/http/resp.h"
 
 typedef struct {
     const char *host;

@@ -12,8 +12,8 @@
 #include "common/xalloc.h"
 #include "gateway/jupyter/ws.h"
 #include "gateway/jupyter/wsmsg.h"
-#include "gateway/observe/metrics.h"
-#include "gateway/session/exec.h"
+#include "gateway/observe/observe.h"
+#include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 
 #define ROUTES_MAX 65536 /* requests awaiting a reply, per kernel */

@@ -23,8 +23,8 @@
 
 #include <microhttpd.h>
 
-#include "gateway/observe/audit.h"
-#include "gateway/session/exec.h"
+#include "gateway/observe/observe.h"
+#include "gateway/session/session.h"
 #include "kernelmgr/kernel/kernel.h"
 
 #define CHANNELS_V1_PROTOCOL "v1.kernel.websocket.jupyter.org"

@@ -13,11 +13,10 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/http/http.h"
-#include "gateway/http/resp.h"
 #include "gateway/jupyter/kernelspecs.h"
 #include "gateway/jupyter/ws.h"
-#include "gateway/observe/audit.h"
-#include "gateway/session/pyscript.h"
+#include "gateway/observe/observe.h"
+#include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 
 #define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */

@@ -32,8 +32,7 @@
 
 #include "common/error.h"
 #include "gateway/jupyter/ws.h"
-#include "proto/jconn.h"
-#include "proto/jmsg.h"
+#include "proto/proto.h"
 
 /* Offsets in one binary message, parts and buffers together. */
 #define WSMSG_MAX_OFFSETS 4096

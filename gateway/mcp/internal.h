@@ -13,12 +13,11 @@
 #define SG_MCP_INTERNAL_H
 
 #include "common/records.h"
-#include "gateway/auth/keys.h"
+#include "gateway/auth/auth.h"
 #include "gateway/http/http.h"
-#include "gateway/http/resp.h"
 #include "gateway/mcp/mcp.h"
-#include "gateway/observe/audit.h"
-#include "gateway/session/exec.h"
+#include "gateway/observe/observe.h"
+#include "gateway/session/session.h"
 
 #define HOME "/home/user" /* the workspace, as the kernel sees it */
 

@@ -29,7 +29,7 @@
 #include <stdbool.h>
 
 #include "gateway/http/http.h"
-#include "gateway/session/exec.h"
+#include "gateway/session/session.h"
 #include "kernelmgr/manager/manager.h"
 
 typedef struct mcp mcp_t;

@@ -11,9 +11,8 @@
 #include "common/xalloc.h"
 #include "gateway/files/files.h"
 #include "gateway/mcp/internal.h"
-#include "gateway/observe/audit.h"
-#include "gateway/observe/metrics.h"
-#include "gateway/session/handover.h"
+#include "gateway/observe/observe.h"
+#include "gateway/session/session.h"
 
 #define PROGRESS_TEXT 4096 /* output bytes carried by one progress notification */
 

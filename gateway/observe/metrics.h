@@ -2,8 +2,10 @@
  * /metrics in the Prometheus text exposition format (version 0.0.4).
  *
  * One process-wide instance: the daemon is single-threaded, so plain
- * increments suffice.  Gauges (contexts, kernels by state, pool) are read
- * from the kernel manager when the page is rendered.
+ * increments suffice.  This room knows neither kernels nor tenants' quotas:
+ * the page is put together by GET /metrics (gateway/rest/metrics.c), which
+ * writes the kernel manager's gauges and counters and asks the tenants room
+ * for its families (tenants_metrics), with the helpers below.
  */
 #ifndef SG_METRICS_H
 #define SG_METRICS_H
@@ -11,6 +13,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct kmgr kmgr_t; /* kernelmgr/manager/manager.h, which metrics.c includes */
 
@@ -66,9 +69,19 @@ void histogram_observe(histogram_t *h, double seconds);
 void metrics_tenant(const char *tenant, const char *what);
 void metrics_execution(exec_kind_t kind, exec_outcome_t outcome, double seconds);
 
-/* The page (malloc'd, NUL-terminated).  egress_counts: kmgr_egress_refused's
- * counts, or NULL when there are none (no --egress-allow: no egress lines
- * at all; else the launcher did not answer: no refusal samples). */
-char *metrics_render(const kmgr_t *kmgr, const json_t *egress_counts);
+/* The page's pieces, in the Prometheus text format (version 0.0.4). */
+/* One family's "# HELP" and "# TYPE" lines; its samples follow. */
+void metrics_family(FILE *f, const char *name, const char *type, const char *help);
+/* A family of one unlabelled sample. */
+void metrics_scalar(FILE *f, const char *name, const char *type, const char *help,
+                    unsigned long long value);
+/* A histogram's samples; labels: "" or 'kind="code",' (with the trailing comma). */
+void metrics_histogram(FILE *f, const char *name, const char *labels, const histogram_t *h);
+/* This process's own families: executions, files, authentication,
+ * WebSockets, the audit log, HTTP responses. */
+void metrics_write(FILE *f);
+/* The families counted by metrics_tenant: executions and quota refusals by
+ * tenant. */
+void metrics_write_tenants(FILE *f);
 
 #endif

@@ -8,8 +8,7 @@
 
 #include "common/xalloc.h"
 #include "gateway/files/files.h"
-#include "gateway/observe/audit.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
 
 /* --- GET and DELETE ----------------------------------------------------------------- */

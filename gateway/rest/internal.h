@@ -18,9 +18,8 @@
 #include "common/records.h"
 #include "gateway/commands/commands.h"
 #include "gateway/http/http.h"
-#include "gateway/http/resp.h"
 #include "gateway/rest/rest.h"
-#include "gateway/session/exec.h"
+#include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 
 struct api {

@@ -1,11 +1,13 @@
 /* api_metrics: the REST API's service routes, GET /health, GET /metrics
  * and GET /openapi.json (api_internal.h). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/replica.h"
 #include "config.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
 
 /* --- GET /metrics ---------------------------------------------------------------- */
@@ -14,11 +16,90 @@
  * default scrape timeout is 10 s, as is the launcher link's). */
 #define METRICS_WAIT_MS 2000
 
-/* The page; egress_counts as metrics_render takes them. */
+/* Refused packets: asked of the launcher (nft) for each scrape. */
+static void egress(FILE *f, const json_t *counts)
+{
+    metrics_family(
+        f, "sandgate_egress_refused_total", "counter",
+        "Packets the egress rules refused (a connection attempt, a datagram, a ping), per "
+        "live context with a network, since its sandbox started (a restart starts at 0).");
+    const char *id;
+    json_t *n;
+    json_object_foreach (json_object_get(counts, "sessions"), id, n)
+        fprintf(f, "sandgate_egress_refused_total{context=\"%s\"} %lld\n", id,
+                (long long)json_integer_value(n));
+    metrics_family(f, "sandgate_egress_refused_all_total", "counter",
+                   "Packets the egress rules refused, every sandbox together (deleted contexts "
+                   "included), since the launcher installed them.");
+    json_t *total = json_object_get(counts, "total");
+    if (json_is_integer(total))
+        fprintf(f, "sandgate_egress_refused_all_total %lld\n",
+                (long long)json_integer_value(total));
+}
+
+/* The page (malloc'd, NUL-terminated): the kernel manager's gauges and
+ * counters, the process's own (observe), the tenants', and the egress
+ * refusals when there are rules (egress_counts: kmgr_egress_refused's, or
+ * NULL when the launcher did not answer: no refusal samples). */
+static char *metrics_page(const kmgr_t *kmgr, const json_t *egress_counts)
+{
+    kmgr_stats_t st;
+    kmgr_stats(kmgr, &st);
+    char *page = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&page, &size);
+    if (!f)
+        abort();
+
+    metrics_family(f, "sandgate_info", "gauge", "sandgate's version.");
+    fprintf(f, "sandgate_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+    metrics_scalar(f, "sandgate_contexts", "gauge", "Live sessions (contexts, kernels).",
+                   (unsigned long long)st.sessions);
+    metrics_family(f, "sandgate_kernels", "gauge", "Session kernels by state.");
+    fprintf(f,
+            "sandgate_kernels{state=\"starting\"} %zu\nsandgate_kernels{state=\"idle\"} %zu\n"
+            "sandgate_kernels{state=\"busy\"} %zu\nsandgate_kernels{state=\"dead\"} %zu\n"
+            "sandgate_kernels{state=\"pausing\"} %zu\nsandgate_kernels{state=\"paused\"} %zu\n",
+            st.starting, st.idle, st.busy, st.dead, st.pausing, st.paused);
+    metrics_scalar(f, "sandgate_checkpoint_bytes", "gauge",
+                   "Disk held by the checkpoints of paused sessions.",
+                   (unsigned long long)st.checkpoint_bytes);
+    metrics_family(f, "sandgate_pool_kernels", "gauge", "Warm pool kernels by state.");
+    fprintf(f, "sandgate_pool_kernels{state=\"ready\"} %zu\n", st.pool_ready);
+    fprintf(f, "sandgate_pool_kernels{state=\"starting\"} %zu\n", st.pool_starting);
+    metrics_write(f);
+    const struct {
+        const char *name, *help;
+        uint64_t value;
+    } counters[] = {
+        {"sandgate_kernels_started_total", "Kernels started (pool included).", st.started},
+        {"sandgate_pool_claims_total", "Sessions served from the warm pool.", st.claimed_from_pool},
+        {"sandgate_kernels_culled_total", "Idle sessions shut down.", st.culled},
+        {"sandgate_pauses_total", "Sessions paused to disk.", st.pauses},
+        {"sandgate_pauses_automatic_total", "Pauses started by --pause-after.", st.auto_pauses},
+        {"sandgate_pause_failures_total", "Pauses that failed (the session ran on or restarted).",
+         st.pause_failures},
+        {"sandgate_resumes_total", "Paused sessions resumed.", st.resumes},
+        {"sandgate_pause_milliseconds_total", "Time spent pausing (sum over pauses).",
+         st.pause_ms_total},
+        {"sandgate_resume_milliseconds_total", "Time spent resuming (sum over resumes).",
+         st.resume_ms_total},
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        metrics_scalar(f, counters[i].name, "counter", counters[i].help,
+                       (unsigned long long)counters[i].value);
+    tenants_metrics(f, kmgr);
+    if (kmgr_has_egress(kmgr))
+        egress(f, egress_counts);
+    fclose(f);
+    return page;
+}
+
+/* The page; egress_counts as metrics_page takes them. */
 static enum MHD_Result metrics_reply(api_t *self, struct MHD_Connection *conn,
                                      const json_t *egress_counts)
 {
-    char *page = metrics_render(self->kmgr, egress_counts);
+    char *page = metrics_page(self->kmgr, egress_counts);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,

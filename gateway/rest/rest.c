@@ -4,10 +4,9 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "gateway/observe/audit.h"
+#include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
-#include "gateway/session/handover.h"
-#include "gateway/session/pyscript.h"
+#include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 
 void api_config_defaults(api_config_t *cfg)

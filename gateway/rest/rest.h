@@ -27,7 +27,7 @@
 
 #include "gateway/commands/commands.h"
 #include "gateway/http/http.h"
-#include "gateway/session/exec.h"
+#include "gateway/session/session.h"
 #include "kernelmgr/manager/manager.h"
 
 typedef struct api api_t;

@@ -13,9 +13,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/files/files.h"
-#include "gateway/files/sbfs.h"
-#include "gateway/observe/audit.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
 
 typedef enum { Q_GET, Q_STAT, Q_DELETE, Q_MKDIR, Q_MOVE } q_what_t;

@@ -15,7 +15,7 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
-#include "gateway/observe/audit.h"
+#include "gateway/observe/observe.h"
 
 static json_t *snapshot_json(const kmgr_snapshot_t *s)
 {

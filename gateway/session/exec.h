@@ -35,8 +35,7 @@
 
 #include <jansson.h>
 
-#include "gateway/observe/audit.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 #include "gateway/tenants/tenants.h"
 #include "kernelmgr/kernel/kernel.h"
 

@@ -5,7 +5,7 @@
 
 #include "common/log.h"
 #include "gateway/http/http.h"
-#include "gateway/observe/metrics.h"
+#include "gateway/observe/observe.h"
 
 static tenants_config_t defaults;
 static const keys_t *current;
@@ -348,4 +348,65 @@ enum MHD_Result tenant_reply_quota(struct MHD_Connection *conn, const tenant_quo
 {
     (void)quota; /* err names it (sg_error_quota) */
     return http_reply_error(conn, err);
+}
+
+/* --- GET /metrics: the tenants' families ------------------------------------- */
+
+/* What each tenant with sessions or snapshots holds now of what its quotas
+ * count (tenants.h). */
+static void usage(FILE *f, const kmgr_t *kmgr, json_t *live, json_t *paused)
+{
+    json_t *names = json_object();
+    json_object_update(names, live);
+    json_object_update(names, paused);
+    for (size_t i = 0; i < kmgr_snapshot_count(kmgr); i++) {
+        const kmgr_snapshot_t *s = kmgr_snapshot_at(kmgr, i);
+        if (!s->deleted && !s->template_of)
+            json_object_set_new(names, s->owner, json_true());
+    }
+    metrics_family(f, "sandgate_tenant_usage", "gauge",
+                   "What a tenant holds now of what its quotas count, by tenant and resource.");
+    const char *name;
+    json_t *v;
+    json_object_foreach (names, name, v) {
+        tenant_usage_t u;
+        tenant_usage(name, &u);
+        const struct {
+            const char *what;
+            long long n;
+        } rows[] = {{"queued", tenant_counted(name, TENANT_QUEUED)},
+                    {"jupyter_sessions", tenant_counted(name, TENANT_JUPYTER_SESSIONS)},
+                    {"mcp_sessions", tenant_counted(name, TENANT_MCP_SESSIONS)},
+                    {"snapshots", u.snapshots},
+                    {"snapshot_bytes", (long long)u.snapshot_bytes},
+                    {"disk_bytes", (long long)u.disk_bytes}};
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+            fprintf(f, "sandgate_tenant_usage{tenant=\"%s\",resource=\"%s\"} %lld\n", name,
+                    rows[r].what, rows[r].n);
+    }
+    json_decref(names);
+}
+
+void tenants_metrics(FILE *f, const kmgr_t *kmgr)
+{
+    json_t *live = json_object(), *paused = json_object();
+    for (size_t i = 0; i < kmgr_count(kmgr); i++) {
+        const kernel_t *k = kmgr_at((kmgr_t *)kmgr, i);
+        json_t *m = kernel_state(k) == KERNEL_PAUSED ? paused : live;
+        const char *o = kernel_owner(k);
+        json_object_set_new(m, o, json_integer(json_integer_value(json_object_get(m, o)) + 1));
+    }
+    const char *name;
+    json_t *v;
+    metrics_family(f, "sandgate_tenant_sessions", "gauge", "Sessions by tenant and state.");
+    json_object_foreach (live, name, v)
+        fprintf(f, "sandgate_tenant_sessions{tenant=\"%s\",state=\"live\"} %lld\n", name,
+                (long long)json_integer_value(v));
+    json_object_foreach (paused, name, v)
+        fprintf(f, "sandgate_tenant_sessions{tenant=\"%s\",state=\"paused\"} %lld\n", name,
+                (long long)json_integer_value(v));
+    metrics_write_tenants(f);
+    usage(f, kmgr, live, paused);
+    json_decref(live);
+    json_decref(paused);
 }

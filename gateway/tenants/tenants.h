@@ -45,8 +45,9 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdio.h>
 
-#include "gateway/auth/keys.h"
+#include "gateway/auth/auth.h"
 #include "gateway/http/http.h"
 #include "kernelmgr/manager/manager.h"
 
@@ -141,6 +142,11 @@ bool tenant_by_name(const char *name, tenant_t *out);
  * kmgr_t. */
 void *tenants_resolve_session(void *kmgr, const char *id, const http_req_t *req);
 const char *tenants_session_owner(void *kmgr, void *kernel);
+
+/* GET /metrics' families per tenant: sessions live and paused now,
+ * executions and quota refusals since the start (observe's
+ * metrics_write_tenants), and what each holds of what its quotas count. */
+void tenants_metrics(FILE *f, const kmgr_t *kmgr);
 
 /* Whether t may see a session of owner's (an admin sees all). */
 bool tenant_sees(const tenant_t *t, const char *owner);
