@@ -1,4 +1,4 @@
-#include "gateway/jupyter/jupyter.h"
+#include "gateway/jupyter/internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,33 +21,6 @@
 
 #define RESOURCE_MAX (1 << 20) /* bytes of one kernelspec resource file */
 
-struct jupyter {
-    loop_t *loop;
-    kmgr_t *kmgr;
-    channels_t *ch;
-    json_t *sessions; /* id -> {id, path, name, type, kernel_id} */
-    void (*wake)(void *);
-    void *wake_arg;
-    int64_t started; /* wall clock ms */
-};
-
-/* A request that waits (for a kernel to be ready) or upgrades to a WebSocket. */
-typedef struct {
-    jupyter_t *j;
-    struct MHD_Connection *conn;
-    char kernel_id[64];
-    char session_id[40]; /* /api/sessions request: the session to answer with */
-    unsigned status;     /* to answer with once ready */
-    resp_t *out;         /* the wait */
-    bool ready;
-    sg_error_t *err;
-    /* WebSocket upgrade */
-    char ws_session[129];
-    bool ws_v1;
-    bool upgraded;   /* channels has the socket: channels_revoke closes it */
-    char tenant[64]; /* who opens it, for the audit log */
-} jreq_t;
-
 static jreq_t *jreq_new(jupyter_t *self, struct MHD_Connection *conn)
 {
     jreq_t *r = xzalloc(sizeof *r);
@@ -64,8 +37,6 @@ static void jreq_free(jreq_t *r)
     free(r);
 }
 
-static long long sessions_of(void *arg, const char *owner);
-
 jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
                        void (*wake)(void *), void *wake_arg)
 {
@@ -74,7 +45,7 @@ jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
     self->kmgr = kmgr;
     self->ch = channels_new(loop, cfg, wake, wake_arg);
     self->sessions = json_object();
-    tenants_count_source(TENANT_JUPYTER_SESSIONS, sessions_of, self);
+    tenants_count_source(TENANT_JUPYTER_SESSIONS, jupyter_sessions_of, self);
     self->wake = wake;
     self->wake_arg = wake_arg;
     self->started = zclock_time();
@@ -92,7 +63,7 @@ void jupyter_destroy(jupyter_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     jupyter_t *self = *self_p;
-    tenants_uncount_source(TENANT_JUPYTER_SESSIONS, sessions_of, self);
+    tenants_uncount_source(TENANT_JUPYTER_SESSIONS, jupyter_sessions_of, self);
     channels_destroy(&self->ch);
     json_decref(self->sessions);
     free(self);
@@ -101,9 +72,6 @@ void jupyter_destroy(jupyter_t **self_p)
 
 /* --- replies ---------------------------------------------------------------------- */
 
-/* jupyter_server's error body: {"message", "reason"}; sandgate adds its kind. */
-static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 static json_t *fail_body(sg_errkind_t kind, char msg[512])
 {
     utf8_scrub(msg); /* it may quote a URL, or be cut inside a character */
@@ -112,7 +80,7 @@ static json_t *fail_body(sg_errkind_t kind, char msg[512])
                      sg_error_kind_name(kind));
 }
 
-static enum MHD_Result fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
+enum MHD_Result jupyter_fail(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -131,7 +99,7 @@ static struct MHD_Response *error_response(void *ctx, const sg_error_t *err)
 }
 
 /* Answers with *err and frees it. */
-static enum MHD_Result fail_err(struct MHD_Connection *conn, sg_error_t **err)
+enum MHD_Result jupyter_fail_err(struct MHD_Connection *conn, sg_error_t **err)
 {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", (*err)->msg);
@@ -145,7 +113,7 @@ static enum MHD_Result fail_err(struct MHD_Connection *conn, sg_error_t **err)
     return ret;
 }
 
-static enum MHD_Result no_content(struct MHD_Connection *conn)
+enum MHD_Result jupyter_no_content(struct MHD_Connection *conn)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     enum MHD_Result ret = http_queue(conn, 204, r);
@@ -153,21 +121,21 @@ static enum MHD_Result no_content(struct MHD_Connection *conn)
     return ret;
 }
 
-static json_t *parse(struct MHD_Connection *conn, const char *body, size_t len,
-                     enum MHD_Result *ret)
+json_t *jupyter_parse(struct MHD_Connection *conn, const char *body, size_t len,
+                      enum MHD_Result *ret)
 {
     if (len == 0)
         return json_object();
     json_error_t e;
     json_t *j = json_loadb(body, len, 0, &e);
     if (j == NULL) {
-        *ret = fail(conn, SG_E_INVALID, "request body is not JSON: %s (line %d, column %d)", e.text,
-                    e.line, e.column);
+        *ret = jupyter_fail(conn, SG_E_INVALID, "request body is not JSON: %s (line %d, column %d)",
+                            e.text, e.line, e.column);
         return NULL;
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        *ret = fail(conn, SG_E_INVALID, "request body must be a JSON object");
+        *ret = jupyter_fail(conn, SG_E_INVALID, "request body must be a JSON object");
         return NULL;
     }
     return j;
@@ -184,7 +152,7 @@ static void iso_time(int64_t wall_ms, char out[32])
     snprintf(out + n, 32 - n, ".%06dZ", (int)(wall_ms % 1000) * 1000);
 }
 
-static json_t *kernel_model(kernel_t *k)
+json_t *jupyter_kernel_model(kernel_t *k)
 {
     char when[32];
     iso_time(zclock_time() - (zclock_mono() - kernel_last_activity(k)), when);
@@ -198,30 +166,6 @@ static json_t *kernel_model(kernel_t *k)
 static const char *default_kernelspec(jupyter_t *self)
 {
     return jks_default(self->kmgr);
-}
-
-static json_t *session_model(jupyter_t *self, json_t *s)
-{
-    kernel_t *k = kmgr_get(self->kmgr, json_string_value(json_object_get(s, "kernel_id")));
-    json_t *m = json_pack("{s:O, s:O, s:O, s:O, s:{s:O, s:O}}", "id", json_object_get(s, "id"),
-                          "path", json_object_get(s, "path"), "name", json_object_get(s, "name"),
-                          "type", json_object_get(s, "type"), "notebook", "path",
-                          json_object_get(s, "path"), "name", json_object_get(s, "name"));
-    json_object_set_new(m, "kernel", k ? kernel_model(k) : json_null());
-    return m;
-}
-
-/* Sessions whose kernel is gone (shut down, culled) go too. */
-static void prune_sessions(jupyter_t *self)
-{
-    const char *id;
-    json_t *s;
-    void *tmp;
-    json_object_foreach_safe(self->sessions, tmp, id, s)
-    {
-        if (!kmgr_get(self->kmgr, json_string_value(json_object_get(s, "kernel_id"))))
-            json_object_del(self->sessions, id);
-    }
 }
 
 /* --- kernels ----------------------------------------------------------------------- */
@@ -263,20 +207,20 @@ static void on_ready(const sg_error_t *err, void *arg)
 static enum MHD_Result answer(jupyter_t *self, jreq_t *r)
 {
     if (r->err)
-        return fail_err(r->conn, &r->err);
+        return jupyter_fail_err(r->conn, &r->err);
     kernel_t *k = kmgr_get(self->kmgr, r->kernel_id);
     if (k == NULL)
-        return fail(r->conn, SG_E_NOTFOUND, "kernel %s is gone", r->kernel_id);
+        return jupyter_fail(r->conn, SG_E_NOTFOUND, "kernel %s is gone", r->kernel_id);
     json_t *model;
     char location[128];
     if (r->session_id[0]) {
         json_t *s = json_object_get(self->sessions, r->session_id);
         if (s == NULL)
-            return fail(r->conn, SG_E_NOTFOUND, "session %s is gone", r->session_id);
-        model = session_model(self, s);
+            return jupyter_fail(r->conn, SG_E_NOTFOUND, "session %s is gone", r->session_id);
+        model = jupyter_session_model(self, s);
         snprintf(location, sizeof location, "/api/sessions/%s", r->session_id);
     } else {
-        model = kernel_model(k);
+        model = jupyter_kernel_model(k);
         snprintf(location, sizeof location, "/api/kernels/%s", r->kernel_id);
     }
     char *text = json_dumps(model, JSON_COMPACT);
@@ -292,8 +236,8 @@ static enum MHD_Result answer(jupyter_t *self, jreq_t *r)
 }
 
 /* Waits for k, then answers with status; r becomes the request's state. */
-static enum MHD_Result when_ready(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
-                                  unsigned status, const char *session_id, void **req_state)
+enum MHD_Result jupyter_when_ready(jupyter_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                   unsigned status, const char *session_id, void **req_state)
 {
     jreq_t *r = jreq_new(self, conn);
     r->status = status;
@@ -359,8 +303,8 @@ static int kernel_username_of(json_t *env, const char **username, sg_error_t **e
 }
 
 /* A new kernel of tenant t's (its quotas checked: SG_E_QUOTA, a 429). */
-static kernel_t *start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
-                              const audit_who_t *who, sg_error_t **err)
+kernel_t *jupyter_start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
+                               const audit_who_t *who, sg_error_t **err)
 {
     json_t *name = json_object_get(req, "name");
     json_t *env = json_object_get(req, "env");
@@ -459,9 +403,9 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Upgrade");
     if (upgrade == NULL || strcasecmp(upgrade, "websocket") != 0 ||
         !header_has_token(conn, "Connection", "upgrade"))
-        return fail(conn, SG_E_INVALID,
-                    "this is a WebSocket endpoint: send 'Upgrade: websocket' and "
-                    "'Connection: Upgrade'");
+        return jupyter_fail(conn, SG_E_INVALID,
+                            "this is a WebSocket endpoint: send 'Upgrade: websocket' and "
+                            "'Connection: Upgrade'");
     const char *version =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
     if (version == NULL || strcmp(version, "13") != 0) {
@@ -481,12 +425,13 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
     char accept[29];
     const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
     if (key == NULL || ws_accept_key(key, accept) < 0)
-        return fail(conn, SG_E_INVALID, "missing or malformed Sec-WebSocket-Key");
+        return jupyter_fail(conn, SG_E_INVALID, "missing or malformed Sec-WebSocket-Key");
     const char *session = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "session_id");
     if (session && strlen(session) > 128)
-        return fail(conn, SG_E_INVALID, "session_id longer than 128 characters");
+        return jupyter_fail(conn, SG_E_INVALID, "session_id longer than 128 characters");
     if (kernel_state(k) == KERNEL_DEAD)
-        return fail(conn, SG_E_UNAVAILABLE, "kernel %s is dead; restart it first", kernel_id(k));
+        return jupyter_fail(conn, SG_E_UNAVAILABLE, "kernel %s is dead; restart it first",
+                            kernel_id(k));
 
     jreq_t *r = jreq_new(self, conn);
     snprintf(r->kernel_id, sizeof r->kernel_id, "%s", kernel_id(k));
@@ -507,7 +452,7 @@ static enum MHD_Result channels_route(jupyter_t *self, struct MHD_Connection *co
 
 /* A request that waited for a kernel resumed: the kernel it waited for is
  * ready (or not). */
-static enum MHD_Result resumed(jupyter_t *self, http_req_t *call)
+enum MHD_Result jupyter_resumed(jupyter_t *self, http_req_t *call)
 {
     jreq_t *r = call->state;
     if (!r->ready)
@@ -522,7 +467,7 @@ static enum MHD_Result list_kernels(void *arg, http_req_t *call)
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
         kernel_t *k = kmgr_at(self->kmgr, i);
         if (tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
-            json_array_append_new(list, kernel_model(k));
+            json_array_append_new(list, jupyter_kernel_model(k));
     }
     return http_reply_json(call->conn, 200, list);
 }
@@ -532,25 +477,25 @@ static enum MHD_Result post_kernel(void *arg, http_req_t *call)
     jupyter_t *self = arg;
     struct MHD_Connection *conn = call->conn;
     if (call->resumed)
-        return resumed(self, call);
+        return jupyter_resumed(self, call);
     enum MHD_Result ret = MHD_NO;
     sg_error_t *err = NULL;
     audit_who_t who;
     http_who(call, "jupyter", &who);
-    json_t *req = parse(conn, call->body, call->len, &ret);
+    json_t *req = jupyter_parse(conn, call->body, call->len, &ret);
     if (req == NULL)
         return ret;
-    kernel_t *k = start_kernel(self, call->tenant, req, &who, &err);
+    kernel_t *k = jupyter_start_kernel(self, call->tenant, req, &who, &err);
     json_decref(req);
     if (k == NULL) {
-        return fail_err(conn, &err);
+        return jupyter_fail_err(conn, &err);
     }
-    return when_ready(self, conn, k, 201, NULL, &call->state);
+    return jupyter_when_ready(self, conn, k, 201, NULL, &call->state);
 }
 
 static enum MHD_Result get_kernel(void *arg, http_req_t *call)
 {
-    return http_reply_json(call->conn, 200, kernel_model(http_arg(call, "kernel")));
+    return http_reply_json(call->conn, 200, jupyter_kernel_model(http_arg(call, "kernel")));
 }
 
 static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
@@ -562,7 +507,7 @@ static enum MHD_Result delete_kernel(void *arg, http_req_t *call)
     kmgr_shutdown(self->kmgr, id, NULL);
     audit_event(&who, "kernel.delete", json_pack("{s:s}", "context", id));
     log_info("jupyter: kernel %s shut down", id);
-    return no_content(call->conn);
+    return jupyter_no_content(call->conn);
 }
 
 static enum MHD_Result get_channels(void *arg, http_req_t *call)
@@ -575,256 +520,28 @@ static enum MHD_Result post_interrupt(void *arg, http_req_t *call)
     kernel_t *k = http_arg(call, "kernel");
     sg_error_t *err = NULL;
     if (kernel_interrupt(k, &err) < 0) {
-        return fail_err(call->conn, &err);
+        return jupyter_fail_err(call->conn, &err);
     }
     audit_who_t who;
     http_who(call, "jupyter", &who);
     audit_event(&who, "kernel.interrupt", json_pack("{s:s}", "context", kernel_id(k)));
-    return no_content(call->conn);
+    return jupyter_no_content(call->conn);
 }
 
 static enum MHD_Result post_restart(void *arg, http_req_t *call)
 {
     jupyter_t *self = arg;
     if (call->resumed)
-        return resumed(self, call);
+        return jupyter_resumed(self, call);
     kernel_t *k = http_arg(call, "kernel");
     sg_error_t *err = NULL;
     tenant_quota_t quota; /* a paused or dead kernel runs again: max-live */
     if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_restart(k, &err) < 0)
-        return fail_err(call->conn, &err);
+        return jupyter_fail_err(call->conn, &err);
     audit_who_t who;
     http_who(call, "jupyter", &who);
     audit_event(&who, "kernel.restart", json_pack("{s:s}", "context", kernel_id(k)));
-    return when_ready(self, call->conn, k, 200, NULL, &call->state);
-}
-
-/* --- sessions ---------------------------------------------------------------------- */
-
-/* The longest path, name or type a session may have: they are labels (a
- * notebook's path), kept in memory, listed and audited. */
-#define JUPYTER_FIELD_MAX 4096
-
-/* A session request's body, its fields checked; NULL when answered with an error. */
-static json_t *session_request(struct MHD_Connection *conn, const char *body, size_t len,
-                               enum MHD_Result *ret)
-{
-    json_t *req = parse(conn, body, len, ret);
-    if (req == NULL)
-        return NULL;
-    const char *keys[] = {"path", "name", "type"};
-    for (size_t i = 0; i < 3; i++) {
-        json_t *v = json_object_get(req, keys[i]);
-        if (v && !json_is_string(v) && !json_is_null(v)) {
-            *ret = fail(conn, SG_E_INVALID, "'%s' must be a string", keys[i]);
-            json_decref(req);
-            return NULL;
-        }
-        if (json_string_length(v) > JUPYTER_FIELD_MAX) {
-            *ret =
-                fail(conn, SG_E_LIMIT, "'%s' is longer than %d bytes", keys[i], JUPYTER_FIELD_MAX);
-            json_decref(req);
-            return NULL;
-        }
-    }
-    json_t *kern = json_object_get(req, "kernel");
-    if (kern && !json_is_object(kern) && !json_is_null(kern)) {
-        *ret = fail(conn, SG_E_INVALID, "'kernel' must be an object {name} or {id}");
-        json_decref(req);
-        return NULL;
-    }
-    return req;
-}
-
-/* The kernel a session request names: an existing one by id, or a new one.
- * NULL with *err when none could be started, without when the id is
- * unknown (no_kernel answers both). */
-static kernel_t *session_kernel(jupyter_t *self, const http_req_t *call, json_t *req,
-                                const audit_who_t *who, sg_error_t **err)
-{
-    json_t *kern = json_object_get(req, "kernel");
-    const char *id = json_string_value(json_object_get(kern, "id"));
-    if (id)
-        return http_resolve(call, "kernel", id); /* NULL: no_kernel answers */
-    json_t *start =
-        json_pack("{s:O?, s:O?, s:O?}", "name", json_object_get(kern, "name"), "env",
-                  json_object_get(kern, "env"), "internet", json_object_get(kern, "internet"));
-    const char *path = json_string_value(json_object_get(req, "path"));
-    if (path && strrchr(path, '/')) /* the notebook's directory */
-        json_object_set_new(start, "path", json_stringn(path, (size_t)(strrchr(path, '/') - path)));
-    kernel_t *k = start_kernel(self, call->tenant, start, who, err);
-    json_decref(start);
-    return k;
-}
-
-/* Answers a session request whose kernel session_kernel did not give. */
-static enum MHD_Result no_kernel(const http_req_t *call, json_t *req, sg_error_t **err)
-{
-    if (*err)
-        return fail_err(call->conn, err);
-    return http_reply_unknown(
-        call, "kernel", json_string_value(json_object_get(json_object_get(req, "kernel"), "id")));
-}
-
-/* The tenant a Jupyter session belongs to: its kernel's (a session whose
- * kernel is gone is pruned). */
-static const char *session_owner(void *arg, void *obj)
-{
-    jupyter_t *self = arg;
-    const char *kid = json_string_value(json_object_get(obj, "kernel_id"));
-    kernel_t *k = kid ? kmgr_get(self->kmgr, kid) : NULL;
-    return k ? kernel_owner(k) : NULL;
-}
-
-/* path, name and type from a request, defaults for those a new session lacks. */
-static void set_fields(json_t *s, json_t *req)
-{
-    const char *keys[] = {"path", "name", "type"}, *dflt[] = {"", "", "notebook"};
-    for (int i = 0; i < 3; i++) {
-        json_t *v = json_object_get(req, keys[i]);
-        if (json_is_string(v))
-            json_object_set(s, keys[i], v);
-        else if (!json_object_get(s, keys[i]))
-            json_object_set_new(s, keys[i], json_string(dflt[i]));
-    }
-}
-
-/* The Jupyter sessions of owner's: its max-jupyter-sessions counts them. */
-static long long sessions_of(void *arg, const char *owner)
-{
-    jupyter_t *self = arg;
-    prune_sessions(self);
-    long long n = 0;
-    const char *id;
-    json_t *s;
-    json_object_foreach (self->sessions, id, s) {
-        const char *o = session_owner(self, s);
-        n += o && strcmp(o, owner) == 0;
-    }
-    return n;
-}
-
-static enum MHD_Result list_sessions(void *arg, http_req_t *call)
-{
-    jupyter_t *self = arg;
-    prune_sessions(self);
-    json_t *list = json_array();
-    const char *id;
-    json_t *s;
-    json_object_foreach (self->sessions, id, s)
-        if (tenant_sees(call->tenant, session_owner(self, s)))
-            json_array_append_new(list, session_model(self, s));
-    return http_reply_json(call->conn, 200, list);
-}
-
-static enum MHD_Result post_session(void *arg, http_req_t *call)
-{
-    jupyter_t *self = arg;
-    struct MHD_Connection *conn = call->conn;
-    if (call->resumed)
-        return resumed(self, call);
-    enum MHD_Result ret = MHD_NO;
-    sg_error_t *err = NULL;
-    audit_who_t who;
-    http_who(call, "jupyter", &who);
-    prune_sessions(self);
-    json_t *req = session_request(conn, call->body, call->len, &ret);
-    if (req == NULL)
-        return ret;
-    /* A session for a path that has one already is that session. */
-    const char *path = json_string_value(json_object_get(req, "path"));
-    const char *sid;
-    json_t *s;
-    json_object_foreach (self->sessions, sid, s) {
-        if (path && tenant_sees(call->tenant, session_owner(self, s)) &&
-            strcmp(json_string_value(json_object_get(s, "path")), path) == 0) {
-            json_decref(req);
-            return http_reply_json(conn, 201, session_model(self, s));
-        }
-    }
-    if (tenant_admit_new(call->tenant->name, TENANT_JUPYTER_SESSIONS, &err) < 0) {
-        json_decref(req);
-        return fail_err(conn, &err);
-    }
-    kernel_t *k = session_kernel(self, call, req, &who, &err);
-    if (k == NULL) {
-        ret = no_kernel(call, req, &err);
-        json_decref(req);
-        return ret;
-    }
-    char id[37];
-    replica_uuid(id);
-    s = json_pack("{s:s, s:s}", "id", id, "kernel_id", kernel_id(k));
-    set_fields(s, req);
-    json_object_set_new(self->sessions, id, s);
-    json_decref(req);
-    audit_event(&who, "session.create",
-                json_pack("{s:s, s:s, s:O}", "session", id, "context", kernel_id(k), "path",
-                          json_object_get(s, "path")));
-    log_info("jupyter: session %s (%s) on kernel %s", id,
-             json_string_value(json_object_get(s, "path")), kernel_id(k));
-    return when_ready(self, conn, k, 201, id, &call->state);
-}
-
-static enum MHD_Result get_session(void *arg, http_req_t *call)
-{
-    return http_reply_json(call->conn, 200, session_model(arg, http_arg(call, "session")));
-}
-
-static enum MHD_Result delete_session(void *arg, http_req_t *call)
-{
-    jupyter_t *self = arg;
-    const char *id = http_arg_id(call, "session");
-    json_t *s = http_arg(call, "session");
-    audit_who_t who;
-    http_who(call, "jupyter", &who);
-    const char *kid = json_string_value(json_object_get(s, "kernel_id"));
-    audit_event(&who, "session.delete", json_pack("{s:s, s:s?}", "session", id, "context", kid));
-    if (kmgr_get(self->kmgr, kid))
-        kmgr_shutdown(self->kmgr, kid, NULL);
-    json_object_del(self->sessions, id);
-    return no_content(call->conn);
-}
-
-static enum MHD_Result patch_session(void *arg, http_req_t *call)
-{
-    jupyter_t *self = arg;
-    struct MHD_Connection *conn = call->conn;
-    if (call->resumed)
-        return resumed(self, call);
-    const char *id = http_arg_id(call, "session");
-    json_t *s = http_arg(call, "session");
-    enum MHD_Result ret = MHD_NO;
-    sg_error_t *err = NULL;
-    audit_who_t who;
-    http_who(call, "jupyter", &who);
-    json_t *req = session_request(conn, call->body, call->len, &ret);
-    if (req == NULL)
-        return ret;
-    set_fields(s, req);
-    json_t *kern = json_object_get(req, "kernel");
-    if (json_is_object(kern)) {
-        char old[64];
-        snprintf(old, sizeof old, "%s", json_string_value(json_object_get(s, "kernel_id")));
-        kernel_t *k = session_kernel(self, call, req, &who, &err);
-        if (k == NULL) {
-            ret = no_kernel(call, req, &err);
-            json_decref(req);
-            return ret;
-        }
-        json_object_set_new(s, "kernel_id", json_string(kernel_id(k)));
-        audit_event(&who, "session.update",
-                    json_pack("{s:s, s:s, s:s}", "session", id, "context", kernel_id(k),
-                              "previous_context", old));
-        /* A kernel started for this session replaces the old one, as in jupyter_server. */
-        if (!json_object_get(kern, "id") && strcmp(old, kernel_id(k)) != 0 &&
-            kmgr_get(self->kmgr, old))
-            kmgr_shutdown(self->kmgr, old, NULL);
-        json_decref(req);
-        return when_ready(self, conn, k, 200, id, &call->state);
-    }
-    json_decref(req);
-    return http_reply_json(conn, 200, session_model(self, s));
+    return jupyter_when_ready(self, call->conn, k, 200, NULL, &call->state);
 }
 
 /* --- kernelspecs ------------------------------------------------------------------- */
@@ -850,7 +567,8 @@ static enum MHD_Result get_resource(void *arg, http_req_t *call)
     const char *name = s->name;
     const char *file = call->rest[0] == '/' ? call->rest + 1 : call->rest;
     if (!jks_resource_name(file))
-        return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
+        return jupyter_fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file,
+                            name);
     char *path = xasprintf("%s/%s", s->dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     free(path);
@@ -858,7 +576,8 @@ static enum MHD_Result get_resource(void *arg, http_req_t *call)
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > RESOURCE_MAX) {
         if (fd >= 0)
             close(fd);
-        return fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file, name);
+        return jupyter_fail(conn, SG_E_NOTFOUND, "no resource '%s' for kernelspec '%s'", file,
+                            name);
     }
     struct MHD_Response *r = MHD_create_response_from_fd((size_t)st.st_size, fd);
     size_t fl = strlen(file);
@@ -927,15 +646,8 @@ static void request_done(void *ctx, void *req_state, bool completed)
     jreq_free(r);
 }
 
-/* The parameter kinds: a kernel (a kmgr session), a Jupyter session, a
- * kernelspec; the messages are jupyter_server's. */
-
-static void *resolve_session(void *arg, const char *id, const http_req_t *call)
-{
-    jupyter_t *self = arg;
-    prune_sessions(self);
-    return json_object_get(self->sessions, id);
-}
+/* The parameter kinds: a kernel (a kmgr session), a kernelspec, and
+ * sessions.c's Jupyter session; the messages are jupyter_server's. */
 
 static void *resolve_kernelspec(void *arg, const char *id, const http_req_t *call)
 {
@@ -963,13 +675,6 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/api/kernels/{kernel}/interrupt", post_interrupt, 0, NULL},
         {"POST", "/api/kernels/{kernel}/restart", post_restart, 0, NULL},
         {"GET", "/api/kernels/{kernel}/channels", get_channels, 0, NULL},
-        {"GET", "/api/sessions", list_sessions, 0, NULL},
-        {"GET", "/api/sessions/", list_sessions, 0, NULL},
-        {"POST", "/api/sessions", post_session, 0, NULL},
-        {"POST", "/api/sessions/", post_session, 0, NULL},
-        {"GET", "/api/sessions/{session}", get_session, 0, NULL},
-        {"PATCH", "/api/sessions/{session}", patch_session, 0, NULL},
-        {"DELETE", "/api/sessions/{session}", delete_session, 0, NULL},
     };
     const http_front_t front = {.name = "jupyter",
                                 .ctx = self,
@@ -978,11 +683,10 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
                                 .error_response = error_response};
     if (http_param(http, "kernel", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "Kernel does not exist: %s", err) < 0 ||
-        http_param(http, "session", resolve_session, session_owner, self, "Session not found: %s",
-                   err) < 0 ||
         http_param(http, "kernelspec", resolve_kernelspec, NULL, self, "Kernel spec %s not found",
                    err) < 0 ||
-        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
+        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
+        jupyter_sessions_register(self, http, &front, err) < 0)
         return -1;
     return 0;
 }

@@ -1,4 +1,4 @@
-/* api_internal: what the REST API's files share (not for other modules).
+/* internal: what the REST API's files share (not for other rooms).
  *
  *   api.c          contexts and POST /execute; the parameter kind
  *                  {context}; the front end's done and registration
@@ -68,7 +68,17 @@ void api_stream_unref(stream_t *s);
 void api_stream_wait(stream_t *s, kernel_t *k, kernel_event_t ev);
 void api_stream_answer(stream_t *s, unsigned status, json_t *answer);
 
-/* What the contexts' routes share with the snapshots' (api_snapshots.c). */
+/* Tenant t's default context of language (made when it has none): POST
+ * /execute without a context_id.  NULL with *err (and *quota for a refused
+ * quota). */
+kernel_t *api_tenant_context(api_t *self, const tenant_t *t, const char *language,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err);
+
+/* execute.c: POST /execute (the route is rest.c's, with the others). */
+enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, size_t len,
+                            void **req_state);
+
+/* What the contexts' routes share with the snapshots' (snapshots.c). */
 json_t *api_context_json(api_t *self, kernel_t *k);
 /* A new context of tenant t's (from snap when not NULL: its language, cwd,
  * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota

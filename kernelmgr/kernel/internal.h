@@ -1,6 +1,8 @@
-/* kernel_internal: what kernel.c (lifecycle: start, messages, death,
- * restart), kernel_exec.c (the execution queue and its timeouts) and
- * kernel_pause.c (pause and resume) share.  Not for use outside kernel*.c.
+/* internal: what the kernel room's files share — kernel.c (lifecycle:
+ * start, death, restart), messages.c (the connection and what comes on it),
+ * slots.c (start slots), exec.c (the execution queue and its timeouts),
+ * pause.c (pause and resume) and snapshot.c.  Not for use outside
+ * kernelmgr/kernel/.
  */
 #ifndef SG_KERNEL_INTERNAL_H
 #define SG_KERNEL_INTERNAL_H
@@ -121,8 +123,16 @@ struct kernel {
 /* kernel.c */
 void end_timer(kernel_t *k, int *timer);
 void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err);
+/* The iopub probe's timer: kernel_info again until iopub answers. */
+void on_probe(loop_t *loop, int timer_id, void *arg);
+
+/* messages.c: the connection and what comes on it */
 int send_msg(kernel_t *k, jchan_t chan, const jmsg_t *msg, sg_error_t **err);
 void disconnect(kernel_t *k);
+/* Ready once kernel_info is answered, iopub heard and stdin connected. */
+void maybe_ready(kernel_t *k);
+/* The loop's handler of the client's sockets (arg: the kernel). */
+bool on_socket(loop_t *loop, zsock_t *sock, void *arg);
 void die(kernel_t *k, sg_error_t *err);
 void die_msg(kernel_t *k, sg_errkind_t kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,5 +1,6 @@
-/* kmgr_internal: what kmgr.c shares with kmgr_snapshots.c (not for other
- * modules). */
+/* internal: what the manager room's files share — manager.c (sessions,
+ * pool, the tick), adopt.c (start-up's re-adoption), pause.c, snapshots.c
+ * and templates.c.  Not for use outside kernelmgr/manager/. */
 #ifndef SG_KMGR_INTERNAL_H
 #define SG_KMGR_INTERNAL_H
 
@@ -39,9 +40,9 @@ struct kmgr {
     bool stopping;              /* kmgr_pause_all was called: no new pool kernels */
     void (*drained)(void *arg); /* called when draining reaches 0 */
     void *drained_arg;
-    kmgr_snapshot_t **snaps; /* kmgr_snapshots.c */
+    kmgr_snapshot_t **snaps; /* snapshots.c */
     size_t nsnaps, capsnaps;
-    json_t *tsnap_taking; /* kmgr_templates.c: template name -> true while its snapshot is taken */
+    json_t *tsnap_taking; /* templates.c: template name -> true while its snapshot is taken */
     struct spec_pool {
         const kspec_t *spec;
         int size;
@@ -49,11 +50,15 @@ struct kmgr {
     size_t npools;
 };
 
-/* kmgr.c */
+/* manager.c */
 entry_t *entry_find(const kmgr_t *m, const char *id);
+/* e joins the sessions (the manager owns it from here). */
+void add_entry(kmgr_t *m, entry_t *e);
+/* Each session kernel's observer (arg: its entry). */
+void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg);
 /* e's pause for kmgr_pause_all is done (or will not come). */
 void drained_one(kmgr_t *m, entry_t *e);
-/* The tick's pauses (kmgr_pause.c): --pause-after's, and the stop's. */
+/* The tick's pauses (pause.c): --pause-after's, and the stop's. */
 void pause_tick(kmgr_t *m, int64_t now);
 char *session_workspace(const kmgr_t *m, const char *id);
 void session_record(kmgr_t *m, entry_t *e);
@@ -62,7 +67,10 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
                          const kmgr_start_opts_t *so, kernel_event_fn *ev, void *ev_arg,
                          sg_error_t **err);
 
-/* kmgr_snapshots.c */
+/* adopt.c: the sessions a previous sandgate left, taken back (kmgr_new) */
+void adopt_all(kmgr_t *m);
+
+/* snapshots.c */
 /* The snapshot records under STATE/snapshots, at start-up. */
 void snapshots_load(kmgr_t *m);
 void snapshots_free(kmgr_t *m);
@@ -83,7 +91,7 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err);
 void snapshot_drop(kmgr_t *m, kmgr_snapshot_t *s);
 void snapshot_free(kmgr_snapshot_t *s);
 
-/* kmgr_templates.c */
+/* templates.c */
 /* At start-up, after snapshots_load: a template's snapshot of something
  * else than the template is now (its key differs, or it is gone) is dropped. */
 void templates_check(kmgr_t *m);

@@ -1,6 +1,6 @@
 """The code stays readable in the ways docs/architecture.md promises.
 
-- No C file in gateway/ or kernelmgr/ over 1,000 lines, no function in any
+- No C file in gateway/ or kernelmgr/ over 900 lines, no function in any
   C file of the daemon (common/, proto/, kernelmgr/, gateway/) over 120.
 - http.c knows no front end and no kernel manager: gateway/http/http.h includes
   nothing of kernelmgr/, http.c nothing of the front ends.
@@ -19,7 +19,7 @@ import re
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
-MAX_FILE, MAX_FUNC = 1000, 120
+MAX_FILE, MAX_FUNC = 900, 120
 
 
 def src(*patterns):
