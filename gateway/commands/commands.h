@@ -9,7 +9,7 @@
  * daemon's loop.
  *
  * This module knows no HTTP.  Front ends (the REST API's
- * /contexts/{context}/commands, api_commands.c; E2B's envd process service)
+ * /contexts/{context}/commands, rest/commands.c; E2B's envd process service)
  * start commands, attach readers to them, write their stdin and signal
  * them; everything they need is here.
  *

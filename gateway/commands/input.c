@@ -1,4 +1,4 @@
-/* commands_input: what goes into a command — its stdin, bounded, and
+/* input: what goes into a command — its stdin, bounded, and
  * signals, retried while the command has no pid inside yet (commands.h). */
 #include <errno.h>
 #include <signal.h>

@@ -1,9 +1,9 @@
-/* commands_internal: what commands.c and commands_input.c share (not for
+/* internal: what commands.c and input.c share (not for
  * other modules).
  *
  *   commands.c        the registry, contexts, starting, output, the end,
  *                     readers, looking up
- *   commands_input.c  what goes in: stdin and signals
+ *   input.c  what goes in: stdin and signals
  */
 #ifndef SG_COMMANDS_INTERNAL_H
 #define SG_COMMANDS_INTERNAL_H

@@ -1,5 +1,5 @@
 /* envd: registration, the context a request acts on, replies, and the
- * Filesystem service's unary calls over sbfs (envd_internal.h). */
+ * Filesystem service's unary calls over sbfs (internal.h). */
 #include <string.h>
 
 #include "common/xalloc.h"

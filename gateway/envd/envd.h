@@ -9,7 +9,7 @@
  *   POST /process.Process/{Start,Connect}          server-streaming
  *   POST /process.Process/{List,SendInput,SendSignal,CloseStdin}
  *
- * Connect RPC with the JSON codec (envd_proto.h).  Which sandbox: the
+ * Connect RPC with the JSON codec (proto.h).  Which sandbox: the
  * context the request's E2b-Sandbox-Id header names (a context id of the
  * caller's tenant), else — no header, or the SDK's debug-mode id
  * "debug_sandbox_id" — the tenant's default Python context, the one

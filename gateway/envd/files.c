@@ -1,4 +1,4 @@
-/* envd_files: envd's plain HTTP file bodies (envd_internal.h), streamed
+/* files: envd's plain HTTP file bodies (internal.h), streamed
  * both ways through sbfs: a download is pulled from the sandbox as the
  * client takes it, an upload pushed as it arrives, reading from the client
  * paused while the sandbox has not taken what came (so neither is ever

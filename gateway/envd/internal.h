@@ -1,10 +1,10 @@
-/* envd_internal: what the envd front end's files share (not for other
+/* internal: what the envd front end's files share (not for other
  * modules).
  *
  *   envd.c          registration, which context a request acts on, replies,
  *                   the Filesystem service's unary calls
- *   envd_files.c    GET and POST /files: file bodies, streamed both ways
- *   envd_process.c  the Process service (commands.h)
+ *   files.c    GET and POST /files: file bodies, streamed both ways
+ *   process.c  the Process service (commands.h)
  */
 #ifndef SG_ENVD_INTERNAL_H
 #define SG_ENVD_INTERNAL_H

@@ -1,4 +1,4 @@
-/* envd_process: envd's Process service (envd_internal.h) over commands.h.
+/* process: envd's Process service (internal.h) over commands.h.
  *
  * Start and Connect are server streams: a start event with the command's
  * pid (commands.h's number, 1, 2, ... per context), its output as data

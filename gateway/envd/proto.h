@@ -1,4 +1,4 @@
-/* envd_proto: the wire format of E2B's in-sandbox daemon (envd), as the E2B
+/* proto: the wire format of E2B's in-sandbox daemon (envd), as the E2B
  * SDKs speak it, pure (bytes and JSON in, bytes and JSON out; no I/O).
  *
  * Both SDKs use Connect RPC with its JSON codec (the JS SDK's connect-web

@@ -1,7 +1,7 @@
 /* sbfs: files anywhere inside a context's sandbox (sbfs.h).
  *
  * Each operation is one `/sandgate-init --group --fs OP ARGS...` (kernelmgr/
- * sandbox_fs.c, which documents the protocol) run by kernel_exec, with
+ * kernelmgr/guest/fs.c, which documents the protocol) run by kernel_exec, with
  * three pipes whose daemon ends are non-blocking and watched by the loop
  * only while something is wanted from them.  A read's bytes go from its
  * stdout straight into the caller's buffer (libmicrohttpd's), a write's from
@@ -24,7 +24,7 @@
 #define OUT_MAX (16u << 20)  /* a listing's JSON */
 #define ERR_MAX 4096         /* the helper's error line */
 #define HEAD_MAX 65536       /* a read's entry line, and the first bytes after it */
-#define FRAME_MAX (1u << 20) /* sandbox_fs.c's */
+#define FRAME_MAX (1u << 20) /* kernelmgr/guest/fs.c's */
 #define PIPE_BYTES (1 << 20)
 
 typedef enum { OP_SIMPLE, OP_READ, OP_WRITE } op_kind_t;
@@ -479,7 +479,7 @@ static sbfs_op_t *start(loop_t *loop, kernel_t *k, op_kind_t kind, const char *c
     sbfs_op_t *op = xzalloc(sizeof *op);
     *op = (sbfs_op_t){.loop = loop, .kind = kind, .cb = *cb, .fd = {-1, -1, -1}};
     /* sandbox_exec runs `/sandgate-init --group ARGV`; with ARGV `--fs OP
-     * ...` that init does the operation itself (sandbox_init.c). */
+     * ...` that init does the operation itself (kernelmgr/guest/init.c). */
     op->argv = xzalloc((n + 2) * sizeof *op->argv);
     op->argv[0] = xstrdup("--fs");
     for (size_t i = 0; i < n; i++)

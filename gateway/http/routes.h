@@ -1,4 +1,4 @@
-/* http_routes: the HTTP server's route table — the parameter kinds the
+/* routes: the HTTP server's route table — the parameter kinds the
  * front ends register ({context}, {kernel}...) and their routes, matched
  * against a request's method and path (http.h says what patterns mean).
  * http.c's own: front ends register through http_param and http_routes and

@@ -340,7 +340,7 @@ kernel_t *jupyter_start_kernel(jupyter_t *self, const tenant_t *t, json_t *req,
         return NULL;
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
     so.snapshot = snap ? snap->id : NULL;
-    so.template = n && kmgr_template(self->kmgr, n) ? n : NULL; /* jupyter_kernelspecs.h */
+    so.template = n && kmgr_template(self->kmgr, n) ? n : NULL; /* kernelspecs.h */
     kernel_t *k =
         kmgr_start_with(self->kmgr, n && *n ? n : default_kernelspec(self), &so, NULL, NULL, err);
     if (k == NULL)

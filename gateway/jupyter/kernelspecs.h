@@ -1,4 +1,4 @@
-/* jupyter_kernelspecs: the kernelspecs the Jupyter API offers — the
+/* kernelspecs: the kernelspecs the Jupyter API offers — the
  * installed ones (kspec.h) and one per template (--template), named as the
  * template, whose kernels start with it (kmgr_start_opts_t.template). */
 #ifndef SG_JUPYTER_KERNELSPECS_H

@@ -1,9 +1,9 @@
-/* mcp_internal: what the MCP endpoint's two files share (not for other
+/* internal: what the MCP endpoint's two files share (not for other
  * modules).
  *
  *   mcp.c        the protocol: JSON-RPC 2.0 over Streamable HTTP, MCP
  *                sessions and their kernels, one POST's answers, the routes
- *   mcp_tools.c  the tools: execute_python and execute_code (an
+ *   tools.c  the tools: execute_python and execute_code (an
  *                execution's output as content blocks and progress
  *                notifications), list_files,
  *                read_file, write_file, restart_kernel, snapshot, restore,
@@ -115,7 +115,7 @@ kernel_t *mcp_session_kernel_from(mcp_t *self, session_t *s, const kmgr_snapshot
 /* The same for a file tool: its workspace must exist as well. */
 kernel_t *mcp_files_kernel(mcp_t *self, session_t *s, const char **note, sg_error_t **err);
 
-/* --- the tools' side (mcp_tools.c) ----------------------------------------------- */
+/* --- the tools' side (tools.c) ----------------------------------------------- */
 
 /* tools/list's answer (owned by the caller), for sessions without or with a
  * network (self's cfg and specs set). */

@@ -1,4 +1,4 @@
-/* mcp_tools: the MCP endpoint's tools (mcp_internal.h): what each does
+/* tools: the MCP endpoint's tools (internal.h): what each does
  * with its session's kernel and workspace, and how it answers. */
 #include <errno.h>
 #include <sodium.h>

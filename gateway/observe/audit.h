@@ -98,7 +98,7 @@ void audit_who_set_tenant(audit_who_t *who, const char *tenant);
 void audit_event(const audit_who_t *who, const char *event, json_t *fields);
 
 /* The two events of an execution, as every front end's executions write
- * them (exec_observers.h). */
+ * them (session/observers.h). */
 typedef struct {
     uint64_t id; /* unique in this process: its "execute" and "execution.end" carry it */
     const char *context;

@@ -1,4 +1,4 @@
-/* api_commands: the REST API's commands, processes beside a context's kernel
+/* commands: the REST API's commands, processes beside a context's kernel
  * (commands.h; docs/api.md "Commands").
  *
  *   POST   /contexts/{context}/commands            JSON body: start one —

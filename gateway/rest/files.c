@@ -1,4 +1,4 @@
-/* api_files: the REST API's files routes (api_internal.h): downloads and
+/* files: the REST API's files routes (internal.h): downloads and
  * listings, deletes, and uploads streamed to disk. */
 #include <errno.h>
 #include <string.h>
@@ -130,7 +130,7 @@ static enum MHD_Result files_get(void *arg, http_req_t *call)
 typedef struct {
     api_t *api;
     files_upload_t *up;
-    api_sbfs_sink_t *sb; /* ?path=: the upload goes into the sandbox (api_sbfs.c) */
+    api_sbfs_sink_t *sb; /* ?path=: the upload goes into the sandbox (sbfs.c) */
     bool sbfs_error;     /* err is answered in sbfs's shape */
     sg_error_t *err;     /* the first failure; the rest of the body is discarded */
     size_t unchecked;    /* bytes written since the state disk's room was checked */
@@ -299,7 +299,7 @@ int api_files_register(api_t *self, http_server_t *http, const http_front_t *fro
         {"PUT", "/contexts/{context}/files/*", NULL, 0, &upload},
         {"DELETE", "/contexts/{context}/files/*", files_delete, 0, NULL},
     };
-    /* Their state is api_sbfs.c's (absolute paths), never a stream_t. */
+    /* Their state is sbfs.c's (absolute paths), never a stream_t. */
     const http_front_t files_front = {.name = front->name,
                                       .ctx = front->ctx,
                                       .done = files_done,

@@ -1,15 +1,15 @@
 /* internal: what the REST API's files share (not for other rooms).
  *
- *   api.c          contexts and POST /execute; the parameter kind
+ *   rest.c          contexts and POST /execute; the parameter kind
  *                  {context}; the front end's done and registration
- *   api_files.c    /contexts/{context}/files: downloads, listings, deletes,
+ *   files.c    /contexts/{context}/files: downloads, listings, deletes,
  *                  streamed uploads
- *   api_sbfs.c     the same for an absolute path (?path=), inside the
+ *   sbfs.c     the same for an absolute path (?path=), inside the
  *                  sandbox (sbfs.h); .../files/mkdir and .../files/move
- *   api_metrics.c  GET /health, GET /metrics and GET /openapi.json
- *   api_commands.c /contexts/{context}/commands: commands beside the kernel
+ *   metrics.c  GET /health, GET /metrics and GET /openapi.json
+ *   commands.c /contexts/{context}/commands: commands beside the kernel
  *                  (commands.h); the parameter kind {command}
- *   api_snapshots.c snapshots, fork and roll-back; the parameter kind
+ *   snapshots.c snapshots, fork and roll-back; the parameter kind
  *                  {snapshot}
  */
 #ifndef SG_API_INTERNAL_H
@@ -108,7 +108,7 @@ int api_files_register(api_t *self, http_server_t *http, const http_front_t *fro
 int api_sbfs_register(api_t *self, http_server_t *http, const http_front_t *front,
                       sg_error_t **err);
 
-/* api_sbfs.c, for api_files.c.  A request on an absolute path keeps an
+/* sbfs.c, for files.c.  A request on an absolute path keeps an
  * api_sbfs_req_t as its state (freed by api_sbfs_req_free when it ends);
  * its handler, called again on resume, hands over to api_sbfs_resumed. */
 typedef struct api_sbfs_req api_sbfs_req_t;

@@ -1,5 +1,5 @@
-/* api_metrics: the REST API's service routes, GET /health, GET /metrics
- * and GET /openapi.json (api_internal.h). */
+/* metrics: the REST API's service routes, GET /health, GET /metrics
+ * and GET /openapi.json (internal.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* api: sandgate's REST API, wire-compatible with the E2B code interpreter.
+/* rest: sandgate's REST API (api_), wire-compatible with the E2B code interpreter.
  *
  *   POST   /execute                 run code; NDJSON stream (or one JSON
  *                                   document with Accept: application/json)
@@ -10,7 +10,7 @@
  *   PUT    /contexts/{id}/files/{path}     upload (streamed to disk)
  *   DELETE /contexts/{id}/files/{path}
  *   GET|PUT|DELETE /contexts/{id}/files?path=/abs   anywhere in the sandbox
- *   POST   /contexts/{id}/files/mkdir, /move        (api_sbfs.c, sbfs.h)
+ *   POST   /contexts/{id}/files/mkdir, /move        (sbfs.c, sbfs.h)
  *   POST   /contexts/{id}/commands         start a command beside the kernel:
  *   GET    /contexts/{id}/commands         NDJSON, JSON, or 201 in the
  *   GET    /contexts/{id}/commands/{cmd}   background; stdin streamed from

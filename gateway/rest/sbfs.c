@@ -1,4 +1,4 @@
-/* api_sbfs: the files routes for an absolute path (?path=/tmp/a.csv),
+/* sbfs: the files routes for an absolute path (?path=/tmp/a.csv),
  * served inside the context's sandbox by sbfs.h; POST .../files/mkdir and
  * .../files/move.  Each request runs one sbfs operation and suspends its
  * connection until the operation answers; a download is then streamed from

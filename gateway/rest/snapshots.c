@@ -1,5 +1,5 @@
-/* api_snapshots: snapshots, fork, roll-back and templates over REST
- * (api_internal.h):
+/* snapshots: snapshots, fork, roll-back and templates over REST
+ * (internal.h):
  *
  *   POST   /contexts/{context}/snapshots   {"name"?} -> 201 the snapshot
  *   GET    /contexts/{context}/snapshots   the context's snapshots
@@ -9,8 +9,8 @@
  *   POST   /contexts/{context}/fork        {"keep_snapshot"?, "name"?} -> 201 a new context
  *   POST   /contexts/{context}/restore     {"snapshot"} -> 200 the context, rolled back
  *   GET    /templates                      the configured templates (--template)
- * (and POST /contexts {"snapshot"} or {"template"}: api.c).  A snapshot is its tenant's:
- * {snapshot} resolves only the caller's (kmgr.h's kmgr_snapshot_t.owner). */
+ * (and POST /contexts {"snapshot"} or {"template"}: rest.c).  A snapshot is its tenant's:
+ * {snapshot} resolves only the caller's (kernelmgr/manager/manager.h's kmgr_snapshot_t.owner). */
 #include "gateway/rest/internal.h"
 
 #include "common/log.h"
@@ -62,7 +62,7 @@ static void fork_from(taking_t *t, const kmgr_snapshot_t *snap)
     kernel_t *k = api_create_context(self, t->tenant, "python", "/home/user", false, false, snap,
                                      NULL, &t->who, &quota, &err);
     cleanup_free char *sid = xstrdup(snap->id);
-    if (!t->keep) /* its files stay until the new context runs (kmgr.h) */
+    if (!t->keep) /* its files stay until the new context runs (kernelmgr/manager/manager.h) */
         kmgr_snapshot_delete(self->kmgr, sid, NULL);
     if (!k) {
         json_t *e = http_error_body(err);

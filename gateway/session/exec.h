@@ -26,7 +26,7 @@
  *
  * Who hears about an execution: its observers, each an exec_sink_t and its
  * argument.  Every execution has the audit log's and the metrics'
- * (exec_observers.h: "execute" or "command" when the code is queued, or
+ * (observers.h: "execute" or "command" when the code is queued, or
  * refused, and "execution.end" however it ends; sandgate_executions_total
  * and the durations), and, once it is accepted, its front end's.
  */
@@ -67,7 +67,7 @@ typedef struct {
     int timeout_ms;              /* 0: exec_policy_timeout(policy) */
     const json_t *env;           /* env_vars {name: value} (borrowed; Python kernels), or NULL */
     bool rich_formats;           /* Python kernels add e2b/chart and e2b/data to its results
-                                    (sandbox_kernel.py); a front end sets it from the request
+                                    (kernelmgr/guest/kernel.py); a front end sets it from the request
                                     or policy->rich_formats */
     bool command;                /* code is a shell command: it runs through a runner in the
                                     kernel, whose report {stdout, stderr, exit_code} is on_done's */

@@ -1,4 +1,4 @@
-/* exec_observers: what every execution reports to besides its front end
+/* observers: what every execution reports to besides its front end
  * (exec.h attaches both to each execution when it is created).
  *
  *  - the audit log (audit.h): "execute" or "command" when the execution is

@@ -25,7 +25,7 @@ typedef enum {
     PY_COMMAND,      /* command.py: a shell command's runner (exec.c) */
     PY_ENV_SET,      /* env_set.py: an execution's env_vars (exec.c) */
     PY_ENV_RESTORE,  /* env_restore.py: ... restored after it */
-    PY_CONTEXT_CWD,  /* context_cwd.py: a REST context's cwd (api.c) */
+    PY_CONTEXT_CWD,  /* context_cwd.py: a REST context's cwd (rest/rest.c) */
     PY_KERNEL_SETUP, /* kernel_setup.py: a Jupyter kernel's env and path (jupyter.c) */
     PY_SCRIPTS
 } py_script_t;

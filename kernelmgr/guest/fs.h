@@ -1,5 +1,5 @@
-/* sandbox_fs: `sandgate-init --fs OP ARGS...`, file operations run inside a
- * sandbox for gateway/files/sbfs.c (the protocol is in sandbox_fs.c). */
+/* fs: `sandgate-init --fs OP ARGS...`, file operations run inside a
+ * sandbox for gateway/files/sbfs.c (the protocol is in fs.c). */
 #ifndef SG_SANDBOX_FS_H
 #define SG_SANDBOX_FS_H
 

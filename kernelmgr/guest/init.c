@@ -2,7 +2,7 @@
  *
  * usage: sandgate-init PROGRAM [ARGS...]
  *        sandgate-init --group PROGRAM [ARGS...]
- *        sandgate-init [--group] --fs OP ARGS...   (file operations: sandbox_fs.c)
+ *        sandgate-init [--group] --fs OP ARGS...   (file operations: fs.c)
  *
  * A kernel as PID 1 would never reap the orphans of code it runs (every
  * `subprocess` grandchild becomes a zombie and counts against the process
@@ -527,7 +527,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");
         return 127;
     }
-    if (group_mode) /* the kernel's alone (sandbox_preload.c) */
+    if (group_mode) /* the kernel's alone (preload.c) */
         unsetenv("SANDGATE_TCP_AS_IPC");
     const char *relay_spec = group_mode ? NULL : getenv("SANDGATE_RELAY");
     if (relay_spec && *relay_spec && parse_relay(relay_spec) < 0)

@@ -1,4 +1,4 @@
-/* kernel_exec: a kernel's executions (kernel.h) — the queue, sent one at
+/* exec: a kernel's executions (kernel.h) — the queue, sent one at
  * a time, each finished by execute_reply plus status idle, and its timeout:
  * an interrupt, then a restart after the grace period. */
 #include "kernelmgr/kernel/internal.h"

@@ -114,7 +114,7 @@ struct kernel {
     uint64_t resumes;
     uint64_t checkpoint_bytes;
 
-    /* snapshots (kernel_snapshot.c) */
+    /* snapshots (snapshot.c) */
     struct snap *snap;   /* a snapshot under way; NULL: none */
     char *from_snapshot; /* the next launch restores this snapshot (then NULL) */
     uint64_t ws_restore; /* its workspace is being restored (sandbox_cancel) */
@@ -145,7 +145,7 @@ void on_heartbeat(loop_t *loop, int timer_id, void *arg);
 /* kernel.c: the sandbox starts (launch_now: k holds a start slot) */
 int launch_now(kernel_t *k, sg_error_t **err);
 
-/* kernel_slots.c: start slots.  take_slot: whether k has one now, else it
+/* slots.c: start slots.  take_slot: whether k has one now, else it
  * waits in line and launch_now is called once one is free (or it dies).
  * release_slot: the one held (or the place in line) is given up. */
 bool take_slot(kernel_t *k);
@@ -171,7 +171,7 @@ int restart_now(kernel_t *k, sg_error_t **err);
  * again (then *err says why). */
 bool kernel_wake_refused(kernel_t *k, sg_error_t **err);
 
-/* kernel_snapshot.c, for kernel_pause.c and kernel.c */
+/* snapshot.c, for pause.c and kernel.c */
 /* The pause a snapshot asked for ended: saved and resumed, or err (the
  * snapshot fails with it; the pause's own handling goes on). */
 void snapshot_paused(kernel_t *k);
@@ -186,7 +186,7 @@ void snapshot_ready(kernel_t *k, const sg_error_t *why);
  * restored calls back no more. */
 void snapshot_abort(kernel_t *k);
 
-/* kernel_exec.c */
+/* exec.c */
 void exec_free(exec_t *e);
 exec_t *exec_new(kernel_t *k, const char *code, const kernel_exec_opts_t *opts,
                  const kernel_exec_cb_t *cb);
@@ -195,7 +195,7 @@ void pump(kernel_t *k);
 void maybe_finish(kernel_t *k);
 /* Output of e came while it lingers: it waits that long again. */
 void linger_more(kernel_t *k, exec_t *e);
-/* A frontend's own execution (kernel_track) hears of a message: kernel_exec.c. */
+/* A frontend's own execution (kernel_track) hears of a message: exec.c. */
 void on_tracked(kernel_t *k, jchan_t chan, const jmsg_t *m);
 
 #endif

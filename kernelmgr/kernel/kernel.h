@@ -78,7 +78,7 @@ typedef struct {
     bool silent;
     bool store_history;
     bool rich_formats; /* ask a Python kernel for E2B's result formats e2b/chart and
-                          e2b/data (the request's metadata says so: sandbox_kernel.py) */
+                          e2b/data (the request's metadata says so: guest/kernel.py) */
 } kernel_exec_opts_t;
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* kernel_pause: pausing a kernel to disk and resuming it (kernel.h), over
+/* pause: pausing a kernel to disk and resuming it (kernel.h), over
  * sandbox_pause / sandbox_resume. */
 #include "kernelmgr/kernel/internal.h"
 
@@ -157,7 +157,7 @@ static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
     if (k->freed || k->sb != sb)
         return;
     if (pid < 0 && err && err->kind == SG_E_CONFLICT) {
-        /* Another runsc's image (sandbox_internal.h's image_check): kept,
+        /* Another runsc's image (sandbox/internal.h's image_check): kept,
          * and the session stays paused until it is restarted or deleted —
          * never a fresh kernel in its place unasked. */
         sg_error_prefix(&err, "the session cannot be resumed");
@@ -226,7 +226,7 @@ int resume_now(kernel_t *k, sg_error_t **err)
     }
     if (k->state != KERNEL_PAUSED)
         return 0;
-    if (k->snap) { /* after the snapshot is saved (kernel_snapshot.c) */
+    if (k->snap) { /* after the snapshot is saved (snapshot.c) */
         k->resume_wanted = true;
         return 0;
     }

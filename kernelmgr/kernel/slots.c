@@ -1,4 +1,4 @@
-/* kernel_slots: start slots (kernel_internal.h).  Sandbox starts are
+/* slots: start slots (internal.h).  Sandbox starts are
  * CPU-heavy (Python's imports, or a restore loading a memory image):
  * running more at once than there are CPUs makes every one
  * slower, until they time out.  Starts beyond that wait here; the start

@@ -1,10 +1,10 @@
-/* kernel_snapshot: a kernel's snapshots and roll-backs (kernel.h), over
+/* snapshot: a kernel's snapshots and roll-backs (kernel.h), over
  * sandbox_snapshot_save and sandbox_workspace_restore_async.
  *
  * A running kernel's snapshot is a checkpoint that leaves its sandbox
  * running (sandbox_save_live: pause_kernel with live), the save, and a
  * reattach of its clients; where runsc cannot (2022-12-19), a pause
- * (kernel_pause.c, which hands the paused kernel back here instead of
+ * (pause.c, which hands the paused kernel back here instead of
  * reporting it), the save, and a resume.  Either way an execution sent
  * meanwhile waits for the save. */
 #include "kernelmgr/kernel/internal.h"

@@ -368,7 +368,7 @@ static void fill_pool(kmgr_t *m)
     char id[37];
     replica_uuid(id);
     sg_error_t *err = NULL;
-    const kmgr_snapshot_t *ts = template_snapshot(m, template); /* kmgr_templates.c */
+    const kmgr_snapshot_t *ts = template_snapshot(m, template); /* templates.c */
     kmgr_start_opts_t so = {.template = template, .snapshot = ts ? ts->id : NULL};
     if (session_launch(m, spec, id, true, &so, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel%s%s: %s", template ? " of template " : "",
@@ -466,7 +466,7 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     kmgr_start_opts_t so = *o;
     so.template = t ? t->name : NULL;
     /* No pool kernel: the template's snapshot, when it has one, is a restore
-     * instead of a start plus its preload (kmgr_templates.c). */
+     * instead of a start plus its preload (templates.c). */
     const kmgr_snapshot_t *ts = snap || o->internet ? NULL : template_snapshot(m, so.template);
     if (ts)
         so.snapshot = ts->id;

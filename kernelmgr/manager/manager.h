@@ -1,4 +1,4 @@
-/* kmgr: the kernel manager — every session's kernel, the warm pool, idle
+/* manager: the kernel manager (kmgr_) — every session's kernel, the warm pool, idle
  * culling, the kernel limit, and the state directory that lets a new sandgate
  * re-adopt the sandboxes of the previous one.
  *
@@ -69,7 +69,7 @@ const kmgr_config_t *kmgr_config(const kmgr_t *self);
 const sandbox_template_t *kmgr_template(const kmgr_t *self, const char *name);
 /* Warm kernels of template name (NULL: the server's own pool) ready now. */
 size_t kmgr_pool_ready(const kmgr_t *self, const char *template);
-/* Template name's own snapshot, taken after its preload ran (kmgr_templates.c):
+/* Template name's own snapshot, taken after its preload ran (templates.c):
  * its bytes, 0 while there is none. */
 uint64_t kmgr_template_snapshot_bytes(const kmgr_t *self, const char *name);
 
@@ -158,7 +158,7 @@ typedef struct {
     json_t *lineage;    /* the session's own ancestors when it was taken */
     int users;          /* starts and roll-backs restoring it now */
     bool deleted;       /* gone from the list; its files go when users reach 0 */
-    char *template_of;  /* a template's own (kmgr_templates.c): not the API's to list, use or
+    char *template_of;  /* a template's own (templates.c): not the API's to list, use or
                            delete; NULL for the sessions' snapshots */
     char *key;          /* template_of's: what it was taken of (template_key) */
     char *runsc;        /* the runsc version that made its image; NULL: not recorded (older) */

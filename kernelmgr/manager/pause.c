@@ -1,4 +1,4 @@
-/* kmgr_pause: the manager's own pauses (kmgr.h): sessions idle past
+/* pause: the manager's own pauses (manager.h): sessions idle past
  * --pause-after, and every session at a stop with --pause-on-stop
  * (kmgr_pause_all), each checked again by the manager's tick. */
 #include "kernelmgr/manager/internal.h"

@@ -1,4 +1,4 @@
-/* kmgr_snapshots: the sessions' snapshots (kmgr.h): their records under
+/* snapshots: the sessions' snapshots (manager.h): their records under
  * STATE/snapshots, taking one, starting or rolling back from one, expiry.
  * A snapshot a start or roll-back is restoring keeps its files (users)
  * even when deleted meanwhile: the files go once the last one runs. */

@@ -1,4 +1,4 @@
-/* kmgr_templates: a template's own snapshot (kmgr.h).  A template with
+/* templates: a template's own snapshot (manager.h).  A template with
  * preload code is snapshotted once, after the first of its pool kernels
  * ran the preload: a record in STATE/snapshots like the sessions' (with
  * "template_of": its name and key), which the API neither lists nor uses.

@@ -1,4 +1,4 @@
-/* sandbox_cgroup: the cgroups runsc makes for sandboxes (sandbox_cgroup.h). */
+/* cgroup: the cgroups runsc makes for sandboxes (cgroup.h). */
 #include "kernelmgr/sandbox/cgroup.h"
 
 #include <dirent.h>
@@ -14,7 +14,7 @@
 #include "common/xalloc.h"
 #include "kernelmgr/sandbox/internal.h"
 
-/* What runsc makes and leaves, and sandgate removes, is sandbox_cgroup.h's.
+/* What runsc makes and leaves, and sandgate removes, is cgroup.h's.
  * rmdir(2) refuses a cgroup that still has processes or child cgroups, so a
  * removal can never take a live one. */
 

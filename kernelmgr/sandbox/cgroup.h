@@ -1,4 +1,4 @@
-/* sandbox_cgroup: the cgroups of runsc's sandboxes.
+/* cgroup: the cgroups of runsc's sandboxes.
  *
  * runsc makes each sandbox's cgroup (its bundle's cgroupsPath, in every
  * mounted hierarchy, v1 or v2) and leaves it behind when the sandbox is
@@ -14,7 +14,7 @@
  * cgroup outlives its sandboxes while sandgate runs (the next one reuses
  * it); the start-up sweep removes empty ones.
  *
- * Used by sandbox.c, sandbox_runsc.c and sandbox_pause.c only.
+ * Used by sandbox.c, runsc.c and pause.c only.
  */
 #ifndef SG_SANDBOX_CGROUP_H
 #define SG_SANDBOX_CGROUP_H

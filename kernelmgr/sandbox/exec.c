@@ -1,4 +1,4 @@
-/* sandbox_exec: commands run in a running sandbox (sandbox.h's
+/* exec: commands run in a running sandbox (sandbox.h's
  * sandbox_exec), and the runsc and none tables' way of running them here.
  *
  * With runsc a command is `runsc exec --user SANDBOX --cwd C --env ...
@@ -9,7 +9,7 @@
  * signal is `runsc kill --pid P ID SIG` to that init (P from F), and a kill
  * is SIGUSR2, which init turns into SIGKILL for the group.  Under ptrace a
  * `runsc exec` of /bin/true takes ~45 ms.  Through the launcher, the daemon
- * sends the three fds with the request (sandbox_link.c) and the launcher
+ * sends the three fds with the request (link.c) and the launcher
  * runs this file's runsc_exec.
  */
 #include "kernelmgr/sandbox/internal.h"

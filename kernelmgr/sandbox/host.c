@@ -1,5 +1,5 @@
-/* sandbox_host: what both implementations that work on this host share
- * (sandbox_internal.h): sandbox_runsc.c's sandboxes and sandbox_none.c's
+/* host: what both implementations that work on this host share
+ * (internal.h): runsc.c's sandboxes and none.c's
  * plain kernels — directories, the init program's paths, workspaces, a
  * kernel's connection record and log, and giving files to the sandbox
  * user. */

@@ -1,15 +1,16 @@
-/* sandbox_internal: what sandbox.c shares with its implementations (after
- * crun's cgroup managers: one table of operations, one file each).
+/* internal: what sandbox.c shares with its implementations (after crun's
+ * cgroup managers: one table of operations, one file each).
  *
- *   sandbox_runsc.c  runsc sandboxes made in this process: OCI bundles, runsc
- *                    through proc.c (pause and resume: sandbox_pause.c;
- *                    cgroups: sandbox_cgroup.c).  The launcher uses it, and
- *                    so does a daemon not started as root.
- *   sandbox_link.c   the same sandboxes, each step a request to the
- *                    privileged launcher (launcher.h), which holds the link.
- *   sandbox_none.c   --sandbox=none: plain kernel processes, no isolation.
- *   sandbox_host.c   what runsc and none share on this host: directories,
- *                    loop-mounted workspaces, connection records, logs.
+ *   runsc.c  runsc sandboxes made in this process: OCI bundles, runsc
+ *            through proc.c (pause and resume: pause.c; snapshots:
+ *            snapshot.c; template roots: template.c; cgroups: cgroup.c).
+ *            The launcher uses it, and so does a daemon not started as root.
+ *   link.c   the same sandboxes, each step a request to the privileged
+ *            launcher (kernelmgr/launcher/), which holds the link (link.h).
+ *   none.c   --sandbox=none: plain kernel processes, no isolation.
+ *   host.c   what runsc and none share on this host: directories,
+ *            loop-mounted workspaces, connection records, logs.
+ *   exec.c   commands in a running sandbox, for all three.
  *
  * sandbox.c keeps the public API (sandbox.h): it allocates and frees the
  * handles, keeps the accessors, and calls env->ops for everything else.
@@ -33,7 +34,7 @@ struct sandbox_env {
     char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
     char **template_roots;   /* local: each template's root directory (cfg.templates' order),
-                                NULL where it has none (sandbox_template.c) */
+                                NULL where it has none (template.c) */
     egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
     char *runsc_version;     /* what `runsc --version` says (mode runsc); NULL: unknown */
 };
@@ -65,7 +66,7 @@ struct sandbox {
     /* Local, pause and resume under way: */
     struct pausing *pausing;
     bool live_saved; /* sandbox_save_live's image is in checkpoint/ (until reattach) */
-    unsigned execs;  /* commands of sandbox_exec still running (sandbox_exec.c) */
+    unsigned execs;  /* commands of sandbox_exec still running (exec.c) */
 };
 
 /* The operations that differ between doing the work here and asking the
@@ -157,7 +158,7 @@ bool sandbox_link_up(void);
  * none.  A new string. */
 char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id);
 
-/* --- sandbox_exec.c ------------------------------------------------------------ */
+/* --- exec.c ------------------------------------------------------------ */
 
 /* Whether x is a command sandbox_exec may run: 1 to 1024 arguments, each
  * without a NUL; env entries NAME=VALUE with a portable NAME; cwd absolute;
@@ -175,7 +176,7 @@ uint64_t none_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
                    sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
 int none_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
 
-/* --- sandbox_host.c: shared by the runsc and none tables -------------------- */
+/* --- host.c: shared by the runsc and none tables -------------------- */
 
 /* mkdir -p, then chmod (mkdir obeys umask). */
 int host_make_dir(const char *path, mode_t mode, sg_error_t **err);
@@ -231,7 +232,7 @@ int host_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err);
 uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
 uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg);
 
-/* --- sandbox_template.c: the runsc table's template roots -------------------------- */
+/* --- template.c: the runsc table's template roots -------------------------- */
 
 /* env->template_roots: each template's root ready (images unpacked once).
  * Blocking: at start-up. */
@@ -240,7 +241,7 @@ void template_roots_free(sandbox_env_t *env);
 /* Template name's root directory; NULL: it has none (the server's root). */
 const char *template_root_dir(const sandbox_env_t *env, const char *name);
 
-/* --- sandbox_snapshot.c: the runsc table's snapshots ------------------------------- */
+/* --- snapshot.c: the runsc table's snapshots ------------------------------- */
 
 /* STATE/snapshot-images/<sid> (a new string). */
 char *host_snapshot_dir(const sandbox_env_t *env, const char *sid);
@@ -260,11 +261,11 @@ uint64_t host_workspace_restore(const sandbox_env_t *env, const char *path, cons
                                 sandbox_opened_fn *cb, void *arg);
 void host_workspace_restore_cancel(uint64_t request);
 
-/* --- sandbox_runsc.c and sandbox_pause.c ------------------------------------------- */
+/* --- runsc.c and pause.c ------------------------------------------- */
 
 /* runsc's argv: its global flags, then cmd's (a static array: use it at
  * once).  With internet, in a mount namespace where runsc accepts the
- * sandbox's own network namespace (sandbox_runsc.c says why). */
+ * sandbox's own network namespace (runsc.c says why). */
 const char **runsc_argv(const sandbox_env_t *env, const char *const *cmd);
 const char **runsc_net_argv(const sandbox_env_t *env, bool internet, const char *const *cmd);
 /* A proc_done_fn that logs a failure (arg: what ran, a literal). */

@@ -414,7 +414,7 @@ static int link_startup_do(launcher_op_t op, json_t *fields, sg_error_t **err)
 
 /* The launcher prepares the state directory when it starts; "env" asks
  * whether that worked.  That includes unpacking templates' images the
- * first time (sandbox_template.c): with any, the answer may take minutes. */
+ * first time (template.c): with any, the answer may take minutes. */
 static int link_env_init(sandbox_env_t *env, sg_error_t **err)
 {
     int wait_ms = 0;

@@ -1,6 +1,6 @@
-/* sandbox_none: --sandbox=none, plain kernel processes on the host with
+/* none: --sandbox=none, plain kernel processes on the host with
  * no isolation (development), as a table of sandbox operations
- * (sandbox_internal.h); what they share with sandboxes is sandbox_host.c's. */
+ * (internal.h); what they share with sandboxes is host.c's. */
 #include "kernelmgr/sandbox/internal.h"
 
 #include <dirent.h>

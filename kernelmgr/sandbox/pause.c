@@ -1,5 +1,5 @@
-/* sandbox_pause: pausing and resuming runsc sandboxes (checkpoint and
- * restore), for sandbox_runsc.c's table (sandbox_internal.h). */
+/* pause: pausing and resuming runsc sandboxes (checkpoint and
+ * restore), for runsc.c's table (internal.h). */
 #include "kernelmgr/sandbox/internal.h"
 
 #include <dirent.h>
@@ -135,7 +135,7 @@ static void relay_unlink(const sandbox_t *sb)
 }
 
 /* Lets a detached relay listen again: it watches for its marker to go
- * (sandbox_init.c) — no runsc command on a resume's path. */
+ * (guest/init.c) — no runsc command on a resume's path. */
 static void relay_release(const sandbox_t *sb)
 {
     cleanup_free char *marker = xasprintf("%s/conn/kernel.detached", sb->dir);

@@ -1,7 +1,7 @@
-/* sandbox_runsc: the sandbox operations done in this process with runsc
- * (sandbox_internal.h) — the shared /etc and root, OCI bundles, runsc
- * through proc.c; pause and resume are sandbox_pause.c's, what plain
- * kernels share with these sandbox_host.c's.  The launcher's table, and
+/* runsc: the sandbox operations done in this process with runsc
+ * (internal.h) — the shared /etc and root, OCI bundles, runsc
+ * through proc.c; pause and resume are pause.c's, what plain
+ * kernels share with these host.c's.  The launcher's table, and
  * that of a daemon without one (not started as root). */
 #include "kernelmgr/sandbox/internal.h"
 
@@ -210,7 +210,7 @@ static json_t *oci_mount(const char *dest, const char *type, const char *source,
 }
 
 /* The kernel's command line; `python -m ipykernel_launcher` becomes
- * `python LAUNCHER` (sandgate-kernel.py; sandbox_kernel.py says why). */
+ * `python LAUNCHER` (sandgate-kernel.py; guest/kernel.py says why). */
 
 static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
 {
@@ -235,7 +235,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     if (preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
     /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
-     * relays the host's sockets in /conn to them (sandbox_init.c). */
+     * relays the host's sockets in /conn to them (guest/init.c). */
     const int *p = sb->conn.ports;
     json_array_append_new(env,
                           json_sprintf("SANDGATE_RELAY=/conn/kernel=" RELAY_INNER ":%d,%d,%d,%d,%d",
@@ -546,7 +546,7 @@ static void removal_free(removal_t *r)
     free(r);
 }
 
-/* Sandbox id's cgroup, as its bundle in dir names it (sandbox_cgroup.h). */
+/* Sandbox id's cgroup, as its bundle in dir names it (cgroup.h). */
 static char *cgroup_of(const char *dir, const char *id)
 {
     cleanup_free char *config = xasprintf("%s/bundle/config.json", dir);

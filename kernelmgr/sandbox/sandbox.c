@@ -1,6 +1,6 @@
 /* sandbox: the public API (sandbox.h) over the implementations of its
- * operations (sandbox_internal.h): sandbox_runsc.c makes sandboxes here,
- * sandbox_link.c asks the privileged launcher, sandbox_none.c runs plain
+ * operations (internal.h): runsc.c makes sandboxes here,
+ * link.c asks the privileged launcher, none.c runs plain
  * kernels. */
 #include "kernelmgr/sandbox/internal.h"
 
@@ -176,7 +176,7 @@ static sandbox_t *alloc(sandbox_env_t *env, const char *id)
     return self;
 }
 
-/* runsc's cgroupsPath for a sandbox (sandbox_cgroup.h); NULL in mode none. */
+/* runsc's cgroupsPath for a sandbox (cgroup.h); NULL in mode none. */
 char *sandbox_cgroup_name(const sandbox_env_t *env, const char *tenant, const char *id)
 {
     if (env->cfg.mode != SANDBOX_RUNSC)

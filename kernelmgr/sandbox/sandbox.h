@@ -11,7 +11,7 @@
  * workspace read-write at /home/user (the kernel's cwd), /conn read-write,
  * /sandgate-init (PID 1: reaps orphans, forwards signals to the kernel),
  * /sandgate-preload.so (LD_PRELOAD; works around runsc's statx, see
- * sandbox_preload.c; not with --rootfs),
+ * guest/preload.c; not with --rootfs),
  * /tmp a size-limited tmpfs; a dedicated uid (64123), no capabilities, noNewPrivileges,
  * network namespace with loopback only.
  */
@@ -39,14 +39,14 @@
 typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
 
 /* A template (--template NAME=SPEC): a named environment for new sessions.
- * The sandbox layer uses its root; the manager (kmgr.h) its kernelspec,
+ * The sandbox layer uses its root; the manager (manager/manager.h) its kernelspec,
  * preload and pool.  With neither root nor image, sandboxes get the host's
  * /usr as any other. */
 typedef struct {
     const char *name;       /* 1-63 of A-Za-z0-9._- */
     const char *root;       /* a root directory used as it is (its mount points there) */
     const char *image;      /* an OCI image layout directory or archive, "PATH[:TAG]":
-                               unpacked once under STATE/templates/NAME (sandbox_template.c) */
+                               unpacked once under STATE/templates/NAME (template.c) */
     const char *kernelspec; /* NULL: "python3" */
     const char *preload;    /* code each new kernel runs before it is used; NULL: none */
     int pool_size;          /* warm kernels of it kept ready (--pool-size NAME=N) */
@@ -70,7 +70,7 @@ typedef struct {
     unsigned egress_max_conns; /* --egress-max-conns: open connections per sandbox; 0: any */
     uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
     bool tenant_cgroups;       /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
-                                  own with an equal CPU weight (sandbox_cgroup.h); default true */
+                                  own with an equal CPU weight (cgroup.h); default true */
     const sandbox_template_t *templates; /* borrowed; roots prepared by sandbox_env_new */
     size_t ntemplates;
 } sandbox_config_t;
@@ -117,7 +117,7 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
 typedef struct {
     bool internet;         /* a network of its own (egress.h) */
     const char *tenant;    /* whose it is: with tenant_cgroups, its cgroup is
-                              /sandgate/t-TENANT/ID (sandbox_cgroup.h); NULL: /sandgate/ID */
+                              /sandgate/t-TENANT/ID (cgroup.h); NULL: /sandgate/ID */
     uint64_t memory_bytes; /* its tenant's ceiling: the lower of this and the server's
                               memory_bytes is its limit; 0: the server's */
     uint64_t cpu_quota_us; /* the same for cpu_quota_us */
@@ -134,7 +134,7 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
                        const sandbox_opts_t *opts, const char *workspace, sg_error_t **err);
 /* Its tenant is tenant from now on (a pool kernel claimed): with tenant
  * cgroups, a running sandbox's processes move to the tenant's cgroup with
- * their limits (sandbox_cgroup.h's cgroup_move), and a paused one is
+ * their limits (cgroup.h's cgroup_move), and a paused one is
  * restored there.  In the background; problems are logged (it stays where
  * it was). */
 void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
@@ -149,7 +149,7 @@ const char *sandbox_id(const sandbox_t *self);
 const char *sandbox_dir(const sandbox_t *self);
 /* Its cgroup under each hierarchy's mount point, runsc's cgroupsPath:
  * /sandgate/t-TENANT/ID with tenant_cgroups and a tenant, else
- * /sandgate/ID (sandbox_cgroup.h); NULL in mode none. */
+ * /sandgate/ID (cgroup.h); NULL in mode none. */
 const char *sandbox_cgroup(sandbox_t *self);
 /* Host-side connection info (ip = host path of the ipc sockets). */
 const jconn_t *sandbox_conn(const sandbox_t *self);

@@ -1,5 +1,5 @@
-/* sandbox_snapshot: snapshots of paused runsc sandboxes and sandboxes
- * started from them (sandbox.h), for sandbox_runsc.c's table.
+/* snapshot: snapshots of paused runsc sandboxes and sandboxes
+ * started from them (sandbox.h), for runsc.c's table.
  *
  * A snapshot is what a resume needs, kept apart from the sandbox it came
  * from: runsc's image of the paused sandbox, the kernel's connection record

@@ -1,4 +1,4 @@
-/* sandbox_template: the roots of templates (sandbox.h's sandbox_template_t)
+/* template: the roots of templates (sandbox.h's sandbox_template_t)
  * for the runsc table, prepared once at start-up (blocking, as /etc is):
  *
  *   root=DIR     used as it is; it must have the mount points a sandbox

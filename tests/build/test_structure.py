@@ -8,7 +8,7 @@
   in .py files (a C string literal holding "import NAME as", "import
   NAME;" or "import NAME\\n", "def NAME(" or "from NAME import" is Python).
 - Launcher operations are named in one table: no strcmp against an
-  operation's name in launcher.c or sandbox_link.c.
+  operation's name in launcher.c or kernelmgr/sandbox/link.c.
 
 Functions are found the way clang-format lays them out here: a body's '{'
 and '}' at the start of a line."""

@@ -1,6 +1,6 @@
 /* libFuzzer harness for everything sandgate parses from an HTTP client: the
  * request line, headers and paths (libmicrohttpd and http.c), the token
- * check, routing, and the JSON bodies of the E2B API (api.c), the Jupyter
+ * check, routing, and the JSON bodies of the E2B API (gateway/rest/rest.c), the Jupyter
  * API (jupyter.c) and MCP's JSON-RPC (mcp.c).
  *
  * The real stack runs in-process on its event loop, listening on loopback;
