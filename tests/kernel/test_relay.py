@@ -405,7 +405,7 @@ def ipykernel_part(tmp):
     # pipe is an abstract socket (stock ipykernel listens on loopback TCP,
     # and init would rightly refuse to detach).
     launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernelmgr",
-                            "kernelmgr/guest/kernel.py")
+                            "guest", "kernel.py")
     p = start_init([PY, launcher, "-f", cf],
                    f"{host}=@{name}:1,2,3,4,5", log)
     paths = [f"{host}-{n}" for n in range(1, 6)]
