@@ -4,11 +4,11 @@ beside curl to a plain static file server on loopback.
 
 Through sandgate (one context, real runsc):
   * /tmp, by ?path=/tmp/big.bin: streamed through a `runsc exec` of
-    sandgate-init --fs inside the sandbox (gateway/sbfs.c);
+    sandgate-init --fs inside the sandbox (gateway/files/sbfs.c);
   * the workspace by ?path=/home/user/big.bin: the same path, into the
     workspace's file system;
   * the workspace by its URL path (files/big.bin): the host-side API
-    (gateway/files.c, openat2 beneath the workspace; downloads by sendfile).
+    (gateway/files/files.c, openat2 beneath the workspace; downloads by sendfile).
 The floor: the same file by curl to a static server on 127.0.0.1 — python3's
 http.server for GET, and the same server with a PUT handler that streams
 the body to disk for uploads.  Every transfer is curl's, timed by curl

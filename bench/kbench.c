@@ -13,7 +13,7 @@
 
 #include "common/log.h"
 
-#include "kernelmgr/kmgr.h"
+#include "kernelmgr/manager/manager.h"
 #include "tests/kernel/harness.h"
 
 static int cmp(const void *a, const void *b)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What E2B's rich formats (e2b/chart, e2b/data; kernelmgr/sandbox_kernel.py)
+"""What E2B's rich formats (e2b/chart, e2b/data; kernelmgr/guest/kernel.py)
 cost: POST /execute round trip of a plot cell and a DataFrame cell in one
 context (gVisor, --pool-size 2), with "rich_formats": true (on, the
 default) and false (off, the switch: the kernel's formatters do nothing).

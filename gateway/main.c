@@ -12,20 +12,20 @@
 #include "common/xalloc.h"
 #include <sodium.h>
 
+#include "common/proc.h"
 #include "config.h"
-#include "gateway/api.h"
-#include "gateway/audit.h"
-#include "gateway/envd.h"
-#include "gateway/http.h"
-#include "gateway/jupyter.h"
-#include "gateway/keys.h"
-#include "gateway/mcp.h"
+#include "gateway/auth/auth.h"
+#include "gateway/envd/envd.h"
+#include "gateway/http/http.h"
+#include "gateway/jupyter/jupyter.h"
+#include "gateway/mcp/mcp.h"
+#include "gateway/observe/observe.h"
 #include "gateway/options.h"
-#include "gateway/pyscript.h"
-#include "gateway/tenants.h"
-#include "kernelmgr/kmgr.h"
-#include "kernelmgr/launcher.h"
-#include "kernelmgr/proc.h"
+#include "gateway/rest/rest.h"
+#include "gateway/session/session.h"
+#include "gateway/tenants/tenants.h"
+#include "kernelmgr/launcher/launcher.h"
+#include "kernelmgr/manager/manager.h"
 
 /* The front ends over one kernel manager, each registering its routes. */
 typedef struct {
@@ -220,7 +220,7 @@ static bool choose_token(settings_t *s, char buf[65])
     return true;
 }
 
-/* Privilege separation (kernelmgr/launcher.h): started as root with runsc,
+/* Privilege separation (kernelmgr/launcher/launcher.h): started as root with runsc,
  * fork the launcher now — before any socket or thread exists — and serve
  * HTTP without root.  The audit log is opened before privileges go, so its
  * directory may be root's; after the launcher's fork, so only the serving

@@ -15,9 +15,9 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
-#include "gateway/handover.h"
-#include "kernelmgr/egress.h"
-#include "kernelmgr/launcher.h"
+#include "gateway/session/session.h"
+#include "kernelmgr/egress/egress.h"
+#include "kernelmgr/launcher/launcher.h"
 
 typedef struct opt opt_t;
 

@@ -14,13 +14,13 @@
 #include <stdbool.h>
 
 #include "common/log.h"
-#include "gateway/api.h"
-#include "gateway/audit.h"
-#include "gateway/channels.h"
-#include "gateway/exec.h"
-#include "gateway/http.h"
-#include "gateway/tenants.h"
-#include "kernelmgr/kmgr.h"
+#include "gateway/http/http.h"
+#include "gateway/jupyter/jupyter.h"
+#include "gateway/observe/observe.h"
+#include "gateway/rest/rest.h"
+#include "gateway/session/session.h"
+#include "gateway/tenants/tenants.h"
+#include "kernelmgr/manager/manager.h"
 
 #define SETTINGS_MAX_TEMPLATES 32
 

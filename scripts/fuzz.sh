@@ -45,7 +45,7 @@ printf '\x03\x02\x82\x01\x02\x03\x04\x00\x01\x89\x80\x00\x00\x00\x00\x80\x81\x00
 printf '\x00\x88\x85\x00\x00\x00\x00\x03\xe8bye' >"$out/fuzz_ws.seeds/close"
 printf '\x01\x01\x82\x00\x00\x00\x00a\xc3\x8a\x80\x00\x00\x00\x00\x80\x81\x00\x00\x00\x00\xa9' \
     >"$out/fuzz_ws.seeds/split-character"
-run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/ws.c
+run_harness fuzz_ws tests/fuzz/fuzz_ws.c gateway/jupyter/ws.c
 
 # envd's streaming request bodies (first byte odd) and base64 bytes (even):
 # an envelope with a message, one cut short, a base64 string.
@@ -53,7 +53,7 @@ rm -rf "$out/fuzz_envd.seeds" && mkdir -p "$out/fuzz_envd.seeds"
 printf '\x01\x00\x00\x00\x00\x1c{"process":{"pid":1},"x":[]}' >"$out/fuzz_envd.seeds/envelope"
 printf '\x01\x00\x00\x00\x00\x30{"process":' >"$out/fuzz_envd.seeds/short"
 printf '\x00aGVsbG8gd29ybGQ=' >"$out/fuzz_envd.seeds/base64"
-run_harness fuzz_envd tests/fuzz/fuzz_envd.c gateway/envd_proto.c
+run_harness fuzz_envd tests/fuzz/fuzz_envd.c gateway/envd/proto.c
 
 # Jupyter messages in WebSocket messages, both formats: a v1 message with a
 # buffer, a default-format binary one with a buffer, a text one.  The first
@@ -72,12 +72,12 @@ printf '\x00\x00\x00\x00\x02\x00\x00\x00\x0c\x00\x00\x00\x48' >"$seeds/default-b
 printf '{"header":{"msg_id":"a","msg_type":"t"},"channel":"control"}\xff' >>"$seeds/default-buffer"
 printf '\x01{"header":{"msg_id":"a","msg_type":"t"},"channel":"stdin","content":{"value":"x"}}' \
     >"$seeds/text"
-run_harness fuzz_wsmsg tests/fuzz/fuzz_wsmsg.c gateway/wsmsg.c proto/jmsg.c proto/jconn.c
+run_harness fuzz_wsmsg tests/fuzz/fuzz_wsmsg.c gateway/jupyter/wsmsg.c proto/jmsg.c proto/jconn.c
 
 # The HTTP stack in-process: request bytes, headers, paths, routing, and the
 # JSON bodies of the REST, Jupyter and MCP routes (tests/fuzz/fuzz_http.c).
 # Its Python scripts beside it, where the daemon finds them in a build.
-mkdir -p "$out/py" && cp gateway/py/*.py "$out/py/"
+mkdir -p "$out/py" && cp gateway/session/py/*.py "$out/py/"
 printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
 rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"

@@ -1,14 +1,14 @@
 """The code stays readable in the ways docs/architecture.md promises.
 
-- No C file in gateway/ or kernelmgr/ over 1,000 lines, no function in any
+- No C file in gateway/ or kernelmgr/ over 900 lines, no function in any
   C file of the daemon (common/, proto/, kernelmgr/, gateway/) over 120.
-- http.c knows no front end and no kernel manager: gateway/http.h includes
+- http.c knows no front end and no kernel manager: gateway/http/http.h includes
   nothing of kernelmgr/, http.c nothing of the front ends.
 - No Python source inside C strings: the code sandgate runs in kernels lives
   in .py files (a C string literal holding "import NAME as", "import
   NAME;" or "import NAME\\n", "def NAME(" or "from NAME import" is Python).
 - Launcher operations are named in one table: no strcmp against an
-  operation's name in launcher.c or sandbox_link.c.
+  operation's name in launcher.c or kernelmgr/sandbox/link.c.
 
 Functions are found the way clang-format lays them out here: a body's '{'
 and '}' at the start of a line."""
@@ -19,11 +19,12 @@ import re
 from tap import ok, diag, done
 
 SRC = os.environ.get("SG_SRCDIR", ".")
-MAX_FILE, MAX_FUNC = 1000, 120
+MAX_FILE, MAX_FUNC = 900, 120
 
 
 def src(*patterns):
-    return sorted(p for pat in patterns for p in glob.glob(os.path.join(SRC, pat)))
+    return sorted(p for pat in patterns
+                  for p in glob.glob(os.path.join(SRC, pat), recursive=True))
 
 
 def functions(path):
@@ -44,14 +45,14 @@ def functions(path):
 
 
 long_files = []
-for path in src("gateway/*.c", "kernelmgr/*.c"):
+for path in src("gateway/**/*.c", "kernelmgr/**/*.c"):
     n = sum(1 for _ in open(path, encoding="utf-8"))
     if n > MAX_FILE:
         long_files.append(f"{os.path.relpath(path, SRC)}: {n} lines")
 ok(not long_files, f"no C file in gateway/ or kernelmgr/ over {MAX_FILE} lines", long_files)
 
 long_funcs, counted = [], 0
-for path in src("common/*.c", "proto/*.c", "kernelmgr/*.c", "gateway/*.c"):
+for path in src("common/**/*.c", "proto/**/*.c", "kernelmgr/**/*.c", "gateway/**/*.c"):
     for name, line, n in functions(path):
         counted += 1
         if n > MAX_FUNC:
@@ -60,21 +61,21 @@ diag(f"{counted} functions")
 ok(counted > 500, "the function finder finds the functions", counted)
 ok(not long_funcs, f"no function over {MAX_FUNC} lines", long_funcs)
 
-http_h = open(os.path.join(SRC, "gateway/http.h")).read()
-http_c = open(os.path.join(SRC, "gateway/http.c")).read()
-ok("kernelmgr/" not in http_h, "gateway/http.h includes nothing of kernelmgr/")
-front = re.findall(r'#include "(gateway/(?:api|jupyter|mcp|channels|exec|files)\w*\.h|'
-                   r'kernelmgr/\w+\.h)"', http_c)
-ok(not front, "gateway/http.c includes no front end and no kernel manager", front)
+http_h = open(os.path.join(SRC, "gateway/http/http.h")).read()
+http_c = open(os.path.join(SRC, "gateway/http/http.c")).read()
+ok("kernelmgr/" not in http_h, "gateway/http/http.h includes nothing of kernelmgr/")
+front = re.findall(r'#include "(gateway/(?:rest|jupyter|mcp|envd|session|files|commands|tenants)/\w+\.h|'
+                   r'kernelmgr/[\w/]+\.h)"', http_c)
+ok(not front, "gateway/http/http.c includes no front end and no kernel manager", front)
 
 python_in_c = []
-for path in src("gateway/*.c", "kernelmgr/*.c"):
+for path in src("gateway/**/*.c", "kernelmgr/**/*.c"):
     text = open(path, encoding="utf-8").read()
     for m in re.finditer(r'"[^"\n]*?\b(import \w+(?: as |;|\\n)|def \w+\(|from \w+ import)', text):
         python_in_c.append(f"{os.path.relpath(path, SRC)}: {m.group(1)}")
 ok(not python_in_c, "no Python source in C strings (it lives in .py files)", python_in_c)
 
-for path in ("kernelmgr/launcher.c", "kernelmgr/sandbox_link.c"):
+for path in ("kernelmgr/launcher/launcher.c", "kernelmgr/sandbox/link.c"):
     text = open(os.path.join(SRC, path)).read()
     ops = re.findall(r'strcmp\(\s*\w+\s*,\s*"(\w+)"\s*\)', text)
     ok(not ops, f"{path} matches no operation name with strcmp", ops)

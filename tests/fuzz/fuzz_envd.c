@@ -1,4 +1,4 @@
-/* libFuzzer harness for envd's wire format (gateway/envd_proto.c): what a
+/* libFuzzer harness for envd's wire format (gateway/envd/proto.c): what a
  * client sends is a streaming request's body and base64 bytes.
  *
  * Properties beyond "no crash, no leak, no UB": a body that unwraps is
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/envd_proto.h"
+#include "gateway/envd/proto.h"
 
 static void unwrap(const uint8_t *data, size_t size)
 {

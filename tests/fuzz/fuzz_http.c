@@ -1,6 +1,6 @@
 /* libFuzzer harness for everything sandgate parses from an HTTP client: the
  * request line, headers and paths (libmicrohttpd and http.c), the token
- * check, routing, and the JSON bodies of the E2B API (api.c), the Jupyter
+ * check, routing, and the JSON bodies of the E2B API (gateway/rest/rest.c), the Jupyter
  * API (jupyter.c) and MCP's JSON-RPC (mcp.c).
  *
  * The real stack runs in-process on its event loop, listening on loopback;
@@ -33,14 +33,14 @@
 
 #include "common/log.h"
 #include "common/loop.h"
+#include "common/proc.h"
 #include "common/xalloc.h"
-#include "gateway/api.h"
-#include "gateway/http.h"
-#include "gateway/jupyter.h"
-#include "gateway/mcp.h"
-#include "gateway/pyscript.h"
-#include "kernelmgr/kmgr.h"
-#include "kernelmgr/proc.h"
+#include "gateway/http/http.h"
+#include "gateway/jupyter/jupyter.h"
+#include "gateway/mcp/mcp.h"
+#include "gateway/rest/rest.h"
+#include "gateway/session/pyscript.h"
+#include "kernelmgr/manager/manager.h"
 
 #define TOKEN "fuzz-token-0123456789abcdef"
 #define DEADLINE_MS 10000  /* a well-formed request's answer (generous: a loaded machine) */

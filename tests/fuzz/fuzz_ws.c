@@ -1,4 +1,4 @@
-/* libFuzzer harness for the WebSocket frame parser (gateway/ws.c).
+/* libFuzzer harness for the WebSocket frame parser (gateway/jupyter/ws.c).
  *
  * Input: one byte choosing the chunk size (1-256) the bytes are fed in, then
  * the client's bytes.  Properties checked beyond "no crash, no leak, no UB":
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/ws.h"
+#include "gateway/jupyter/ws.h"
 
 #define MAX_MESSAGE 4096
 

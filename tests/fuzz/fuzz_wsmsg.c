@@ -1,4 +1,4 @@
-/* libFuzzer harness for the Jupyter WebSocket message codec (gateway/wsmsg.c).
+/* libFuzzer harness for the Jupyter WebSocket message codec (gateway/jupyter/wsmsg.c).
  *
  * Input: one byte (bit 0 set: a text frame, else binary), then the frame's
  * payload, decoded as both formats would (default and v1).  Properties
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway/wsmsg.h"
+#include "gateway/jupyter/wsmsg.h"
 
 static bool same_msg(const jmsg_t *a, const jmsg_t *b)
 {

@@ -11,7 +11,7 @@ session re-adopted by a restarted sandgate; a warm pool of Deno kernels
 and the same kernel without a sandbox (--sandbox none).
 
 Deno's kernel speaks ZeroMQ over TCP only: sandgate-preload.so gives it Unix
-sockets (kernelmgr/sandbox_preload.c), which is what lets runsc checkpoint
+sockets (kernelmgr/guest/preload.c), which is what lets runsc checkpoint
 it, and the test checks that the sandbox holds no TCP socket."""
 import json
 import subprocess

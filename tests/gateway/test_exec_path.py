@@ -1,5 +1,5 @@
 """One execution path: the REST API and MCP run code through the same
-module (gateway/exec.c), so an output limit, a timeout, an artifact, a queue
+module (gateway/session/exec.c), so an output limit, a timeout, an artifact, a queue
 limit and an exception come out the same through both — each case runs the
 same code through POST /execute and MCP's execute_python and compares."""
 import threading

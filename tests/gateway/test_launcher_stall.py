@@ -1,6 +1,6 @@
 """A stopped or silent launcher never stalls the daemon.
 
-sandgate's privileged launcher (kernelmgr/launcher.c) makes workspaces and
+sandgate's privileged launcher (kernelmgr/launcher/launcher.c) makes workspaces and
 starts sandboxes.  These tests stop it with SIGSTOP and check that what does
 not need it carries on: a running kernel's NDJSON stream keeps flowing and
 /health answers; a POST /contexts that needs it waits without blocking

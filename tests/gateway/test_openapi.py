@@ -4,7 +4,7 @@ serves it, the docs and the code.
 - The spec validates as OpenAPI 3.1 (openapi-spec-validator).
 - GET /openapi.json answers without a token, and is the YAML as JSON.
 - The same routes three ways: the spec's paths, docs/api.md's (its headings
-  and route tables), and the REST route tables in gateway/api*.c.  A route
+  and route tables), and the REST route tables in gateway/rest/*.c.  A route
   added to one and not the others fails here.
 - docs/api.md's JSON examples validate against the spec's schemas (each is
   matched to one by its keys), and an execution's real NDJSON lines and
@@ -131,11 +131,11 @@ def docs_routes():
 
 
 def daemon_routes():
-    """The REST front end's route tables (gateway/api*.c): (method, pattern)."""
+    """The REST front end's route tables (gateway/rest/*.c): (method, pattern)."""
     found = set()
-    for name in sorted(os.listdir(os.path.join(SRC, "gateway"))):
-        if re.match(r"api\w*\.c$", name):
-            text = open(os.path.join(SRC, "gateway", name), encoding="utf-8").read()
+    for name in sorted(os.listdir(os.path.join(SRC, "gateway", "rest"))):
+        if name.endswith(".c"):
+            text = open(os.path.join(SRC, "gateway", "rest", name), encoding="utf-8").read()
             found |= set(re.findall(r'\{"(GET|PUT|POST|DELETE|PATCH)", "(/[^"]*)"', text))
     return found
 
@@ -154,7 +154,7 @@ def covers(pattern, route):
 def check_routes():
     in_spec, in_docs, in_code = spec_routes(), docs_routes(), daemon_routes()
     diag(f"routes: {len(in_spec)} in the spec, {len(in_docs)} in docs/api.md, "
-         f"{len(in_code)} in gateway/api*.c")
+         f"{len(in_code)} in gateway/rest/*.c")
     ok(len(in_code) >= 14, "the daemon's REST routes are found", sorted(in_code))
     missing = [f"{m} {p}" for m, p in sorted(in_code)
                if not any(covers((m, p), r) for r in in_spec)]

@@ -1,6 +1,6 @@
 """E2B's rich formats: Python kernels register IPython formatters for
 "e2b/chart" (a matplotlib Figure's data) and "e2b/data" (a pandas
-DataFrame's columns) at start (kernelmgr/sandbox_kernel.py), which run only
+DataFrame's columns) at start (kernelmgr/guest/kernel.py), which run only
 for an execute_request whose metadata asks ({"sandgate": {"rich_formats":
 true}}).  POST /execute asks unless the request says "rich_formats": false
 or the daemon runs with --rich-formats no (then a request's true asks);

@@ -1,6 +1,6 @@
 """One execution path for the Jupyter WebSocket too: an execute_request a
 frontend sends over /api/kernels/{id}/channels is relayed to the kernel as
-it is, and followed by gateway/exec.c like a POST /execute.  With a short
+it is, and followed by gateway/session/exec.c like a POST /execute.  With a short
 --exec-timeout, the same three codes run through both front ends —
 `while True: pass`, a long sleep (both stop at the timeout's interrupt) and a
 sleep that ignores SIGINT (the kernel is restarted after the grace period and

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "common/loop.h"
+#include "common/proc.h"
 #include "common/xalloc.h"
-#include "kernelmgr/kernel.h"
-#include "kernelmgr/proc.h"
+#include "kernelmgr/kernel/kernel.h"
 #include "tests/tap.h"
 
 static loop_t *loop;

@@ -1,4 +1,4 @@
-/* sandbox_exec (kernelmgr/sandbox_exec.c): commands in a running sandbox,
+/* sandbox_exec (kernelmgr/sandbox/exec.c): commands in a running sandbox,
  * their stdio, exit status, environment and cwd, signals to their whole
  * process group, and what is refused.  With runsc (SG_SANDBOX unset) the
  * command runs inside gVisor as the sandbox user, and what it writes to
@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "kernelmgr/sandbox.h"
+#include "kernelmgr/sandbox/sandbox.h"
 
 typedef struct {
     bool done;

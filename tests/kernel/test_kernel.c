@@ -1,4 +1,4 @@
-/* kernelmgr/kernel against the real thing: ipykernel inside runsc (or, with
+/* kernelmgr/kernel/kernel against the real thing: ipykernel inside runsc (or, with
  * SG_SANDBOX=none, plain processes).  Lifecycle, state, isolation, limits,
  * timeouts, interrupts, crash detection and restart; and nothing left over. */
 #include <dirent.h>

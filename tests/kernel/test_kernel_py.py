@@ -25,7 +25,7 @@ from tap import ok, diag, done
 PY = sys.executable
 SRC = os.environ.get("SG_SRCDIR") or os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = os.environ.get("SG_BUILDDIR", "build")
-LAUNCHER = os.path.join(SRC, "kernelmgr", "sandbox_kernel.py")
+LAUNCHER = os.path.join(SRC, "kernelmgr", "guest", "kernel.py")
 PRELOAD = os.path.join(BUILD, "sandgate-preload.so")
 
 CELLS = [

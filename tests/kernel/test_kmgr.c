@@ -1,4 +1,4 @@
-/* kernelmgr/kmgr against real runsc + ipykernel: warm pool with preload,
+/* kernelmgr/manager/manager against real runsc + ipykernel: warm pool with preload,
  * claims, the kernel limit, idle culling, and re-adoption after sandgate is
  * killed with SIGKILL (variables still there; a session whose sandbox died
  * meanwhile gets a fresh kernel on the same files).
@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "kernelmgr/kmgr.h"
+#include "kernelmgr/manager/manager.h"
 #include "tests/kernel/harness.h"
 
 static char state_dir[] = "/tmp/sg-kmgr-XXXXXX";

@@ -1,4 +1,4 @@
-/* The privileged launcher (kernelmgr/launcher.c) against requests a
+/* The privileged launcher (kernelmgr/launcher/launcher.c) against requests a
  * compromised unprivileged half could send: each must be refused without
  * effect, and the launcher must keep serving.  Needs root (it prepares a
  * state directory, mounts a workspace) and runsc; starts no sandbox. */
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
-#include "kernelmgr/launcher.h"
+#include "kernelmgr/launcher/launcher.h"
 #include "tests/tap.h"
 
 static int fd;

@@ -1,4 +1,4 @@
-"""sandgate-init's relay (SANDGATE_RELAY, kernelmgr/sandbox_init.c), outside
+"""sandgate-init's relay (SANDGATE_RELAY, kernelmgr/guest/init.c), outside
 gVisor: the real build/sandgate-init as a plain process, its host sockets in a
 temporary directory and the kernel's in the abstract namespace under a unique
 name.  First with a small Python "kernel" (echo, checksummed bulk transfers
@@ -405,7 +405,7 @@ def ipykernel_part(tmp):
     # pipe is an abstract socket (stock ipykernel listens on loopback TCP,
     # and init would rightly refuse to detach).
     launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernelmgr",
-                            "sandbox_kernel.py")
+                            "guest", "kernel.py")
     p = start_init([PY, launcher, "-f", cf],
                    f"{host}=@{name}:1,2,3,4,5", log)
     paths = [f"{host}-{n}" for n in range(1, 6)]

@@ -16,7 +16,7 @@ Then, as bob, for every request that names an id:
   a path parameter, a required query parameter or an id-like body field
   this test cannot fill fails the test (teach it the new kind);
 - every route of the other front ends, taken from the route tables in
-  gateway/*.c (a route or parameter kind that appears there without a case
+  gateway/**/*.c (a route or parameter kind that appears there without a case
   here fails the test): the Jupyter REST API (`/api/kernels/ID`,
   interrupt, restart, the channels WebSocket upgrade, `/api/sessions/ID`,
   a session naming a kernel), envd's Connect RPC and `/files` (the context
@@ -60,7 +60,7 @@ TIMEOUT = 20  # seconds a probe may take: a 404 is immediate; a leak may stream 
 
 # --- what the test knows how to fill ----------------------------------------------------
 
-# Kinds of id a tenant owns (http_param names in gateway/*.c), and the kind
+# Kinds of id a tenant owns (http_param names in gateway/**/*.c), and the kind
 # whose id scopes them (a command's id is its number within its context).
 OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session"}
 SCOPED = {"command": "context"}
@@ -412,7 +412,7 @@ try:
        f"every operation of the spec was checked or has no id ({len(spec_ops)} operations, "
        f"{spec_cases} id slots)", missed)
 
-    # --- the other front ends: every route of theirs in gateway/*.c ---------------------------
+    # --- the other front ends: every route of theirs in gateway/**/*.c -----------------------
     WS_HEADERS = {"Upgrade": "websocket", "Connection": "Upgrade",
                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
     MCP_H = {"Accept": "application/json, text/event-stream"}
@@ -500,22 +500,22 @@ try:
         return [("context", lambda x: (verb, path, body, {"E2b-Sandbox-Id": x}))]
 
     routes, kinds = [], set()
-    for f in sorted(glob.glob(os.path.join(SRC, "gateway", "*.c"))):
+    for f in sorted(glob.glob(os.path.join(SRC, "gateway", "**", "*.c"), recursive=True)):
         text = open(f, encoding="utf-8").read()
         kinds |= set(re.findall(r'http_param\(\s*http,\s*"(\w+)"', text))
         for verb, pattern in re.findall(r'\{"(GET|POST|PUT|DELETE|PATCH)",\s*"(/[^"]*)"', text):
-            routes.append((os.path.basename(f), verb, pattern))
+            routes.append((os.path.relpath(f, os.path.join(SRC, "gateway")), verb, pattern))
     unknown_kinds = kinds - OWNED - SHARED
     ok(kinds and not unknown_kinds, "every id kind the daemon registers is one the test knows "
        "(owned or shared)", sorted(unknown_kinds))
     other = 0
     for fname, verb, pattern in routes:
         where = f"{verb} {pattern} ({fname})"
-        if fname.startswith("api"):
+        if fname.startswith("rest/"):
             continue  # the REST API: the spec's (test_openapi.py keeps them the same)
         if (verb, pattern) in no_id_routes:
             continue
-        if fname.startswith("envd"):
+        if fname.startswith("envd/"):
             cases = envd_case(verb, pattern) if pattern in ENVD_BODY else None
         else:
             cases = jupyter.get((verb, pattern)) or mcp.get((verb, pattern))

@@ -3,7 +3,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
-#include "gateway/authlimit.h"
+#include "gateway/auth/authlimit.h"
 #include "tests/tap.h"
 
 static struct sockaddr_in v4(const char *ip)

@@ -1,11 +1,11 @@
-/* Unit tests for kernelmgr/egress: the refusal counters in the ruleset, and
+/* Unit tests for kernelmgr/egress/egress: the refusal counters in the ruleset, and
  * reading them back from nft's JSON (per sandbox, through the net files). */
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/xalloc.h"
-#include "kernelmgr/egress.h"
+#include "kernelmgr/egress/egress.h"
 #include "tests/tap.h"
 
 /* What nft 1.0.6 prints for `nft -j list set inet sandgate refused_by \; list

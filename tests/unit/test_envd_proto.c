@@ -1,6 +1,6 @@
 /* envd_proto: Connect's envelopes, error codes and statuses, EntryInfo's
  * JSON, paths, bytes in base64. */
-#include "gateway/envd_proto.h"
+#include "gateway/envd/proto.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /* handover: which --notebook-url templates are taken, and the link made of one. */
 #include <stdlib.h>
 
-#include "gateway/handover.h"
+#include "gateway/session/handover.h"
 #include "tests/tap.h"
 
 int main(void)

@@ -1,9 +1,9 @@
-/* Unit tests for kernelmgr/kspec: kernelspec discovery and argv. */
+/* Unit tests for kernelmgr/kspec/kspec: kernelspec discovery and argv. */
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include "common/xalloc.h"
-#include "kernelmgr/kspec.h"
+#include "kernelmgr/kspec/kspec.h"
 #include "tests/tap.h"
 
 static void put(const char *dir, const char *name, const char *json)

@@ -1,6 +1,6 @@
 /* ratelimit: a tenant's burst, its pace after it, refusal past another
  * second's worth, recovery, and tenants apart. */
-#include "gateway/ratelimit.h"
+#include "gateway/auth/ratelimit.h"
 #include "tests/tap.h"
 
 int main(void)

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
-#include "gateway/http.h"
-#include "gateway/keys.h"
-#include "gateway/metrics.h"
+#include "gateway/auth/keys.h"
+#include "gateway/http/http.h"
+#include "gateway/observe/metrics.h"
 #include "tests/tap.h"
 
 #define TOKEN "t0ken"

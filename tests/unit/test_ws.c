@@ -4,7 +4,7 @@
  * chunks of 1, 2, 3, 5 and 13 bytes: all splits must deliver the same
  * messages and end with the same verdict, and a parser that refused input
  * must keep refusing it and deliver nothing more. */
-#include "gateway/ws.h"
+#include "gateway/jupyter/ws.h"
 
 #include <stdlib.h>
 

@@ -8,7 +8,7 @@
  * same channel and parts gives the same bytes (checked when written).  Every
  * refusal is checked for its reason, and starts from a message that decodes,
  * so a codec that refused everything fails too. */
-#include "gateway/wsmsg.h"
+#include "gateway/jupyter/wsmsg.h"
 
 #include <stdlib.h>
 

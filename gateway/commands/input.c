@@ -1,0 +1,170 @@
+/* input: what goes into a command — its stdin, bounded, and
+ * signals, retried while the command has no pid inside yet (commands.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/commands/internal.h"
+
+/* --- stdin ------------------------------------------------------------------------- */
+
+/* Writes what waits; false when the pipe is full.  A broken pipe (the
+ * command stopped reading) drops what waits and all that comes. */
+static bool flush_stdin(command_t *c)
+{
+    while (c->in_off < c->in_len && c->in_fd >= 0) {
+        ssize_t n = write(c->in_fd, c->in_buf + c->in_off, c->in_len - c->in_off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return false;
+        if (n < 0) {
+            c->in_broken = true;
+            loop_io_remove(c->reg->loop, &c->in_io);
+            close(c->in_fd);
+            c->in_fd = -1;
+            break;
+        }
+        c->in_off += (size_t)n;
+    }
+    c->in_off = c->in_len = 0;
+    if (c->in_closing && c->in_fd >= 0) {
+        loop_io_remove(c->reg->loop, &c->in_io);
+        close(c->in_fd);
+        c->in_fd = -1;
+    }
+    return true;
+}
+
+void commands_stdin_writable(loop_t *loop, int fd, unsigned events, void *arg)
+{
+    command_t *c = arg;
+    if (!flush_stdin(c))
+        return;
+    loop_io_remove(loop, &c->in_io);
+    if (c->in_wanted && c->writer) {
+        c->in_wanted = false;
+        c->writer(c->writer_arg, c, false);
+    }
+}
+
+ssize_t command_stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err)
+{
+    if (!c->in_accepting && c->state != COMMAND_EXITED) {
+        sg_error_set(err, SG_E_CONFLICT, "command %s has no standard input open%s", c->id,
+                     c->stdin_open ? " any more (it was closed)" : " (start it with stdin)");
+        return -1;
+    }
+    if (c->state == COMMAND_EXITED || c->in_broken)
+        return (ssize_t)n; /* nobody reads it */
+    size_t waiting = c->in_len - c->in_off;
+    size_t room = COMMANDS_STDIN_BUFFER - waiting;
+    size_t take = n < room ? n : room;
+    if (c->in_off > 0) {
+        memmove(c->in_buf, c->in_buf + c->in_off, waiting);
+        c->in_len = waiting;
+        c->in_off = 0;
+    }
+    c->in_buf = xrealloc(c->in_buf, c->in_len + take + 1);
+    memcpy(c->in_buf + c->in_len, data, take);
+    c->in_len += take;
+    if (c->state == COMMAND_RUNNING && c->in_fd >= 0 && !c->in_io && !flush_stdin(c))
+        c->in_io =
+            loop_fd_add(c->reg->loop, c->in_fd, LOOP_WRITE, commands_stdin_writable, c, NULL);
+    if (take < n)
+        c->in_wanted = true;
+    return (ssize_t)take;
+}
+
+int command_stdin_writer(command_t *c, command_stdin_fn *fn, void *arg, sg_error_t **err)
+{
+    if (fn && c->writer && (c->writer != fn || c->writer_arg != arg))
+        return sg_error_set(err, SG_E_CONFLICT, "command %s's stdin is being written already",
+                            c->id);
+    if (fn && c->state == COMMAND_EXITED)
+        return sg_error_set(err, SG_E_CONFLICT, "command %s has ended", c->id);
+    c->writer = fn;
+    c->writer_arg = arg;
+    return 0;
+}
+
+void command_stdin_close(command_t *c)
+{
+    if (!c->in_accepting)
+        return;
+    c->in_accepting = false;
+    c->in_closing = true;
+    if (c->state == COMMAND_RUNNING && c->in_len == c->in_off && c->in_fd >= 0) {
+        loop_io_remove(c->reg->loop, &c->in_io);
+        close(c->in_fd);
+        c->in_fd = -1;
+    }
+}
+
+size_t command_stdin_pending(const command_t *c)
+{
+    return c->in_len - c->in_off;
+}
+
+/* --- signals ----------------------------------------------------------------------- */
+
+static void on_signal_retry(loop_t *loop, int timer_id, void *arg)
+{
+    command_t *c = arg;
+    c->signal_timer = -1;
+    int sig = c->pending_signal;
+    c->pending_signal = 0;
+    if (sig && c->state == COMMAND_RUNNING)
+        command_signal(c, sig, NULL);
+}
+
+int command_signal_parse(const char *name)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"INT", SIGINT}, {"TERM", SIGTERM}, {"HUP", SIGHUP}, {"KILL", SIGKILL}};
+    if (!name)
+        return 0;
+    if (strncasecmp(name, "SIG", 3) == 0)
+        name += 3;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char num[4];
+        snprintf(num, sizeof num, "%d", names[i].sig);
+        if (strcasecmp(name, names[i].name) == 0 || strcmp(name, num) == 0)
+            return names[i].sig;
+    }
+    return 0;
+}
+
+int command_signal(command_t *c, int sig, sg_error_t **err)
+{
+    if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGKILL)
+        return sg_error_set(err, SG_E_INVALID, "a command takes INT, TERM, HUP or KILL");
+    if (c->state == COMMAND_EXITED)
+        return sg_error_set(err, SG_E_CONFLICT, "command %s has ended", c->id);
+    if (c->state == COMMAND_STARTING || c->proc_ended) {
+        c->pending_signal = sig; /* launch delivers it */
+        return 0;
+    }
+    sg_error_t *e = NULL;
+    if (c->k && kernel_exec_signal(c->k, c->handle, sig, &e) < 0) {
+        /* Not started inside yet (no pid): again shortly. */
+        bool again = e->kind == SG_E_CONFLICT && ++c->signal_tries < SIGNAL_RETRIES;
+        if (!again) {
+            log_warn("commands: signal to command %s: %s", c->id, e->msg);
+            sg_error_free(&e);
+            return sg_error_set(err, SG_E_UNAVAILABLE, "the signal could not be sent");
+        }
+        sg_error_free(&e);
+        c->pending_signal = sig;
+        loop_timer_end(c->reg->loop, c->signal_timer);
+        c->signal_timer = loop_timer(c->reg->loop, SIGNAL_RETRY_MS, 1, on_signal_retry, c);
+    }
+    return 0;
+}

@@ -1,0 +1,379 @@
+/* process: envd's Process service (internal.h) over commands.h.
+ *
+ * Start and Connect are server streams: a start event with the command's
+ * pid (commands.h's number, 1, 2, ... per context), its output as data
+ * events (bytes, base64 in JSON) as it comes, an end event with its exit
+ * code, then the end of the stream; a keepalive event after
+ * KEEPALIVE_MS of silence.  A client that leaves only detaches: the command
+ * runs on (the SDK's background commands, disconnect()).  The Connect
+ * deadline (Connect-Timeout-Ms, the SDKs' timeoutMs / timeout) is the
+ * command's timeout: commands.h kills its whole group then, and the stream
+ * ends with deadline_exceeded. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/commands/commands.h"
+#include "gateway/envd/internal.h"
+#include "gateway/http/http.h"
+
+#define KEEPALIVE_MS 5000
+#define HIGH_WATER (1 << 20) /* bytes not yet sent to the client */
+
+static const command_reader_t reader;
+
+/* --- the streams: Start and Connect ------------------------------------------------- */
+
+typedef struct {
+    envd_call_t base;
+    envd_t *envd;
+    resp_t *out;
+    command_t *cmd; /* while attached */
+    int keepalive;  /* timer */
+    bool wrote;     /* since the last keepalive tick */
+} stream_t;
+
+static void frame(stream_t *s, uint8_t flags, json_t *msg)
+{
+    cleanup_free char *text = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    char *buf;
+    size_t n;
+    envd_frame(flags, text, strlen(text), &buf, &n);
+    resp_write(s->out, buf, n);
+    free(buf);
+    s->wrote = true;
+}
+
+static void event(stream_t *s, const char *kind, json_t *value)
+{
+    frame(s, 0, json_pack("{s:{s:o}}", "event", kind, value));
+}
+
+/* The end of the stream: {} or {"error": {"code", "message"}}. */
+static void finish(stream_t *s, const char *code, const char *msg)
+{
+    frame(s, ENVD_FLAG_END,
+          code ? json_pack("{s:o}", "error", envd_error_json(code, msg)) : json_object());
+    loop_timer_end(s->envd->loop, s->keepalive);
+    s->keepalive = -1;
+    resp_end(s->out);
+}
+
+static void on_keepalive(loop_t *loop, int timer_id, void *arg)
+{
+    stream_t *s = arg;
+    if (!s->wrote)
+        event(s, "keepalive", json_object());
+    s->wrote = false;
+}
+
+static bool on_output(void *arg, command_t *c, command_stream_t which, const char *data, size_t n)
+{
+    stream_t *s = arg;
+    cleanup_free char *b64 = envd_b64(data, n);
+    event(s, "data", json_pack("{s:s}", which == COMMAND_STDOUT ? "stdout" : "stderr", b64));
+    return resp_pending(s->out) < HIGH_WATER; /* else the command waits for the client */
+}
+
+static void on_drained(void *arg)
+{
+    stream_t *s = arg;
+    if (s->cmd)
+        command_reader_ready(s->cmd, &reader, s);
+}
+
+static void on_exit_(void *arg, command_t *c)
+{
+    stream_t *s = arg;
+    s->cmd = NULL;
+    const sg_error_t *err = command_error(c);
+    if (command_timed_out(c)) {
+        finish(s, "deadline_exceeded", "the command ran past its timeout and was killed");
+        return;
+    }
+    int code = command_exit_code(c);
+    cleanup_free char *status = err ? xstrdup("error") : xasprintf("exit status %d", code);
+    json_t *end =
+        json_pack("{s:i, s:b, s:s}", "exitCode", code, "exited", err == NULL, "status", status);
+    if (err)
+        json_object_set_new(end, "error", json_string(err->msg));
+    event(s, "end", end);
+    finish(s, NULL, NULL);
+}
+
+static const command_reader_t reader = {.on_output = on_output, .on_exit = on_exit_};
+
+static void stream_end(envd_call_t *call, bool completed)
+{
+    stream_t *s = (stream_t *)call;
+    if (s->cmd)
+        command_detach(s->cmd, &reader, s);
+    loop_timer_end(s->envd->loop, s->keepalive);
+    resp_set_gone(s->out);
+    resp_free(&s->out);
+    free(s);
+}
+
+/* Answers req with a stream of c's events (a start event first). */
+static enum MHD_Result stream_attach(envd_t *self, http_req_t *req, command_t *c)
+{
+    stream_t *s = xzalloc(sizeof *s);
+    s->base.end = stream_end;
+    s->envd = self;
+    s->out = resp_new(self->loop, req->conn, self->wake, self->wake_arg);
+    s->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
+    resp_on_drained(s->out, on_drained, s);
+    req->state = s;
+    event(s, "start", json_pack("{s:i}", "pid", (int)command_pid(c)));
+    s->cmd = c;
+    sg_error_t *err = NULL;
+    if (command_attach(c, &reader, s, &err) < 0) {
+        s->cmd = NULL;
+        finish(s, envd_code(NULL, err->kind), err->msg);
+        sg_error_free(&err);
+    }
+    struct MHD_Response *r = resp_stream(s->out, NULL);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
+    enum MHD_Result ret = http_queue(req->conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A streaming request's one message (enveloped; plain JSON taken too), or
+ * NULL after answering. */
+static json_t *stream_request(const http_req_t *req, enum MHD_Result *ret)
+{
+    if (req->len && req->body[0] == '{')
+        return envd_request(req, ret);
+    sg_error_t *err = NULL;
+    json_t *msg = envd_unwrap(req->body, req->len, &err);
+    if (msg == NULL) {
+        *ret = envd_reply_code(req->conn, "invalid_argument", err->msg);
+        sg_error_free(&err);
+    }
+    return msg;
+}
+
+/* ProcessConfig's cmd and args as an argv (the caller's; its strings
+ * borrowed from config), or NULL. */
+static const char **config_argv(const json_t *config)
+{
+    const char *cmd = envd_str(config, "cmd", NULL);
+    const json_t *args = json_object_get(config, "args");
+    if (cmd == NULL || *cmd == 0 || (args && !json_is_array(args)))
+        return NULL;
+    size_t n = json_array_size(args);
+    const char **argv = xzalloc((n + 2) * sizeof *argv);
+    argv[0] = cmd;
+    for (size_t i = 0; i < n; i++)
+        if (!(argv[i + 1] = json_string_value(json_array_get(args, i)))) {
+            free(argv);
+            return NULL;
+        }
+    return argv;
+}
+
+static enum MHD_Result proc_start(void *ctx, http_req_t *req)
+{
+    envd_t *self = ctx;
+    enum MHD_Result ret;
+    json_t *msg = stream_request(req, &ret);
+    if (msg == NULL)
+        return ret;
+    kernel_t *k = envd_kernel_or_reply(self, req, &ret);
+    json_t *config = json_object_get(msg, "process");
+    const char **argv = k ? config_argv(config) : NULL;
+    const json_t *envs = json_object_get(config, "envs");
+    if (k == NULL) {
+        /* answered */
+    } else if (argv == NULL || (envs && !json_is_object(envs))) {
+        ret = envd_reply_code(req->conn, "invalid_argument",
+                              "process.cmd, a string, and process.args, strings, are needed");
+    } else {
+        const char *tmo =
+            MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
+        long long t = tmo ? atoll(tmo) : 0;
+        command_opts_t o = {.argv = argv,
+                            .cwd = envd_str(config, "cwd", NULL),
+                            .envs = envs,
+                            .timeout_ms = t > 0 && t < INT32_MAX ? (int)t : 0,
+                            .stdin_open = json_is_true(json_object_get(msg, "stdin")),
+                            .background = true};
+        http_who(req, "envd", &o.who);
+        sg_error_t *err = NULL;
+        command_t *c = commands_start(self->commands, k, &o, &err);
+        if (c == NULL) {
+            ret = envd_reply_error(req->conn, NULL, err);
+            sg_error_free(&err);
+        } else {
+            ret = stream_attach(self, req, c);
+        }
+    }
+    free(argv);
+    json_decref(msg);
+    return ret;
+}
+
+/* The command a ProcessSelector names in k, or NULL after answering. */
+static command_t *selected(envd_t *self, const http_req_t *req, const json_t *msg,
+                           enum MHD_Result *ret)
+{
+    kernel_t *k = envd_kernel_or_reply(self, req, ret);
+    if (k == NULL)
+        return NULL;
+    const json_t *pid = json_object_get(json_object_get(msg, "process"), "pid");
+    command_t *c = json_is_integer(pid) && json_integer_value(pid) > 0
+                       ? commands_find_pid(self->commands, k, (uint32_t)json_integer_value(pid))
+                       : NULL;
+    if (c == NULL)
+        *ret = envd_reply_code(req->conn, "not_found",
+                               json_is_integer(pid) ? "no such process" : "process.pid is needed");
+    return c;
+}
+
+/* What a call on one command does once its message is read and the
+ * command found. */
+typedef enum MHD_Result (*on_command_fn)(envd_t *self, http_req_t *req, const json_t *msg,
+                                         command_t *c);
+
+/* The calls that name a command (Connect, SendInput, SendSignal,
+ * CloseStdin): the message (enveloped for a stream), the command, then fn. */
+static enum MHD_Result on_selected(envd_t *self, http_req_t *req, bool stream, on_command_fn fn)
+{
+    enum MHD_Result ret;
+    json_t *msg = stream ? stream_request(req, &ret) : envd_request(req, &ret);
+    if (msg == NULL)
+        return ret;
+    command_t *c = selected(self, req, msg, &ret);
+    if (c)
+        ret = fn(self, req, msg, c);
+    json_decref(msg);
+    return ret;
+}
+
+static enum MHD_Result connect_to(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
+{
+    return stream_attach(self, req, c);
+}
+
+static enum MHD_Result proc_connect(void *ctx, http_req_t *req)
+{
+    return on_selected(ctx, req, true, connect_to);
+}
+
+/* --- the unary calls ---------------------------------------------------------------- */
+
+/* command_json as ProcessInfo. */
+static json_t *process_info(const json_t *cj)
+{
+    json_t *argv = json_object_get(cj, "argv");
+    json_t *args = json_array();
+    for (size_t i = 1; i < json_array_size(argv); i++)
+        json_array_append(args, json_array_get(argv, i));
+    json_t *config =
+        json_pack("{s:s, s:o, s:{}}", "cmd", json_string_value(json_array_get(argv, 0)) ?: "",
+                  "args", args, "envs");
+    if (json_is_string(json_object_get(cj, "cwd")))
+        json_object_set(config, "cwd", json_object_get(cj, "cwd"));
+    return json_pack("{s:o, s:O}", "config", config, "pid", json_object_get(cj, "pid"));
+}
+
+static enum MHD_Result proc_list(void *ctx, http_req_t *req)
+{
+    envd_t *self = ctx;
+    enum MHD_Result ret;
+    kernel_t *k = envd_kernel_or_reply(self, req, &ret);
+    if (k == NULL)
+        return ret;
+    json_t *list = commands_list(self->commands, k, false), *cj;
+    json_t *procs = json_array();
+    size_t i;
+    json_array_foreach (list, i, cj)
+        json_array_append_new(procs, process_info(cj));
+    json_decref(list);
+    return envd_reply_msg(req->conn, json_pack("{s:o}", "processes", procs));
+}
+
+static enum MHD_Result input(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
+{
+    const char *b64 = envd_str(json_object_get(msg, "input"), "stdin", NULL);
+    unsigned char *data = NULL;
+    size_t n = 0;
+    if (b64 == NULL || envd_unb64(b64, &data, &n) < 0)
+        return envd_reply_code(req->conn, "invalid_argument", "input.stdin must be base64 bytes");
+    sg_error_t *err = NULL;
+    ssize_t took = command_stdin_write(c, (const char *)data, n, &err);
+    free(data);
+    enum MHD_Result ret;
+    if (took < 0) {
+        ret = envd_reply_code(req->conn, "failed_precondition", err->msg);
+        sg_error_free(&err);
+    } else if ((size_t)took < n) {
+        ret = envd_reply_code(req->conn, "resource_exhausted",
+                              "the command's stdin buffer is full; send again later");
+    } else {
+        ret = envd_reply_msg(req->conn, json_object());
+    }
+    return ret;
+}
+
+static enum MHD_Result proc_input(void *ctx, http_req_t *req)
+{
+    return on_selected(ctx, req, false, input);
+}
+
+static int signal_of(const json_t *v)
+{
+    if (json_is_integer(v))
+        return (int)json_integer_value(v);
+    const char *name = json_string_value(v);
+    if (name && strncmp(name, "SIGNAL_", 7) == 0)
+        return command_signal_parse(name + 7);
+    return 0;
+}
+
+static enum MHD_Result signal_(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
+{
+    sg_error_t *err = NULL;
+    if (command_signal(c, signal_of(json_object_get(msg, "signal")), &err) == 0)
+        return envd_reply_msg(req->conn, json_object());
+    /* a command that has ended is, to envd, a process not found */
+    enum MHD_Result ret = envd_reply_code(
+        req->conn, err->kind == SG_E_CONFLICT ? "not_found" : "invalid_argument", err->msg);
+    sg_error_free(&err);
+    return ret;
+}
+
+static enum MHD_Result proc_signal(void *ctx, http_req_t *req)
+{
+    return on_selected(ctx, req, false, signal_);
+}
+
+static enum MHD_Result close_stdin(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
+{
+    command_stdin_close(c);
+    return envd_reply_msg(req->conn, json_object());
+}
+
+static enum MHD_Result proc_close_stdin(void *ctx, http_req_t *req)
+{
+    return on_selected(ctx, req, false, close_stdin);
+}
+
+static const http_route_t routes[] = {
+    {"POST", "/process.Process/Start", proc_start, 0, NULL},
+    {"POST", "/process.Process/Connect", proc_connect, 0, NULL},
+    {"POST", "/process.Process/List", proc_list, 0, NULL},
+    {"POST", "/process.Process/SendInput", proc_input, 0, NULL},
+    {"POST", "/process.Process/SendSignal", proc_signal, 0, NULL},
+    {"POST", "/process.Process/CloseStdin", proc_close_stdin, 0, NULL},
+};
+
+int envd_process_register(envd_t *self, http_server_t *http, const http_front_t *front,
+                          sg_error_t **err)
+{
+    return http_routes(http, front, routes, sizeof routes / sizeof *routes, err);
+}

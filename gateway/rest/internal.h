@@ -1,0 +1,166 @@
+/* internal: what the REST API's files share (not for other rooms).
+ *
+ *   rest.c          contexts and POST /execute; the parameter kind
+ *                  {context}; the front end's done and registration
+ *   files.c    /contexts/{context}/files: downloads, listings, deletes,
+ *                  streamed uploads
+ *   sbfs.c     the same for an absolute path (?path=), inside the
+ *                  sandbox (sbfs.h); .../files/mkdir and .../files/move
+ *   metrics.c  GET /health, GET /metrics and GET /openapi.json
+ *   commands.c /contexts/{context}/commands: commands beside the kernel
+ *                  (commands.h); the parameter kind {command}
+ *   snapshots.c snapshots, fork and roll-back; the parameter kind
+ *                  {snapshot}
+ */
+#ifndef SG_API_INTERNAL_H
+#define SG_API_INTERNAL_H
+
+#include "common/records.h"
+#include "gateway/commands/commands.h"
+#include "gateway/http/http.h"
+#include "gateway/rest/rest.h"
+#include "gateway/session/session.h"
+#include "gateway/tenants/tenants.h"
+
+struct api {
+    loop_t *loop;
+    kmgr_t *kmgr;
+    api_config_t cfg;
+    json_t *contexts;   /* id -> {language, cwd}: what the API adds to a session */
+    json_t *defaults;   /* language -> id of its default context */
+    records_t *records; /* STATE/contexts: both of the above, over a restart */
+    commands_t *commands;
+    void (*wake)(void *);
+    void *wake_arg;
+};
+
+/* --- one request that answers later: an execution's stream, or a wait ---------------- */
+
+/* Lives while the HTTP request does, or while its execution or wait runs:
+ * freed when both are over. */
+typedef struct {
+    api_t *api;
+    int refs; /* the execution (or the kernel observer), and the HTTP request */
+    resp_t *out;
+    kernel_t *k;
+    exec_t *exec; /* NULL once it ended */
+    bool json_mode, done;
+    json_t *agg;     /* JSON mode: the whole answer */
+    unsigned status; /* JSON mode: the reply's status */
+    bool command;
+    bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
+    kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
+    bool restoring;          /* a wait for READY after a roll-back: RESTARTED is expected */
+    bool snapshot_wait;      /* not an execution: a snapshot's callback answers (snapshots) */
+    bool metrics;            /* not an execution: GET /metrics waits for the refusal counts */
+    int metrics_timer;       /* metrics: answers without them after METRICS_WAIT_MS; -1: none */
+} stream_t;
+
+/* A stream with two references, the caller's and the HTTP request's (which
+ * the front end's done drops). */
+stream_t *api_stream_new(api_t *self, struct MHD_Connection *conn, kernel_t *k);
+void api_stream_unref(stream_t *s);
+
+/* The stream answers once k reports ev (PREPARED: with agg as it is;
+ * READY, PAUSED: with k's context; a failure with its error): it takes the
+ * caller's reference.  api_stream_answer answers at once (answer stolen)
+ * and drops the caller's reference. */
+void api_stream_wait(stream_t *s, kernel_t *k, kernel_event_t ev);
+void api_stream_answer(stream_t *s, unsigned status, json_t *answer);
+
+/* Tenant t's default context of language (made when it has none): POST
+ * /execute without a context_id.  NULL with *err (and *quota for a refused
+ * quota). */
+kernel_t *api_tenant_context(api_t *self, const tenant_t *t, const char *language,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err);
+
+/* execute.c: POST /execute (the route is rest.c's, with the others). */
+enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, size_t len,
+                            void **req_state);
+
+/* What the contexts' routes share with the snapshots' (snapshots.c). */
+json_t *api_context_json(api_t *self, kernel_t *k);
+/* A new context of tenant t's (from snap when not NULL: its language, cwd,
+ * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota
+ * (tenants.h). */
+kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
+                             bool internet, bool implicit, const kmgr_snapshot_t *snap,
+                             const char *template, const audit_who_t *who, tenant_quota_t *quota,
+                             sg_error_t **err);
+/* Answers POST /contexts: 201 once k's workspace exists. */
+enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                    void **req_state);
+/* Answers *err, a quota's 429 (with *quota) or another error; frees it. */
+enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quota_t *quota,
+                                  sg_error_t **err);
+int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t *front,
+                           sg_error_t **err);
+
+/* docs/openapi.yaml as JSON (NUL-terminated; the length without it), for
+ * GET /openapi.json: made at build time by scripts/openapi-json.py, so the
+ * daemon parses no YAML. */
+extern const unsigned char api_openapi_json[];
+extern const size_t api_openapi_json_len;
+
+/* Each file registers its own routes, with the front end's shared parts. */
+int api_files_register(api_t *self, http_server_t *http, const http_front_t *front,
+                       sg_error_t **err);
+int api_sbfs_register(api_t *self, http_server_t *http, const http_front_t *front,
+                      sg_error_t **err);
+
+/* sbfs.c, for files.c.  A request on an absolute path keeps an
+ * api_sbfs_req_t as its state (freed by api_sbfs_req_free when it ends);
+ * its handler, called again on resume, hands over to api_sbfs_resumed. */
+typedef struct api_sbfs_req api_sbfs_req_t;
+/* The ?path= the request gives: 1 and *path (borrowed), 0 when it gives
+ * none, -1 with *err when it is not one sbfs takes. */
+int api_sbfs_query_path(struct MHD_Connection *conn, const char **path, sg_error_t **err);
+enum MHD_Result api_sbfs_get(api_t *self, http_req_t *call, const char *path);
+enum MHD_Result api_sbfs_delete(api_t *self, http_req_t *call, const char *path);
+enum MHD_Result api_sbfs_resumed(http_req_t *call);
+void api_sbfs_req_free(api_sbfs_req_t *q);
+/* {"error", "code", "message"}: the error's kind and sbfs_error_code. */
+enum MHD_Result api_sbfs_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
+/* An upload to an absolute path (the PUT route's sink hands over): open
+ * never fails (an error is answered by finish); write takes what it can
+ * (less after suspending the connection); finish answers, or suspends and
+ * returns with waiting true, to be called again on resume. */
+typedef struct api_sbfs_sink api_sbfs_sink_t;
+api_sbfs_sink_t *api_sbfs_sink_open(api_t *self, const http_req_t *call, const char *path);
+size_t api_sbfs_sink_write(api_sbfs_sink_t *s, const char *data, size_t len);
+enum MHD_Result api_sbfs_sink_finish(api_sbfs_sink_t *s, const char *tenant, const char *id);
+bool api_sbfs_sink_waiting(const api_sbfs_sink_t *s);
+void api_sbfs_sink_free(api_sbfs_sink_t *s);
+
+int api_metrics_register(api_t *self, http_server_t *http, const http_front_t *front,
+                         sg_error_t **err);
+/* Commands have their own per-request objects: their own front end (its done). */
+int api_commands_register(api_t *self, http_server_t *http, sg_error_t **err);
+
+/* Reads a JSON object body; NULL after answering 400 (*ret). */
+json_t *api_parse_body(struct MHD_Connection *conn, const char *body, size_t len,
+                       enum MHD_Result *ret);
+/* req's field name, if there, of type (JSON_REAL: any number; JSON_TRUE:
+ * a boolean); false after answering 400 (*ret). */
+bool api_field(json_t *req, const char *name, json_type type, json_t **out,
+               struct MHD_Connection *conn, enum MHD_Result *ret);
+/* The cwd a context was created with ("/home/user" when it has none). */
+const char *api_context_cwd(api_t *self, const kernel_t *k);
+
+static inline enum MHD_Result reply_status(struct MHD_Connection *conn, unsigned status)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = http_queue(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Answers *err and frees it. */
+static inline enum MHD_Result reply_failed(struct MHD_Connection *conn, sg_error_t **err)
+{
+    enum MHD_Result ret = http_reply_error(conn, *err);
+    sg_error_free(err);
+    return ret;
+}
+
+#endif

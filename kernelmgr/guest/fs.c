@@ -1,0 +1,527 @@
+/* sandgate-init --fs: file operations inside a sandbox, for gateway/files/sbfs.c.
+ *
+ * usage: sandgate-init --fs stat PATH
+ *                           list PATH DEPTH
+ *                           mkdir PATH
+ *                           move FROM TO
+ *                           remove PATH
+ *                           read PATH
+ *                           write PATH
+ *
+ * Run by `runsc exec` as the sandbox user (under --group), so every path is
+ * resolved by gVisor inside the sandbox: this program never sees the host.
+ * It is still the sandbox's code's neighbour, so it trusts nothing it finds
+ * (names are escaped into JSON, a FIFO is never read, symlinks are not
+ * followed except by read, which opens what the sandbox user could).
+ *
+ * Success: exit 0 and, on stdout, one JSON line (an entry, a listing) —
+ * for read that line, then exactly the entry's "size" bytes.  Failure: one
+ * JSON line {"errno": N, "message": "..."} on stderr and exit 1 (2 for a
+ * usage error); sbfs.c maps the errno to a status and a code.
+ *
+ * write's stdin is framed, so that a write broken off (the client left,
+ * the daemon died) can never be taken for a complete one: frames of a
+ * 4-byte little-endian length and that many bytes (at most FRAME_MAX), and
+ * a frame of length 0 ends the data.  The bytes go to a temporary file
+ * beside PATH that is renamed onto it after the last frame; end of input
+ * before that removes it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernelmgr/guest/fs.h"
+
+#define FRAME_MAX (1u << 20)
+#define LIST_MAX 10000
+
+static int fail(int errnum, const char *what, const char *path);
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* --- JSON out ----------------------------------------------------------------------- */
+
+/* s as a JSON string: control characters escaped, bytes that are not UTF-8
+ * replaced by U+FFFD (a file name may be any bytes). */
+static void put_str(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned c = *p;
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = n > 0;
+        for (size_t i = 1; ok && i < n; i++)
+            ok = (p[i] & 0xc0) == 0x80;
+        if (!ok) {
+            fputs("\\ufffd", f);
+            p++;
+        } else if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+            p++;
+        } else if (c < 0x20) {
+            fprintf(f, "\\u%04x", c);
+            p++;
+        } else {
+            fwrite(p, 1, n, f);
+            p += n;
+        }
+    }
+    fputc('"', f);
+}
+
+static const char *type_name(mode_t m)
+{
+    return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "symlink" : "other";
+}
+
+/* The name of a uid (user) or gid, or the number as text.  The last few
+ * are kept: a listing asks for the same owners thousands of times, and each
+ * getpwuid reads /etc/passwd again — syscalls that cost ~100 us each under
+ * gVisor's ptrace platform (10000 entries took 29 s, most of it here). */
+static const char *id_name(bool user, unsigned id)
+{
+    static struct {
+        bool used, user;
+        unsigned id;
+        char name[32];
+    } cache[8];
+    static unsigned next;
+    for (size_t i = 0; i < sizeof cache / sizeof cache[0]; i++)
+        if (cache[i].used && cache[i].user == user && cache[i].id == id)
+            return cache[i].name;
+    unsigned slot = next++ % (sizeof cache / sizeof cache[0]);
+    struct passwd *pw = user ? getpwuid(id) : NULL;
+    struct group *gr = user ? NULL : getgrgid(id);
+    const char *name = pw ? pw->pw_name : gr ? gr->gr_name : NULL;
+    if (name)
+        snprintf(cache[slot].name, sizeof cache[slot].name, "%s", name);
+    else
+        snprintf(cache[slot].name, sizeof cache[slot].name, "%u", id);
+    cache[slot].used = true;
+    cache[slot].user = user;
+    cache[slot].id = id;
+    return cache[slot].name;
+}
+
+static void put_entry(FILE *f, const char *path, const struct stat *st, const char *target)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash && slash[1] ? slash + 1 : path;
+    char perms[10], when[32];
+    static const char rwx[] = "rwxrwxrwx";
+    for (int i = 0; i < 9; i++)
+        perms[i] = st->st_mode & (0400u >> i) ? rwx[i] : '-';
+    perms[9] = 0;
+    struct tm tm;
+    gmtime_r(&st->st_mtime, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fputs("{\"name\":", f);
+    put_str(f, name);
+    fputs(",\"path\":", f);
+    put_str(f, path);
+    fprintf(f, ",\"type\":\"%s\",\"size\":%lld,\"mode\":%u,\"permissions\":\"%s\",\"owner\":",
+            type_name(st->st_mode), (long long)st->st_size, (unsigned)(st->st_mode & 07777), perms);
+    put_str(f, id_name(true, (unsigned)st->st_uid));
+    fputs(",\"group\":", f);
+    put_str(f, id_name(false, (unsigned)st->st_gid));
+    fprintf(f, ",\"modified\":\"%s\"", when);
+    if (target) {
+        fputs(",\"symlink_target\":", f);
+        put_str(f, target);
+    }
+    fputc('}', f);
+}
+
+/* The entry of path, whose lstat is st: a link's target read (none if it
+ * went meanwhile); always written. */
+static void put_entry_of(FILE *f, const char *path, const struct stat *st)
+{
+    char target[PATH_MAX + 1];
+    ssize_t n = S_ISLNK(st->st_mode) ? readlink(path, target, PATH_MAX) : -1;
+    if (n >= 0)
+        target[n] = 0;
+    put_entry(f, path, st, n >= 0 ? target : NULL);
+}
+
+/* path's entry, links not followed; 0, or fail()'s status. */
+static int entry_of(FILE *f, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return fail(errno, "stat", path);
+    put_entry_of(f, path, &st);
+    return 0;
+}
+
+static int fail(int errnum, const char *what, const char *path)
+{
+    fprintf(stderr, "{\"errno\":%d,\"message\":", errnum);
+    char *msg = NULL;
+    if (asprintf(&msg, "%s %s: %s", what, path, strerror(errnum)) < 0)
+        msg = NULL;
+    put_str(stderr, msg ? msg : what);
+    free(msg);
+    fputs("}\n", stderr);
+    return 1;
+}
+
+/* --- stat, list, mkdir, move, remove ------------------------------------------------ */
+
+static int do_stat(const char *path)
+{
+    int rc = entry_of(stdout, path);
+    if (rc == 0)
+        fputc('\n', stdout);
+    return rc;
+}
+
+static unsigned listed;
+static bool truncated;
+
+/* The entries under dir (path as given), depth levels deep. */
+static void list_dir(const char *path, unsigned depth)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return; /* unreadable below the top: its entry is listed, not its contents */
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (listed == LIST_MAX) {
+            truncated = true;
+            break;
+        }
+        char *child = NULL;
+        if (asprintf(&child, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", e->d_name) <
+            0)
+            break;
+        /* One lstat: a second one, after the comma, could find the entry
+         * gone (a file removed meanwhile, a process leaving /proc) and leave
+         * the listing a dangling comma, invalid JSON. */
+        struct stat st;
+        if (lstat(child, &st) == 0) {
+            fputs(listed++ ? "," : "", stdout);
+            put_entry_of(stdout, child, &st);
+            if (S_ISDIR(st.st_mode) && depth > 1)
+                list_dir(child, depth - 1);
+        }
+        free(child);
+    }
+    closedir(d);
+}
+
+static int do_list(const char *path, const char *depth_s)
+{
+    char *end;
+    unsigned long depth = strtoul(depth_s, &end, 10);
+    if (*end || depth < 1 || depth > 64)
+        return fail(EINVAL, "list: depth (1 to 64)", depth_s);
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return fail(errno, "list", path);
+    if (!S_ISDIR(st.st_mode))
+        return fail(ENOTDIR, "list", path);
+    DIR *d = opendir(path);
+    if (!d)
+        return fail(errno, "list", path);
+    closedir(d);
+    fputs("{\"path\":", stdout);
+    put_str(stdout, path);
+    fputs(",\"entries\":[", stdout);
+    list_dir(path, (unsigned)depth);
+    printf("]%s}\n", truncated ? ",\"truncated\":true" : "");
+    return 0;
+}
+
+/* mkdir -p: every missing directory on path, its last component too when
+ * last.  A file in the way: EEXIST for the last component, else ENOTDIR. */
+static int make_dirs(const char *path, bool last)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return fail(ENAMETOOLONG, "mkdir", path);
+    if (!last)
+        *strrchr(buf, '/') = 0; /* path is absolute: there is one */
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != 0)
+            continue;
+        char c = *p;
+        *p = 0;
+        struct stat st;
+        if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+            return fail(errno, "mkdir", buf);
+        if (stat(buf, &st) < 0)
+            return fail(errno, "mkdir", buf);
+        if (!S_ISDIR(st.st_mode))
+            return fail(c == 0 && last ? EEXIST : ENOTDIR, "mkdir", buf);
+        *p = c;
+        if (c == 0)
+            return 0;
+    }
+}
+
+static int do_mkdir(const char *path)
+{
+    int rc = make_dirs(path, true);
+    return rc ? rc : do_stat(path);
+}
+
+/* A temporary file beside path, in tmp; its fd, or -1 (errno set). */
+static int temp_beside(const char *path, char tmp[PATH_MAX])
+{
+    const char *slash = strrchr(path, '/');
+    if (snprintf(tmp, PATH_MAX, "%.*s/.%s.sandgate-XXXXXX", (int)(slash - path), path, slash + 1) >=
+        PATH_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkostemp(tmp, O_CLOEXEC);
+}
+
+static int copy_fd(int in, int out)
+{
+    static char buf[1 << 20];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || write_all(out, buf, (size_t)n) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* rename(2) across file systems (/tmp is a tmpfs, the workspace another):
+ * a file is copied beside `to` and renamed onto it, a symlink made anew,
+ * then the original goes.  A directory is refused (EXDEV). */
+static int move_across(const char *from, const char *to, const struct stat *st)
+{
+    char tmp[PATH_MAX], target[PATH_MAX + 1];
+    if (S_ISLNK(st->st_mode)) {
+        ssize_t n = readlink(from, target, PATH_MAX);
+        int fd = n < 0 ? -1 : temp_beside(to, tmp);
+        if (fd < 0)
+            return fail(errno, "move", from);
+        close(fd);
+        target[n] = 0;
+        if (unlink(tmp) < 0 || symlink(target, tmp) < 0 || rename(tmp, to) < 0) {
+            int e = errno;
+            unlink(tmp);
+            return fail(e, "move to", to);
+        }
+        return unlink(from) < 0 ? fail(errno, "move (removing the original)", from) : 0;
+    }
+    if (!S_ISREG(st->st_mode))
+        return fail(EXDEV, "move (only files and links move across file systems)", from);
+    int in = open(from, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (in < 0)
+        return fail(errno, "move", from);
+    int out = temp_beside(to, tmp);
+    if (out < 0) {
+        close(in);
+        return fail(errno, "move to", to);
+    }
+    fchmod(out, st->st_mode & 07777);
+    int rc = copy_fd(in, out);
+    int e = errno;
+    close(in);
+    if (close(out) < 0 && rc == 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc == 0 && rename(tmp, to) < 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc < 0) {
+        unlink(tmp);
+        return fail(e, "move to", to);
+    }
+    return unlink(from) < 0 ? fail(errno, "move (removing the original)", from) : 0;
+}
+
+static int do_move(const char *from, const char *to)
+{
+    struct stat st;
+    if (lstat(from, &st) < 0)
+        return fail(errno, "move", from);
+    int rc = make_dirs(to, false);
+    if (rc)
+        return rc;
+    if (rename(from, to) < 0) {
+        if (errno != EXDEV)
+            return fail(errno, "move to", to);
+        if ((rc = move_across(from, to, &st)) != 0)
+            return rc;
+    }
+    return do_stat(to);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+        return fail(errno, "remove", path);
+    return 0;
+}
+
+static int do_remove(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return fail(errno, "remove", path);
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path) < 0 ? fail(errno, "remove", path) : 0;
+    /* FTW_PHYS: links are removed, never followed; FTW_MOUNT: not into a mount */
+    return nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0;
+}
+
+/* --- read, write -------------------------------------------------------------------- */
+
+static int do_read(const char *path)
+{
+    /* O_NONBLOCK: a FIFO planted at path must not hold the command open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return fail(errno, "read", path);
+    if (S_ISDIR(st.st_mode))
+        return fail(EISDIR, "read", path);
+    if (!S_ISREG(st.st_mode))
+        return fail(ENXIO, "read (not a regular file)", path);
+    put_entry(stdout, path, &st, NULL);
+    fputc('\n', stdout);
+    fflush(stdout);
+    static char buf[1 << 20];
+    for (off_t left = st.st_size; left > 0;) {
+        ssize_t n = read(fd, buf, left < (off_t)sizeof buf ? (size_t)left : sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return fail(n < 0 ? errno : EIO, "read (the file shrank)", path);
+        if (write_all(1, buf, (size_t)n) < 0)
+            return 1; /* the reader has gone */
+        left -= n;
+    }
+    return 0;
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* stdin's frames into fd; 0 after the end frame, else fail()'s status. */
+static int copy_frames(int fd, const char *path)
+{
+    static char buf[FRAME_MAX];
+    for (;;) {
+        unsigned char h[4];
+        if (read_full(0, h, 4) < 0)
+            return fail(ECANCELED, "write (the data broke off)", path);
+        uint32_t len = h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        if (len == 0)
+            return 0;
+        if (len > FRAME_MAX)
+            return fail(EPROTO, "write (a bad frame)", path);
+        if (read_full(0, buf, len) < 0)
+            return fail(ECANCELED, "write (the data broke off)", path);
+        if (write_all(fd, buf, len) < 0)
+            return fail(errno, "write", path);
+    }
+}
+
+static int do_write(const char *path)
+{
+    struct stat st;
+    bool existed = stat(path, &st) == 0;
+    if (existed && S_ISDIR(st.st_mode))
+        return fail(EISDIR, "write", path);
+    int rc = make_dirs(path, false);
+    if (rc)
+        return rc;
+    char tmp[PATH_MAX];
+    int fd = temp_beside(path, tmp);
+    if (fd < 0)
+        return fail(errno, "write", path);
+    /* mkstemp's 0600, widened as umask allows: what the kernel's files get */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, existed && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~mask);
+    rc = copy_frames(fd, path);
+    if (close(fd) < 0 && rc == 0)
+        rc = fail(errno, "write", path);
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = fail(errno, "write", path);
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    return do_stat(path);
+}
+
+int sandbox_fs_main(int argc, char **argv)
+{
+    const char *op = argc > 0 ? argv[0] : "";
+    int n = argc - 1;
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] != '/' && !(strcmp(op, "list") == 0 && i == 2))
+            return fail(EINVAL, "a path must be absolute:", argv[i]);
+    int rc;
+    if (strcmp(op, "stat") == 0 && n == 1)
+        rc = do_stat(argv[1]);
+    else if (strcmp(op, "list") == 0 && n == 2)
+        rc = do_list(argv[1], argv[2]);
+    else if (strcmp(op, "mkdir") == 0 && n == 1)
+        rc = do_mkdir(argv[1]);
+    else if (strcmp(op, "move") == 0 && n == 2)
+        rc = do_move(argv[1], argv[2]);
+    else if (strcmp(op, "remove") == 0 && n == 1)
+        rc = do_remove(argv[1]);
+    else if (strcmp(op, "read") == 0 && n == 1)
+        rc = do_read(argv[1]);
+    else if (strcmp(op, "write") == 0 && n == 1)
+        rc = do_write(argv[1]);
+    else {
+        fail(EINVAL, "usage: sandgate-init --fs", "stat|list|mkdir|move|remove|read|write ...");
+        return 2;
+    }
+    if (fflush(stdout) != 0 && rc == 0)
+        rc = 1;
+    return rc;
+}

@@ -1,0 +1,612 @@
+/* sandgate-init: PID 1 inside each sandbox.
+ *
+ * usage: sandgate-init PROGRAM [ARGS...]
+ *        sandgate-init --group PROGRAM [ARGS...]
+ *        sandgate-init [--group] --fs OP ARGS...   (file operations: fs.c)
+ *
+ * A kernel as PID 1 would never reap the orphans of code it runs (every
+ * `subprocess` grandchild becomes a zombie and counts against the process
+ * limit), and PID 1 ignores signals it has no handler for.  This init starts
+ * the kernel in its own process group, forwards every catchable signal to it
+ * (runsc kill ID INT becomes the kernel's KeyboardInterrupt), reaps whatever
+ * exits, and when the kernel ends, kills what is left of its group and exits
+ * with the kernel's status (128 + signal number when it was killed).
+ *
+ * SANDGATE_PRELOAD becomes the kernel's LD_PRELOAD (not init's own: a
+ * sanitizer build of init must have its runtime first).
+ *
+ * SANDGATE_RELAY=HOST=INNER:PORT[,PORT...] (e.g.
+ * "/conn/kernel=@sandgate-kernel:1,2,3,4,5") makes init relay the kernel's
+ * sockets, so that the kernel never binds a host socket (gVisor cannot
+ * checkpoint a sandbox holding one, and ipykernel's connect to its own shell
+ * socket never succeeds through one).  For each PORT init listens on the
+ * stream socket "HOST-PORT" and, for every connection accepted there,
+ * connects to "INNER-PORT" and copies bytes both ways until either side
+ * ends, then closes both.  An INNER starting with '@' is in the abstract
+ * namespace, named as ZeroMQ names `ipc://@NAME` (the rest of the name after
+ * '@', no NUL), so the kernel binds ipc://@sandgate-kernel-1 and so on.  A
+ * connection that finds nothing at INNER (the kernel has not bound yet, or
+ * is gone) is closed at once: ZeroMQ on the host reconnects by itself.
+ * The kernel does not see SANDGATE_RELAY; a malformed one is fatal (127).
+ *
+ * With a relay, two signals are init's own and not forwarded:
+ * SIGUSR1 = detach: close every relayed connection and every listener, then
+ *   create the file "HOST.detached".  It comes last, so its existence means
+ *   the detach is complete: the launcher waits for it, removes it and the
+ *   HOST-PORT files (the sandbox cannot: runsc's gofer does not let it touch
+ *   host sockets), and runs `runsc checkpoint`.
+ *   With TCP or UDP sockets open in the sandbox it refuses instead (runsc
+ *   could not save them) and creates "HOST.refused" with their number.
+ * SIGUSR2 = attach: listen on HOST-PORT again (the launcher has removed the
+ *   files); a port already listening is left alone.  A detached relay also
+ *   attaches by itself when "HOST.detached" is removed (it looks every
+ *   2 ms while detached, never otherwise): that is how the launcher lets
+ *   it listen after a restore, without a runsc command on the resume's
+ *   path.
+ * Both are idempotent.  Problems go to stderr (the kernel log) with a
+ * "sandgate-init: " prefix; one bad connection never ends init.
+ *
+ * --group: a command run in a running sandbox (`runsc exec`, sandbox_exec in
+ * sandbox.h), not PID 1.  No relay (SANDGATE_RELAY, which every process of
+ * the sandbox inherits, is ignored); every signal is forwarded to the
+ * command's whole process group, and SIGUSR2 kills that group (SIGKILL
+ * cannot be caught, and `runsc kill --pid` reaches one process only).
+ *
+ * Idle, init is blocked in epoll_wait without a timeout.  Every system call
+ * costs ~40 us under gVisor's ptrace platform, so a relayed message costs one
+ * recv and one send; epoll interest changes only while a write is partial.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernelmgr/guest/fs.h"
+
+#define MAX_PORTS 16
+#define BUF_SIZE 65536
+
+enum kind { K_SIGNALS, K_LISTENER, K_CONN };
+
+/* What an epoll event points at. */
+struct end {
+    enum kind kind;
+    int fd;          /* -1 when closed */
+    uint32_t events; /* the interest epoll has now, to skip needless epoll_ctl */
+    struct port *port;
+    struct pair *pair;
+    bool gone; /* hung up while what it sent was still being written out: not watched */
+};
+
+struct port {
+    struct end listener;
+    struct sockaddr_un host, inner;
+    socklen_t inner_len;
+};
+
+/* Bytes read from one end and not yet written to the other. */
+struct dir {
+    size_t off, len;
+    char buf[BUF_SIZE];
+};
+
+struct pair {
+    struct end host, inner;
+    struct dir to_inner, to_host;
+    bool dead; /* closed; freed after the current batch of events */
+    struct pair *next;
+};
+
+static int epfd = -1;
+static struct port ports[MAX_PORTS];
+static int nports;
+static struct pair *live, *dead;
+static bool accept_paused; /* out of file descriptors: listeners wait for a close */
+
+static void warn(const char *what, const char *path, int err)
+{
+    fprintf(stderr, "sandgate-init: %s %s: %s\n", what, path, strerror(err));
+}
+
+/* Fills a with NAME-PORT; a leading '@' is the abstract namespace.  Returns
+ * the address length, 0 when the name does not fit. */
+static socklen_t make_addr(struct sockaddr_un *a, const char *name, const char *suffix)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s-%s", name, suffix);
+    if (n < 0 || (size_t)n >= sizeof a->sun_path)
+        return 0;
+    if (name[0] != '@')
+        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    a->sun_path[0] = '\0';
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+}
+
+/* "HOST.detached": exists while the relay is detached (see detach()). */
+static char marker[108];
+static bool detached; /* until attach(): the marker's removal is looked for */
+/* SANDGATE_SAVES_INET: runsc saves the sandbox's TCP and UDP sockets (a
+ * runsc of 2024 or later): a detach need not refuse for them. */
+static bool saves_inet;
+
+/* HOST=INNER:PORT[,PORT...]; 0 or -1 with a message. */
+static int parse_relay(const char *spec)
+{
+    char buf[512];
+    if (strlen(spec) >= sizeof buf)
+        goto bad;
+    strcpy(buf, spec);
+    char *eq = strchr(buf, '=');
+    char *colon = strrchr(buf, ':');
+    if (!eq || !colon || colon < eq || eq == buf || colon == eq + 1 || eq[1] == ':')
+        goto bad;
+    *eq = *colon = '\0';
+    const char *host = buf, *inner = eq + 1;
+    if (strcmp(inner, "@") == 0 ||
+        snprintf(marker, sizeof marker, "%s.detached", host) >= (int)sizeof marker)
+        goto bad;
+    for (char *p = colon + 1, *tok; (tok = strsep(&p, ","));) {
+        char *endp;
+        unsigned long port = strtoul(tok, &endp, 10);
+        if (tok[0] < '0' || tok[0] > '9' || *endp || port == 0 || port > 65535 ||
+            nports == MAX_PORTS)
+            goto bad;
+        for (int i = 0; i < nports; i++)
+            if (strcmp(strrchr(ports[i].host.sun_path, '-') + 1, tok) == 0)
+                goto bad;
+        struct port *pt = &ports[nports++];
+        pt->listener = (struct end){.kind = K_LISTENER, .fd = -1, .port = pt};
+        if (host[0] == '@' || make_addr(&pt->host, host, tok) == 0 ||
+            (pt->inner_len = make_addr(&pt->inner, inner, tok)) == 0)
+            goto bad;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "sandgate-init: bad SANDGATE_RELAY (want HOST=INNER:PORT[,PORT...]): %s\n",
+            spec);
+    return -1;
+}
+
+static void set_events(struct end *e, uint32_t events)
+{
+    if (e->events == events || e->gone)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = e};
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, e->fd, &ev) < 0)
+        warn("epoll_ctl", "relay", errno);
+    e->events = events;
+}
+
+static int watch(struct end *e, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = e};
+    e->events = events;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, e->fd, &ev);
+}
+
+static void pause_accepting(bool pause)
+{
+    accept_paused = pause;
+    for (int i = 0; i < nports; i++)
+        if (ports[i].listener.fd >= 0)
+            set_events(&ports[i].listener, pause ? 0 : EPOLLIN);
+}
+
+static void close_pair(struct pair *p)
+{
+    if (p->dead)
+        return;
+    close(p->host.fd);
+    close(p->inner.fd);
+    p->host.fd = p->inner.fd = -1;
+    p->dead = true;
+    for (struct pair **pp = &live; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    p->next = dead;
+    dead = p;
+    if (accept_paused)
+        pause_accepting(false);
+}
+
+static void attach(void)
+{
+    for (int i = 0; i < nports; i++) {
+        struct port *pt = &ports[i];
+        if (pt->listener.fd >= 0)
+            continue;
+        const char *path = pt->host.sun_path;
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            warn("socket for", path, errno);
+            continue;
+        }
+        unlink(path); /* a stale socket: the launcher removes them, this is a fallback */
+        if (bind(fd, (struct sockaddr *)&pt->host, sizeof pt->host) < 0 ||
+            listen(fd, SOMAXCONN) < 0) {
+            warn("listen on", path, errno);
+            close(fd);
+            continue;
+        }
+        pt->listener.fd = fd;
+        if (watch(&pt->listener, accept_paused ? 0 : EPOLLIN) < 0) {
+            warn("epoll_ctl", path, errno);
+            close(fd);
+            pt->listener.fd = -1;
+        }
+    }
+    unlink(marker); /* attached (the launcher usually removed it already) */
+    detached = false;
+}
+
+/* TCP and UDP sockets of the sandbox (its loopback), from /proc/net. */
+static int inet_sockets(void)
+{
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp",
+                                         "/proc/net/udp6"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        FILE *f = fopen(tables[i], "re");
+        if (f == NULL)
+            continue;
+        char line[512];
+        for (int row = 0; fgets(line, sizeof line, f); row++)
+            n += row > 0 && strchr(line, ':') != NULL;
+        fclose(f);
+    }
+    return n;
+}
+
+static void detach(void)
+{
+    /* runsc of 2022 cannot save a TCP socket that a thread waits on, and a
+     * failed checkpoint ends the sandbox: with any TCP or UDP socket open (a
+     * server started from the notebook), refuse, and say so in
+     * "HOST.refused".  A newer runsc saves them (SANDGATE_SAVES_INET). */
+    char refused[sizeof marker + 8];
+    snprintf(refused, sizeof refused, "%.*s.refused", (int)(strlen(marker) - 9), marker);
+    unlink(refused); /* an earlier refusal's, read by now */
+    int open_sockets = saves_inet ? 0 : inet_sockets();
+    if (open_sockets > 0) {
+        FILE *f = fopen(refused, "we");
+        if (f) {
+            fprintf(f, "%d\n", open_sockets);
+            fclose(f);
+        }
+        return;
+    }
+    while (live)
+        close_pair(live);
+    for (int i = 0; i < nports; i++)
+        if (ports[i].listener.fd >= 0) {
+            close(ports[i].listener.fd);
+            ports[i].listener.fd = -1;
+            /* Removed from inside too: a restore walks again every file
+             * the sandbox knew at the checkpoint, and fails on one the host
+             * removed behind its back.  (runsc of 2022 refuses this
+             * unlink; the launcher removes them then.) */
+            unlink(ports[i].host.sun_path);
+        }
+    /* The host cannot tell a detached relay by its sockets (runsc's gofer
+     * may keep them listening on the host): this file says it, and the
+     * launcher then removes what socket files are left; the marker stays
+     * until the launcher lets the relay attach again. */
+    int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0660);
+    if (fd < 0)
+        warn("create", marker, errno);
+    else
+        close(fd);
+    detached = fd >= 0;
+}
+
+static void accept_one(struct port *pt)
+{
+    int h = accept4(pt->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (h < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            warn("accept on", pt->host.sun_path, errno);
+            pause_accepting(true); /* level-triggered: it would spin */
+        } else if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) {
+            warn("accept on", pt->host.sun_path, errno);
+        }
+        return;
+    }
+    const char *inner = pt->inner.sun_path[0] ? pt->inner.sun_path : pt->inner.sun_path + 1;
+    int k = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (k < 0 || connect(k, (struct sockaddr *)&pt->inner, pt->inner_len) < 0) {
+        /* Nothing there yet (or any more) is normal: the host reconnects. */
+        if (errno != ECONNREFUSED && errno != ENOENT)
+            warn("connect to", inner, errno);
+        if (k >= 0)
+            close(k);
+        close(h);
+        return;
+    }
+    struct pair *p = malloc(sizeof *p);
+    if (!p) {
+        warn("relay for", pt->host.sun_path, ENOMEM);
+        close(h);
+        close(k);
+        return;
+    }
+    p->host = (struct end){.kind = K_CONN, .fd = h, .pair = p};
+    p->inner = (struct end){.kind = K_CONN, .fd = k, .pair = p};
+    p->to_inner.len = p->to_host.len = 0;
+    p->dead = false;
+    p->next = live;
+    live = p;
+    if (watch(&p->host, EPOLLIN) < 0 || watch(&p->inner, EPOLLIN) < 0) {
+        warn("epoll_ctl", pt->host.sun_path, errno);
+        close_pair(p);
+    }
+}
+
+/* The data read from e waits in *from, the data for e in *to. */
+static void pair_dirs(struct end *e, struct end **peer, struct dir **from, struct dir **to)
+{
+    struct pair *p = e->pair;
+    bool host = e == &p->host;
+    *peer = host ? &p->inner : &p->host;
+    *from = host ? &p->to_inner : &p->to_host;
+    *to = host ? &p->to_host : &p->to_inner;
+}
+
+/* Writes what d holds to e; 0 when all of it is written, 1 when some is left,
+ * -1 when e has failed. */
+static int flush(struct end *e, struct dir *d)
+{
+    ssize_t n = send(e->fd, d->buf + d->off, d->len - d->off, MSG_NOSIGNAL);
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 1 : -1;
+    d->off += (size_t)n;
+    if (d->off < d->len)
+        return 1;
+    d->off = d->len = 0;
+    return 0;
+}
+
+/* Interest follows the buffers: read an end while what it sent is written
+ * out, wait for it to be writable while something for it is left. */
+static void update_interest(struct pair *p)
+{
+    set_events(&p->host, (p->to_inner.len ? 0 : EPOLLIN) | (p->to_host.len ? EPOLLOUT : 0));
+    set_events(&p->inner, (p->to_host.len ? 0 : EPOLLIN) | (p->to_inner.len ? EPOLLOUT : 0));
+}
+
+static void relay(struct end *e, uint32_t events)
+{
+    struct end *peer;
+    struct dir *from, *to;
+    pair_dirs(e, &peer, &from, &to);
+    if ((events & EPOLLOUT) && to->len && flush(e, to) < 0)
+        goto close;
+    /* The peer hung up while e was slow: the rest of what it sent is
+     * written out (and read, once its buffer is), then the pair closes. */
+    while (peer->gone && !to->len) {
+        ssize_t n = recv(peer->fd, to->buf, BUF_SIZE, 0);
+        if (n <= 0)
+            goto close;
+        to->off = 0;
+        to->len = (size_t)n;
+        if (flush(e, to) < 0)
+            goto close;
+    }
+    if (peer->gone) { /* what e sends has nowhere to go */
+        update_interest(e->pair);
+        return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        /* Only a hang-up or an error is reported while from is full (no
+         * EPOLLIN interest then); level-triggered, it would come back
+         * forever: e is no longer watched, and its peer's EPOLLOUT writes
+         * out what it sent first (above). */
+        if (from->len) {
+            e->gone = true;
+            epoll_ctl(epfd, EPOLL_CTL_DEL, e->fd, NULL);
+            update_interest(e->pair);
+            return;
+        }
+        ssize_t n = recv(e->fd, from->buf, BUF_SIZE, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            goto close;
+        if (n > 0) {
+            from->off = 0;
+            from->len = (size_t)n;
+            if (flush(peer, from) < 0)
+                goto close;
+        }
+    }
+    update_interest(e->pair);
+    return;
+close:
+    close_pair(e->pair);
+}
+
+/* Whether a pair holds bytes it could not write yet. */
+static bool waiting(void)
+{
+    for (struct pair *p = live; p; p = p->next)
+        if (p->to_host.len || p->to_inner.len)
+            return true;
+    return false;
+}
+
+static void retry_writes(void)
+{
+    for (struct pair *p = live, *next; p; p = next) {
+        next = p->next;
+        if (p->to_host.len)
+            relay(&p->host, EPOLLOUT);
+        else if (p->to_inner.len)
+            relay(&p->inner, EPOLLOUT);
+    }
+}
+
+static bool group_mode; /* --group */
+
+static void forward(pid_t child, int sig)
+{
+    if (group_mode && sig == SIGUSR2)
+        sig = SIGKILL;
+    if (kill(group_mode ? -child : child, sig) < 0 && errno != ESRCH)
+        warn("kill", group_mode ? "command" : "kernel", errno);
+}
+
+/* Reaps every child that has ended; the kernel's exit status once it has
+ * (after killing what is left of its group), -1 before. */
+static int reap(pid_t child)
+{
+    int status;
+    pid_t p;
+    while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (p != child)
+            continue;
+        kill(-child, SIGKILL);
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return -1;
+}
+
+/* Handles the pending signals; like reap. */
+static int on_signals(int sfd, pid_t child)
+{
+    struct signalfd_siginfo si[16];
+    ssize_t n = read(sfd, si, sizeof si);
+    if (n < 0)
+        return -1;
+    for (size_t i = 0; i < (size_t)n / sizeof si[0]; i++) {
+        int sig = (int)si[i].ssi_signo;
+        if (sig == SIGCHLD) {
+            int status = reap(child);
+            if (status >= 0)
+                return status;
+        } else if (nports && sig == SIGUSR1) {
+            detach();
+        } else if (nports && sig == SIGUSR2) {
+            attach();
+        } else {
+            forward(child, sig);
+        }
+    }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    group_mode = argc > 1 && strcmp(argv[1], "--group") == 0;
+    if (group_mode) {
+        argv++;
+        argc--;
+    }
+    /* A file operation is done by this process, also as the command of
+     * --group (`--group --fs OP...`, how sandbox_exec runs sbfs's): no
+     * child, so nothing to group, and a sanitizer build's helper is not
+     * started with the kernel's LD_PRELOAD before its runtime. */
+    if (argc > 1 && strcmp(argv[1], "--fs") == 0) {
+        umask(007); /* what the kernel's files get (below) */
+        return sandbox_fs_main(argc - 2, argv + 2);
+    }
+    if (argc < 2) {
+        fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");
+        return 127;
+    }
+    if (group_mode) /* the kernel's alone (preload.c) */
+        unsetenv("SANDGATE_TCP_AS_IPC");
+    const char *relay_spec = group_mode ? NULL : getenv("SANDGATE_RELAY");
+    if (relay_spec && *relay_spec && parse_relay(relay_spec) < 0)
+        return 127;
+    unsetenv("SANDGATE_RELAY");
+    saves_inet = getenv("SANDGATE_SAVES_INET") != NULL;
+    unsetenv("SANDGATE_SAVES_INET");
+    /* The kernel's files and sockets, and the relay's, are the sandbox
+     * group's too: sandgate's unprivileged half is in that group
+     * (kernelmgr/launcher/launcher.h). */
+    umask(007);
+
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    int sfd = signalfd(-1, &all, SFD_NONBLOCK | SFD_CLOEXEC);
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct end signals = {.kind = K_SIGNALS, .fd = sfd};
+    if (sfd < 0 || epfd < 0 || watch(&signals, EPOLLIN) < 0) {
+        perror("sandgate-init: signalfd/epoll");
+        return 127;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        perror("sandgate-init: fork");
+        return 127;
+    }
+    if (child == 0) {
+        /* The kernel starts with every signal at its default, whatever init
+         * inherited: a SIGINT ignored by whoever started init (a shell's
+         * background job) would otherwise stay ignored, and Python would
+         * never turn an interrupt into KeyboardInterrupt. */
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                signal(sig, SIG_DFL);
+        sigemptyset(&old);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        setpgid(0, 0);
+        const char *preload = getenv("SANDGATE_PRELOAD");
+        if (preload && *preload)
+            setenv("LD_PRELOAD", preload, 1);
+        unsetenv("SANDGATE_PRELOAD");
+        execvp(argv[1], argv + 1); /* a kernelspec may name its program by PATH ("R") */
+        perror("sandgate-init: exec");
+        _exit(127);
+    }
+    setpgid(child, child);
+    attach();
+
+    for (;;) {
+        struct epoll_event evs[64];
+        /* runsc (2022-12-19) does not always report a host socket writable
+         * again once it was full: while bytes wait, look every 2 ms. */
+        int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : detached ? 2 : -1);
+        if (n == 0)
+            retry_writes();
+        if (detached && access(marker, F_OK) != 0)
+            attach(); /* the launcher removed the marker: after a restore, or a failed pause */
+        if (n < 0 && errno != EINTR) {
+            perror("sandgate-init: epoll_wait");
+            n = 0; /* cannot happen with valid arguments; keep reaping */
+        }
+        for (int i = 0; i < n; i++) {
+            struct end *e = evs[i].data.ptr;
+            if (e->kind == K_SIGNALS) {
+                int status = on_signals(sfd, child);
+                if (status >= 0)
+                    return status;
+            } else if (e->kind == K_LISTENER) {
+                if (e->fd >= 0)
+                    accept_one(e->port);
+            } else if (!e->pair->dead) {
+                relay(e, evs[i].events);
+            }
+        }
+        while (dead) {
+            struct pair *p = dead;
+            dead = p->next;
+            free(p);
+        }
+    }
+}

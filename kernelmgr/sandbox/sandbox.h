@@ -1,0 +1,310 @@
+/* sandbox: one kernel's gVisor sandbox (or, with mode "none", a plain
+ * process) — its OCI bundle, connection file, start, signals and removal.
+ *
+ * Layout under the state directory:
+ *   sandbox/etc/          generated read-only /etc shared by all sandboxes
+ *   sandbox/rootfs/       empty read-only root: mount points + merged-usr links
+ *   runsc/                runsc's own state (--root), ours alone
+ *   kernels/<id>/         one kernel: bundle/config.json, conn/ (0700, the
+ *                         kernel's ipc sockets and connection file), kernel.log
+ * Inside the sandbox: / read-only, /usr and /etc read-only binds, the
+ * workspace read-write at /home/user (the kernel's cwd), /conn read-write,
+ * /sandgate-init (PID 1: reaps orphans, forwards signals to the kernel),
+ * /sandgate-preload.so (LD_PRELOAD; works around runsc's statx, see
+ * guest/preload.c; not with --rootfs),
+ * /tmp a size-limited tmpfs; a dedicated uid (64123), no capabilities, noNewPrivileges,
+ * network namespace with loopback only.
+ */
+#ifndef SG_SANDBOX_H
+#define SG_SANDBOX_H
+
+#include "common/loop.h"
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "kernelmgr/kspec/kspec.h"
+#include "proto/proto.h"
+/* The launcher's operations, as the link speaks them: for the launcher,
+ * which serves them (kernelmgr/launcher/). */
+#include "kernelmgr/sandbox/link.h"
+
+/* The sandbox user: a uid no host account should have (the kernel's files
+ * and sockets on the host belong to it; a host user sharing it could reach
+ * them).  Its group is also sandgate's unprivileged half's (launcher.h). */
+#define SANDBOX_UID 64123
+#define SANDBOX_GID 64123
+
+typedef enum { SANDBOX_RUNSC, SANDBOX_NONE } sandbox_mode_t;
+
+/* A template (--template NAME=SPEC): a named environment for new sessions.
+ * The sandbox layer uses its root; the manager (manager/manager.h) its kernelspec,
+ * preload and pool.  With neither root nor image, sandboxes get the host's
+ * /usr as any other. */
+typedef struct {
+    const char *name;       /* 1-63 of A-Za-z0-9._- */
+    const char *root;       /* a root directory used as it is (its mount points there) */
+    const char *image;      /* an OCI image layout directory or archive, "PATH[:TAG]":
+                               unpacked once under STATE/templates/NAME (template.c) */
+    const char *kernelspec; /* NULL: "python3" */
+    const char *preload;    /* code each new kernel runs before it is used; NULL: none */
+    int pool_size;          /* warm kernels of it kept ready (--pool-size NAME=N) */
+} sandbox_template_t;
+
+typedef struct {
+    sandbox_mode_t mode;
+    const char *runsc;         /* runsc binary (default /usr/local/bin/runsc) */
+    const char *platform;      /* runsc --platform (default systrap) */
+    const char *rootfs;        /* image directory to use as /; NULL: minimal host /usr */
+    uint64_t memory_bytes;     /* linux.resources.memory.limit */
+    uint64_t cpu_quota_us;     /* CPU time per 100 ms period */
+    int64_t pids;              /* linux.resources.pids.limit (counts runsc's own tasks) */
+    uint64_t nproc;            /* RLIMIT_NPROC: processes inside the sandbox */
+    uint64_t nofile;           /* RLIMIT_NOFILE */
+    uint64_t workspace_bytes;  /* size of each workspace filesystem; 0: no limit */
+    uint64_t tmp_bytes;        /* size of the /tmp tmpfs */
+    const char *init;          /* sandgate-init binary; NULL: the installed one */
+    const char *egress_allow;  /* --egress-allow (egress.h); NULL or "": no network for anyone */
+    const char *egress_dns;    /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
+    unsigned egress_max_conns; /* --egress-max-conns: open connections per sandbox; 0: any */
+    uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
+    bool tenant_cgroups;       /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
+                                  own with an equal CPU weight (cgroup.h); default true */
+    const sandbox_template_t *templates; /* borrowed; roots prepared by sandbox_env_new */
+    size_t ntemplates;
+} sandbox_config_t;
+
+/* Documented defaults (see sandgate --help). */
+void sandbox_config_defaults(sandbox_config_t *cfg);
+/* The configured template called name; NULL when there is none. */
+const sandbox_template_t *sandbox_template_find(const sandbox_config_t *cfg, const char *name);
+
+typedef struct sandbox_env sandbox_env_t;
+typedef struct sandbox sandbox_t;
+
+/* Prepares the shared parts under state_dir (etc, rootfs, runsc root).
+ * Blocking; call at start-up. cfg is copied. */
+sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir,
+                               sg_error_t **err);
+void sandbox_env_destroy(sandbox_env_t **self_p);
+const sandbox_config_t *sandbox_env_config(const sandbox_env_t *env);
+const char *sandbox_env_state_dir(const sandbox_env_t *env);
+/* The version runsc reports (`runsc --version`); NULL in mode none or when
+ * runsc did not answer.  Checkpoints and snapshots record it. */
+const char *sandbox_env_runsc_version(const sandbox_env_t *env);
+
+/* Creates (or, if it exists, mounts) a workspace at path: a directory owned
+ * by the sandbox user, on its own size-limited filesystem when
+ * workspace_bytes > 0.  Blocking (mkfs + mount, tens of ms; through the
+ * launcher, until it answers): for start-up (re-adopting sessions) and for
+ * the launcher itself; a serving daemon uses sandbox_workspace_open_async. */
+int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
+/* The same without blocking: cb gets NULL, or why it failed (borrowed) —
+ * at once without a launcher, else when the launcher answers or the link's
+ * timeout passes.  Returns a request to sandbox_cancel (0: already done). */
+typedef void(sandbox_opened_fn)(const sg_error_t *err, void *arg);
+uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path,
+                                      sandbox_opened_fn *cb, void *arg);
+/* No callback for request (from any of the *_async, give or log_tail
+ * calls) any more; the work itself goes on.  0 is no request. */
+void sandbox_cancel(uint64_t request);
+/* Unmounts it; with remove, deletes its files too (in the background when
+ * through the launcher). */
+void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
+
+/* What one sandbox gets beyond the server's configuration. */
+typedef struct {
+    bool internet;         /* a network of its own (egress.h) */
+    const char *tenant;    /* whose it is: with tenant_cgroups, its cgroup is
+                              /sandgate/t-TENANT/ID (cgroup.h); NULL: /sandgate/ID */
+    uint64_t memory_bytes; /* its tenant's ceiling: the lower of this and the server's
+                              memory_bytes is its limit; 0: the server's */
+    uint64_t cpu_quota_us; /* the same for cpu_quota_us */
+    const char *snapshot;  /* a snapshot's id (sandbox_snapshot_save): the sandbox starts as
+                              the snapshot's kernel, restored from its image; NULL: fresh */
+    const char *template;  /* a configured template's name: its root is the sandbox's /;
+                              NULL: the server's */
+} sandbox_opts_t;
+
+/* Prepares kernel id's directory, connection file and bundle for spec, with
+ * workspace as its home; with opts->internet, its network too (egress.h;
+ * an error when the operator allows none).  Does not start anything. */
+sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
+                       const sandbox_opts_t *opts, const char *workspace, sg_error_t **err);
+/* Its tenant is tenant from now on (a pool kernel claimed): with tenant
+ * cgroups, a running sandbox's processes move to the tenant's cgroup with
+ * their limits (cgroup.h's cgroup_move), and a paused one is
+ * restored there.  In the background; problems are logged (it stays where
+ * it was). */
+void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
+/* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
+ * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
+ * for start-up. */
+sandbox_t *sandbox_adopt(sandbox_env_t *env, const char *id, pid_t pid, sg_error_t **err);
+/* Frees the handle only: the sandbox keeps running. */
+void sandbox_free(sandbox_t **self_p);
+
+const char *sandbox_id(const sandbox_t *self);
+const char *sandbox_dir(const sandbox_t *self);
+/* Its cgroup under each hierarchy's mount point, runsc's cgroupsPath:
+ * /sandgate/t-TENANT/ID with tenant_cgroups and a tenant, else
+ * /sandgate/ID (cgroup.h); NULL in mode none. */
+const char *sandbox_cgroup(sandbox_t *self);
+/* Host-side connection info (ip = host path of the ipc sockets). */
+const jconn_t *sandbox_conn(const sandbox_t *self);
+/* The process whose exit means the kernel is gone (runsc's sandbox process,
+ * or the kernel itself in mode none); 0 before started. */
+pid_t sandbox_pid(const sandbox_t *self);
+
+/* Starts the sandbox without blocking; calls cb once: with pid > 0 when it
+ * runs, or pid -1 and err (owned by the callee) when it failed. */
+typedef void(sandbox_started_fn)(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg);
+int sandbox_start(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+
+/* Pause and resume (runsc checkpoint / restore; not in mode none).
+ * sandbox_pause saves the running sandbox to kernels/<id>/checkpoint/ and
+ * ends it: no process is left (its workspace stays mounted).  cb is called
+ * once: err NULL and the image's size in bytes, or err with alive telling
+ * whether the sandbox still runs (SG_E_NOSPACE: the disk would not hold the
+ * image, nothing was changed) or was lost in the attempt (runsc kills a
+ * sandbox whose checkpoint fails part-way).
+ * sandbox_resume restores a paused sandbox (also one paused by a previous
+ * sandgate: sandbox_adopt with pid 0) and calls cb like sandbox_start. */
+typedef void(sandbox_paused_fn)(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive,
+                                void *arg);
+int sandbox_pause(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
+int sandbox_resume(sandbox_t *self, sandbox_started_fn *cb, void *arg, sg_error_t **err);
+/* A checkpoint that leaves the sandbox running (runsc checkpoint
+ * --leave-running), for a snapshot of a running session: as sandbox_pause,
+ * but cb's alive is true and, on success, the sandbox runs on with its
+ * relay detached (nothing reaches the kernel) and its image in
+ * kernels/<id>/checkpoint/ until sandbox_reattach, after
+ * sandbox_snapshot_save took it.  Only where sandbox_env_can_save_live. */
+int sandbox_save_live(sandbox_t *self, sandbox_paused_fn *cb, void *arg, sg_error_t **err);
+/* After sandbox_save_live, whatever came of it: the relay listens again
+ * (the kernel's clients reconnect) and the image is dropped. */
+void sandbox_reattach(sandbox_t *self);
+/* Whether env's runsc checkpoints a sandbox and lets it run on, and saves
+ * and restores a sandbox's network stack (listening sockets come back): a
+ * runsc of 2024-04 or later.  Debian 12's (2022-12-19) does neither. */
+bool sandbox_env_can_save_live(const sandbox_env_t *env);
+/* Snapshots (runsc only): STATE/snapshot-images/<sid>/ holds a paused
+ * sandbox's runsc image in image/ (hard-linked: taking it copies nothing), its
+ * connection.json (the kernel's ports and key live in its memory) and a
+ * copy of its workspace: workspace.img, sparse (reflinked where the file
+ * system can), or workspace/ when workspaces have no size limit.  sid is a
+ * UUID.  sandbox_snapshot_save saves paused sb (its checkpoint exists) as
+ * sid: cb gets the snapshot's bytes on disk or why not, exactly once,
+ * perhaps before this returns (the copy is made while the caller, or the
+ * launcher, waits: as mkfs for a new workspace).  A sandbox made with
+ * sandbox_opts_t.snapshot starts from one; its workspace comes from
+ * sandbox_workspace_restore_async. */
+typedef void(sandbox_saved_fn)(uint64_t bytes, const sg_error_t *err, void *arg);
+void sandbox_snapshot_save(sandbox_t *self, const char *sid, sandbox_saved_fn *cb, void *arg);
+/* Removes snapshot sid's files (in the background through the launcher). */
+void sandbox_snapshot_delete(sandbox_env_t *env, const char *sid);
+/* The workspace at path becomes a copy of snapshot sid's (unmounted first
+ * if mounted; what it held is gone) and is opened: as
+ * sandbox_workspace_open_async otherwise. */
+uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *path,
+                                         const char *sid, sandbox_opened_fn *cb, void *arg);
+/* Whether sandboxes of env can be paused (runsc, not mode none). */
+bool sandbox_env_can_pause(const sandbox_env_t *env);
+/* Whether env's sandboxes are gVisor's (runsc): mode none's are plain
+ * processes, whose files are the host's. */
+bool sandbox_env_isolated(const sandbox_env_t *env);
+
+/* Delivers sig to the kernel process (runsc kill, or kill(2)); async. */
+int sandbox_signal(sandbox_t *self, int sig, sg_error_t **err);
+
+/* A command run in a running sandbox, as the sandbox user: `runsc exec`
+ * (through the launcher when there is one), or in mode none a plain process
+ * in the workspace.  It runs under `sandgate-init --group` in a process
+ * group of its own, with the sandbox's environment plus env, its stdin,
+ * stdout and stderr the three fds given (the caller keeps its own, and may
+ * close them once this returns).  Paths are resolved inside the sandbox
+ * (gVisor's view of its files), never on the host. */
+typedef struct {
+    const char *const *argv; /* argv[0]: a path, or a name found in the sandbox's PATH */
+    const char *const *env;  /* "NAME=VALUE" added; NULL: none */
+    const char *cwd;         /* absolute, inside; NULL: /home/user (the workspace) */
+} sandbox_exec_t;
+/* Called once, from the loop, when the command has ended: status is its
+ * wait status as sandgate-init reports it (exit code, 128 + signal), or -1
+ * with err when it could not be run (borrowed). */
+typedef void(sandbox_exec_done_fn)(int status, const sg_error_t *err, void *arg);
+/* Starts x; returns a handle for sandbox_exec_signal (> 0), or 0 with *err
+ * (SG_E_INVALID: a malformed command; SG_E_CONFLICT: the sandbox is not
+ * running). */
+uint64_t sandbox_exec(sandbox_t *self, const sandbox_exec_t *x, const int fds[3],
+                      sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
+/* Delivers sig (INT, TERM, HUP or KILL) to the whole process group of the
+ * command exec started; asynchronous, and nothing when it has ended. */
+int sandbox_exec_signal(sandbox_t *self, uint64_t exec, int sig, sg_error_t **err);
+/* How many commands sandbox_exec started on it are still running (a
+ * sandbox with commands cannot be paused: runsc could not save their host
+ * pipes). */
+unsigned sandbox_exec_count(const sandbox_t *self);
+
+/* Kills and removes the sandbox and its directory (not the workspace).
+ * Blocking when wait is true (start-up, shutdown, tests), else in the
+ * background. */
+void sandbox_remove(sandbox_t *self, bool wait);
+/* Same for a container id found in runsc's state but in no record. */
+void sandbox_remove_id(sandbox_env_t *env, const char *id, bool wait);
+/* Container ids runsc knows under our root (JSON array of strings).
+ * Blocking: for start-up. */
+json_t *sandbox_list(sandbox_env_t *env, sg_error_t **err);
+
+/* Packets the egress rules refused (egress.h), without blocking: cb is
+ * called exactly once, perhaps before this returns, with counts (borrowed)
+ * {"total": N, "sandboxes": {sandbox id: N}} — the total over every sandbox
+ * since the rules were installed, and each sandbox whose veth is up and
+ * refused something — or with why not (no --egress-allow; the launcher did
+ * not answer within its timeout). */
+typedef void(sandbox_refused_fn)(const json_t *counts, const sg_error_t *err, void *arg);
+void sandbox_egress_refused(sandbox_env_t *env, sandbox_refused_fn *cb, void *arg);
+
+/* From now on, every privileged step of environments made after this call
+ * is a request to the launcher on fd (launcher.h); its answers are read on
+ * loop.  A request not answered within timeout_ms (0: 10 s) fails with
+ * SG_E_TIMEOUT; the steps on a request's path (workspace, bundle, start,
+ * removal) never wait for it on the loop.  When the launcher is gone (the
+ * link reads end-of-file or fails), on_lost(arg) is called once, on the
+ * loop, and every request from then on fails with SG_E_UNAVAILABLE.  Call
+ * once, before sandbox_env_new. */
+typedef void(sandbox_lost_fn)(void *arg);
+void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn *on_lost,
+                          void *arg);
+/* Whether there is a launcher (sandbox_set_launcher was called). */
+bool sandbox_has_launcher(void);
+
+/* The keys file, read by the launcher (it keeps root; the daemon may not
+ * read it any more): cb gets its text, mode and owner, or why not (a
+ * silent launcher: a timeout).  Called back on the loop. */
+typedef void(sandbox_keys_fn)(const char *text, unsigned mode, unsigned uid, const sg_error_t *err,
+                              void *arg);
+void sandbox_read_keys(sandbox_keys_fn *cb, void *arg);
+
+/* Gives a file or directory that this process created in a workspace (fd
+ * open on it; it may be closed as soon as this returns) to the sandbox
+ * user, so the code owns what the API uploads.  Through the launcher when
+ * there is one, which checks that fd is a regular file or directory of a
+ * workspace owned by this process's uid.  Never blocks: cb gets NULL, or
+ * why not (borrowed: the launcher refused, or did not answer within its
+ * timeout, SG_E_TIMEOUT) — at once without a launcher (where a failed chown
+ * is only logged: the file stays this process's), else from the loop.
+ * Returns a request for sandbox_cancel (0: cb was called already). */
+typedef void(sandbox_given_fn)(const sg_error_t *err, void *arg);
+uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg);
+
+/* The last max bytes of the kernel's log (stdout+stderr), for errors,
+ * without blocking: cb gets them (borrowed; "" when there is no log or the
+ * launcher did not answer within its timeout) — at once without a launcher,
+ * else from the loop.  Returns a request for sandbox_cancel (0: cb was
+ * called already). */
+typedef void(sandbox_tail_fn)(const char *tail, void *arg);
+uint64_t sandbox_log_tail(const sandbox_t *self, size_t max, sandbox_tail_fn *cb, void *arg);
+
+#endif
