@@ -50,7 +50,7 @@ with --pool-size 0 --idle-timeout 0, --max-kernels above what the run
 needs and --pause-after 0 if this build has that option (no automatic
 pause while idle cost is measured); section 2 adds a --sandbox none one.
 Every context is deleted at the end, also on Ctrl-C or SIGTERM, and the
-daemons are stopped (tests/gateway/sgd.py removes what is left).  What was
+daemons are stopped (tests/lib/sgd.py removes what is left).  What was
 skipped, and why, is printed at the end.
 
 usage: bench/density.py [--sections 1,2,3,4] [--out [FILE]] [--settle S]
@@ -77,7 +77,7 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 import sgd  # noqa: E402

@@ -25,7 +25,7 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 from sgd import Daemon, TOKEN  # noqa: E402
 

@@ -46,7 +46,7 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 import sgd  # noqa: E402

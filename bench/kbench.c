@@ -14,7 +14,7 @@
 #include "common/log.h"
 
 #include "kernelmgr/manager/manager.h"
-#include "tests/kernel/harness.h"
+#include "tests/lib/harness.h"
 
 static int cmp(const void *a, const void *b)
 {

@@ -54,7 +54,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from rest import Client, stats  # bench/rest.py; also puts tests/gateway on sys.path
+from rest import Client, stats  # bench/rest.py; also puts tests/lib on sys.path
 from sgd import SANDGATE, TOKEN, Daemon
 from jupyter_client import BlockingKernelClient, KernelManager
 from tornado.httpclient import HTTPRequest

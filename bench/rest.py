@@ -16,7 +16,7 @@ import http.client
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "tests", "gateway")]
+sys.path[:0] = [os.path.join(HERE, "..", "tests", "lib")]
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 from sgd import Daemon, TOKEN  # noqa: E402
 

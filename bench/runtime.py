@@ -56,7 +56,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "gateway")]
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "lib")]
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 from scale import mem_available, run_wrk  # noqa: E402

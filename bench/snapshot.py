@@ -32,7 +32,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "tests", "gateway")]
+sys.path[:0] = [os.path.join(HERE, "..", "tests", "lib")]
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 from sgd import Daemon  # noqa: E402
 

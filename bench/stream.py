@@ -26,7 +26,7 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "tests", "gateway")]
+sys.path[:0] = [os.path.join(HERE, "..", "tests", "lib")]
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 from sgd import Daemon, TOKEN  # noqa: E402

@@ -55,7 +55,7 @@ import urllib.parse
 from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "gateway"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 os.environ.setdefault("SG_BUILDDIR", os.path.join(HERE, "..", "build"))
 os.environ.setdefault("SANDGATE_INIT", os.path.join(os.environ["SG_BUILDDIR"], "sandgate-init"))
 import sgd  # noqa: E402

@@ -33,7 +33,7 @@ run_harness() { # name sources... ; seed dir prepared by the caller
 }
 
 rm -rf "$out/fuzz_jmsg.seeds"
-/usr/bin/python3 tests/fuzz/make_seeds.py tests/interop/golden/vectors.json "$out/fuzz_jmsg.seeds"
+/usr/bin/python3 tests/fuzz/make_seeds.py tests/proto/golden/vectors.json "$out/fuzz_jmsg.seeds"
 run_harness fuzz_jmsg tests/fuzz/fuzz_jmsg.c proto/jmsg.c proto/jsession.c
 
 # WebSocket frames: a few valid client frames (masked text, fragmented

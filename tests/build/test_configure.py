@@ -3,7 +3,7 @@
 Runs the real configure script with a pkg-config search path holding every
 .pc file of this machine except one dependency's, for each dependency, in a
 build directory of its own (from a shadow of the source tree when that was
-configured in place: tests/srctree.py)."""
+configured in place: tests/lib/srctree.py)."""
 import glob
 import os
 import shutil

@@ -6,7 +6,7 @@
   capability dropped but those, the loop devices, the cgroup tree): /health
   answers, `podman healthcheck run` passes, HTTP is served as uid 64122 while
   the launcher keeps root; the official E2B SDK runs its whole script
-  (tests/gateway/e2b_sdk.mjs) and imports pandas, numpy, matplotlib and scipy
+  (tests/lib/e2b_sdk.mjs) and imports pandas, numpy, matplotlib and scipy
   in a context it creates.
 - `podman stop` + `podman start`: the stop pauses the idle sessions to the
   state volume (SANDGATE_PAUSE_ON_STOP), the start re-adopts them and the
@@ -194,7 +194,7 @@ try:
     ok(users.get("sandgate") == "64122", "HTTP is served as uid 64122 (sandgate, PID 1)", top)
     ok(users.get("sandgate-priv") == "root", "the launcher keeps root", top)
 
-    r = run("node", os.path.join(SRC, "tests/gateway/e2b_sdk.mjs"), url, TOKEN, timeout=600)
+    r = run("node", os.path.join(SRC, "tests/lib/e2b_sdk.mjs"), url, TOKEN, timeout=600)
     checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     failed = [c for c in checks if not c["ok"]]
     ok(len(checks) >= 15 and not failed,

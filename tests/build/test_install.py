@@ -6,7 +6,7 @@
   real one; systemd-analyze verify accepts the unit.
 - Fresh configures in temporary directories (data files only, nothing to
   compile; from a shadow of the source tree when that was configured in
-  place: tests/srctree.py): the default unit dir is systemd's own (pkg-config) or
+  place: tests/lib/srctree.py): the default unit dir is systemd's own (pkg-config) or
   /lib/systemd/system, =DIR is honoured, --without-systemdsystemunitdir
   installs no unit but still the example config."""
 import os

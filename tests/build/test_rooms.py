@@ -14,8 +14,14 @@ gateway/ (scripts/rooms.py, which draws the picture from the same reading):
 - at most 14 source files (.c and .h) in a room, at most 3 directly in
   gateway/ and kernelmgr/;
 - no C file over 900 lines;
-- docs/rooms.dot is what scripts/rooms.py draws from the tree now."""
+- docs/rooms.dot is what scripts/rooms.py draws from the tree now;
+- tests/ mirrors the rooms (tests/README.md): every test file (test_*.c,
+  .py, .sh) is in the folder of a room (tests/gateway/mcp/) or in one of
+  the folders beside the rooms; every room has tests, or says here why
+  not; every tests/ path Makefile.am names exists, and it runs every test
+  of a room's folder."""
 import os
+import re
 import sys
 
 from tap import ok, diag, done
@@ -26,6 +32,10 @@ import rooms  # noqa: E402  (scripts/rooms.py)
 
 MAX_ROOM, MAX_TOP, MAX_LINES = 14, 3, 900
 GUEST = "kernelmgr/guest"
+# tests/'s folders beside the rooms' (tests/README.md); lib/ holds helpers, no test
+BESIDE = ("clients", "security", "build", "fuzz", "k8s")
+NO_TESTS = {}  # room: why it has no tests folder
+TEST_FILE = re.compile(r"^test_\w+\.(c|py|sh)$")
 
 all_rooms = rooms.rooms(SRC)
 incs = rooms.includes(SRC)
@@ -71,6 +81,36 @@ for r, files in all_rooms.items():
         if path.endswith(".c") and n > MAX_LINES:
             long_files.append(f"{path}: {n} lines")
 ok(not long_files, f"no C file over {MAX_LINES} lines", sorted(long_files))
+
+tests = []
+for dirpath, dirnames, filenames in os.walk(os.path.join(SRC, "tests")):
+    dirnames[:] = sorted(d for d in dirnames
+                         if d not in ("node_modules", "__pycache__") and not d.startswith("."))
+    here = os.path.relpath(dirpath, os.path.join(SRC, "tests"))
+    tests += [os.path.normpath(os.path.join(here, f)) for f in sorted(filenames)
+              if TEST_FILE.match(f)]
+diag(f"{len(tests)} test files under tests/")
+stray = [f"tests/{t}" for t in tests
+         if os.path.dirname(t) not in all_rooms and t.split("/")[0] not in BESIDE]
+ok(bool(tests) and not stray, "every test is in a room's folder of tests/ (tests/gateway/mcp/) or "
+   f"beside them (tests/{{{','.join(BESIDE)}}}/)", stray)
+
+tested = {os.path.dirname(t) for t in tests}
+untested = sorted(r for r in all_rooms if r not in tested and r not in NO_TESTS)
+ok(not untested, "every room has tests in its folder of tests/ (or NO_TESTS says why not)",
+   [f"tests/{r}/: no test_*" for r in untested])
+gone = sorted(r for r in NO_TESTS if r not in all_rooms or r in tested)
+ok(not gone, "NO_TESTS names only rooms still without tests", gone)
+
+makefile = open(os.path.join(SRC, "Makefile.am"), encoding="utf-8").read()
+named = set(re.findall(r"\btests/[\w./-]*\w", makefile))
+missing = sorted(p for p in named if not any(os.path.exists(os.path.join(SRC, p + ext))
+                                             for ext in ("", ".c")))
+ok(bool(named) and not missing, "every tests/ path Makefile.am names exists", missing)
+unrun = sorted(f"tests/{t}" for t in tests
+               if t.split("/")[0] not in BESIDE
+               and f"tests/{t}" not in named and f"tests/{t[:-2]}" not in named)
+ok(not unrun, "Makefile.am runs every test of a room's folder", unrun)
 
 committed = open(os.path.join(SRC, "docs", "rooms.dot"), encoding="utf-8").read()
 now = rooms.dot(SRC)

@@ -1,5 +1,5 @@
 """The Python E2B SDK's files.* and commands.* (E2B's envd protocol) against
-sandgate: the checks tests/gateway/e2b_envd.mjs makes with the JS SDK.  Run
+sandgate: the checks tests/lib/e2b_envd.mjs makes with the JS SDK.  Run
 by tests/.venv-e2b's python.
 usage: e2b_envd.py URL KEY [OTHER_TENANTS_KEY]
   — prints one JSON line per check: {ok, name, detail}"""

@@ -1,5 +1,5 @@
 """The official Python E2B code-interpreter SDK (PyPI e2b-code-interpreter)
-against sandgate: the checks tests/gateway/e2b_sdk.mjs makes with the JS SDK,
+against sandgate: the checks tests/lib/e2b_sdk.mjs makes with the JS SDK,
 plus the async client.  Run by tests/.venv-e2b's python.
 usage: e2b_sdk.py URL TOKEN   — prints one JSON line per check: {ok, name, detail}"""
 import asyncio

@@ -1,7 +1,7 @@
 """The official Python E2B SDK (PyPI e2b-code-interpreter, pinned in
 tests/requirements-e2b.txt) against sandgate: tests/clients/e2b_sdk.py, run by
 tests/.venv-e2b's python (scripts/venv.sh makes it), makes the checks
-tests/gateway/e2b_sdk.mjs makes with the JS SDK."""
+tests/lib/e2b_sdk.mjs makes with the JS SDK."""
 import json
 import os
 import subprocess

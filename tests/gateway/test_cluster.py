@@ -313,7 +313,7 @@ try:
         for script, key, args, least in (("e2b_sdk.mjs", TOKEN, [], 15),
                                          ("mcp_sdk.mjs", TOKEN, [], 35),
                                          ("e2b_envd.mjs", ALICE, [BOB], 45)):
-            r = subprocess.run(["node", os.path.join(SRC, "tests/gateway", script), p.url,
+            r = subprocess.run(["node", os.path.join(SRC, "tests/lib", script), p.url,
                                 key, *args], capture_output=True, text=True, timeout=900)
             checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
             checks = [c for c in checks if "ok" in c]
@@ -332,7 +332,7 @@ try:
             ok(c["ok"], f"e2b_envd.py: {c['name']}", c.get("detail"))
     if os.path.isdir(os.path.join(SRC, "tests/node_modules")):
         for mode in ("default", "v1"):  # the WebSocket's JSON format, then v1's
-            r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"),
+            r = subprocess.run(["node", os.path.join(SRC, "tests/lib/jlab_services.mjs"),
                                 p.url, TOKEN, mode], capture_output=True, text=True, timeout=400)
             checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
             ok(r.returncode == 0 and len(checks) >= 30,

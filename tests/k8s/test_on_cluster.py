@@ -29,8 +29,7 @@ import time
 SRC = os.path.abspath(os.environ.get("SG_SRCDIR", os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))))
 os.environ["SG_SRCDIR"] = SRC  # absolute: jlab.Lab runs JupyterLab from another cwd
-sys.path[:0] = [os.path.join(SRC, "tests"), os.path.join(SRC, "tests", "gateway"),
-                os.path.join(SRC, "tests", "clients")]
+sys.path[:0] = [os.path.join(SRC, "tests", "lib"), os.path.join(SRC, "tests", "clients")]
 from sgd import Daemon, TOKEN, stdout  # noqa: E402
 from tap import ok, diag, done  # noqa: E402
 
@@ -230,7 +229,7 @@ ok(all(kept), "each keeps its variable", kept)
 
 # --- real clients through the Service ---------------------------------------------------------
 for script, least in (("e2b_sdk.mjs", 15), ("mcp_sdk.mjs", 35)):
-    r = subprocess.run(["node", os.path.join(SRC, "tests/gateway", script), p.url, TOKEN],
+    r = subprocess.run(["node", os.path.join(SRC, "tests/lib", script), p.url, TOKEN],
                        capture_output=True, text=True, timeout=900)
     checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     checks = [c for c in checks if "ok" in c]
@@ -238,7 +237,7 @@ for script, least in (("e2b_sdk.mjs", 15), ("mcp_sdk.mjs", 35)):
        r.stderr[-2000:])
     for c in checks:
         ok(c["ok"], f"{script}: {c['name']}", c.get("detail"))
-r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/jlab_services.mjs"), p.url, TOKEN,
+r = subprocess.run(["node", os.path.join(SRC, "tests/lib/jlab_services.mjs"), p.url, TOKEN,
                     "default"], capture_output=True, text=True, timeout=600)
 checks = [l for l in r.stdout.splitlines() if l.startswith(("ok ", "not ok "))]
 ok(r.returncode == 0 and len(checks) >= 30,

@@ -1,0 +1,37 @@
+"""The @e2b/code-interpreter SDK's files.* and commands.* (E2B's envd
+protocol) against sandgate with real runsc: tests/lib/e2b_envd.mjs, with
+two tenants' keys; then the audit log has its file writes, deletes and
+commands, each with its tenant."""
+import json
+import os
+import subprocess
+import tempfile
+
+from sgd import Daemon, add_key, audit_read
+from tap import ok, done
+
+SRC = os.environ.get("SG_SRCDIR", ".")
+tmp = tempfile.mkdtemp(prefix="sg-envd-", dir="/tmp")
+keys = os.path.join(tmp, "keys")
+alice, bob = add_key(keys, "alice"), add_key(keys, "bob")
+log = os.path.join(tmp, "audit.log")
+d = Daemon("--pool-size", "1", "--keys-file", keys, "--audit-log", log)
+try:
+    r = subprocess.run(["node", os.path.join(SRC, "tests/lib/e2b_envd.mjs"), d.url, alice, bob],
+                       capture_output=True, text=True, timeout=900)
+    checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    ok(len(checks) >= 45, f"the SDK script ran its checks ({len(checks)})", r.stderr[-2000:])
+    for c in checks:
+        ok(c["ok"], c["name"], c.get("detail"))
+    events = [e for e in audit_read(log) if e.get("frontend") == "envd"]
+    def seen(event, **fields):
+        return any(e["event"] == event and e.get("tenant") == "alice" and
+                   all(e.get(k) == v for k, v in fields.items()) for e in events)
+    ok(seen("file.write", path="/tmp/a.csv", size=8), "audit: files.write is a file.write",
+       [e for e in events if e["event"] == "file.write"][:3])
+    ok(seen("file.delete", path="/tmp/d"), "audit: files.remove is a file.delete")
+    ok(seen("command.start"), "audit: commands.run is a command.start",
+       sorted({e["event"] for e in events}))
+finally:
+    d.stop()
+done()

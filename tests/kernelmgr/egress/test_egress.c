@@ -1,0 +1,103 @@
+/* Unit tests for kernelmgr/egress/egress: the refusal counters in the ruleset, and
+ * reading them back from nft's JSON (per sandbox, through the net files). */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+#include "kernelmgr/egress/egress.h"
+#include "tests/lib/tap.h"
+
+/* What nft 1.0.6 prints for `nft -j list set inet sandgate refused_by \; list
+ * counter inet sandgate refused` after sgh5 refused three packets and sgh9
+ * one. */
+static const char listed[] =
+    "{\"nftables\": [{\"metainfo\": {\"version\": \"1.0.6\", \"release_name\": \"Lester Gooch "
+    "#5\", \"json_schema_version\": 1}}, {\"set\": {\"family\": \"inet\", \"name\": "
+    "\"refused_by\", \"table\": \"sandgate\", \"type\": \"ifname\", \"handle\": 4, \"size\": "
+    "65535, \"elem\": [{\"elem\": {\"val\": \"sgh5\", \"counter\": {\"packets\": 3, \"bytes\": "
+    "180}}}, {\"elem\": {\"val\": \"sgh9\", \"counter\": {\"packets\": 1, \"bytes\": 60}}}], "
+    "\"stmt\": [{\"counter\": null}]}}]}\n"
+    "{\"nftables\": [{\"metainfo\": {\"version\": \"1.0.6\", \"release_name\": \"Lester Gooch "
+    "#5\", \"json_schema_version\": 1}}, {\"counter\": {\"family\": \"inet\", \"name\": "
+    "\"refused\", \"table\": \"sandgate\", \"handle\": 3, \"packets\": 11, \"bytes\": 660}}]}\n";
+
+static void sandbox_dir(const char *kernels, const char *id, const char *net)
+{
+    char *dir = xasprintf("%s/%s", kernels, id);
+    mkdir(dir, 0700);
+    if (net) {
+        char *path = xasprintf("%s/net", dir);
+        FILE *f = fopen(path, "w");
+        fputs(net, f);
+        fclose(f);
+        free(path);
+    }
+    free(dir);
+}
+
+int main(void)
+{
+    egress_policy_t p = {0};
+    egress_parse_allow(&p, "0.0.0.0/0", NULL);
+    char *rules = egress_ruleset(&p);
+    ok(strstr(rules, "\tcounter refused {") != NULL, "the ruleset keeps the total counter");
+    ok(strstr(rules, "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n") !=
+           NULL,
+       "and declares a dynamic set of interfaces with a counter each");
+    const char *refuse = strstr(rules, "\tchain refuse {");
+    const char *add = strstr(rules, "\t\tadd @refused_by { iifname }\n");
+    const char *reject = refuse ? strstr(refuse, "reject") : NULL;
+    ok(refuse && add && add > refuse && add < reject,
+       "the refuse chain counts each refusal under its interface before rejecting");
+    if (geteuid() == 0 && access("/usr/sbin/nft", X_OK) == 0 &&
+        access("/usr/bin/unshare", X_OK) == 0) {
+        char path[] = "/tmp/sg-egress-nft-XXXXXX";
+        int fd = mkstemp(path);
+        ssize_t w = write(fd, rules, strlen(rules));
+        close(fd);
+        /* In a network namespace of its own: the host's rules are untouched. */
+        char *cmd = xasprintf("/usr/bin/unshare -n /usr/sbin/nft -f %s", path);
+        ok(w == (ssize_t)strlen(rules) && system(cmd) == 0, "nft accepts the ruleset");
+        unlink(path);
+        free(cmd);
+    } else {
+        ok(1, "# SKIP nft accepts the ruleset (needs root and nft)");
+    }
+    free(rules);
+
+    char kernels[] = "/tmp/sg-egress-XXXXXX";
+    if (!mkdtemp(kernels))
+        return 1;
+    const char *a = "11111111-1111-4111-8111-111111111111-1";
+    const char *b = "22222222-2222-4222-8222-222222222222-1";
+    const char *c = "33333333-3333-4333-8333-333333333333-2";
+    sandbox_dir(kernels, a, "5\n");
+    sandbox_dir(kernels, b, "7\n"); /* has a network, refused nothing */
+    sandbox_dir(kernels, c, NULL);  /* has none */
+    sg_error_t *err = NULL;
+    json_t *counts = egress_refused_parse(listed, kernels, &err);
+    json_t *by = json_object_get(counts, "sandboxes");
+    ok(counts && !err, "nft's two documents parse");
+    is_int(json_integer_value(json_object_get(counts, "total")), 11,
+           "the total is the counter's (sandboxes gone since included)");
+    is_int(json_integer_value(json_object_get(by, a)), 3, "sgh5 is the sandbox whose net says 5");
+    ok(json_object_size(by) == 1,
+       "sandboxes that refused nothing, and an interface no sandbox claims (sgh9), are absent");
+    json_decref(counts);
+
+    counts = egress_refused_parse("{\"nftables\": [{\"set\": {\"name\": \"refused_by\"}}]}\n{\"nf",
+                                  kernels, &err);
+    ok(!counts && err && strstr(err->msg, "not JSON"), "a cut answer is an error (%s)",
+       err ? err->msg : "none");
+    sg_error_free(&err);
+    counts = egress_refused_parse("{\"nftables\": []}", kernels, &err);
+    ok(!counts && err && strstr(err->msg, "refused"), "no total counter is an error");
+    sg_error_free(&err);
+
+    char *cmd = xasprintf("rm -rf '%s'", kernels);
+    if (system(cmd) != 0)
+        return 1;
+    free(cmd);
+    return tap_done();
+}
