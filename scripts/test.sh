@@ -2,10 +2,13 @@
 # Installs dependencies (the tests' too: scripts/deps.sh --test), builds, and
 # runs every test: the whole suite in the normal build, the sanitizer subset
 # (Makefile.am's sanitizer_tests) under ASan + UBSan (LeakSanitizer on) — two
-# tests at a time, those timed against the clock (serial_tests) alone — then
-# the fuzzers for FUZZ_SECONDS each (default 20; longer runs: scripts/fuzz.sh SECONDS).  Each phase line says how
-# long the run has taken; the slowest tests of each build are listed.  Ends
-# with "N passed, N failed".
+# tests at a time, those timed against the clock (serial_tests) alone — and
+# the fuzzers for FUZZ_SECONDS each (default 20; longer runs: scripts/fuzz.sh
+# SECONDS).  The sanitizer build and the fuzzers (CPU only, niced) run beside
+# the wait for the tests' dependencies and the normal build's parallel tests,
+# which mostly wait on sandboxes; both are over before any serial test.  Each
+# phase line says how long the run has taken; the slowest tests of each build
+# are listed.  Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -34,13 +37,35 @@ count() { # an automake test-suite summary log: add it to the totals
   passed=$((passed + p)) failed=$((failed + f))
 }
 
-for b in "build" "build-asan --enable-sanitizers"; do
-  set -- $b
-  dir=$1
-  phase "$dir: build"
-  if ! scripts/build.sh "$@"; then
-    echo "$dir: build FAILED"; failed=$((failed + 1)); continue
+phase "build: build"
+ok_build=build
+scripts/build.sh build || { echo "build: build FAILED"; failed=$((failed + 1)); ok_build=; }
+# The sanitizer build, then the fuzzers (fuzz_http needs build/'s
+# configuration): niced, in the background, their output kept for later.
+rm -f build-asan/build.ok
+(
+  phase "build-asan: build (in the background)"
+  nice -n 10 scripts/build.sh build-asan --enable-sanitizers &&
+    touch build-asan/build.ok
+  phase "fuzz (in the background)"
+  nice -n 10 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+  phase "fuzz over"
+) >background.log 2>&1 &
+background=$!
+background_over() { # waits for it (once), before anything timed against the clock
+  [ -n "$background" ] || return 0
+  wait "$background"
+  background=
+  grep -E '^(===|build)' background.log
+}
+
+for dir in build build-asan; do
+  if [ "$dir" = build-asan ]; then
+    background_over
+    [ -f build-asan/build.ok ] && ok_build=build-asan ||
+      { echo "build-asan: build FAILED"; failed=$((failed + 1)); continue; }
   fi
+  [ "$ok_build" = "$dir" ] || continue
   if [ -n "${test_deps:-}" ]; then
     wait "$test_deps" || { cat test-deps.log; echo "0 passed, 1 failed"; exit 1; }
     tail -3 test-deps.log
@@ -55,6 +80,7 @@ for b in "build" "build-asan --enable-sanitizers"; do
   rm -f "$dir"/test-suite*.log "$dir"/check*.out
   for set in "parallel -j2" "serial -j1"; do
     set -- $set
+    [ "$1" = serial ] && background_over
     phase "$dir: $1 tests"
     make -C "$dir" -k "$2" check TESTS="${!1}" TEST_SUITE_LOG="test-suite-$1.log" \
       >"$dir/check-$1.out" 2>&1
@@ -68,8 +94,9 @@ for b in "build" "build-asan --enable-sanitizers"; do
   slowest "$dir"
 done
 
+background_over
 phase fuzz
-fuzz_out=$(scripts/fuzz.sh "${FUZZ_SECONDS:-20}" 2>&1)
+fuzz_out=$(sed -n '/^=== fuzz (in/,$p' background.log)
 echo "$fuzz_out" | tail -15
 fp=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
 ff=$(echo "$fuzz_out" | sed -n 's/^fuzz: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
