@@ -1,7 +1,7 @@
 """Soak: many sessions executing at once for a while.
 
 32 sessions (SG_SOAK_SESSIONS; 24 under AddressSanitizer) each run short executions back to back from
-16 client threads for SG_SOAK_SECONDS (default 30; longer runs are recorded
+16 client threads for SG_SOAK_SECONDS (default 15: long runs are bench/soak's, recorded
 in docs/security.md).  Every execution prints a token naming its session and
 its sequence number and returns a value computed from them: any output lost,
 duplicated or delivered to the wrong request fails the test.  sandgate's RSS
@@ -23,7 +23,7 @@ ASAN = b"libasan" in subprocess.run(["ldd", SANDGATE], capture_output=True).stdo
 # Under AddressSanitizer every sandbox start is slower: fewer sessions keep
 # the sanitizer run within CI's time, with as many client threads.
 SESSIONS = int(os.environ.get("SG_SOAK_SESSIONS", "24" if ASAN else "32"))
-SECONDS = float(os.environ.get("SG_SOAK_SECONDS", "30"))
+SECONDS = float(os.environ.get("SG_SOAK_SECONDS", "15"))
 THREADS = 16
 
 

@@ -64,6 +64,20 @@ def js(method, path, body=None, key=ALICE):
     return d.json(method, path, body, token=key)
 
 
+def settled(value, still=1.0, most=10.0):
+    """value() once it has grown by less than 256 (KiB) in `still` seconds
+    (at most `most` seconds): what a process piles up, once it stops."""
+    deadline = time.time() + most
+    seen = [(time.time(), value())]
+    while time.time() < deadline:
+        time.sleep(0.2)
+        seen.append((time.time(), value()))
+        past = [v for t, v in seen if t <= seen[-1][0] - still]
+        if past and seen[-1][1] - past[-1] < 256:
+            break
+    return seen[-1][1]
+
+
 def exit_of(lines):
     ex = of_type(lines, "exit")
     return ex[0] if ex else {}
@@ -127,8 +141,10 @@ try:
     r0 = c0.getresponse()
     first = r0.readline()
     rss0 = rss_kib(d.proc.pid)
-    time.sleep(6)  # not a measurement: time for the daemon to pile output up, if it would
-    rss1 = rss_kib(d.proc.pid)
+    rss1 = settled(lambda: rss_kib(d.proc.pid))  # the daemon's pile, if it would make one
+    # Reading now with a small buffer would crawl: loopback's MSS (~64 KiB)
+    # is over its window, so TCP sends on its persist timer (~170 KB/s).
+    c0.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     lines = [json.loads(first)] + [json.loads(l) for l in r0.read().decode().splitlines()
                                    if l.strip()]
     c0.close()

@@ -518,9 +518,13 @@ def main():
         ok(len(names) == 2, "one namespace per opted-in sandbox", names)
         links = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
         st, _ = d.json("DELETE", f"/contexts/{b['id']}")
-        time.sleep(1.5)
-        left = [n for n in netns_names() if b["id"] in n]
-        links2 = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
+        deadline = time.time() + 15
+        while True:
+            left = [n for n in netns_names() if b["id"] in n]
+            links2 = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
+            if (not left and len(links2) < len(links)) or time.time() > deadline:
+                break
+            time.sleep(0.1)
         ok(st == 204 and not left and len(links2) == len(links) - 1,
            "deleting a context removes its namespace and its veth", (left, links, links2))
         per2, total2, _ = refused(d)

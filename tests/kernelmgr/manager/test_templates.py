@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 from sgd import SANDGATE, Daemon, add_key
@@ -39,7 +40,7 @@ def sh(cmd, timeout=600):
 
 
 def build_image():
-    """An OCI image layout (tag v1) and the same as an archive; None on failure."""
+    """(an OCI image layout (tag v1), "", the seconds it took) or (None, why, 0)."""
     rootfs_tar = os.path.join(tmp, "root.tar")
     layout = os.path.join(tmp, "layout")
     marker = os.path.join(tmp, "IMAGE-MARKER")
@@ -48,15 +49,14 @@ def build_image():
     t0 = time.time()
     rc, out = sh(f"mmdebstrap --variant=minbase --include=python3-ipykernel bookworm {rootfs_tar}")
     if rc != 0:
-        return None, out[-3000:]
+        return None, out[-3000:], 0
     rc, out = sh(f"set -e; c=$(buildah from scratch); buildah add $c {rootfs_tar} /; "
                  f"buildah copy $c {marker} /IMAGE-MARKER; "
                  f"buildah commit --format oci $c oci:{layout}:v1; buildah rm $c")
     os.unlink(rootfs_tar)
     if rc != 0:
-        return None, out[-3000:]
-    diag(f"image built in {time.time() - t0:.0f} s")
-    return layout, ""
+        return None, out[-3000:], 0
+    return layout, "", time.time() - t0
 
 
 def run(d, ctx, code, key=ALICE):
@@ -101,7 +101,24 @@ def refused(args, want):
        f"sandgate {' '.join(args)[:70]} is refused: {want}", r.stderr[-1500:])
 
 
-layout, why = build_image()
+# The image builds (~2 min, mostly mmdebstrap) while sandgate refuses what
+# needs no image: start-up refusals, each naming what is wrong.
+built = {}
+builder = threading.Thread(target=lambda: built.update(r=build_image()))
+builder.start()
+refused(["--template", "nameonly"], "NAME=SPEC")
+refused(["--template", "x=colour=blue"], "root=/DIR, image=/PATH[:TAG]")
+refused(["--template", "x=root=/nonexistent"], "root /nonexistent is not a directory")
+refused(["--template", f"x=root={tmp}"], "lacks mount points sandboxes need")
+refused(["--template", f"x=image={tmp}/none"], "image")
+refused(["--template", "x=root=/a,image=/b"], "root= or image=, not both")
+refused(["--pool-size", "ghost=1"], "no template, kernelspec or language 'ghost'")
+refused(["--template", "python3=preload=1"], "a kernelspec has that name")
+refused(["--template", "x=kernelspec=nosuch"], "no kernelspec named 'nosuch'")
+builder.join()
+layout, why, took = built["r"]
+if layout:
+    diag(f"image built in {took:.0f} s")
 ok(layout is not None, "the test image is built (mmdebstrap + buildah, OCI layout)", why)
 if layout is None:
     done()
@@ -247,16 +264,7 @@ finally:
     if d:
         d.stop()
 
-# Start-up refusals, each naming what is wrong.
-refused(["--template", "nameonly"], "NAME=SPEC")
-refused(["--template", "x=colour=blue"], "root=/DIR, image=/PATH[:TAG]")
-refused(["--template", "x=root=/nonexistent"], "root /nonexistent is not a directory")
-refused(["--template", f"x=root={tmp}"], "lacks mount points sandboxes need")
-refused(["--template", f"x=image={tmp}/none"], "image")
+# The refusal that needs the image (the others ran while it was built).
 refused(["--template", f"x=image={layout}:v2"], "no image tagged 'v2'")
-refused(["--template", "x=root=/a,image=/b"], "root= or image=, not both")
-refused(["--pool-size", "ghost=1"], "no template, kernelspec or language 'ghost'")
-refused(["--template", "python3=preload=1"], "a kernelspec has that name")
-refused(["--template", "x=kernelspec=nosuch"], "no kernelspec named 'nosuch'")
 shutil.rmtree(tmp, ignore_errors=True)
 done()
