@@ -9,6 +9,9 @@
   NAME;" or "import NAME\\n", "def NAME(" or "from NAME import" is Python).
 - Launcher operations are named in one table: no strcmp against an
   operation's name in launcher.c or kernelmgr/sandbox/link.c.
+- A test file shares one started daemon among its cases: two daemons with
+  the same options in one file are allowed only where a line just above
+  the second says why it needs a fresh one ("# fresh: WHY").
 
 Functions are found the way clang-format lays them out here: a body's '{'
 and '}' at the start of a line."""
@@ -79,5 +82,30 @@ for path in ("kernelmgr/launcher/launcher.c", "kernelmgr/sandbox/link.c"):
     text = open(os.path.join(SRC, path)).read()
     ops = re.findall(r'strcmp\(\s*\w+\s*,\s*"(\w+)"\s*\)', text)
     ok(not ops, f"{path} matches no operation name with strcmp", ops)
+
+
+
+def daemon_starts(text):
+    """(line, options) of each Daemon(...) a test starts."""
+    for m in re.finditer(r"\bDaemon\(", text):
+        i, depth = m.end(), 1
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        yield text.count("\n", 0, m.start()), re.sub(r"\s+", " ", text[m.end():i - 1])
+
+
+starts, repeated = 0, []
+for path in src("tests/**/test_*.py"):
+    text = open(path, encoding="utf-8").read()
+    lines, seen = text.split("\n"), set()
+    for n, opts in daemon_starts(text):
+        starts += 1
+        if opts in seen and not any("# fresh:" in l for l in lines[max(0, n - 3):n + 1]):
+            repeated.append(f"{os.path.relpath(path, SRC)}:{n + 1}: Daemon({opts})")
+        seen.add(opts)
+ok(starts > 50, "the daemon finder finds the tests' daemons", starts)
+ok(not repeated, "no test file starts a second daemon with the same options without saying "
+   "why it needs a fresh one (# fresh: WHY)", repeated)
 
 done()

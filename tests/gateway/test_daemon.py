@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-from sgd import Daemon, stdout
+from sgd import Daemon, stdout, wait_for
 from tap import ok, diag, done, skip
 
 SANDGATE = os.path.join(os.environ.get("SG_BUILDDIR", "."), "sandgate")
@@ -294,7 +294,7 @@ try:
         s.shutdown(socket.SHUT_WR)
         answers.append(whole_response(s))
         s.close()
-    time.sleep(1.5)
+    wait_for(lambda: close_wait() == 0)  # sandgate closes its side once the reply is out
     ok(all(a.startswith(b"HTTP/1.1 200") for a in answers) and close_wait() == 0,
        "half-closing clients are answered and their connections closed", (answers, close_wait()))
 finally:

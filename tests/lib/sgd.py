@@ -53,6 +53,15 @@ def read_int(path):
         return None
 
 
+def wait_for(pred, timeout=10, step=0.05):
+    """Polls pred() until it is true or timeout seconds pass; returns its
+    last value. What a test waits for, instead of sleeping."""
+    deadline = time.monotonic() + timeout
+    while not (got := pred()) and time.monotonic() < deadline:
+        time.sleep(step)
+    return got
+
+
 @contextlib.contextmanager
 def small_disk(size):
     """A tmpfs of size (e.g. "400m") on a new directory under /tmp, for a
@@ -129,6 +138,10 @@ class Daemon:
         if self.sanitizer:
             raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
         self._start()
+
+    def wait_log(self, text, timeout=10):
+        """Waits until a line of the log holds text; whether one does."""
+        return wait_for(lambda: any(text in l for l in self.log), timeout)
 
     def watch_log(self):
         """Keeps reading the log, or the daemon blocks once the pipe is full;

@@ -9,7 +9,7 @@ import socket
 import struct
 import time
 
-from sgd import Daemon, TOKEN
+from sgd import Daemon, TOKEN, wait_for
 from tap import ok, diag, done
 from wsclient import WS, V1, Closed, frame, handshake
 
@@ -211,7 +211,8 @@ try:
                   {"code": "import time\nwhile True: time.sleep(0.1)", "silent": False,
                    "store_history": True, "user_expressions": {}, "allow_stdin": False,
                    "stop_on_error": False})
-    time.sleep(1.5)
+    ws.until(lambda m: m["parent_header"].get("msg_id") == mid and
+             m["header"]["msg_type"] == "execute_input")  # the kernel runs the cell
     st, _, _ = d.request("POST", f"/api/kernels/{kid}/interrupt")
     msgs = ws.until(lambda m: m["channel"] == "shell" and m["parent_header"]["msg_id"] == mid)
     ok(st == 204 and msgs[-1]["content"]["status"] == "error" and
@@ -232,7 +233,8 @@ try:
         time.sleep(0.1)
     ok(jget("/api/kernels/" + kid)[1]["connections"] == 0,
        "an abrupt disconnect is noticed at once")
-    time.sleep(7)
+    # the cell ends while nobody listens
+    wait_for(lambda: jget("/api/kernels/" + kid)[1]["execution_state"] == "idle", 30)
     ws = WS(d.url, kid, TOKEN, session="sess-a")
     msgs = ws.until_done(mid)
     ok("while away\n" in stream_text(msgs),

@@ -30,7 +30,7 @@ import urllib.request
 import uuid
 
 import mcpraw
-from sgd import Daemon, TOKEN, SANDGATE
+from sgd import Daemon, TOKEN, SANDGATE, wait_for
 from tap import ok, diag, done
 from wsclient import WS, handshake
 
@@ -372,7 +372,7 @@ try:
     ok(st == 401, "a key added to the file works only after SIGHUP", st)
     keys("remove", "bob")
     d.proc.send_signal(signal.SIGHUP)
-    time.sleep(1)
+    wait_for(lambda: js(CAROL, "GET", "/contexts")[0] != 401)
     st, lst = js(CAROL, "GET", "/contexts")
     ok(st == 200 and lst == [], "after SIGHUP carol's new key works (and sees nothing)", (st, lst))
     st, _ = js(BOB, "GET", "/contexts")
