@@ -10,9 +10,11 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <linux/loop.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -135,6 +137,56 @@ static bool is_mountpoint(const char *path)
     return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
+/* A free loop device bound to img's open file (LOOP_CONFIGURE, Linux 5.8),
+ * its fd; another process may take the free one first (EBUSY): a few tries. */
+static int loop_attach(const char *img, sg_error_t **err)
+{
+    cleanup_close int file = open(img, O_RDWR | O_CLOEXEC);
+    if (file < 0)
+        return sg_error_errno(err, errno, "cannot open %s", img);
+    cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return sg_error_errno(err, errno, "cannot open /dev/loop-control");
+    for (int tries = 0; tries < 8; tries++) {
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0)
+            return sg_error_errno(err, errno, "no free loop device");
+        char dev[32];
+        snprintf(dev, sizeof dev, "/dev/loop%d", n);
+        int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return sg_error_errno(err, errno,
+                                  "cannot open %s (a container needs the nodes: "
+                                  "docker/README.md, Loop devices)",
+                                  dev);
+        struct loop_config cfg = {.fd = (uint32_t)file, .info = {.lo_flags = LO_FLAGS_AUTOCLEAR}};
+        snprintf((char *)cfg.info.lo_file_name, sizeof cfg.info.lo_file_name, "%s", img);
+        if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0)
+            return fd;
+        int e = errno;
+        close(fd);
+        if (e != EBUSY)
+            return sg_error_errno(err, e, "cannot set up %s for %s", dev, img);
+    }
+    return sg_error_set(err, SG_E_IO, "cannot set up a loop device for %s: all taken", img);
+}
+
+int host_mount_image(const char *img, const char *path, sg_error_t **err)
+{
+    cleanup_close int dev = loop_attach(img, err);
+    if (dev < 0)
+        return -1;
+    char name[32];
+    struct loop_info64 info;
+    if (ioctl(dev, LOOP_GET_STATUS64, &info) < 0)
+        return sg_error_errno(err, errno, "cannot read the loop device of %s", img);
+    snprintf(name, sizeof name, "/dev/loop%u", info.lo_number);
+    /* Until mounted, closing dev is what clears the device (autoclear). */
+    if (mount(name, path, "ext4", MS_NOSUID | MS_NODEV, NULL) < 0)
+        return sg_error_errno(err, errno, "cannot mount workspace %s (%s on %s)", path, img, name);
+    return 0;
+}
+
 int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
 {
     if (host_make_dir(path, 0755, err) < 0)
@@ -170,11 +222,8 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
                                     "mkfs.ext4 %s failed: %s", img, out ? out : "");
             }
         }
-        const char *mnt[] = HOST_MOUNT_ARGV(img, path);
-        cleanup_free char *out = NULL;
-        if (proc_run_sync(mnt, &out, err) != 0)
-            return sg_error_set(err, SG_E_IO, "cannot mount workspace %s: %s", path,
-                                out ? out : "");
+        if (host_mount_image(img, path, err) < 0)
+            return -1;
         cleanup_free char *lost = xasprintf("%s/lost+found", path);
         rmdir(lost);
     }

@@ -219,12 +219,10 @@ char *host_find_preload(const sandbox_env_t *env);
 char *host_read_log_tail(const sandbox_t *sb, size_t max);
 /* The table entries of that name (sandbox_internal's contracts). */
 int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
-/* The mount of a workspace's image img at path (host_workspace_open, and a
- * restore's, which does not wait for it). */
-#define HOST_MOUNT_ARGV(img, path)                                                                 \
-    {                                                                                              \
-        "/bin/mount", "-o", "loop,nosuid,nodev", img, path, NULL                                   \
-    }
+/* Mounts a workspace's ext4 image img at path (nosuid, nodev) through a
+ * free loop device, which goes away with the last unmount (autoclear):
+ * what `mount -o loop` does, in ~0.6 ms instead of ~10 ms for its process. */
+int host_mount_image(const char *img, const char *path, sg_error_t **err);
 uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
                                    sandbox_opened_fn *cb, void *arg);
 void host_cancel(uint64_t request);
