@@ -582,14 +582,13 @@ int main(int argc, char **argv)
         /* runsc (2022-12-19) does not always report a host socket writable
          * again once it was full: while bytes wait, look every 2 ms. */
         int n = epoll_wait(epfd, evs, 64, waiting() ? 2 : detached ? 2 : -1);
+        if (n < 0 && errno != EINTR) /* before access() below sets errno */
+            perror("sandgate-init: epoll_wait");
+        n = n < 0 ? 0 : n; /* (an error cannot happen with valid arguments; keep reaping) */
         if (n == 0)
             retry_writes();
         if (detached && access(marker, F_OK) != 0)
             attach(); /* the launcher removed the marker: after a restore, or a failed pause */
-        if (n < 0 && errno != EINTR) {
-            perror("sandgate-init: epoll_wait");
-            n = 0; /* cannot happen with valid arguments; keep reaping */
-        }
         for (int i = 0; i < n; i++) {
             struct end *e = evs[i].data.ptr;
             if (e->kind == K_SIGNALS) {

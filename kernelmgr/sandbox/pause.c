@@ -54,6 +54,7 @@ struct pausing {
     int waited_ms;
     long long cpu_quota, cpu_period; /* to put back after a restore; 0: none */
     pid_t child;                     /* the runsc command under way; 0: none */
+    off_t log_from;                  /* kernel.log's size when runsc restore started */
     int64_t began;                   /* zclock_mono() of the step under way */
 };
 
@@ -183,8 +184,7 @@ static void pause_failed(sandbox_t *sb, sg_error_t *err)
 
 static int run_step(sandbox_t *sb, const char *const *cmd, proc_done_fn *done, sg_error_t **err)
 {
-    bool net = sb->internet && sb->pausing->step == R_RESTORE;
-    pid_t child = proc_exec_async(runsc_net_argv(sb->env, net, cmd), done, sb, err);
+    pid_t child = proc_exec_async(runsc_net_argv(sb->env, false, cmd), done, sb, err);
     if (child < 0)
         return -1;
     sb->pausing->child = child;
@@ -416,6 +416,43 @@ static void restore_done(int status, const char *output, void *arg)
     p->timer = loop_timer(proc_loop(), PAUSE_POLL_MS, 0, on_attach_poll, sb);
 }
 
+/* What runsc restore wrote to kernel.log (at most 64 KiB; a new string). */
+static char *restore_output(const sandbox_t *sb)
+{
+    cleanup_free char *path = xasprintf("%s/kernel.log", sb->dir);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *buf = xmalloc(65537);
+    ssize_t n = fd >= 0 ? pread(fd, buf, 65536, sb->pausing->log_from) : -1;
+    buf[n > 0 ? n : 0] = 0;
+    return buf;
+}
+
+static void restore_exited(pid_t pid, int status, void *arg)
+{
+    sandbox_t *sb = arg;
+    cleanup_free char *output = status == 0 ? xstrdup("") : restore_output(sb);
+    restore_done(status, output, sb);
+}
+
+/* runsc restore, its stdout and stderr appended to kernel.log as runsc
+ * run's are: they become the restored sandbox's, whose kernel (and
+ * sandgate-init) write there again. */
+static int restore_spawn(sandbox_t *sb, const char *const *cmd, sg_error_t **err)
+{
+    cleanup_free char *log = xasprintf("%s/kernel.log", sb->dir);
+    struct stat st;
+    sb->pausing->log_from = stat(log, &st) == 0 ? st.st_size : 0;
+    proc_spec_t spec = {
+        .argv = runsc_net_argv(sb->env, sb->internet, cmd), .output = log, .new_session = true};
+    pid_t pid = proc_spawn(&spec, err);
+    if (pid < 0)
+        return -1;
+    if (proc_watch(pid, restore_exited, sb, err) < 0)
+        return -1;
+    sb->pausing->child = pid;
+    return 0;
+}
+
 /* The bundle runsc restore reads: the sandbox's own, but without its CPU
  * quota (restore-bundle/config.json), which *quota and *period get.
  * Restoring loads the memory image (Debian's runsc of 2022 decompresses
@@ -512,7 +549,7 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
                                     .cpu_quota = quota,
                                     .cpu_period = period,
                                     .began = zclock_mono()};
-    if (run_step(sb, cmd, restore_done, err) < 0) {
+    if (restore_spawn(sb, cmd, err) < 0) {
         runsc_pausing_end(sb);
         return -1;
     }

@@ -13,7 +13,7 @@ import threading
 import time
 
 import mcpraw
-from sgd import Daemon, TOKEN, fill_disk, of_type, small_disk, stdout
+from sgd import Daemon, TOKEN, fill_disk, of_type, small_disk, stdout, wait_for
 from tap import ok, diag, done
 
 SETUP = ("import json, numpy as np\n"
@@ -119,6 +119,18 @@ try:
        r1)
     st, r = run(d, cid, CHECK)
     ok(st == 200 and r["stdout"] == EXPECTED, "state intact after pause + resume", r)
+    # A restored sandbox writes where its first run did: kernel.log (a
+    # process's output, echoed by ipykernel to its own stderr, and init's).
+    run(d, cid, "import os; os.system('echo said-after-a-resume >&2')")
+
+    def kernel_log():
+        return "".join(open(p, errors="replace").read()
+                       for p in glob.glob(f"{d.dir}/kernels/{cid}*/kernel.log"))
+    wait_for(lambda: "said-after-a-resume" in kernel_log())
+    ok("said-after-a-resume" in kernel_log(),
+       "a resumed kernel's own output goes to its kernel.log", kernel_log()[-1500:])
+    ok("sandgate-init:" not in kernel_log(), "where sandgate-init logs no error across resumes",
+       kernel_log()[-1500:])
     st, r2 = d.json("POST", f"/contexts/{cid}/resume")
     ok(st == 200 and r2["state"] == "running", "resuming a running session is harmless")
     quotas = cpu_quotas(cid)
