@@ -17,7 +17,10 @@ and reports `1+1`'s p50 for each, and executes/s of --kernels kernels kept
 busy by one client process (one execute in flight per kernel) for plain and
 runsc.
 
+With --state N, only the floor of the state operations (StateFloor).
+
 usage: bench/runsc_floor.py [--runs N] [--kernels N] [--duration S] [--runsc PATH]
+                            [--state ROUNDS]
 Needs root and a build in build/ (or SG_BUILDDIR).
 """
 import argparse
@@ -47,16 +50,23 @@ def _mount(dest, source, *opts, kind="bind"):
 
 class Kernel:
     """One kernel, started one of MODES' ways; .client is its host-side
-    connection file."""
+    connection file.  From=(kernel, image): a relay kernel restored from
+    that kernel's checkpoint image into a sandbox of its own (its own
+    conn/ directory, like a sandgate context made from a snapshot)."""
 
-    def __init__(self, mode, runsc, work):
+    def __init__(self, mode, runsc, work, From=None):
         self.mode, self.runsc, self.cid, self.proc = mode, runsc, None, None
         self.dir = tempfile.mkdtemp(prefix=f"{mode}-", dir=work)
         os.chmod(self.dir, 0o777)
-        key = uuid.uuid4().hex
-        inner = {"plain": f"{self.dir}/k", "runsc": "/conn/k", "relay": "@sandgate-kernel"}[mode]
-        conn = {"transport": "ipc", "ip": inner, "key": key, "signature_scheme": "hmac-sha256",
-                "kernel_name": "", **{c: i + 1 for i, c in enumerate(CHANNELS)}}
+        if From:
+            with open(f"{From[0].dir}/kernel.json") as f:
+                conn = json.load(f)
+        else:
+            inner = {"plain": f"{self.dir}/k", "runsc": "/conn/k",
+                     "relay": "@sandgate-kernel"}[mode]
+            conn = {"transport": "ipc", "ip": inner, "key": uuid.uuid4().hex,
+                    "signature_scheme": "hmac-sha256", "kernel_name": "",
+                    **{c: i + 1 for i, c in enumerate(CHANNELS)}}
         with open(f"{self.dir}/kernel.json", "w") as f:
             json.dump(conn, f)
         self.client = f"{self.dir}/client.json"
@@ -101,17 +111,63 @@ class Kernel:
         with open(f"{bundle}/config.json", "w") as f:
             json.dump(spec, f)
         self.cid = "floor-" + uuid.uuid4().hex[:12]
+        self.bundle = bundle
         uds = "--host-uds=create" if mode == "relay" else "--host-uds=all"
-        self.proc = subprocess.Popen(
-            [runsc, "--platform=systrap", "--network=none", uds, "run", "--bundle", bundle,
-             self.cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.flags = [runsc, "--platform=systrap", "--network=none", uds]
+        if From:  # the image was made detached: its marker is in conn/
+            open(f"{self.dir}/k.detached", "w").close()
+            self.restore(From[1])
+            return
+        self.proc = subprocess.Popen(self.flags + ["run", "--bundle", bundle, self.cid],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # What sandgate does on a relay kernel's pause, snapshot and resume
+    # (kernelmgr/sandbox/pause.c), with nothing else: runsc's own floor.
+    def detach(self):
+        """sandgate-init lets go of its host sockets (SIGUSR1) and says so."""
+        subprocess.run([self.runsc, "kill", self.cid, "USR1"], check=True)
+        while not os.path.exists(f"{self.dir}/k.detached"):
+            time.sleep(0.002)
+        for i in range(1, 6):
+            try:
+                os.unlink(f"{self.dir}/k-{i}")
+            except FileNotFoundError:
+                pass
+
+    def checkpoint(self, image, leave_running):
+        os.makedirs(image, exist_ok=True)
+        subprocess.run([self.runsc, "checkpoint", "--image-path", image,
+                        "--exclude-committed-zero-pages"] +
+                       (["--leave-running"] if leave_running else []) + [self.cid],
+                       check=True, stdout=subprocess.DEVNULL)
+        if leave_running:
+            return
+        if self.proc:  # `runsc run` deletes the container as it exits
+            self.proc.wait()
+        else:
+            subprocess.run([self.runsc, "delete", "-force", self.cid], check=True)
+
+    def attach(self):
+        """The marker's removal makes sandgate-init listen again."""
+        os.unlink(f"{self.dir}/k.detached")
+        while not all(os.path.exists(f"{self.dir}/k-{i}") for i in range(1, 6)):
+            time.sleep(0.002)
+
+    def restore(self, image):
+        """runsc restore of image into this sandbox, listening again."""
+        subprocess.run(self.flags + ["restore", "-detach", "-bundle", self.bundle,
+                                     "--image-path", image, "--background", self.cid],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.proc = None
+        self.attach()
 
     def stop(self):
         if self.cid:
             subprocess.run([self.runsc, "kill", self.cid, "KILL"], stderr=subprocess.DEVNULL)
-        if self.proc.poll() is None:
+        if self.proc and self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
+        if self.proc:
+            self.proc.wait()
         if self.cid:
             subprocess.run([self.runsc, "delete", "-force", self.cid], stderr=subprocess.DEVNULL)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -160,12 +216,12 @@ class Client:
                     return True
         return False
 
-    def ready(self, timeout=120):
+    def ready(self, timeout=120, step=1):
         """Until a kernel_info round trip also shows on IOPub (subscribed)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             self.send("kernel_info_request")
-            if self.wait(1):
+            if self.wait(step):
                 return
         raise RuntimeError("kernel did not answer")
 
@@ -231,6 +287,87 @@ def busy(mode, n, duration, runsc, work):
         stop(kernels, clients)
 
 
+class StateFloor:
+    """runsc's own time on the paths of sandgate's state operations: a relay
+    kernel laid out as sandgate's, an idle session made by setup, and what
+    kernelmgr/sandbox/pause.c does to it with nothing of sandgate around —
+    sandgate-init's detach, `runsc checkpoint` (zero pages excluded),
+    `runsc restore --background` into the same or a new sandbox, the
+    relay's attach, then a fresh lean client's first result (a kernel_info
+    handshake for IOPub, then `1`).  round() gives one of each, in ms:
+      pause              detach, checkpoint, delete
+      resume             restore into the same sandbox to the first result
+      snapshot           detach, checkpoint --leave-running, attach
+      from snapshot      a new sandbox restored from it to its first result
+                         (a roll back is the same path: sandgate removes
+                         the old sandbox in the background)
+      fork               snapshot + from snapshot, one after the other
+      8 from one         8 new sandboxes from one image at once, all answering
+    """
+
+    def __init__(self, runsc, setup):
+        self.runsc, self.ctx = runsc, zmq.Context.instance()
+        self.work = tempfile.mkdtemp(prefix="sg-floor-", dir="/var/tmp")
+        os.chmod(self.work, 0o755)
+        self.kernel = Kernel("relay", runsc, self.work)
+        self.result(self.kernel, setup, step=1)
+        self.n = 0
+
+    def result(self, k, code="1", step=0.02):
+        c = Client(k.client, self.ctx)
+        try:
+            c.ready(step=step)
+            c.send(code=code)
+            if not c.wait(120):
+                raise RuntimeError("no result")
+        finally:
+            c.close()
+
+    def restored(self, image):
+        k = Kernel("relay", self.runsc, self.work, From=(self.kernel, image))
+        self.result(k)
+        return k
+
+    def round(self):
+        k, out = self.kernel, {}
+        self.n += 1
+        image = f"{self.work}/image-{self.n}"
+
+        def timed(name, fn):
+            t = time.perf_counter()
+            got = fn()
+            out[name] = (time.perf_counter() - t) * 1000
+            return got
+
+        def pause():
+            k.detach()
+            k.checkpoint(image + "p", leave_running=False)
+
+        def snapshot(to=image):
+            k.detach()
+            k.checkpoint(to, leave_running=True)
+            k.attach()
+
+        timed("pause", pause)
+        timed("resume", lambda: (k.restore(image + "p"), self.result(k)))
+        timed("snapshot", snapshot)
+        made = [timed("from snapshot", lambda: self.restored(image))]
+        made.append(timed("roll back", lambda: self.restored(image)))
+        made.append(timed("fork", lambda: (snapshot(image + "f"), self.restored(image + "f"))[1]))
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            made += timed("8 from one", lambda: list(pool.map(
+                lambda _: self.restored(image), range(8))))
+        for m in made:
+            m.stop()
+        for i in ("", "p", "f"):
+            shutil.rmtree(image + i, ignore_errors=True)
+        return out
+
+    def close(self):
+        self.kernel.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def measure(runsc, runs=200, kernels=32, duration=15, rounds=2):
     """{"p50": {mode: [ms...]}, "busy": {mode: executes/s}}, interleaved."""
     work = tempfile.mkdtemp(prefix="sg-floor-", dir="/var/tmp")
@@ -252,7 +389,20 @@ def main():
     ap.add_argument("--kernels", type=int, default=32)
     ap.add_argument("--duration", type=int, default=15)
     ap.add_argument("--runsc", default="/usr/local/bin/runsc")
+    ap.add_argument("--state", type=int, default=0, metavar="ROUNDS",
+                    help="only the state operations' floor, this many rounds")
     a = ap.parse_args()
+    if a.state:
+        f = StateFloor(a.runsc, "import numpy as np\narr = np.arange(10**6)\n"
+                       "big = list(range(10**6))")
+        try:
+            rows = [f.round() for _ in range(a.state)]
+        finally:
+            f.close()
+        for op in rows[0]:
+            xs = [r[op] for r in rows]
+            print(f"{op:14} {statistics.median(xs):7.1f} ms ({min(xs):.1f}-{max(xs):.1f})")
+        return
     r = measure(a.runsc, a.runs, a.kernels, a.duration)
     plain = statistics.median(r["p50"]["plain"])
     for m in MODES:

@@ -35,8 +35,14 @@ calls one `1+1` makes in the sandbox, by thread (the pinned runsc with
 --strace, through a wrapper: every call is logged, so that daemon's times
 are not reported).
 
+With --execute-only, only `1+1` through sandgate (plain, the pinned runsc)
+and bare (bench/runsc_floor.py's three ways), all at once, in turns.
+With --state-only, only the pinned runsc's state operations, each against
+runsc's own floor on its path measured bare in the same run (bench/
+runsc_floor.py's StateFloor, a round of it after each of sandgate's).
+
 usage: bench/runtime.py [--runs N] [--duration S] [--rounds N] [--window S]
-                        [--old PATH] [--new PATH]
+                        [--old PATH] [--new PATH] [--state-only | --execute-only]
 Needs root, wrk, Debian's runsc at --old (installed with apt-get when
 /usr/bin/runsc is missing) and a build in build/ (or SG_BUILDDIR).  Prints
 Markdown.
@@ -153,12 +159,24 @@ def throughput(d, a):
     return out
 
 
-def state_ops(d, a):
-    """The state operations on an idle numpy session, with runsc's floor."""
+# bench/runsc_floor.py's StateFloor names for state_ops' rows.
+BARE = {"pause": "pause", "first result after a pause": "resume",
+        "snapshot of an idle context": "snapshot",
+        "an execute sent 20 ms into it, to its result": "snapshot",
+        "new context from a snapshot, to its first result": "from snapshot",
+        "fork, to the child's first result": "fork",
+        "roll back, to the next result": "roll back",
+        "8 contexts from one snapshot, all answering": "8 from one"}
+
+
+def state_ops(d, a, bare=None):
+    """The state operations on an idle numpy session, with runsc's time in
+    them (sandgate's debug log) and, given a StateFloor, runsc's own floor
+    for each, measured bare between sandgate's rounds."""
     rows = {}
 
     def add(name, x, floor):
-        rows.setdefault(name, ([], []))
+        rows.setdefault(name, ([], [], []))
         rows[name][0].append(x)
         rows[name][1].append(floor)
 
@@ -255,6 +273,11 @@ def state_ops(d, a):
             d.steps_since(t0, "runsc restore") / (os.cpu_count() or 1))
         for k in made:
             d.json("DELETE", "/contexts/" + k)
+        if bare:
+            time.sleep(0.5)
+            b = bare.round()
+            for name, (_, _, xs) in rows.items():
+                xs.append(b[BARE[name]])
     return rows, med(sizes) / 2**20
 
 
@@ -334,6 +357,104 @@ def print_floor(floor, plain, new, name):
           f"({rate:.0f}/s).")
 
 
+def print_state(ops, names, rounds):
+    """The state operations' table: per runtime sandgate's time and runsc's
+    commands in it; for the runtime measured bare too, its floor and the ratio."""
+    print(f"\nState operations, an idle numpy session, {rounds} rounds. \"runsc in it\": the "
+          f"time of runsc's own commands within the operation (checkpoint, delete, restore of "
+          f"the very sandboxes, from sandgate's debug log). \"Bare runsc\": the same path with "
+          f"no sandgate (bench/runsc_floor.py's StateFloor: sandgate-init's detach and attach, "
+          f"runsc checkpoint and restore, a lean client's first result), measured between "
+          f"sandgate's rounds.\n")
+    head, cols = ["operation"], 0
+    for n in names:
+        head += [n, "runsc in it"]
+        if any(r[2] for r in ops[n][0].values()):
+            head += ["bare runsc", "÷ bare"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for op in ops[names[0]][0]:
+        cells = []
+        for n in names:
+            xs, fl, bare = ops[n][0].get(op, ([], [], []))
+            cells += [stats(xs), stats(fl)]
+            if any(r[2] for r in ops[n][0].values()):
+                cells += [stats(bare), f"{med(xs) / med(bare):.2f}x" if bare else "-"]
+        print(f"| {op} | " + " | ".join(cells) + " |")
+    print("| image, MiB | " + " | ".join(
+        f"{ops[n][1]:.1f} | " + (" | | " if any(r[2] for r in ops[n][0].values()) else "")
+        for n in names) + "|")
+
+
+def state_only(a):
+    """--state-only: the pinned runsc's state operations against its bare floor."""
+    name = f"runsc {version(a.new)}, systrap"
+    d = daemon(["--runsc", a.new, "--platform", "systrap"])
+    bare = runsc_floor.StateFloor(a.new, SETUP)
+    try:
+        ops = {name: state_ops(d, a, bare)}
+    finally:
+        bare.close()
+        d.stop()
+    print(f"# State operations against runsc's own floor — {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"\nMachine: {os.cpu_count()} cores. ms; median (min-max).")
+    print_state(ops, [name], a.rounds)
+
+
+def execute_only(a):
+    """--execute-only: `1+1` through sandgate (plain and the pinned runsc)
+    and bare (runsc_floor's lean client on a plain kernel, in a bare runsc,
+    through sandgate-init's relay), all five started at once and measured
+    in turns of 50 executes, --rounds * 4 turns each, so that the machine's
+    drift falls on all alike."""
+    work = tempfile.mkdtemp(prefix="sg-floor-", dir="/var/tmp")
+    os.chmod(work, 0o755)
+    daemons = {"sandgate, plain": daemon(["--sandbox", "none"]),
+               "sandgate, runsc": daemon(["--runsc", a.new, "--platform", "systrap"])}
+    bare = {m: runsc_floor.start(m, 1, a.new, work) for m in runsc_floor.MODES}
+    try:
+        turns = {}
+        for name, d in daemons.items():
+            ctx = new_context(d)
+            turns[name] = lambda d=d, ctx=ctx: run(d, ctx, "1+1")
+        for m, (_, clients) in bare.items():
+            def one(c=clients[0]):
+                c.send()
+                if not c.wait(30):
+                    raise RuntimeError("an execute did not finish")
+            turns[f"bare, {m}"] = one
+        xs = {n: [] for n in turns}
+        for f in turns.values():  # warm
+            for _ in range(20):
+                f()
+        for _ in range(a.rounds * 4):
+            for n, f in turns.items():
+                for _ in range(50):
+                    t0 = time.perf_counter()
+                    f()
+                    xs[n].append(ms_since(t0))
+    finally:
+        for d in daemons.values():
+            d.stop()
+        for kernels, clients in bare.values():
+            runsc_floor.stop(kernels, clients)
+        shutil.rmtree(work, ignore_errors=True)
+    p = {n: med(v) for n, v in xs.items()}
+    print(f"# `1+1` against runsc's own floor — {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print(f"Machine: {os.cpu_count()} cores; runsc {version(a.new)}, systrap. "
+          f"{len(xs['bare, plain'])} executes each, in turns of 50. ms.\n")
+    print("| path | p50 | p90 |")
+    print("|---|---|---|")
+    for n, v in xs.items():
+        print(f"| {n} | {p[n]:.2f} | {sorted(v)[int(len(v) * 0.9)]:.2f} |")
+    ceiling = p["sandgate, plain"] + p["bare, runsc"] - p["bare, plain"]
+    print(f"\nsandgate in runsc ÷ plain: {p['sandgate, runsc'] / p['sandgate, plain']:.2f}x. "
+          f"runsc's own cost (bare runsc - bare plain): {p['bare, runsc'] - p['bare, plain']:.2f} "
+          f"ms (through sandgate-init's relay: {p['bare, relay'] - p['bare, plain']:.2f} ms). "
+          f"sandgate in runsc ÷ (sandgate plain + runsc's own cost = {ceiling:.2f} ms): "
+          f"{p['sandgate, runsc'] / ceiling:.2f}x.")
+
+
 def daemon(sandbox_args):
     return StepDaemon("--pool-size", "0", "--pause-after", "0", "--max-snapshots", "0",
                       "--max-kernels", "64", "--log-level", "debug", *sandbox_args)
@@ -348,7 +469,15 @@ def main():
     ap.add_argument("--settle", type=float, default=10)
     ap.add_argument("--old", default="/usr/bin/runsc")
     ap.add_argument("--new", default="/usr/local/bin/runsc")
+    ap.add_argument("--state-only", action="store_true",
+                    help="only the pinned runsc's state operations and their bare floor")
+    ap.add_argument("--execute-only", action="store_true",
+                    help="only `1+1` through sandgate and bare, interleaved")
     a = ap.parse_args()
+    if a.state_only:
+        return state_only(a)
+    if a.execute_only:
+        return execute_only(a)
     if a.old == "/usr/bin/runsc" and not os.path.exists(a.old):
         subprocess.run(["apt-get", "install", "-y", "-q", "runsc"], check=True,
                        env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
@@ -365,7 +494,13 @@ def main():
         try:
             tp[name] = throughput(d, a)
             sys_us[name] = syscall_us(d)
-            if key:
+            if key == "new":
+                bare = runsc_floor.StateFloor(a.new, SETUP)
+                try:
+                    ops[name] = state_ops(d, a, bare)
+                finally:
+                    bare.close()
+            elif key:
                 ops[name] = state_ops(d, a)
         finally:
             d.stop()
@@ -388,19 +523,7 @@ def main():
               f"{t['rps']:.0f}{' (' + str(t['errors']) + ' errors)' if t['errors'] else ''} | "
               f"{t['rps'] / plain['rps']:.2f}x | {t['idle']:.3f} | {t['mem']:.0f} |")
     print_floor(floor, plain, tp[runtimes[2][0]], runtimes[2][0])
-    names = [n for n, _, k in runtimes if k]
-    print(f"\nState operations, an idle numpy session, {a.rounds} rounds. The floor is runsc's "
-          f"own time on the operation's path (its checkpoint, delete and restore of the very "
-          f"sandboxes, from sandgate's debug log).\n")
-    print("| operation | " + " | ".join(f"{n} | its runsc floor" for n in names) + " |")
-    print("|---|" + "---|---|" * len(names))
-    for op in ops[names[0]][0]:
-        cells = []
-        for n in names:
-            xs, fl = ops[n][0].get(op, ([], []))
-            cells += [stats(xs), stats(fl)]
-        print(f"| {op} | " + " | ".join(cells) + " |")
-    print("| image, MiB | " + " | ".join(f"{ops[n][1]:.1f} | " for n in names) + "|")
+    print_state(ops, [n for n, _, k in runtimes if k], a.rounds)
     total = sum(by_thread.values())
     print(f"\nWhere an execute's time goes. One getppid() from Python, µs: " +
           ", ".join(f"{n} {sys_us[n]:.2f}" for n, _, _ in runtimes) +
