@@ -54,6 +54,7 @@ struct sbfs_op {
     bool opened;
     uint64_t left;
     size_t pend;
+    bool last_waits; /* the last byte waits for the helper's exit (sbfs_read_pull) */
     /* write */
     uint64_t max, taken;
     uint32_t frame_left;
@@ -239,10 +240,21 @@ static void on_exit_status(int status, const sg_error_t *err, void *arg)
     op->status = err ? -1 : status;
     if (err && !op->fail)
         sg_error_set(&op->fail, SG_E_UNAVAILABLE, "%s", err->msg);
-    if (op->orphan)
+    if (op->orphan) {
         free(op); /* destroyed by sbfs_op_free already */
-    else
-        maybe_finish(op);
+        return;
+    }
+    if (op->last_waits) { /* the puller takes the last byte now */
+        op->last_waits = false;
+        op->running = true; /* so that a free on the way leaves op to this function */
+        op->cb.ready(op, op->cb.arg);
+        op->running = false;
+        if (op->orphan) {
+            free(op);
+            return;
+        }
+    }
+    maybe_finish(op);
 }
 
 /* --- the pipes -------------------------------------------------------------------------- */
@@ -559,6 +571,13 @@ ssize_t sbfs_read_pull(sbfs_op_t *op, void *buf, size_t len, sg_error_t **err)
     if (!op->opened || op->left == 0)
         return op->opened ? 0 : SBFS_AGAIN;
     len = len < op->left ? len : (size_t)op->left;
+    /* The last byte waits for the helper to have exited, so that a client
+     * holding the whole file finds no file operation still running in the
+     * sandbox (a pause right after a download was refused for it). */
+    if (!op->exited && len == op->left && --len == 0) {
+        op->last_waits = true;
+        return SBFS_AGAIN;
+    }
     if (op->pend < op->out_len) {
         size_t n = op->out_len - op->pend < len ? op->out_len - op->pend : len;
         memcpy(buf, op->out + op->pend, n);

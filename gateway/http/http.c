@@ -82,8 +82,10 @@ void http_config_defaults(http_config_t *cfg)
 static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet = true};
 
 /* The key a request presents, or NULL: "Authorization: Bearer K" or
- * "token K", the headers the E2B SDK sends, or ?token=K (browsers cannot
- * set headers on a WebSocket; Jupyter clients send it so). */
+ * "token K", the headers the E2B SDKs send (X-API-Key to the sandbox
+ * API, X-Access-Token and E2B-Traffic-Access-Token to a sandbox), or
+ * ?token=K (browsers cannot set headers on a WebSocket; Jupyter clients
+ * send it so). */
 static const char *presented_key(struct MHD_Connection *conn)
 {
     const char *given = NULL;
@@ -92,6 +94,8 @@ static const char *presented_key(struct MHD_Connection *conn)
         given = auth + 7;
     else if (auth && strncasecmp(auth, "token ", 6) == 0)
         given = auth + 6;
+    if (!given)
+        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
     if (!given)
         given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
     if (!given)

@@ -11,6 +11,8 @@
  *                  (commands.h); the parameter kind {command}
  *   snapshots.c snapshots, fork and roll-back; the parameter kind
  *                  {snapshot}
+ *   e2b.c      E2B's sandbox API (/sandboxes, /v2/sandboxes) over contexts;
+ *                  the parameter kind {sandbox}
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
@@ -32,6 +34,7 @@ struct api {
     commands_t *commands;
     void (*wake)(void *);
     void *wake_arg;
+    int e2b_timer; /* e2b.c's clock of sandboxes' ends; -1: none runs */
 };
 
 /* --- one request that answers later: an execution's stream, or a wait ---------------- */
@@ -95,6 +98,16 @@ enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quot
                                   sg_error_t **err);
 int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t *front,
                            sg_error_t **err);
+/* e2b.c: E2B's sandbox API; its own front end (E2B's error shape), done the REST one's. */
+int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
+                     sg_error_t **err);
+/* A context's record written again (its "e2b" changed), and one forgotten (deleted). */
+void api_record_write(api_t *self, const char *id);
+void api_forget_context(api_t *self, const char *id);
+/* POST .../pause and .../resume: answered once k is paused (or runs), now or later
+ * (*req_state), with the context or why not. */
+enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k, bool pause,
+                                 void **req_state);
 
 /* docs/openapi.yaml as JSON (NUL-terminated; the length without it), for
  * GET /openapi.json: made at build time by scripts/openapi-json.py, so the

@@ -24,7 +24,7 @@ static char *default_key(const char *tenant, const char *language)
     return xasprintf("%s/%s", tenant, language);
 }
 
-static void record_write(api_t *self, const char *id)
+void api_record_write(api_t *self, const char *id)
 {
     if (!self->records)
         return;
@@ -71,6 +71,7 @@ api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)
     self->contexts = json_object();
     self->defaults = json_object();
     self->commands = commands_new(loop, NULL);
+    self->e2b_timer = -1;
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/contexts", cfg->state_dir);
         sg_error_t *err = NULL;
@@ -90,6 +91,8 @@ void api_destroy(api_t **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     commands_destroy(&(*self_p)->commands);
+    if ((*self_p)->e2b_timer >= 0)
+        loop_timer_end((*self_p)->loop, (*self_p)->e2b_timer);
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);
     records_close(&(*self_p)->records);
@@ -231,7 +234,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     json_object_set_new(
         self->contexts, kernel_id(k),
         json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
-    record_write(self, kernel_id(k));
+    api_record_write(self, kernel_id(k));
     audit_event(who, "context.create",
                 json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?, s:s?}", "context", kernel_id(k),
                           "language", language, "kernelspec", spec->name, "cwd", cwd, "internet",
@@ -261,7 +264,7 @@ kernel_t *api_tenant_context(api_t *self, const tenant_t *t, const char *languag
     k = create_context(self, t, language, "/home/user", false, true, who, quota, err);
     if (k) {
         json_object_set_new(self->defaults, key, json_string(kernel_id(k)));
-        record_write(self, kernel_id(k));
+        api_record_write(self, kernel_id(k));
     }
     return k;
 }
@@ -336,7 +339,7 @@ bool api_field(json_t *obj, const char *key, json_type type, json_t **out,
     return true;
 }
 
-static void forget_context(api_t *self, const char *id)
+void api_forget_context(api_t *self, const char *id)
 {
     json_object_del(self->contexts, id);
     if (self->records)
@@ -360,7 +363,7 @@ static void remove_failed(void *arg)
 {
     failed_t *f = arg;
     kmgr_shutdown(f->api->kmgr, f->id, NULL);
-    forget_context(f->api, f->id);
+    api_forget_context(f->api, f->id);
     free(f);
 }
 
@@ -467,8 +470,8 @@ enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, ke
 /* POST /contexts/{id}/pause and /resume: answered when the kernel is paused
  * (or resumed), with the context, or with why not (a resume within its
  * owner's max-live, as a new context). */
-static enum MHD_Result pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k,
-                                    bool pause, void **req_state)
+enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k, bool pause,
+                                 void **req_state)
 {
     sg_error_t *err = NULL;
     tenant_quota_t quota;
@@ -577,7 +580,7 @@ static enum MHD_Result context_delete(void *arg, http_req_t *call)
     audit_who_t who;
     http_who(call, "rest", &who);
     kmgr_shutdown(self->kmgr, id, NULL);
-    forget_context(self, id);
+    api_forget_context(self, id);
     audit_context(&who, "context.delete", id);
     return reply_status(call->conn, 204);
 }
@@ -590,7 +593,7 @@ static enum MHD_Result context_pause_or_resume(api_t *self, http_req_t *call, bo
     audit_who_t who;
     http_who(call, "rest", &who);
     audit_context(&who, pause ? "context.pause" : "context.resume", kernel_id(k));
-    return pause_resume(self, call->conn, k, pause, &call->state);
+    return api_pause_resume(self, call->conn, k, pause, &call->state);
 }
 
 static enum MHD_Result context_pause(void *arg, http_req_t *call)
@@ -662,7 +665,8 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         api_files_register(self, http, &front, err) < 0 ||
         api_snapshots_register(self, http, &front, err) < 0 ||
         api_commands_register(self, http, err) < 0 ||
-        api_metrics_register(self, http, &front, err) < 0)
+        api_metrics_register(self, http, &front, err) < 0 ||
+        api_e2b_register(self, http, request_done, err) < 0)
         return -1;
     return 0;
 }

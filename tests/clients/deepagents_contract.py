@@ -9,7 +9,6 @@ chat model (no LLM) writing, editing, grepping and running a file in /tmp.
 usage: deepagents_contract.py URL TOKEN — one JSON line per check {ok, name, detail}
 (sandgate's client on PYTHONPATH)."""
 import hashlib
-import json
 import os
 import sys
 import traceback
@@ -21,15 +20,12 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from sandgate import ConflictError, InvalidError, NotFoundError, Sandgate
 from sandgate.deepagents import SandgateSandbox
+from checks import check
 
 url, token = sys.argv[1:3]
 DEEPAGENTS = tuple(int(x) for x in version("deepagents").split(".")[:2])
 OLD_API = DEEPAGENTS < (0, 3)   # ls_info, grep_raw, glob_info; results as plain values
 
-
-def check(ok, name, detail=None):
-    print(json.dumps({"ok": bool(ok), "name": name,
-                      "detail": None if ok else repr(detail)[:3000]}), flush=True)
 
 
 def brief(responses):

@@ -4,7 +4,6 @@ by tests/.venv-e2b's python.
 usage: e2b_envd.py URL KEY [OTHER_TENANTS_KEY]
   — prints one JSON line per check: {ok, name, detail}"""
 import hashlib
-import json
 import sys
 import time
 import traceback
@@ -13,22 +12,12 @@ from e2b import CommandExitException, ConnectionConfig
 from e2b.exceptions import NotFoundException, TimeoutException
 from e2b.envd.versions import ENVD_DEBUG_FALLBACK
 from e2b_code_interpreter import Sandbox
+from checks import check, fails
 
 url, key = sys.argv[1:3]
 other_key = sys.argv[3] if len(sys.argv) > 3 else None
 
 
-def check(ok, name, detail=None):
-    print(json.dumps({"ok": bool(ok), "name": name, "detail": None if ok else repr(detail)}),
-          flush=True)
-
-
-def fails(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except Exception as e:  # noqa: BLE001 - the test looks at what it is
-        return e
-    return None
 
 
 def open_sandbox(k, sandbox_id="default"):

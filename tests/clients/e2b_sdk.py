@@ -4,20 +4,16 @@ plus the async client.  Run by tests/.venv-e2b's python.
 usage: e2b_sdk.py URL TOKEN   — prints one JSON line per check: {ok, name, detail}"""
 import asyncio
 import base64
-import json
 import re
 import sys
 import traceback
 
 from e2b_code_interpreter import AsyncSandbox, Sandbox, charts
 from e2b.exceptions import NotFoundException, SandboxException
+from checks import check
 
 url, token = sys.argv[1:3]
 
-
-def check(ok, name, detail=None):
-    print(json.dumps({"ok": bool(ok), "name": name, "detail": None if ok else repr(detail)}),
-          flush=True)
 
 
 def connect(cls, token):

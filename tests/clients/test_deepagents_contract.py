@@ -42,7 +42,7 @@ def run_python(d, venv, label):
     if not os.path.exists(py):
         ok(False, f"{label}: tests/.venv-{venv} exists (run scripts/venv.sh)")
         return
-    env = dict(os.environ, PYTHONPATH=PKG)
+    env = dict(os.environ, PYTHONPATH=PKG + os.pathsep + os.path.join(SRC, "tests", "lib"))
     t = time.time()
     r = subprocess.run([py, os.path.join(SRC, "tests/clients/deepagents_contract.py"), d.url, TOKEN],
                        capture_output=True, text=True, timeout=600, env=env)

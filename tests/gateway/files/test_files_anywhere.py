@@ -353,6 +353,18 @@ try:
     ok(left == "[]", "an upload the client breaks off stores nothing and leaves no temporary "
        "file; nor does one over --max-upload", left)
 
+    # A client that has a whole file finds its read ended in the sandbox: a
+    # pause right after it is not refused for a file operation still running.
+    paused = []
+    req("PUT", f"{F}?path=/tmp/small.bin", body=b"z" * 1000)
+    for _ in range(5):
+        s, _, body = req("GET", f"{F}?path=/tmp/small.bin")
+        st, _, p = req("POST", f"/contexts/{cid}/pause")
+        paused.append((s, len(body), st, p[:120]))
+        req("POST", f"/contexts/{cid}/resume")
+    ok(all(s == 200 and st == 200 for s, _, st, _ in paused),
+       "a pause right after a download is never refused for the download's helper", paused)
+
     # The daemon and the neighbour context still answer.
     ok(run("print(6 * 7)", oid).strip() == "42", "the neighbour context still runs code")
 finally:

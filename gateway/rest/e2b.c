@@ -1,0 +1,582 @@
+/* e2b: E2B's sandbox API — the control plane E2B's SDKs call to create,
+ * find, connect to, pause, time out and kill sandboxes — over sandgate's
+ * contexts, so that the SDKs work unchanged with E2B_API_URL and
+ * E2B_SANDBOX_URL set to sandgate's URL and E2B_API_KEY to a key of it.
+ *
+ * An E2B sandbox is a context here: one sandbox holding one kernel (its
+ * id is the sandbox id the SDK sends as E2b-Sandbox-Id to envd and to the
+ * code interpreter, both served at the same URL).  What E2B adds to a
+ * context lives in its record (api_t's contexts, "e2b"): the template
+ * asked for, metadata, start and end times, what its timeout does.  A
+ * sandbox's timeout kills it, or with autoPause pauses it; connect
+ * resumes it and sets a new end.  Errors have E2B's shape, {"code",
+ * "message"}, so the SDKs raise their own exceptions.  docs/clients.md
+ * has what is served and what is not. */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/observe/observe.h"
+#include "gateway/rest/internal.h"
+
+/* The envd protocol version sandgate's envd speaks as far as the SDKs'
+ * feature checks go (E2B's SDKs compare it before using newer calls). */
+#define E2B_ENVD_VERSION "0.6.4"
+#define E2B_DEFAULT_TIMEOUT_S 300
+#define E2B_MAX_TIMEOUT_S (24 * 3600)
+#define E2B_TICK_MS 1000
+
+/* Templates every E2B SDK names by default: sandgate's default context. */
+static bool default_template(const char *t)
+{
+    return t == NULL || strcmp(t, "base") == 0 || strcmp(t, "code-interpreter-v1") == 0 ||
+           strcmp(t, "code-interpreter") == 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int strcmp_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* --- replies in E2B's shape -------------------------------------------------------- */
+
+static enum MHD_Result e2b_reply(struct MHD_Connection *conn, unsigned status, const char *msg)
+{
+    return http_reply_json(conn, status, json_pack("{s:i, s:s}", "code", status, "message", msg));
+}
+
+/* *err (freed) in E2B's shape; a quota's 429 also names it ("quota", "limit"). */
+static enum MHD_Result e2b_error(struct MHD_Connection *conn, sg_error_t **err)
+{
+    unsigned status = sg_error_http_status((*err)->kind);
+    json_t *body = http_error_body(*err);
+    json_object_del(body, "error");
+    json_object_set_new(body, "code", json_integer(status));
+    sg_error_free(err);
+    return http_reply_json(conn, status, body);
+}
+
+/* The route layer's refusals (an unknown sandbox: 404; 405) in E2B's shape. */
+static struct MHD_Response *e2b_error_response(void *ctx, const sg_error_t *err)
+{
+    json_t *j =
+        json_pack("{s:i, s:s}", "code", sg_error_http_status(err->kind), "message", err->msg);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return r;
+}
+
+/* --- a sandbox's record ------------------------------------------------------------ */
+
+/* k's record, made for a context that was not made as an E2B sandbox. */
+static json_t *e2b_record(api_t *self, kernel_t *k)
+{
+    json_t *meta = json_object_get(self->contexts, kernel_id(k));
+    json_t *e = json_object_get(meta, "e2b");
+    if (e == NULL && meta) {
+        e = json_pack("{s:s, s:{}, s:I, s:I, s:b}", "templateID", "base", "metadata", "startedAt",
+                      (json_int_t)now_ms(), "endAt", (json_int_t)0, "autoPause", false);
+        json_object_set_new(meta, "e2b", e);
+    }
+    return e;
+}
+
+static const char *e2b_state(const kernel_t *k)
+{
+    kernel_state_t st = kernel_state(k);
+    return st == KERNEL_PAUSED || st == KERNEL_PAUSING ? "paused" : "running";
+}
+
+/* E2B's Sandbox (what create and connect answer); detail adds the rest of
+ * SandboxDetail / ListedSandbox; token: envdAccessToken and
+ * trafficAccessToken (the caller's key: the SDK sends them back to envd
+ * and the code interpreter, as X-Access-Token and E2B-Traffic-Access-Token). */
+static json_t *sandbox_json(api_t *self, kernel_t *k, bool detail, const char *token)
+{
+    json_t *e = e2b_record(self, k);
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:n}", "templateID",
+                  json_string_value(json_object_get(e, "templateID")), "sandboxID", kernel_id(k),
+                  "clientID", "sandgate", "envdVersion", E2B_ENVD_VERSION, "domain");
+    if (token) { /* the code interpreter's calls carry the second */
+        json_object_set_new(j, "envdAccessToken", json_string(token));
+        json_object_set_new(j, "trafficAccessToken", json_string(token));
+    }
+    if (!detail)
+        return j;
+    const kernel_opts_t *o = kernel_opts(k);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t end = json_integer_value(json_object_get(e, "endAt"));
+    json_object_set_new(j, "startedAt",
+                        resp_iso_time(json_integer_value(json_object_get(e, "startedAt"))));
+    json_object_set_new(j, "endAt",
+                        resp_iso_time(end ? end : now_ms() + E2B_MAX_TIMEOUT_S * 1000LL));
+    json_object_set_new(j, "cpuCount",
+                        json_integer(o->cpu_quota_us
+                                         ? (json_int_t)((o->cpu_quota_us + 99999) / 100000)
+                                         : (json_int_t)cpus));
+    json_object_set_new(j, "memoryMB", json_integer((json_int_t)(o->memory_bytes >> 20)));
+    json_object_set_new(j, "diskSizeMB", json_integer(0));
+    json_object_set_new(j, "state", json_string(e2b_state(k)));
+    json_object_set(j, "metadata", json_object_get(e, "metadata"));
+    return j;
+}
+
+/* The key the request presented (the SDK's X-API-Key, or the other
+ * headers sandgate takes): what envd and the code interpreter get back. */
+static const char *request_key(const http_req_t *call)
+{
+    static const char *const headers[] = {"X-API-Key", "X-Access-Token"};
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+        const char *v = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, headers[i]);
+        if (v)
+            return v;
+    }
+    const char *auth = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Authorization");
+    return auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
+}
+
+/* --- timeouts ------------------------------------------------------------------------ */
+
+static void on_tick(loop_t *loop, int timer_id, void *arg);
+
+/* k's end: timeout_s from now. */
+static void set_end(api_t *self, kernel_t *k, int64_t timeout_s)
+{
+    json_t *e = e2b_record(self, k);
+    json_object_set_new(e, "endAt", json_integer((json_int_t)(now_ms() + timeout_s * 1000)));
+    api_record_write(self, kernel_id(k));
+    if (self->e2b_timer < 0)
+        self->e2b_timer = loop_timer(self->loop, E2B_TICK_MS, 0, on_tick, self);
+}
+
+/* Sandboxes past their end are killed, or paused (autoPause). */
+static void on_tick(loop_t *loop, int timer_id, void *arg)
+{
+    api_t *self = arg;
+    int64_t now = now_ms();
+    int pending = 0;
+    const char *id;
+    json_t *meta;
+    void *tmp;
+    json_object_foreach_safe(self->contexts, tmp, id, meta)
+    {
+        json_t *e = json_object_get(meta, "e2b");
+        int64_t end = json_integer_value(json_object_get(e, "endAt"));
+        kernel_t *k = end ? kmgr_get(self->kmgr, id) : NULL;
+        if (k == NULL || kernel_state(k) == KERNEL_PAUSED)
+            continue;
+        if (end > now) {
+            pending++;
+            continue;
+        }
+        audit_who_t who = {.frontend = "e2b"};
+        snprintf(who.tenant, sizeof who.tenant, "%s", kernel_owner(k));
+        if (json_is_true(json_object_get(e, "autoPause"))) {
+            sg_error_t *err = NULL;
+            log_info("e2b: sandbox %s timed out: pausing it (autoPause)", id);
+            if (kernel_pause(k, &err) < 0) { /* busy: tried again at the next tick */
+                log_debug("e2b: sandbox %s: %s", id, err->msg);
+                sg_error_free(&err);
+                pending++;
+            }
+            audit_event(&who, "sandbox.timeout",
+                        json_pack("{s:s, s:s}", "context", id, "action", "pause"));
+        } else {
+            log_info("e2b: sandbox %s timed out: killing it", id);
+            audit_event(&who, "sandbox.timeout",
+                        json_pack("{s:s, s:s}", "context", id, "action", "kill"));
+            cleanup_free char *gone = xstrdup(id);
+            kmgr_shutdown(self->kmgr, gone, NULL);
+            api_forget_context(self, gone);
+        }
+    }
+    if (pending == 0) {
+        loop_timer_end(loop, timer_id);
+        self->e2b_timer = -1;
+    }
+}
+
+/* A timeout in seconds from the body's key, or def; false after answering 400. */
+static bool timeout_field(json_t *body, const char *key, int64_t def, int64_t *out,
+                          struct MHD_Connection *conn, enum MHD_Result *ret)
+{
+    json_t *v = json_object_get(body, key);
+    *out = def;
+    if (v == NULL || json_is_null(v))
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > E2B_MAX_TIMEOUT_S) {
+        *ret = e2b_reply(conn, 400, "'timeout' must be whole seconds, 0 to 86400");
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+/* The body as a JSON object; NULL after answering 400. */
+static json_t *e2b_body(http_req_t *call, enum MHD_Result *ret)
+{
+    json_error_t jerr;
+    json_t *j = call->len ? json_loadb(call->body, call->len, 0, &jerr) : json_object();
+    if (j && json_is_object(j))
+        return j;
+    json_decref(j);
+    *ret = e2b_reply(call->conn, 400, "the body must be a JSON object");
+    return NULL;
+}
+
+/* An object of strings (metadata, envVars), or absent; false after 400. */
+static bool strings_field(json_t *body, const char *key, json_t **out, struct MHD_Connection *conn,
+                          enum MHD_Result *ret)
+{
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return true;
+    const char *name;
+    json_t *s;
+    bool good = json_is_object(v);
+    json_object_foreach (v, name, s)
+        good = good && json_is_string(s);
+    if (!good) {
+        cleanup_free char *msg = xasprintf("'%s' must be an object of strings", key);
+        *ret = e2b_reply(conn, 400, msg);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* --- requests that answer later ----------------------------------------------------- */
+
+typedef enum { LATER_SANDBOX, LATER_EMPTY } later_t;
+
+/* The wait's end (stream_t's status and answer) in E2B's terms: the
+ * sandbox (201) or nothing (204) when it went well, else the error. */
+static enum MHD_Result e2b_later(api_t *self, http_req_t *call, later_t kind)
+{
+    stream_t *s = call->state;
+    if (!s->done)
+        return resp_wait(s->out);
+    unsigned st = s->status ? s->status : 200;
+    if (st >= 300)
+        return e2b_reply(call->conn, st, json_string_value(json_object_get(s->agg, "message")));
+    kernel_t *k = kmgr_get(self->kmgr, json_string_value(json_object_get(s->agg, "id")));
+    if (kind == LATER_EMPTY || k == NULL)
+        return reply_status(call->conn, 204);
+    return http_reply_json(call->conn, 201, sandbox_json(self, k, false, request_key(call)));
+}
+
+/* --- routes ------------------------------------------------------------------------- */
+
+static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    if (call->resumed)
+        return e2b_later(self, call, LATER_SANDBOX);
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret), *tpl, *metadata, *envs, *pause, *net;
+    int64_t timeout;
+    if (!body)
+        return ret;
+    if (!api_field(body, "templateID", JSON_STRING, &tpl, call->conn, &ret) ||
+        !api_field(body, "autoPause", JSON_TRUE, &pause, call->conn, &ret) ||
+        !api_field(body, "allow_internet_access", JSON_TRUE, &net, call->conn, &ret) ||
+        !strings_field(body, "metadata", &metadata, call->conn, &ret) ||
+        !strings_field(body, "envVars", &envs, call->conn, &ret) ||
+        !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &timeout, call->conn, &ret))
+        goto out;
+    const char *template = json_string_value(tpl);
+    if (!default_template(template) && !kmgr_template(self->kmgr, template)) {
+        cleanup_free char *msg = xasprintf("template '%s' not found (sandgate's templates: GET "
+                                           "/templates; 'base' is the default Python sandbox)",
+                                           template);
+        ret = e2b_reply(call->conn, 404, msg);
+        goto out;
+    }
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    tenant_quota_t quota;
+    sg_error_t *err = NULL;
+    kernel_t *k =
+        api_create_context(self, call->tenant, "python", "/home/user", json_is_true(net), false,
+                           NULL, default_template(template) ? NULL : template, &who, &quota, &err);
+    if (k == NULL) {
+        ret = e2b_error(call->conn, &err);
+        goto out;
+    }
+    json_t *meta = json_object_get(self->contexts, kernel_id(k));
+    json_object_set_new(
+        meta, "e2b",
+        json_pack("{s:s, s:o, s:I, s:I, s:b}", "templateID", template ? template : "base",
+                  "metadata", metadata ? json_deep_copy(metadata) : json_object(), "startedAt",
+                  (json_int_t)now_ms(), "endAt", (json_int_t)0, "autoPause", json_is_true(pause)));
+    set_end(self, k, timeout ? timeout : E2B_MAX_TIMEOUT_S);
+    if (envs && json_object_size(envs)) { /* queued: runs first, once the kernel is ready */
+        char *code = pyscript(PY_KERNEL_SETUP, json_pack("{s:O, s:s, s:b}", "env", envs, "path", "",
+                                                         "use_path", false));
+        kernel_exec_opts_t o = {.silent = true};
+        kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
+        free(code);
+    }
+    if (kernel_prepared(k))
+        ret = http_reply_json(call->conn, 201, sandbox_json(self, k, false, request_key(call)));
+    else
+        ret = api_context_created(self, call->conn, k, &call->state);
+out:
+    json_decref(body);
+    return ret;
+}
+
+static enum MHD_Result sandbox_get(void *arg, http_req_t *call)
+{
+    return http_reply_json(call->conn, 200,
+                           sandbox_json(arg, http_arg(call, "sandbox"), true, request_key(call)));
+}
+
+/* Whether a sandbox's metadata has every key=value of query (URL-encoded
+ * pairs joined by '&', as the SDKs send ?metadata=). */
+static bool metadata_matches(json_t *metadata, const char *query)
+{
+    if (query == NULL || *query == 0)
+        return true;
+    cleanup_free char *q = xstrdup(query);
+    char *save = NULL;
+    for (char *pair = strtok_r(q, "&", &save); pair; pair = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(pair, '=');
+        if (eq == NULL)
+            return false;
+        *eq = 0;
+        MHD_http_unescape(pair);
+        MHD_http_unescape(eq + 1);
+        const char *v = json_string_value(json_object_get(metadata, pair));
+        if (v == NULL || strcmp(v, eq + 1) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* GET /v2/sandboxes (state=running,paused; metadata=k%3Dv; limit; nextToken: the
+ * last id of the page before, ids in order) and GET /sandboxes (running ones,
+ * all of them). */
+static enum MHD_Result sandboxes_list_as(api_t *self, http_req_t *call, bool v2)
+{
+    struct MHD_Connection *conn = call->conn;
+    const char *state =
+        v2 ? MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state") : "running";
+    const char *meta_q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "metadata");
+    const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+    long limit = limit_s ? strtol(limit_s, NULL, 10) : v2 ? 100 : 100000;
+    if (limit < 1 || limit > 100000)
+        return e2b_reply(conn, 400, "'limit' must be 1 to 100000");
+    json_t *ids = json_array();
+    const char *id;
+    json_t *meta;
+    json_object_foreach (self->contexts, id, meta)
+        json_array_append_new(ids, json_string(id));
+    /* ids in order, so a page's last id says where the next starts */
+    size_t n = json_array_size(ids);
+    const char **sorted = xzalloc((n ? n : 1) * sizeof *sorted);
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = json_string_value(json_array_get(ids, i));
+    qsort(sorted, n, sizeof *sorted, strcmp_ptr);
+    json_t *out = json_array();
+    const char *last = NULL;
+    bool more = false;
+    for (size_t i = 0; i < n; i++) {
+        kernel_t *k = kmgr_get(self->kmgr, sorted[i]);
+        if (k == NULL || !http_may_see(call, kernel_owner(k)) ||
+            (after && strcmp(sorted[i], after) <= 0))
+            continue;
+        json_t *e = e2b_record(self, k);
+        if ((state && !strstr(state, e2b_state(k))) ||
+            !metadata_matches(json_object_get(e, "metadata"), meta_q))
+            continue;
+        if ((long)json_array_size(out) == limit) {
+            more = true;
+            break;
+        }
+        json_array_append_new(out, sandbox_json(self, k, true, NULL));
+        last = sorted[i];
+    }
+    struct MHD_Response *r = http_json_response(out);
+    if (more && last)
+        MHD_add_response_header(r, "x-next-token", last);
+    enum MHD_Result ret = http_queue(conn, 200, r);
+    MHD_destroy_response(r);
+    free(sorted);
+    json_decref(ids);
+    return ret;
+}
+
+static enum MHD_Result sandboxes_list(void *arg, http_req_t *call)
+{
+    return sandboxes_list_as(arg, call, false);
+}
+
+static enum MHD_Result sandboxes_list_v2(void *arg, http_req_t *call)
+{
+    return sandboxes_list_as(arg, call, true);
+}
+
+static enum MHD_Result sandbox_delete(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    const char *id = http_arg_id(call, "sandbox");
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    kmgr_shutdown(self->kmgr, id, NULL);
+    api_forget_context(self, id);
+    audit_event(&who, "context.delete", json_pack("{s:s}", "context", id));
+    return reply_status(call->conn, 204);
+}
+
+/* POST .../timeout {timeout}: the sandbox ends timeout s from now (shorter too). */
+static enum MHD_Result sandbox_timeout(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret);
+    int64_t t;
+    if (body && timeout_field(body, "timeout", -1, &t, call->conn, &ret)) {
+        if (t < 0) {
+            ret = e2b_reply(call->conn, 400, "'timeout' is required");
+        } else {
+            set_end(self, http_arg(call, "sandbox"), t);
+            ret = reply_status(call->conn, 204);
+        }
+    }
+    json_decref(body);
+    return ret;
+}
+
+/* The sandbox's end moved to timeout_s from now, unless it is later already. */
+static void extend_end(api_t *self, kernel_t *k, int64_t timeout_s)
+{
+    int64_t end = json_integer_value(json_object_get(e2b_record(self, k), "endAt"));
+    if (end == 0 || end < now_ms() + timeout_s * 1000)
+        set_end(self, k, timeout_s);
+}
+
+/* POST .../refreshes {duration}: keeps it alive duration s (60 by default) more. */
+static enum MHD_Result sandbox_refresh(void *arg, http_req_t *call)
+{
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret);
+    int64_t t;
+    if (body && timeout_field(body, "duration", 60, &t, call->conn, &ret)) {
+        extend_end(arg, http_arg(call, "sandbox"), t);
+        ret = reply_status(call->conn, 204);
+    }
+    json_decref(body);
+    return ret;
+}
+
+/* connect and resume: a paused sandbox is resumed (201 once it runs), a
+ * running one answered at once (connect: 200; resume: 409); either way its
+ * end moves to the timeout asked for (300 s by default) if that is later. */
+static enum MHD_Result connect_or_resume(api_t *self, http_req_t *call, bool connect)
+{
+    if (call->resumed)
+        return e2b_later(self, call, LATER_SANDBOX);
+    kernel_t *k = http_arg(call, "sandbox");
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret);
+    int64_t t;
+    if (!body || !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &t, call->conn, &ret)) {
+        json_decref(body);
+        return ret;
+    }
+    json_t *pause = json_object_get(body, "autoPause");
+    if (json_is_boolean(pause))
+        json_object_set(e2b_record(self, k), "autoPause", pause);
+    json_decref(body);
+    extend_end(self, k, t ? t : E2B_MAX_TIMEOUT_S);
+    kernel_state_t st = kernel_state(k);
+    if (st != KERNEL_PAUSED && st != KERNEL_PAUSING && st != KERNEL_DEAD) {
+        if (!connect)
+            return e2b_reply(call->conn, 409, "the sandbox is running already");
+        return http_reply_json(call->conn, 200, sandbox_json(self, k, false, request_key(call)));
+    }
+    if (st == KERNEL_DEAD)
+        return e2b_reply(call->conn, 409,
+                         "the sandbox's kernel is dead: kill it and create "
+                         "another");
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    audit_event(&who, "context.resume", json_pack("{s:s}", "context", kernel_id(k)));
+    return api_pause_resume(self, call->conn, k, false, &call->state);
+}
+
+static enum MHD_Result sandbox_connect(void *arg, http_req_t *call)
+{
+    return connect_or_resume(arg, call, true);
+}
+
+static enum MHD_Result e2b_resume(void *arg, http_req_t *call)
+{
+    return connect_or_resume(arg, call, false);
+}
+
+/* POST .../pause: 204 once paused; 409 when it is paused already. */
+static enum MHD_Result e2b_pause(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    if (call->resumed)
+        return e2b_later(self, call, LATER_EMPTY);
+    kernel_t *k = http_arg(call, "sandbox");
+    if (kernel_state(k) == KERNEL_PAUSED)
+        return e2b_reply(call->conn, 409, "the sandbox is paused already");
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    audit_event(&who, "context.pause", json_pack("{s:s}", "context", kernel_id(k)));
+    return api_pause_resume(self, call->conn, k, true, &call->state);
+}
+
+int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
+                     sg_error_t **err)
+{
+    static const http_route_t routes[] = {
+        {"POST", "/sandboxes", sandbox_create, 0, NULL},
+        {"POST", "/v2/sandboxes", sandbox_create, 0, NULL},
+        {"GET", "/sandboxes", sandboxes_list, 0, NULL},
+        {"GET", "/v2/sandboxes", sandboxes_list_v2, 0, NULL},
+        {"GET", "/sandboxes/{sandbox}", sandbox_get, 0, NULL},
+        {"DELETE", "/sandboxes/{sandbox}", sandbox_delete, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/timeout", sandbox_timeout, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/refreshes", sandbox_refresh, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/connect", sandbox_connect, 0, NULL},
+        {"POST", "/v2/sandboxes/{sandbox}/connect", sandbox_connect, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/resume", e2b_resume, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/pause", e2b_pause, 0, NULL},
+    };
+    const http_front_t front = {
+        .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};
+    self->e2b_timer = -1;
+    if (http_param(http, "sandbox", tenants_resolve_session, tenants_session_owner, self->kmgr,
+                   "sandbox '%s' not found", err) < 0 ||
+        http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)
+        return -1;
+    /* Sandboxes a previous sandgate timed: their clock runs on. */
+    const char *id;
+    json_t *meta;
+    json_object_foreach (self->contexts, id, meta)
+        if (json_integer_value(json_object_get(json_object_get(meta, "e2b"), "endAt")) &&
+            self->e2b_timer < 0)
+            self->e2b_timer = loop_timer(self->loop, E2B_TICK_MS, 0, on_tick, self);
+    return 0;
+}

@@ -1,0 +1,99 @@
+"""The Python E2B SDK, unchanged, against sandgate's E2B sandbox API:
+configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (alice's
+key), no debug mode.  Run by tests/.venv-e2b's python.
+usage: e2b_sandboxes.py BOBS_KEY  — prints one JSON line per check: {ok, name, detail}"""
+import os
+import sys
+import time
+
+from e2b import SandboxQuery, SandboxState
+from e2b.exceptions import NotFoundException, SandboxException
+from e2b_code_interpreter import Sandbox
+from checks import check, fails
+
+bob = sys.argv[1]
+
+
+
+
+def text(execution):
+    return [r.text for r in execution.results] or execution.error
+
+
+check(os.environ.get("E2B_DEBUG") is None and os.environ["E2B_API_URL"].startswith("http"),
+      "no debug mode: the three variables only")
+sbx = Sandbox.create(metadata={"job": "py"}, envs={"GREETING": "hi"}, timeout=120)
+check(len(sbx.sandbox_id) > 30, "Sandbox.create() makes a sandbox", sbx.sandbox_id)
+r = sbx.run_code("import os; x = 41; os.environ.get('GREETING')")
+check(text(r) == ["'hi'"], "run_code runs in it, with the envs given at creation", text(r))
+sbx.files.write("/tmp/py.txt", "written by files.write")
+check(text(sbx.run_code("open('/tmp/py.txt').read()")) == ["'written by files.write'"],
+      "files.write and run_code see one sandbox's files")
+check(sbx.commands.run("cat /tmp/py.txt").stdout == "written by files.write",
+      "and so do commands.run")
+info = sbx.get_info()
+check(info.state.value == "running" and info.metadata == {"job": "py"} and
+      info.template_id == "code-interpreter-v1" and info.sandbox_id == sbx.sandbox_id,
+      "get_info: running, its metadata and template", info)
+left = (info.end_at - info.started_at).total_seconds()
+check(115 <= left <= 125, f"its end is its timeout after its start ({left:.0f} s)", info)
+sbx.set_timeout(600)
+left = (sbx.get_info().end_at - info.started_at).total_seconds()
+check(595 <= left <= 700, f"set_timeout moves its end ({left:.0f} s)", left)
+other = Sandbox.create(metadata={"job": "other"})
+listed = [s.sandbox_id for s in Sandbox.list().next_items()]
+check(sbx.sandbox_id in listed and other.sandbox_id in listed, "Sandbox.list() lists both",
+      listed)
+mine = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"job": "py"})).next_items()]
+check(mine == [sbx.sandbox_id], "a metadata filter keeps the one that matches", mine)
+page = Sandbox.list(limit=1)
+first = page.next_items()
+second = page.next_items()
+check(len(first) == 1 and len(second) == 1 and first[0].sandbox_id != second[0].sandbox_id
+      and not page.has_next, "pages of one, in turn, end", (first, second))
+
+check(sbx.pause() is not None, "pause()")
+states = {s.sandbox_id: s.state.value
+          for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()}
+check(states == {sbx.sandbox_id: "paused"}, "the state filter: only the paused one", states)
+again = Sandbox.connect(sbx.sandbox_id)
+check(text(again.run_code("x + 1")) == ["42"], "connect() resumes it with its variables")
+check(again.files.read("/tmp/py.txt") == "written by files.write", "and its files")
+
+# Another tenant's key: alice's sandboxes do not exist for bob.
+as_bob = {"api_key": bob}
+e = fails(Sandbox.get_info, sbx.sandbox_id, **as_bob)
+check(isinstance(e, NotFoundException), "bob: alice's sandbox is not found (get_info)", e)
+e = fails(Sandbox.connect, sbx.sandbox_id, **as_bob)
+check(isinstance(e, NotFoundException), "bob: connect to it: not found", e)
+check(Sandbox.kill(sbx.sandbox_id, **as_bob) is False, "bob: kill of it: False, and it lives")
+check(Sandbox.list(**as_bob).next_items() == [], "bob lists none of alice's")
+check(text(again.run_code("x")) == ["41"], "alice's sandbox is untouched")
+
+# The quota: alice has max-contexts 2 (two sandboxes now).
+e = fails(Sandbox.create)
+check(isinstance(e, SandboxException) and "max-contexts" in str(e),
+      "a third sandbox past alice's max-contexts: refused, naming the quota", e)
+
+check(Sandbox.kill(other.sandbox_id) is True, "Sandbox.kill")
+e = fails(Sandbox.get_info, other.sandbox_id)
+check(isinstance(e, NotFoundException), "a killed sandbox is not found", e)
+check(Sandbox.kill(other.sandbox_id) is False, "killing it again: False")
+
+# Timeouts: a sandbox's end kills it, or pauses it (on_timeout pause).
+sbx.kill()
+short = Sandbox.create(timeout=2)
+paused = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+paused.run_code("y = 'kept'")
+deadline = time.time() + 30  # sandgate looks once a second
+while time.time() < deadline:
+    if (fails(Sandbox.get_info, short.sandbox_id) and
+            paused.get_info().state.value == "paused"):
+        break
+    time.sleep(0.2)
+check(isinstance(fails(Sandbox.get_info, short.sandbox_id), NotFoundException),
+      "a sandbox past its timeout is killed")
+check(paused.get_info().state.value == "paused", "one with on_timeout 'pause' is paused")
+back = Sandbox.connect(paused.sandbox_id, timeout=60)
+check(text(back.run_code("y")) == ["'kept'"], "and connect() resumes it with its state")
+back.kill()
