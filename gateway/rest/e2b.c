@@ -9,7 +9,8 @@
  * context lives in its record (api_t's contexts, "e2b"): the template
  * asked for, metadata, start and end times, what its timeout does.  A
  * sandbox's timeout kills it, or with autoPause pauses it; connect
- * resumes it and sets a new end.  Errors have E2B's shape, {"code",
+ * resumes it and sets a new end; a fork is a snapshot of it and sandboxes
+ * made from that.  Errors have E2B's shape, {"code",
  * "message"}, so the SDKs raise their own exceptions.  docs/clients.md
  * has what is served and what is not. */
 #include <string.h>
@@ -547,6 +548,125 @@ static enum MHD_Result e2b_pause(void *arg, http_req_t *call)
     return api_pause_resume(self, call->conn, k, true, &call->state);
 }
 
+/* --- fork ---------------------------------------------------------------------------- */
+
+#define E2B_MAX_FORKS 20
+
+/* A fork under way: the parent's snapshot, then count children from it. */
+typedef struct {
+    stream_t *s;
+    const tenant_t *tenant;
+    audit_who_t who;
+    char *key;      /* the caller's, for the children's tokens */
+    json_t *parent; /* the parent's "e2b" record, copied */
+    int count;
+    int64_t timeout_s;
+} forking_t;
+
+/* One child of the fork from snap: {"sandbox"} or {"error"} (E2B's SandboxForkResult). */
+static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
+{
+    api_t *self = f->s->api;
+    tenant_quota_t quota;
+    sg_error_t *err = NULL;
+    kernel_t *k = api_create_context(self, f->tenant, "python", "/home/user", false, false, snap,
+                                     NULL, &f->who, &quota, &err);
+    if (k == NULL) {
+        json_t *e = json_pack("{s:{s:i, s:s}}", "error", "code", sg_error_http_status(err->kind),
+                              "message", err->msg);
+        sg_error_free(&err);
+        return e;
+    }
+    json_t *rec = json_deep_copy(f->parent);
+    json_object_set_new(rec, "startedAt", json_integer((json_int_t)now_ms()));
+    json_object_set_new(json_object_get(self->contexts, kernel_id(k)), "e2b", rec);
+    set_end(self, k, f->timeout_s ? f->timeout_s : E2B_MAX_TIMEOUT_S);
+    return json_pack("{s:o}", "sandbox", sandbox_json(self, k, false, f->key));
+}
+
+static void on_forked(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg)
+{
+    forking_t *f = arg;
+    stream_t *s = f->s;
+    if (err) {
+        api_stream_answer(
+            s, sg_error_http_status(err->kind),
+            json_pack("{s:i, s:s}", "code", sg_error_http_status(err->kind), "message", err->msg));
+    } else {
+        cleanup_free char *sid = xstrdup(snap->id);
+        json_t *children = json_array();
+        for (int i = 0; i < f->count && !s->done; i++)
+            json_array_append_new(children, fork_child(f, snap));
+        /* its files stay until the children run (kernelmgr/manager/manager.h) */
+        kmgr_snapshot_delete(s->api->kmgr, sid, NULL);
+        if (s->done) { /* the client left: no children, nobody to answer */
+            json_decref(children);
+            api_stream_unref(s);
+        } else {
+            api_stream_answer(s, 201, children);
+        }
+    }
+    free(f->key);
+    json_decref(f->parent);
+    free(f);
+}
+
+/* POST .../fork {timeout, count}: count new sandboxes (1 by default) from
+ * one snapshot of this one, which runs on; each with the parent's
+ * template and metadata. */
+static enum MHD_Result sandbox_fork(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    if (call->resumed) {
+        stream_t *s = call->state;
+        return s->done ? http_reply_json(call->conn, s->status, json_incref(s->agg))
+                       : resp_wait(s->out);
+    }
+    kernel_t *k = http_arg(call, "sandbox");
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret), *count;
+    int64_t timeout;
+    if (!body ||
+        !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &timeout, call->conn, &ret) ||
+        !api_field(body, "count", JSON_INTEGER, &count, call->conn, &ret)) {
+        json_decref(body);
+        return ret;
+    }
+    json_int_t n = count ? json_integer_value(count) : 1;
+    json_decref(body);
+    if (n < 1 || n > E2B_MAX_FORKS)
+        return e2b_reply(call->conn, 400, "'count' must be 1 to 20");
+    sg_error_t *err = NULL;
+    if (tenant_check_contexts(call->tenant, &err) < 0) /* none would start: no snapshot */
+        return e2b_error(call->conn, &err);
+    stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
+    s->json_mode = s->snapshot_wait = true;
+    forking_t *f = xzalloc(sizeof *f);
+    const char *key = request_key(call);
+    *f = (forking_t){.s = s,
+                     .tenant = call->tenant,
+                     .key = key ? xstrdup(key) : NULL,
+                     .parent = json_deep_copy(e2b_record(self, k)),
+                     .count = (int)n,
+                     .timeout_s = timeout};
+    http_who(call, "e2b", &f->who);
+    audit_event(&f->who, "context.fork",
+                json_pack("{s:s, s:I}", "context", kernel_id(k), "count", (json_int_t)n));
+    if (kmgr_snapshot(self->kmgr, k, NULL, on_forked, f, &err) < 0) {
+        free(f->key);
+        json_decref(f->parent);
+        free(f);
+        s->done = true;
+        api_stream_unref(s); /* the callback's: none comes */
+        api_stream_unref(s);
+        return e2b_error(call->conn, &err);
+    }
+    call->state = s;
+    if (s->done) /* answered already (no launcher) */
+        return http_reply_json(call->conn, s->status, json_incref(s->agg));
+    return resp_wait(s->out);
+}
+
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
                      sg_error_t **err)
 {
@@ -563,6 +683,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"POST", "/v2/sandboxes/{sandbox}/connect", sandbox_connect, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/resume", e2b_resume, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/pause", e2b_pause, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/fork", sandbox_fork, 0, NULL},
     };
     const http_front_t front = {
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};

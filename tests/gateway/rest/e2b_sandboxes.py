@@ -80,6 +80,25 @@ e = fails(Sandbox.get_info, other.sandbox_id)
 check(isinstance(e, NotFoundException), "a killed sandbox is not found", e)
 check(Sandbox.kill(other.sandbox_id) is False, "killing it again: False")
 
+# Fork: a child from a snapshot of the running sandbox, which runs on.
+again.run_code("x = 'parent'")
+forks = again.fork(timeout=60)
+child = forks[0] if len(forks) == 1 else None
+check(isinstance(child, Sandbox) and child.sandbox_id != sbx.sandbox_id,
+      "fork() gives a new sandbox", forks)
+check(text(child.run_code("x")) == ["'parent'"] and
+      child.files.read("/tmp/py.txt") == "written by files.write",
+      "the child has the parent's variables and files")
+child.run_code("x = 'child'")
+check(text(again.run_code("x")) == ["'parent'"], "and the parent runs on, apart from it")
+info = child.get_info()
+check(info.metadata == {"job": "py"} and 55 <= (info.end_at - info.started_at).total_seconds()
+      <= 65, "the child has the parent's metadata and its own timeout", info)
+e = fails(again.fork, count=2)
+check(isinstance(e, SandboxException) and "max-contexts" in str(e),
+      "forks past alice's max-contexts are refused, naming the quota", e)
+child.kill()
+
 # Timeouts: a sandbox's end kills it, or pauses it (on_timeout pause).
 sbx.kill()
 short = Sandbox.create(timeout=2)

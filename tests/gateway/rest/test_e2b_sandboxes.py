@@ -1,7 +1,7 @@
 """E2B's sandbox API (gateway/rest/e2b.c) with E2B's own SDKs, unchanged and
 configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY: the Python
 SDK (tests/.venv-e2b, e2b_sandboxes.py: lifecycle, files, commands, list,
-pause and connect, timeouts, another tenant, the quota) and the JS SDK
+pause and connect, fork, timeouts, another tenant, the quota) and the JS SDK
 (e2b_sandbox_api.mjs); E2B's error shape by hand."""
 import json
 import os
@@ -31,7 +31,7 @@ try:
         r = subprocess.run([PY, os.path.join(HERE, "e2b_sandboxes.py"), bob], env=env(alice),
                            capture_output=True, text=True, timeout=600)
         checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        ok(len(checks) == 27, f"the Python SDK's script ran its checks ({len(checks)})",
+        ok(len(checks) == 32, f"the Python SDK's script ran its checks ({len(checks)})",
            r.stderr[-3000:])
         for c in checks:
             ok(c["ok"], "Python SDK: " + c["name"], c.get("detail"))
