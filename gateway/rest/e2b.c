@@ -9,8 +9,9 @@
  * context lives in its record (api_t's contexts, "e2b"): the template
  * asked for, metadata, start and end times, what its timeout does.  A
  * sandbox's timeout kills it, or with autoPause pauses it; connect
- * resumes it and sets a new end; a fork is a snapshot of it and sandboxes
- * made from that.  Errors have E2B's shape, {"code",
+ * resumes it and sets a new end; a snapshot is sandgate's (a template id
+ * naming one, by id or name, starts a sandbox from it); a fork is a
+ * snapshot and sandboxes made from it.  Errors have E2B's shape, {"code",
  * "message"}, so the SDKs raise their own exceptions.  docs/clients.md
  * has what is served and what is not. */
 #include <string.h>
@@ -283,6 +284,19 @@ static enum MHD_Result e2b_later(api_t *self, http_req_t *call, later_t kind)
 
 /* --- routes ------------------------------------------------------------------------- */
 
+/* The caller's snapshot that a template id names: its id, or its name. */
+static const kmgr_snapshot_t *snapshot_named(api_t *self, http_req_t *call, const char *id)
+{
+    const kmgr_snapshot_t *snap = http_resolve(call, "snapshot", id);
+    for (size_t i = 0; !snap && i < kmgr_snapshot_count(self->kmgr); i++) {
+        const kmgr_snapshot_t *s = kmgr_snapshot_at(self->kmgr, i);
+        if (!s->deleted && !s->template_of && s->name && strcmp(s->name, id) == 0 &&
+            strcmp(s->owner, call->tenant->name) == 0)
+            snap = s;
+    }
+    return snap;
+}
+
 static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
 {
     api_t *self = arg;
@@ -301,7 +315,10 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
         !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &timeout, call->conn, &ret))
         goto out;
     const char *template = json_string_value(tpl);
-    if (!default_template(template) && !kmgr_template(self->kmgr, template)) {
+    const kmgr_snapshot_t *snap = default_template(template) || kmgr_template(self->kmgr, template)
+                                      ? NULL
+                                      : snapshot_named(self, call, template);
+    if (!default_template(template) && !kmgr_template(self->kmgr, template) && !snap) {
         cleanup_free char *msg = xasprintf("template '%s' not found (sandgate's templates: GET "
                                            "/templates; 'base' is the default Python sandbox)",
                                            template);
@@ -312,9 +329,9 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     http_who(call, "e2b", &who);
     tenant_quota_t quota;
     sg_error_t *err = NULL;
-    kernel_t *k =
-        api_create_context(self, call->tenant, "python", "/home/user", json_is_true(net), false,
-                           NULL, default_template(template) ? NULL : template, &who, &quota, &err);
+    kernel_t *k = api_create_context(
+        self, call->tenant, "python", "/home/user", !snap && json_is_true(net), false, snap,
+        default_template(template) || snap ? NULL : template, &who, &quota, &err);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
         goto out;
@@ -592,6 +609,12 @@ static void on_forked(const kmgr_snapshot_t *snap, const sg_error_t *err, void *
         api_stream_answer(
             s, sg_error_http_status(err->kind),
             json_pack("{s:i, s:s}", "code", sg_error_http_status(err->kind), "message", err->msg));
+    } else if (f->count == 0) { /* a snapshot only: E2B's SnapshotInfo */
+        json_t *j = api_snapshot_json(snap);
+        api_stream_answer(
+            s, 201,
+            json_pack("{s:s, s:O}", "snapshotID", snap->id, "names", json_object_get(j, "names")));
+        json_decref(j);
     } else {
         cleanup_free char *sid = xstrdup(snap->id);
         json_t *children = json_array();
@@ -611,18 +634,58 @@ static void on_forked(const kmgr_snapshot_t *snap, const sg_error_t *err, void *
     free(f);
 }
 
+/* A snapshot of the sandbox (name may be NULL) and, when count > 0, count
+ * sandboxes from it, each with timeout_s: answered once all is done. */
+static enum MHD_Result take(api_t *self, http_req_t *call, const char *name, int count,
+                            int64_t timeout_s)
+{
+    kernel_t *k = http_arg(call, "sandbox");
+    sg_error_t *err = NULL;
+    if (count && tenant_check_contexts(call->tenant, &err) < 0) /* none would start */
+        return e2b_error(call->conn, &err);
+    stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
+    s->json_mode = s->snapshot_wait = true;
+    forking_t *f = xzalloc(sizeof *f);
+    const char *key = request_key(call);
+    *f = (forking_t){.s = s,
+                     .tenant = call->tenant,
+                     .key = key ? xstrdup(key) : NULL,
+                     .parent = json_deep_copy(e2b_record(self, k)),
+                     .count = count,
+                     .timeout_s = timeout_s};
+    http_who(call, "e2b", &f->who);
+    audit_event(&f->who, count ? "context.fork" : "snapshot.create",
+                json_pack("{s:s, s:i}", "context", kernel_id(k), "count", count));
+    if (kmgr_snapshot(self->kmgr, k, name, on_forked, f, &err) < 0) {
+        free(f->key);
+        json_decref(f->parent);
+        free(f);
+        s->done = true;
+        api_stream_unref(s); /* the callback's: none comes */
+        api_stream_unref(s);
+        return e2b_error(call->conn, &err);
+    }
+    call->state = s;
+    if (s->done) /* answered already (no launcher) */
+        return http_reply_json(call->conn, s->status, json_incref(s->agg));
+    return resp_wait(s->out);
+}
+
+/* A snapshot or fork answered later: what on_forked put in the stream. */
+static enum MHD_Result taken(http_req_t *call)
+{
+    stream_t *s = call->state;
+    return s->done ? http_reply_json(call->conn, s->status, json_incref(s->agg))
+                   : resp_wait(s->out);
+}
+
 /* POST .../fork {timeout, count}: count new sandboxes (1 by default) from
  * one snapshot of this one, which runs on; each with the parent's
- * template and metadata. */
+ * template and metadata.  The snapshot goes once they run. */
 static enum MHD_Result sandbox_fork(void *arg, http_req_t *call)
 {
-    api_t *self = arg;
-    if (call->resumed) {
-        stream_t *s = call->state;
-        return s->done ? http_reply_json(call->conn, s->status, json_incref(s->agg))
-                       : resp_wait(s->out);
-    }
-    kernel_t *k = http_arg(call, "sandbox");
+    if (call->resumed)
+        return taken(call);
     enum MHD_Result ret = MHD_NO;
     json_t *body = e2b_body(call, &ret), *count;
     int64_t timeout;
@@ -636,35 +699,38 @@ static enum MHD_Result sandbox_fork(void *arg, http_req_t *call)
     json_decref(body);
     if (n < 1 || n > E2B_MAX_FORKS)
         return e2b_reply(call->conn, 400, "'count' must be 1 to 20");
-    sg_error_t *err = NULL;
-    if (tenant_check_contexts(call->tenant, &err) < 0) /* none would start: no snapshot */
-        return e2b_error(call->conn, &err);
-    stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
-    s->json_mode = s->snapshot_wait = true;
-    forking_t *f = xzalloc(sizeof *f);
-    const char *key = request_key(call);
-    *f = (forking_t){.s = s,
-                     .tenant = call->tenant,
-                     .key = key ? xstrdup(key) : NULL,
-                     .parent = json_deep_copy(e2b_record(self, k)),
-                     .count = (int)n,
-                     .timeout_s = timeout};
-    http_who(call, "e2b", &f->who);
-    audit_event(&f->who, "context.fork",
-                json_pack("{s:s, s:I}", "context", kernel_id(k), "count", (json_int_t)n));
-    if (kmgr_snapshot(self->kmgr, k, NULL, on_forked, f, &err) < 0) {
-        free(f->key);
-        json_decref(f->parent);
-        free(f);
-        s->done = true;
-        api_stream_unref(s); /* the callback's: none comes */
-        api_stream_unref(s);
-        return e2b_error(call->conn, &err);
+    return take(arg, call, NULL, (int)n, timeout);
+}
+
+/* POST .../snapshots {name}: 201 {snapshotID, names}; Sandbox.create with
+ * either starts a sandbox from it. */
+static enum MHD_Result sandbox_snapshot(void *arg, http_req_t *call)
+{
+    if (call->resumed)
+        return taken(call);
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret), *name;
+    if (!body || !api_field(body, "name", JSON_STRING, &name, call->conn, &ret)) {
+        json_decref(body);
+        return ret;
     }
-    call->state = s;
-    if (s->done) /* answered already (no launcher) */
-        return http_reply_json(call->conn, s->status, json_incref(s->agg));
-    return resp_wait(s->out);
+    ret = take(arg, call, json_string_value(name), 0, 0);
+    json_decref(body);
+    return ret;
+}
+
+/* DELETE /templates/{snapshot}: how E2B's SDKs delete a snapshot. */
+static enum MHD_Result snapshot_delete(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    sg_error_t *err = NULL;
+    const char *sid = http_arg_id(call, "snapshot");
+    if (kmgr_snapshot_delete(self->kmgr, sid, &err) < 0)
+        return e2b_error(call->conn, &err);
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    audit_event(&who, "snapshot.delete", json_pack("{s:s}", "snapshot", sid));
+    return reply_status(call->conn, 204);
 }
 
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
@@ -684,6 +750,8 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"POST", "/sandboxes/{sandbox}/resume", e2b_resume, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/pause", e2b_pause, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/fork", sandbox_fork, 0, NULL},
+        {"POST", "/sandboxes/{sandbox}/snapshots", sandbox_snapshot, 0, NULL},
+        {"DELETE", "/templates/{snapshot}", snapshot_delete, 0, NULL},
     };
     const http_front_t front = {
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};

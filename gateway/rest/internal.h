@@ -98,6 +98,8 @@ enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quot
                                   sg_error_t **err);
 int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t *front,
                            sg_error_t **err);
+/* A snapshot's JSON (snapshots.c; e2b.c's answers too). */
+json_t *api_snapshot_json(const kmgr_snapshot_t *s);
 /* e2b.c: E2B's sandbox API; its own front end (E2B's error shape), done the REST one's. */
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
                      sg_error_t **err);

@@ -17,11 +17,14 @@
 #include "common/xalloc.h"
 #include "gateway/observe/observe.h"
 
-static json_t *snapshot_json(const kmgr_snapshot_t *s)
+/* A snapshot; snapshotID and names are E2B's names for id and name (its
+ * SDKs' listSnapshots reads this list: e2b.c). */
+json_t *api_snapshot_json(const kmgr_snapshot_t *s)
 {
-    return json_pack("{s:s, s:s, s:s*, s:o, s:I, s:s}", "id", s->id, "context_id", s->context_id,
-                     "name", s->name, "created", resp_iso_time(s->created_ms), "bytes",
-                     (json_int_t)s->bytes, "tenant", s->owner);
+    return json_pack("{s:s, s:s, s:s*, s:o, s:I, s:s, s:s, s:o}", "id", s->id, "context_id",
+                     s->context_id, "name", s->name, "created", resp_iso_time(s->created_ms),
+                     "bytes", (json_int_t)s->bytes, "tenant", s->owner, "snapshotID", s->id,
+                     "names", s->name ? json_pack("[s]", s->name) : json_array());
 }
 
 static void *resolve_snapshot(void *kmgr, const char *id, const http_req_t *req)
@@ -96,7 +99,7 @@ static void on_taken(const kmgr_snapshot_t *snap, const sg_error_t *err, void *a
     } else if (t->fork) {
         fork_from(t, snap);
     } else {
-        api_stream_answer(s, 201, snapshot_json(snap));
+        api_stream_answer(s, 201, api_snapshot_json(snap));
     }
     free(t);
 }
@@ -158,15 +161,20 @@ static enum MHD_Result context_fork(void *arg, http_req_t *call)
     return take(arg, call, true);
 }
 
-/* The caller's snapshots; of one context when ctx is not NULL. */
+/* The caller's snapshots; of one context when ctx is not NULL (or
+ * ?sandboxID=, E2B's name for it); ?name= keeps those of that name. */
 static enum MHD_Result list(api_t *self, http_req_t *call, const char *ctx)
 {
+    const char *q_ctx = MHD_lookup_connection_value(call->conn, MHD_GET_ARGUMENT_KIND, "sandboxID");
+    const char *q_name = MHD_lookup_connection_value(call->conn, MHD_GET_ARGUMENT_KIND, "name");
+    ctx = ctx ? ctx : q_ctx;
     json_t *out = json_array();
     for (size_t i = 0; i < kmgr_snapshot_count(self->kmgr); i++) {
         const kmgr_snapshot_t *s = kmgr_snapshot_at(self->kmgr, i);
         if (!s->deleted && !s->template_of && http_may_see(call, s->owner) &&
-            (!ctx || strcmp(ctx, s->context_id) == 0))
-            json_array_append_new(out, snapshot_json(s));
+            (!ctx || strcmp(ctx, s->context_id) == 0) &&
+            (!q_name || (s->name && strcmp(q_name, s->name) == 0)))
+            json_array_append_new(out, api_snapshot_json(s));
     }
     return http_reply_json(call->conn, 200, out);
 }
@@ -183,7 +191,7 @@ static enum MHD_Result snapshots_list(void *arg, http_req_t *call)
 
 static enum MHD_Result snapshot_get(void *arg, http_req_t *call)
 {
-    return http_reply_json(call->conn, 200, snapshot_json(http_arg(call, "snapshot")));
+    return http_reply_json(call->conn, 200, api_snapshot_json(http_arg(call, "snapshot")));
 }
 
 static enum MHD_Result snapshot_delete(void *arg, http_req_t *call)

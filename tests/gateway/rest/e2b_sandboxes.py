@@ -99,6 +99,29 @@ check(isinstance(e, SandboxException) and "max-contexts" in str(e),
       "forks past alice's max-contexts are refused, naming the quota", e)
 child.kill()
 
+# Snapshots: taken of the running sandbox, listed, a sandbox made from one
+# (by id or by name), deleted.
+snap = again.create_snapshot(name="py-snap")
+check(snap.snapshot_id and snap.names == ["py-snap"], "create_snapshot names it", snap)
+listed = [(i.snapshot_id, i.names) for i in again.list_snapshots().next_items()]
+check(listed == [(snap.snapshot_id, ["py-snap"])], "list_snapshots of the sandbox: that one",
+      listed)
+again.run_code("x = 'after the snapshot'")
+from_snap = Sandbox.create(snap.snapshot_id)
+check(text(from_snap.run_code("x")) == ["'parent'"] and
+      from_snap.get_info().template_id == snap.snapshot_id,
+      "Sandbox.create(snapshot id): a sandbox with the snapshot's variables", from_snap)
+from_snap.kill()
+by_name = Sandbox.create("py-snap")
+check(text(by_name.run_code("x")) == ["'parent'"], "Sandbox.create(its name) too")
+by_name.kill()
+e = fails(Sandbox.create, snap.snapshot_id, api_key=bob)
+check(e is not None and "not found" in str(e), "bob cannot start one from alice's snapshot", e)
+check(Sandbox.delete_snapshot(snap.snapshot_id, api_key=bob) is False,
+      "nor delete it (not found)")
+check(Sandbox.delete_snapshot(snap.snapshot_id) is True, "delete_snapshot")
+check(again.list_snapshots().next_items() == [], "and it is gone")
+
 # Timeouts: a sandbox's end kills it, or pauses it (on_timeout pause).
 sbx.kill()
 short = Sandbox.create(timeout=2)

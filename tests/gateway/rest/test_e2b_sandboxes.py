@@ -31,7 +31,7 @@ try:
         r = subprocess.run([PY, os.path.join(HERE, "e2b_sandboxes.py"), bob], env=env(alice),
                            capture_output=True, text=True, timeout=600)
         checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        ok(len(checks) == 32, f"the Python SDK's script ran its checks ({len(checks)})",
+        ok(len(checks) == 40, f"the Python SDK's script ran its checks ({len(checks)})",
            r.stderr[-3000:])
         for c in checks:
             ok(c["ok"], "Python SDK: " + c["name"], c.get("detail"))
