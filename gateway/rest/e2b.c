@@ -188,14 +188,19 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
         snprintf(who.tenant, sizeof who.tenant, "%s", kernel_owner(k));
         if (json_is_true(json_object_get(e, "autoPause"))) {
             sg_error_t *err = NULL;
-            log_info("e2b: sandbox %s timed out: pausing it (autoPause)", id);
             if (kernel_pause(k, &err) < 0) { /* busy: tried again at the next tick */
-                log_debug("e2b: sandbox %s: %s", id, err->msg);
+                log_debug("e2b: sandbox %s timed out, cannot pause yet: %s", id, err->msg);
                 sg_error_free(&err);
                 pending++;
+                continue;
             }
+            log_info("e2b: sandbox %s timed out: pausing it (autoPause)", id);
             audit_event(&who, "sandbox.timeout",
                         json_pack("{s:s, s:s}", "context", id, "action", "pause"));
+            /* No end while paused: connect gives it one (a sandbox woken by
+             * other use runs until sandgate's own idle rules pause it). */
+            json_object_set_new(e, "endAt", json_integer(0));
+            api_record_write(self, id);
         } else {
             log_info("e2b: sandbox %s timed out: killing it", id);
             audit_event(&who, "sandbox.timeout",
