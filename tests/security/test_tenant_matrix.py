@@ -62,14 +62,17 @@ TIMEOUT = 20  # seconds a probe may take: a 404 is immediate; a leak may stream 
 
 # Kinds of id a tenant owns (http_param names in gateway/**/*.c), and the kind
 # whose id scopes them (a command's id is its number within its context).
-OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session"}
+OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session", "sandbox"}
 SCOPED = {"command": "context"}
 # Kinds that are the server's, the same for every tenant.
 SHARED = {"kernelspec", "template"}
 # Path and query parameters that are not ids, and what to put in them.
 PATH_FILL = {"path": "notes.txt"}
 QUERY_FILL = {"path": "/home/user/notes.txt"}
-QUERY_NOT_ID = {"path", "depth", "stat", "cmd", "cwd", "timeout", "env", "wait", "close"}
+# GET /snapshots' sandboxID and name filter the caller's own list: another
+# tenant's context id filters to nothing, as an unknown one does.
+QUERY_NOT_ID = {"path", "depth", "stat", "cmd", "cwd", "timeout", "env", "wait", "close",
+                "sandboxID", "name"}
 # Body fields that name an id, by name: their kind (None: not tenant-owned).
 BODY_IDS = {"context_id": "context", "snapshot": "snapshot", "template": None}
 # Body fields whose name looks like an id's and are not: POST /execute's
@@ -255,9 +258,9 @@ try:
     ok(BS and BM, "bob opens a Jupyter session on his context and an MCP session", (st, bsess))
 
     ALICE_IDS = {"context": A, "snapshot": S, "command": CMD, "kernel": K, "session": JS,
-                 "mcp_session": MS}
+                 "mcp_session": MS, "sandbox": A}
     BOB_IDS = {"context": B, "session": BS, "mcp_session": BM}
-    UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel") else 0)
+    UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel", "sandbox") else 0)
                for k, v in ALICE_IDS.items()}
 
     def view(key, path):
@@ -490,6 +493,17 @@ try:
                                                 "method": "notifications/initialized"}))]
         mcp[("DELETE", p)] = [("mcp_session", mcp_req("DELETE", p))]
 
+    def e2b_case(verb, pattern):
+        """E2B's sandbox API (rest/e2b.c): its {sandbox} (a context) or
+        {snapshot} in the path, with the key as E2B's SDKs send it."""
+        kind = "sandbox" if "{sandbox}" in pattern else "snapshot" if "{snapshot}" in pattern \
+            else None
+        if kind is None:
+            return None
+        body = None if verb in ("GET", "DELETE") else {}
+        return [(kind, lambda x: (verb, pattern.replace("{" + kind + "}", quote(x, safe="")),
+                                  body, {}))]
+
     def envd_case(verb, path):
         body = ENVD_BODY[path]
         if path == "/files":
@@ -511,11 +525,15 @@ try:
     other = 0
     for fname, verb, pattern in routes:
         where = f"{verb} {pattern} ({fname})"
-        if fname.startswith("rest/"):
+        if fname.startswith("rest/") and fname != "rest/e2b.c":
             continue  # the REST API: the spec's (test_openapi.py keeps them the same)
         if (verb, pattern) in no_id_routes:
             continue
-        if fname.startswith("envd/"):
+        if fname == "rest/e2b.c":
+            cases = e2b_case(verb, pattern)
+            if cases is None:  # creating and listing name no id
+                continue
+        elif fname.startswith("envd/"):
             cases = envd_case(verb, pattern) if pattern in ENVD_BODY else None
         else:
             cases = jupyter.get((verb, pattern)) or mcp.get((verb, pattern))
