@@ -68,6 +68,21 @@ rm -f build-asan/build.ok
   phase "fuzz over"
 ) >background.log 2>&1 &
 background=$!
+# Each failed check with its detail (the lines tap.ok prints after it),
+# first and short: a CI summary keeps only so much of what it is shown.
+failed_details() { # build dir, make check output
+  local t log
+  for t in $(sed -n 's/^\(FAIL\|ERROR\): \([^ ]*\).*/\2/p' "$2" | sort -u); do
+    log=$1/${t%.*}.log
+    [ -f "$log" ] || continue
+    echo "--- $log"
+    if grep -q '^not ok' "$log"; then
+      grep -A6 '^not ok' "$log" | grep -E '^(not ok|#)' | cut -c1-300 | head -24
+    else
+      tail -8 "$log" | cut -c1-300
+    fi
+  done
+}
 background_over() { # waits for it (once), before anything timed against the clock
   [ -n "$background" ] || return 0
   wait "$background"
@@ -111,8 +126,7 @@ for dir in build build-asan; do
     grep -E '^(FAIL|ERROR|XPASS):' "$dir/check-$1.out"
     log=$dir/test-suite-$1.log
     [ -f "$log" ] && grep -E '^# (TOTAL|PASS|FAIL|ERROR)' "$log"
-    grep -qE '^(FAIL|ERROR)' "$dir/check-$1.out" && [ -f "$log" ] && \
-      sed -n '/^FAIL\|^ERROR/,+30p' "$log" | head -120
+    failed_details "$dir" "$dir/check-$1.out"
     count "$log"
   done
   slowest "$dir"
