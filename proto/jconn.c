@@ -149,17 +149,25 @@ int jconn_read(jconn_t *conn, const char *path, sg_error_t **err)
     return 0;
 }
 
-int jconn_write(const jconn_t *conn, const char *path, sg_error_t **err)
+char *jconn_json(const jconn_t *conn)
 {
     json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s}", "transport", conn->transport, "ip",
                              conn->ip, "key", conn->key, "signature_scheme", conn->signature_scheme,
                              "kernel_name", conn->kernel_name);
     if (root == NULL)
-        return sg_error_set(err, SG_E_INVALID, "connection info is not valid UTF-8");
+        return NULL;
     for (int c = 0; c < JCHAN_COUNT; c++)
         json_object_set_new(root, port_keys[c], json_integer(conn->ports[c]));
-    cleanup_free char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
+    return text;
+}
+
+int jconn_write(const jconn_t *conn, const char *path, sg_error_t **err)
+{
+    cleanup_free char *text = jconn_json(conn);
+    if (text == NULL)
+        return sg_error_set(err, SG_E_INVALID, "connection info is not valid UTF-8");
 
     cleanup_free char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

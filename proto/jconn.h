@@ -44,6 +44,10 @@ int jconn_init(jconn_t *conn, const char *transport, const char *ip, sg_error_t 
 int jconn_read(jconn_t *conn, const char *path, sg_error_t **err);
 int jconn_parse(jconn_t *conn, const char *json_text, size_t len, sg_error_t **err);
 
+/* The connection file's text (a new string); NULL when a field is not
+ * valid UTF-8. */
+char *jconn_json(const jconn_t *conn);
+
 /* Writes conn to path with mode 0600 (through a temporary file and rename,
  * so a reader never sees half a file). */
 int jconn_write(const jconn_t *conn, const char *path, sg_error_t **err);

@@ -77,7 +77,9 @@ failed_details() { # build dir, make check output
     [ -f "$log" ] || continue
     echo "--- $log"
     if grep -q '^not ok' "$log"; then
-      grep -A6 '^not ok' "$log" | grep -E '^(not ok|#)' | cut -c1-300 | head -24
+      # a long detail's end says most: its head and its tail
+      grep -A6 '^not ok' "$log" | grep -E '^(not ok|#)' | head -24 |
+        sed -E 's/^(.{150}).{200,}(.{450})$/\1 […] \2/'
     else
       tail -8 "$log" | cut -c1-300
     fi

@@ -336,7 +336,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     sg_error_t *err = NULL;
     kernel_t *k = api_create_context(
         self, call->tenant, "python", "/home/user", !snap && json_is_true(net), false, snap,
-        default_template(template) || snap ? NULL : template, &who, &quota, &err);
+        default_template(template) || snap ? NULL : template, NULL, &who, &quota, &err);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
         goto out;
@@ -592,7 +592,7 @@ static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
     tenant_quota_t quota;
     sg_error_t *err = NULL;
     kernel_t *k = api_create_context(self, f->tenant, "python", "/home/user", false, false, snap,
-                                     NULL, &f->who, &quota, &err);
+                                     NULL, NULL, &f->who, &quota, &err);
     if (k == NULL) {
         json_t *e = json_pack("{s:{s:i, s:s}}", "error", "code", sg_error_http_status(err->kind),
                               "message", err->msg);

@@ -254,13 +254,21 @@ enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, siz
     http_who(call, "rest", &who);
     /* E2B's code interpreter names its sandbox in a header, its context (if
      * any) in the body: a sandbox is a context here (e2b.c). */
-    const char *sandbox = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
-    if (!ctx && !lang && sandbox && *sandbox && strcmp(sandbox, "debug_sandbox_id") != 0 &&
-        strcmp(sandbox, "default") != 0) {
-        json_object_set_new(req, "context_id", json_string(sandbox));
-        ctx = json_object_get(req, "context_id");
-    }
-    if (ctx) {
+    const char *sandbox = e2b_sandbox_header(conn);
+    if (!ctx && sandbox) { /* the sandbox's context of the language asked for */
+        kernel_t *host = http_resolve(call, "context", sandbox);
+        if (!host) {
+            ret = http_reply_unknown(call, "sandbox", sandbox);
+            goto out;
+        }
+        k = lang ? api_sandbox_context(self, call->tenant, host, json_string_value(lang), &who,
+                                       &quota, &err)
+                 : host;
+        if (!k) {
+            ret = api_reply_refused(conn, &quota, &err);
+            goto out;
+        }
+    } else if (ctx) {
         k = http_resolve(call, "context", json_string_value(ctx));
         if (!k) {
             ret = http_reply_unknown(call, "context", json_string_value(ctx));

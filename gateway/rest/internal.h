@@ -88,8 +88,17 @@ json_t *api_context_json(api_t *self, kernel_t *k);
  * (tenants.h). */
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
-                             const char *template, const audit_who_t *who, tenant_quota_t *quota,
-                             sg_error_t **err);
+                             const char *template, kernel_t *sandbox, const audit_who_t *who,
+                             tenant_quota_t *quota, sg_error_t **err);
+/* The sandbox E2B's SDKs name in the E2b-Sandbox-Id header; NULL when
+ * none is named (absent, empty, or the SDKs' debug placeholders). */
+const char *e2b_sandbox_header(struct MHD_Connection *conn);
+/* Tenant t's context of language in sandbox's sandbox (sandbox's own
+ * kernel when it speaks language, else the one made there for it before,
+ * else a new one): E2B's run_code(language=...) in a sandbox. */
+kernel_t *api_sandbox_context(api_t *self, const tenant_t *t, kernel_t *sandbox,
+                              const char *language, const audit_who_t *who, tenant_quota_t *quota,
+                              sg_error_t **err);
 /* Answers POST /contexts: 201 once k's workspace exists. */
 enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
                                     void **req_state);

@@ -138,6 +138,10 @@ json_t *api_context_json(api_t *self, kernel_t *k)
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
                           "state", context_state(k), "internet", kernel_internet(k));
     json_object_set_new(j, "tenant", json_string(kernel_owner(k)));
+    /* The sandbox it runs in: its own, or the context's whose sandbox it
+     * shares (POST /contexts {"sandbox"}), E2B's sandbox id. */
+    const char *sandbox = json_string_value(json_object_get(meta, "sandbox"));
+    json_object_set_new(j, "sandbox", json_string(sandbox ? sandbox : kernel_id(k)));
     if (kernel_username(k)) /* a Jupyter server's KERNEL_USERNAME (jupyter.c) */
         json_object_set_new(j, "username", json_string(kernel_username(k)));
     if (kernel_state(k) == KERNEL_PAUSED)
@@ -179,15 +183,19 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
                                 const char *cwd, bool internet, bool implicit,
                                 const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, who, quota,
-                              err);
+    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, NULL, who,
+                              quota, err);
 }
 
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
-                             const char *template, const audit_who_t *who, tenant_quota_t *quota,
-                             sg_error_t **err)
+                             const char *template, kernel_t *sandbox, const audit_who_t *who,
+                             tenant_quota_t *quota, sg_error_t **err)
 {
+    if (sandbox && kernel_host(sandbox)) /* a context's sandbox is its host's */
+        sandbox = kernel_host(sandbox);
+    if (sandbox) /* it has that sandbox's network */
+        internet = kernel_internet(sandbox);
     language = kspec_language_name(language);
     const sandbox_template_t *tpl = template ? kmgr_template(self->kmgr, template) : NULL;
     if (template && !tpl) {
@@ -228,18 +236,22 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     kmgr_start_opts_t so = tenant_start_opts(t, internet);
     so.snapshot = snap ? snap->id : NULL;
     so.template = template;
+    so.sandbox = sandbox ? kernel_id(sandbox) : NULL;
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
-    json_object_set_new(
-        self->contexts, kernel_id(k),
-        json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd));
+    json_t *meta =
+        json_pack("{s:s, s:s, s:s}", "id", kernel_id(k), "language", language, "cwd", cwd);
+    if (sandbox)
+        json_object_set_new(meta, "sandbox", json_string(kernel_id(sandbox)));
+    json_object_set_new(self->contexts, kernel_id(k), meta);
     api_record_write(self, kernel_id(k));
     audit_event(who, "context.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?, s:s?}", "context", kernel_id(k),
-                          "language", language, "kernelspec", spec->name, "cwd", cwd, "internet",
-                          internet, "implicit", implicit, "snapshot", snap ? snap->id : NULL,
-                          "template", template));
+                json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:s?, s:s?, s:s?}", "context",
+                          kernel_id(k), "language", language, "kernelspec", spec->name, "cwd", cwd,
+                          "internet", internet, "implicit", implicit, "snapshot",
+                          snap ? snap->id : NULL, "template", template, "sandbox",
+                          sandbox ? kernel_id(sandbox) : NULL));
     if (!snap && strcmp(cwd, "/home/user") != 0 && strcmp(spec->language, "python") == 0) {
         /* Queued: runs first, once the kernel is ready. */
         char *code = pyscript(PY_CONTEXT_CWD, json_pack("{s:s}", "cwd", cwd));
@@ -515,10 +527,17 @@ static enum MHD_Result contexts_list(void *arg, http_req_t *call)
 {
     api_t *self = arg;
     json_t *list = json_array();
+    /* E2B's list_code_contexts: the contexts of the sandbox it names. */
+    const char *sandbox = e2b_sandbox_header(call->conn);
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
         kernel_t *k = kmgr_at(self->kmgr, i);
-        if (tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
-            json_array_append_new(list, api_context_json(self, k));
+        if (!tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
+            continue;
+        json_t *j = api_context_json(self, k);
+        if (sandbox && strcmp(json_string_value(json_object_get(j, "sandbox")), sandbox) != 0)
+            json_decref(j);
+        else
+            json_array_append_new(list, j);
     }
     return http_reply_json(call->conn, 200, list);
 }
@@ -534,17 +553,31 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
     audit_who_t who;
     http_who(call, "rest", &who);
     json_t *req = api_parse_body(conn, call->body, call->len, &ret);
-    json_t *lang, *cwd, *internet, *snapshot, *template;
+    json_t *lang, *cwd, *internet, *snapshot, *template, *sandbox;
     const kmgr_snapshot_t *snap = NULL;
+    kernel_t *host = NULL;
     if (!req)
         return ret;
     if (api_field(req, "language", JSON_STRING, &lang, conn, &ret) &&
         api_field(req, "cwd", JSON_STRING, &cwd, conn, &ret) &&
         api_field(req, "internet", JSON_TRUE, &internet, conn, &ret) &&
         api_field(req, "snapshot", JSON_STRING, &snapshot, conn, &ret) &&
-        api_field(req, "template", JSON_STRING, &template, conn, &ret)) {
+        api_field(req, "template", JSON_STRING, &template, conn, &ret) &&
+        api_field(req, "sandbox", JSON_STRING, &sandbox, conn, &ret)) {
+        /* E2B's code interpreter makes a context in the sandbox it names
+         * in a header (create_code_context). */
+        const char *named = sandbox ? json_string_value(sandbox) : e2b_sandbox_header(conn);
+        if (named && !snapshot && !template)
+            host = http_resolve(call, "context", named);
         if (snapshot && !(snap = http_resolve(call, "snapshot", json_string_value(snapshot)))) {
             ret = http_reply_unknown(call, "snapshot", json_string_value(snapshot));
+        } else if (sandbox && !host && !snapshot && !template) {
+            ret = http_reply_unknown(call, "sandbox", json_string_value(sandbox));
+        } else if (sandbox && (snapshot || template || json_is_true(internet))) {
+            ret = http_reply_errorf(conn, SG_E_INVALID,
+                                    "a context in a sandbox has that sandbox's files, template and "
+                                    "network: \"sandbox\" goes with \"language\" and \"cwd\" "
+                                    "alone");
         } else if (snap && (lang || cwd || json_is_true(internet) || template)) {
             ret = http_reply_errorf(conn, SG_E_INVALID,
                                     "a context made from a snapshot has the snapshot's language, "
@@ -558,7 +591,7 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
             kernel_t *k = api_create_context(
                 self, call->tenant, lang ? json_string_value(lang) : "python",
                 cwd ? json_string_value(cwd) : "/home/user", json_is_true(internet), false, snap,
-                json_string_value(template), &who, &quota, &err);
+                json_string_value(template), host, &who, &quota, &err);
             ret = k ? api_context_created(self, conn, k, &call->state)
                     : api_reply_refused(conn, &quota, &err);
         }
@@ -669,4 +702,36 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         api_e2b_register(self, http, request_done, err) < 0)
         return -1;
     return 0;
+}
+
+const char *e2b_sandbox_header(struct MHD_Connection *conn)
+{
+    const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    if (!id || !*id || strcmp(id, "debug_sandbox_id") == 0 || strcmp(id, "default") == 0)
+        return NULL;
+    return id;
+}
+
+kernel_t *api_sandbox_context(api_t *self, const tenant_t *t, kernel_t *sandbox,
+                              const char *language, const audit_who_t *who, tenant_quota_t *quota,
+                              sg_error_t **err)
+{
+    if (kernel_host(sandbox))
+        sandbox = kernel_host(sandbox);
+    language = kspec_language_name(language);
+    const kspec_t *want = spec_for(self, language);
+    if (want && kernel_spec(sandbox) == want)
+        return sandbox;
+    cleanup_free char *key = xasprintf("sandbox:%s:%s", kernel_id(sandbox), language);
+    const char *id = json_string_value(json_object_get(self->defaults, key));
+    kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
+    if (k && kernel_host(k) == sandbox && kernel_state(k) != KERNEL_DEAD)
+        return k;
+    k = api_create_context(self, t, language, "/home/user", false, true, NULL, NULL, sandbox, who,
+                           quota, err);
+    if (k) {
+        json_object_set_new(self->defaults, key, json_string(kernel_id(k)));
+        api_record_write(self, kernel_id(k));
+    }
+    return k;
 }

@@ -46,6 +46,22 @@
  * Both are idempotent.  Problems go to stderr (the kernel log) with a
  * "sandgate-init: " prefix; one bad connection never ends init.
  *
+ * More kernels in the same sandbox (its files and processes shared): with a
+ * relay, init also listens on "HOST-ctl", where the host asks, one request a
+ * connection, each a list of NUL-terminated fields ended by an empty one:
+ *   spawn N CONN ENV... -- ARGV...   writes CONN (a connection file whose
+ *       ports are N*10+1..N*10+5) to /tmp/.sandgate-kernel-N.json, relays
+ *       those ports as the first kernel's, and starts ARGV as the first
+ *       kernel is started, with ENV (NAME=VALUE) added; N is 2..17.
+ *       Answers "ok PID\n" and keeps the connection: "exit STATUS\n" comes
+ *       when that kernel ends (its process group is killed then).
+ *   watch N                          the same answers for a kernel started
+ *       before (after a resume: a detach closes these connections too).
+ *   signal N SIG                     SIG to kernel N's process group; "ok\n".
+ * Errors are "error WHY\n".  Code in the sandbox can reach this socket as
+ * the host can: it gains nothing it could not do itself (the kernels are
+ * its own, as the sandbox user).  When the first kernel ends, all end.
+ *
  * --group: a command run in a running sandbox (`runsc exec`, sandbox_exec in
  * sandbox.h), not PID 1.  No relay (SANDGATE_RELAY, which every process of
  * the sandbox inherits, is ignored); every signal is forwarded to the
@@ -59,6 +75,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,10 +92,12 @@
 
 #include "kernelmgr/guest/fs.h"
 
-#define MAX_PORTS 16
+#define MAX_GUESTS 16 /* kernels beside the first: numbers 2..MAX_GUESTS + 1 */
+#define MAX_PORTS (5 * (MAX_GUESTS + 1) + 1)
+#define CTL_MAX 65536 /* a request's bytes */
 #define BUF_SIZE 65536
 
-enum kind { K_SIGNALS, K_LISTENER, K_CONN };
+enum kind { K_SIGNALS, K_LISTENER, K_CONN, K_CTL };
 
 /* What an epoll event points at. */
 struct end {
@@ -87,11 +106,13 @@ struct end {
     uint32_t events; /* the interest epoll has now, to skip needless epoll_ctl */
     struct port *port;
     struct pair *pair;
+    struct ctl *ctl;
     bool gone; /* hung up while what it sent was still being written out: not watched */
 };
 
 struct port {
     struct end listener;
+    bool ctl; /* HOST-ctl: requests, not relayed */
     struct sockaddr_un host, inner;
     socklen_t inner_len;
 };
@@ -108,6 +129,24 @@ struct pair {
     bool dead; /* closed; freed after the current batch of events */
     struct pair *next;
 };
+
+/* A connection on HOST-ctl: its request, then the kernel it waits for. */
+struct ctl {
+    struct end end;
+    size_t len;
+    int watching; /* the guest whose end it waits for; 0: none yet */
+    struct ctl *next;
+    char buf[CTL_MAX];
+};
+
+/* The kernels started on HOST-ctl, by number. */
+static struct guest {
+    pid_t pid;  /* 0: never started */
+    int status; /* -1 while it runs */
+} guests[MAX_GUESTS + 2];
+static struct ctl *ctls;
+static void ctl_close(struct ctl *c);
+static void ctl_accept(struct port *pt, int fd);
 
 static int epfd = -1;
 static struct port ports[MAX_PORTS];
@@ -142,6 +181,26 @@ static bool detached; /* until attach(): the marker's removal is looked for */
  * runsc of 2024 or later): a detach need not refuse for them. */
 static bool saves_inet;
 
+static char relay_host[108], relay_inner[108];
+
+/* A relayed port (ctl: the requests' socket, HOST-ctl); 0, or -1 when it
+ * does not fit or is there already. */
+static int add_port(const char *name, bool ctl)
+{
+    if (nports == MAX_PORTS)
+        return -1;
+    for (int i = 0; i < nports; i++)
+        if (strcmp(strrchr(ports[i].host.sun_path, '-') + 1, name) == 0)
+            return -1;
+    struct port *pt = &ports[nports];
+    *pt = (struct port){.listener = {.kind = K_LISTENER, .fd = -1, .port = pt}, .ctl = ctl};
+    if (make_addr(&pt->host, relay_host, name) == 0 ||
+        (!ctl && (pt->inner_len = make_addr(&pt->inner, relay_inner, name)) == 0))
+        return -1;
+    nports++;
+    return 0;
+}
+
 /* HOST=INNER:PORT[,PORT...]; 0 or -1 with a message. */
 static int parse_relay(const char *spec)
 {
@@ -155,24 +214,20 @@ static int parse_relay(const char *spec)
         goto bad;
     *eq = *colon = '\0';
     const char *host = buf, *inner = eq + 1;
-    if (strcmp(inner, "@") == 0 ||
-        snprintf(marker, sizeof marker, "%s.detached", host) >= (int)sizeof marker)
+    if (strcmp(inner, "@") == 0 || host[0] == '@' ||
+        snprintf(marker, sizeof marker, "%s.detached", host) >= (int)sizeof marker ||
+        snprintf(relay_host, sizeof relay_host, "%s", host) >= (int)sizeof relay_host ||
+        snprintf(relay_inner, sizeof relay_inner, "%s", inner) >= (int)sizeof relay_inner)
         goto bad;
     for (char *p = colon + 1, *tok; (tok = strsep(&p, ","));) {
         char *endp;
         unsigned long port = strtoul(tok, &endp, 10);
         if (tok[0] < '0' || tok[0] > '9' || *endp || port == 0 || port > 65535 ||
-            nports == MAX_PORTS)
-            goto bad;
-        for (int i = 0; i < nports; i++)
-            if (strcmp(strrchr(ports[i].host.sun_path, '-') + 1, tok) == 0)
-                goto bad;
-        struct port *pt = &ports[nports++];
-        pt->listener = (struct end){.kind = K_LISTENER, .fd = -1, .port = pt};
-        if (host[0] == '@' || make_addr(&pt->host, host, tok) == 0 ||
-            (pt->inner_len = make_addr(&pt->inner, inner, tok)) == 0)
+            add_port(tok, false) < 0)
             goto bad;
     }
+    if (add_port("ctl", true) < 0)
+        goto bad;
     return 0;
 bad:
     fprintf(stderr, "sandgate-init: bad SANDGATE_RELAY (want HOST=INNER:PORT[,PORT...]): %s\n",
@@ -292,6 +347,8 @@ static void detach(void)
     }
     while (live)
         close_pair(live);
+    while (ctls)
+        ctl_close(ctls);
     for (int i = 0; i < nports; i++)
         if (ports[i].listener.fd >= 0) {
             close(ports[i].listener.fd);
@@ -324,6 +381,10 @@ static void accept_one(struct port *pt)
         } else if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) {
             warn("accept on", pt->host.sun_path, errno);
         }
+        return;
+    }
+    if (pt->ctl) {
+        ctl_accept(pt, h);
         return;
     }
     const char *inner = pt->inner.sun_path[0] ? pt->inner.sun_path : pt->inner.sun_path + 1;
@@ -457,6 +518,226 @@ static void retry_writes(void)
     }
 }
 
+/* --- more kernels: requests on HOST-ctl ------------------------------------- */
+
+static struct ctl *dead_ctls; /* closed; freed after the current batch of events */
+
+static void ctl_close(struct ctl *c)
+{
+    if (c->end.fd < 0)
+        return;
+    close(c->end.fd);
+    c->end.fd = -1;
+    for (struct ctl **pp = &ctls; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    c->next = dead_ctls;
+    dead_ctls = c;
+    if (accept_paused)
+        pause_accepting(false);
+}
+
+/* An answer (a line, small enough for any socket buffer); last closes c. */
+static void ctl_say(struct ctl *c, bool last, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ctl_say(struct ctl *c, bool last, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0 && send(c->end.fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1,
+                      MSG_NOSIGNAL) < 0)
+        warn("answer on", "HOST-ctl", errno);
+    if (last)
+        ctl_close(c);
+}
+
+/* Starts a kernel as the first one is started: every signal at its
+ * default, its own process group, LD_PRELOAD from SANDGATE_PRELOAD, and
+ * env's NAME=VALUE entries added (NULL-terminated; NULL: none). */
+static pid_t start_kernel(char **argv, char **env)
+{
+    pid_t child = fork();
+    if (child > 0)
+        setpgid(child, child);
+    if (child != 0)
+        return child;
+    /* A SIGINT ignored by whoever started init (a shell's background job)
+     * would otherwise stay ignored, and Python would never turn an
+     * interrupt into KeyboardInterrupt. */
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setpgid(0, 0);
+    const char *preload = getenv("SANDGATE_PRELOAD");
+    if (preload && *preload)
+        setenv("LD_PRELOAD", preload, 1);
+    unsetenv("SANDGATE_PRELOAD");
+    for (char **e = env; e && *e; e++)
+        putenv(*e);
+    execvp(argv[0], argv); /* a kernelspec may name its program by PATH ("R") */
+    perror("sandgate-init: exec");
+    _exit(127);
+}
+
+/* Relays kernel n's five ports (n*10+1..n*10+5) from now on. */
+static int add_guest_ports(int n)
+{
+    for (int p = 1; p <= 5; p++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", n * 10 + p);
+        bool known = false;
+        for (int i = 0; i < nports; i++)
+            known |= strcmp(strrchr(ports[i].host.sun_path, '-') + 1, name) == 0;
+        if (!known && add_port(name, false) < 0)
+            return -1;
+    }
+    attach();
+    return 0;
+}
+
+static void ctl_spawn(struct ctl *c, int n, char **f, int nf)
+{
+    struct guest *g = &guests[n];
+    if (g->pid > 0 && g->status < 0) {
+        ctl_say(c, true, "error kernel %d runs\n", n);
+        return;
+    }
+    int dash = 3;
+    while (dash < nf && strcmp(f[dash], "--") != 0)
+        dash++;
+    if (dash + 1 >= nf) {
+        ctl_say(c, true, "error spawn N CONN ENV... -- ARGV...\n");
+        return;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/.sandgate-kernel-%d.json", n);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    size_t len = strlen(f[2]);
+    bool written = fd >= 0 && write(fd, f[2], len) == (ssize_t)len;
+    if (fd >= 0)
+        close(fd);
+    if (!written) {
+        ctl_say(c, true, "error cannot write %s: %s\n", path, strerror(errno));
+        return;
+    }
+    if (add_guest_ports(n) < 0) {
+        ctl_say(c, true, "error no room to relay kernel %d's ports\n", n);
+        return;
+    }
+    f[dash] = NULL; /* env: f[3..dash), argv: f[dash+1..nf) */
+    f[nf] = NULL;
+    pid_t pid = start_kernel(f + dash + 1, f + 3);
+    if (pid < 0) {
+        ctl_say(c, true, "error fork: %s\n", strerror(errno));
+        return;
+    }
+    *g = (struct guest){.pid = pid, .status = -1};
+    c->watching = n;
+    ctl_say(c, false, "ok %d\n", (int)pid);
+}
+
+static void ctl_request(struct ctl *c)
+{
+    char *f[512];
+    int nf = 0;
+    for (size_t i = 0; i < c->len && nf < 511; i += strlen(c->buf + i) + 1)
+        f[nf++] = c->buf + i;
+    nf--; /* the empty field that ends it */
+    int n = nf >= 2 ? atoi(f[1]) : 0;
+    if (n < 2 || n > MAX_GUESTS + 1) {
+        ctl_say(c, true, "error want spawn|watch|signal N... (N 2..%d)\n", MAX_GUESTS + 1);
+        return;
+    }
+    struct guest *g = &guests[n];
+    if (strcmp(f[0], "spawn") == 0 && nf >= 5) {
+        ctl_spawn(c, n, f, nf);
+        return;
+    }
+    if (g->pid == 0) {
+        ctl_say(c, true, "error no kernel %d\n", n);
+        return;
+    }
+    if (strcmp(f[0], "watch") == 0 && nf == 2) {
+        if (g->status >= 0) {
+            ctl_say(c, true, "exit %d\n", g->status);
+            return;
+        }
+        c->watching = n;
+        ctl_say(c, false, "ok %d\n", (int)g->pid);
+        return;
+    }
+    int sig = nf == 3 ? atoi(f[2]) : 0;
+    if (strcmp(f[0], "signal") == 0 && sig > 0 && sig < NSIG) {
+        if (g->status < 0 && kill(-g->pid, sig) < 0 && errno != ESRCH) {
+            ctl_say(c, true, "error kill: %s\n", strerror(errno));
+            return;
+        }
+        ctl_say(c, true, "ok\n");
+        return;
+    }
+    ctl_say(c, true, "error want spawn|watch|signal N...\n");
+}
+
+static void ctl_read(struct ctl *c)
+{
+    ssize_t n = recv(c->end.fd, c->buf + c->len, CTL_MAX - c->len, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        ctl_close(c);
+        return;
+    }
+    if (n < 0 || c->watching)
+        return; /* once answered, a connection only waits */
+    c->len += (size_t)n;
+    if (c->len >= 2 && c->buf[c->len - 1] == 0 && c->buf[c->len - 2] == 0)
+        ctl_request(c);
+    else if (c->len == CTL_MAX)
+        ctl_say(c, true, "error request over %d bytes\n", CTL_MAX);
+}
+
+static void ctl_accept(struct port *pt, int fd)
+{
+    struct ctl *c = malloc(sizeof *c);
+    if (!c) {
+        warn("requests on", pt->host.sun_path, ENOMEM);
+        close(fd);
+        return;
+    }
+    c->end = (struct end){.kind = K_CTL, .fd = fd, .ctl = c};
+    c->len = 0;
+    c->watching = 0;
+    c->next = ctls;
+    ctls = c;
+    if (watch(&c->end, EPOLLIN) < 0) {
+        warn("epoll_ctl", pt->host.sun_path, errno);
+        ctl_close(c);
+    }
+}
+
+/* Kernel pid (not the first) ended: its group killed, who waits told. */
+static void guest_ended(pid_t pid, int status)
+{
+    for (int n = 2; n <= MAX_GUESTS + 1; n++) {
+        struct guest *g = &guests[n];
+        if (g->pid != pid || g->status >= 0)
+            continue;
+        g->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        kill(-pid, SIGKILL);
+        for (struct ctl *c = ctls, *next; c; c = next) {
+            next = c->next;
+            if (c->watching == n)
+                ctl_say(c, true, "exit %d\n", g->status);
+        }
+    }
+}
+
 static bool group_mode; /* --group */
 
 static void forward(pid_t child, int sig)
@@ -474,9 +755,14 @@ static int reap(pid_t child)
     int status;
     pid_t p;
     while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
-        if (p != child)
+        if (p != child) {
+            guest_ended(p, status);
             continue;
+        }
         kill(-child, SIGKILL);
+        for (int n = 2; n <= MAX_GUESTS + 1; n++)
+            if (guests[n].pid > 0 && guests[n].status < 0)
+                kill(-guests[n].pid, SIGKILL);
         while (waitpid(-1, NULL, WNOHANG) > 0)
             ;
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -540,9 +826,9 @@ int main(int argc, char **argv)
      * (kernelmgr/launcher/launcher.h). */
     umask(007);
 
-    sigset_t all, old;
+    sigset_t all;
     sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
+    sigprocmask(SIG_BLOCK, &all, NULL);
     int sfd = signalfd(-1, &all, SFD_NONBLOCK | SFD_CLOEXEC);
     epfd = epoll_create1(EPOLL_CLOEXEC);
     struct end signals = {.kind = K_SIGNALS, .fd = sfd};
@@ -550,31 +836,11 @@ int main(int argc, char **argv)
         perror("sandgate-init: signalfd/epoll");
         return 127;
     }
-    pid_t child = fork();
+    pid_t child = start_kernel(argv + 1, NULL);
     if (child < 0) {
         perror("sandgate-init: fork");
         return 127;
     }
-    if (child == 0) {
-        /* The kernel starts with every signal at its default, whatever init
-         * inherited: a SIGINT ignored by whoever started init (a shell's
-         * background job) would otherwise stay ignored, and Python would
-         * never turn an interrupt into KeyboardInterrupt. */
-        for (int sig = 1; sig < NSIG; sig++)
-            if (sig != SIGKILL && sig != SIGSTOP)
-                signal(sig, SIG_DFL);
-        sigemptyset(&old);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        setpgid(0, 0);
-        const char *preload = getenv("SANDGATE_PRELOAD");
-        if (preload && *preload)
-            setenv("LD_PRELOAD", preload, 1);
-        unsetenv("SANDGATE_PRELOAD");
-        execvp(argv[1], argv + 1); /* a kernelspec may name its program by PATH ("R") */
-        perror("sandgate-init: exec");
-        _exit(127);
-    }
-    setpgid(child, child);
     attach();
 
     for (;;) {
@@ -598,9 +864,17 @@ int main(int argc, char **argv)
             } else if (e->kind == K_LISTENER) {
                 if (e->fd >= 0)
                     accept_one(e->port);
+            } else if (e->kind == K_CTL) {
+                if (e->fd >= 0)
+                    ctl_read(e->ctl);
             } else if (!e->pair->dead) {
                 relay(e, evs[i].events);
             }
+        }
+        while (dead_ctls) {
+            struct ctl *c = dead_ctls;
+            dead_ctls = c->next;
+            free(c);
         }
         while (dead) {
             struct pair *p = dead;

@@ -71,7 +71,15 @@ struct kernel {
     } * observers;
     size_t nobservers;
     int generation;
-    sandbox_t *sb;
+    sandbox_t *sb; /* NULL for a guest: its host's holds it */
+    /* A kernel in another's sandbox (kernel_start_guest): that kernel, its
+     * number there, and its process there while it runs. */
+    struct kernel *host;
+    int guest_no;
+    sandbox_guest_t *guest;
+    bool guest_waiting;                 /* its start waits for its host to run (guest.c) */
+    struct kernel *guests, *guest_next; /* a host's guests (handles not freed), a list */
+    int next_guest;                     /* a host: the number its next guest start tries first */
     jclient_t *client;
     loop_io_t *io[JCHAN_COUNT];
     loop_io_t *io_monitor; /* until stdin connects (jclient_monitor) */
@@ -144,6 +152,21 @@ void on_heartbeat(loop_t *loop, int timer_id, void *arg);
 
 /* kernel.c: the sandbox starts (launch_now: k holds a start slot) */
 int launch_now(kernel_t *k, sg_error_t **err);
+/* kernel.c: a guest's process in its host's sandbox is killed (nothing
+ * when it has none). */
+void end_guest(kernel_t *k);
+/* guest.c: kernel_start_guest's way of starting (launch's for a guest),
+ * and the guest's handle let go of its host's list. */
+int launch_guest(kernel_t *k, sg_error_t **err);
+void guest_unlink(kernel_t *k);
+void end_guests(kernel_t *host);
+/* Whether k may not be paused or snapshotted (what: "paused",
+ * "snapshotted") for its place in a shared sandbox; then *err says why. */
+bool guests_refuse(kernel_t *k, const char *what, sg_error_t **err);
+/* kernel.c: a new handle (kernel_start's first step). */
+kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+                       const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
+                       void *ev_arg);
 
 /* slots.c: start slots.  take_slot: whether k has one now, else it
  * waits in line and launch_now is called once one is free (or it dies).

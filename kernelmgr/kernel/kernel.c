@@ -92,6 +92,8 @@ void die(kernel_t *k, sg_error_t *err)
     free(k->death);
     k->death = xstrdup(err->msg);
     disconnect(k);
+    end_guest(k);
+    end_guests(k);
     if (k->sb) {
         sandbox_remove(k->sb, false);
         sandbox_free(&k->sb);
@@ -253,10 +255,10 @@ static bool on_monitor(loop_t *loop, zsock_t *sock, void *arg)
 /* The sandbox runs: watch its process, connect, and probe until the kernel answers. */
 int connect_kernel(kernel_t *k, pid_t pid, sg_error_t **err)
 {
-    if (proc_watch(pid, on_exit_, k, err) < 0)
+    if (pid > 0 && proc_watch(pid, on_exit_, k, err) < 0) /* a guest's: 0 (guest.c) */
         return -1;
     k->watched = pid;
-    k->client = jclient_new(sandbox_conn(k->sb), err);
+    k->client = jclient_new(k->guest ? sandbox_guest_conn(k->guest) : sandbox_conn(k->sb), err);
     if (k->client == NULL)
         return -1;
     for (int c = 0; c < JCHAN_COUNT; c++) {
@@ -300,6 +302,8 @@ int launch(kernel_t *k, sg_error_t **err)
     k->state = KERNEL_STARTING;
     k->info_replied = k->iopub_seen = false;
     k->hb_sent = 0;
+    if (k->host || k->guest_no) /* in a running sandbox: no start slot */
+        return launch_guest(k, err);
     if (!take_slot(k)) /* launch_now once one is free */
         return 0;
     return launch_now(k, err);
@@ -331,7 +335,7 @@ int launch_now(kernel_t *k, sg_error_t **err)
     return 0;
 }
 
-static kernel_t *alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
+kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg)
 {
@@ -378,7 +382,7 @@ kernel_t *kernel_start(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err)
 {
-    kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
+    kernel_t *k = kernel_alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
     if (k->opts.hold) {
         k->held = true;
         k->state = KERNEL_STARTING;
@@ -429,7 +433,7 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        uint64_t checkpoint_bytes, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err)
 {
-    kernel_t *k = alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
+    kernel_t *k = kernel_alloc(loop, env, spec, id, workspace, opts, ev, ev_arg);
     const char *dash = strrchr(sandbox_id, '-');
     k->generation = dash ? atoi(dash + 1) : 1;
     k->state = pid == 0 ? KERNEL_PAUSED : KERNEL_STARTING;
@@ -461,6 +465,10 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err)
         jmsg_destroy(&req);
         return r;
     }
+    if (k->guest)
+        return sandbox_guest_signal(k->guest, SIGINT, err);
+    if (!k->sb)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is not running", k->id);
     return sandbox_signal(k->sb, SIGINT, err);
 }
 
@@ -494,6 +502,8 @@ void restart_reset(kernel_t *k, const char *msg)
     k->resuming = k->resume_wanted = k->reattaching = false;
     k->checkpoint_bytes = 0;
     disconnect(k);
+    end_guest(k);
+    end_guests(k);
     if (k->sb) {
         sandbox_remove(k->sb, false);
         sandbox_free(&k->sb);
@@ -542,6 +552,9 @@ void kernel_shutdown(kernel_t **k_p, bool wait)
     k->nobservers = 0;
     k->freed = true;
     disconnect(k);
+    end_guest(k);
+    end_guests(k);
+    guest_unlink(k);
     if (k->sb) {
         sandbox_remove(k->sb, wait);
         sandbox_free(&k->sb);
@@ -567,6 +580,9 @@ void kernel_detach(kernel_t **k_p)
     k->nobservers = 0;
     k->freed = true;
     disconnect(k);
+    end_guest(k); /* no record of it: a next sandgate would not find it */
+    end_guests(k);
+    guest_unlink(k);
     sandbox_free(&k->sb);
     sg_error_t *err = NULL;
     sg_error_set(&err, SG_E_UNAVAILABLE, "sandgate is shutting down");
@@ -583,17 +599,19 @@ const char *kernel_id(const kernel_t *k)
 uint64_t kernel_exec(kernel_t *k, const sandbox_exec_t *x, const int fds[3],
                      sandbox_exec_done_fn *cb, void *arg, sg_error_t **err)
 {
-    if ((k->state != KERNEL_IDLE && k->state != KERNEL_BUSY) || !k->sb) {
+    sandbox_t *sb = k->host ? k->host->sb : k->sb;
+    if ((k->state != KERNEL_IDLE && k->state != KERNEL_BUSY) || !sb) {
         sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; commands run while it runs", k->id,
                      kernel_status(k));
         return 0;
     }
-    return sandbox_exec(k->sb, x, fds, cb, arg, err);
+    return sandbox_exec(sb, x, fds, cb, arg, err);
 }
 
 int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err)
 {
-    return k->sb ? sandbox_exec_signal(k->sb, exec, sig, err) : 0;
+    sandbox_t *sb = k->host ? k->host->sb : k->sb;
+    return sb ? sandbox_exec_signal(sb, exec, sig, err) : 0;
 }
 
 bool kernel_isolated(const kernel_t *k)
@@ -603,11 +621,15 @@ bool kernel_isolated(const kernel_t *k)
 
 const char *kernel_sandbox_id(const kernel_t *k)
 {
+    if (k->host)
+        return kernel_sandbox_id(k->host);
     return k->sb ? sandbox_id(k->sb) : "";
 }
 
 pid_t kernel_pid(const kernel_t *k)
 {
+    if (k->host)
+        return kernel_pid(k->host);
     return k->sb ? sandbox_pid(k->sb) : 0;
 }
 

@@ -113,6 +113,20 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
                        uint64_t checkpoint_bytes, const kernel_opts_t *opts, kernel_event_fn *ev,
                        void *ev_arg, sg_error_t **err);
 
+/* Starts a kernel for spec inside host's sandbox, beside host's own kernel
+ * (kernelmgr/kernel/guest.c): it shares host's files, processes, network
+ * and tenant, and starts at once (SG_E_CONFLICT when host is not running,
+ * SG_E_LIMIT when its sandbox holds SANDBOX_GUESTS more already).  It dies
+ * when host's sandbox ends, restarts or goes; it does not pause or
+ * snapshot on its own, and host does not while it runs. */
+kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id,
+                             const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
+                             sg_error_t **err);
+/* The kernel whose sandbox k runs in; NULL: k's is its own. */
+kernel_t *kernel_host(const kernel_t *k);
+/* How many kernels run in k's sandbox beside it (not dead). */
+unsigned kernel_guests(const kernel_t *k);
+
 /* A held kernel (opts.hold) may start now: PREPARED is reported, then the
  * sandbox starts.  kernel_fail() instead ends it with err (DEAD).  Both do
  * nothing to a kernel that is not held. */

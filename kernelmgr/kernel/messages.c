@@ -71,7 +71,7 @@ static void become_ready(kernel_t *k)
             k->last_resume_ms = k->last_activity - k->pause_began;
             k->resumes++;
             log_info("kernel %s resumed in %lld ms (sandbox %s)", k->id,
-                     (long long)k->last_resume_ms, sandbox_id(k->sb));
+                     (long long)k->last_resume_ms, kernel_sandbox_id(k));
         }
         k->reattaching = false;
         pump(k);
@@ -85,14 +85,14 @@ static void become_ready(kernel_t *k)
                                            "resumed): nothing to snapshot"});
     if (k->from_snapshot) {
         log_info("kernel %s ready (%s, sandbox %s), restored from snapshot %s", k->id,
-                 k->spec->name, sandbox_id(k->sb), k->from_snapshot);
+                 k->spec->name, kernel_sandbox_id(k), k->from_snapshot);
         free(k->from_snapshot);
         k->from_snapshot = NULL;
         pump(k);
         emit(k, KERNEL_EV_READY, NULL);
         return;
     }
-    log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, sandbox_id(k->sb));
+    log_info("kernel %s ready (%s, sandbox %s)", k->id, k->spec->name, kernel_sandbox_id(k));
     if (k->opts.preload && *k->opts.preload) {
         /* First in line, ahead of anything queued during a restart. */
         exec_t *e = exec_new(k, k->opts.preload, &(kernel_exec_opts_t){.silent = true},

@@ -123,6 +123,8 @@ int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions with a network (\"internet\": true) cannot be paused: "
                             "runsc cannot save their TCP connections");
+    if (guests_refuse(k, "paused", err))
+        return -1;
     if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
                             k->id, kernel_status(k));
@@ -179,6 +181,7 @@ static void on_resumed(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
         end_timer(k, &k->start_timer);
         fail_all(k, err);
         sg_error_free(&err);
+        end_guests(k);
         sandbox_remove(k->sb, false);
         sandbox_free(&k->sb);
         sg_error_t *lerr = NULL;

@@ -140,6 +140,8 @@ int kernel_snapshot(kernel_t *k, const char *sid, kernel_snapshot_fn *cb, void *
         return sg_error_set(err, SG_E_CONFLICT,
                             "sessions with a network (\"internet\": true) cannot be snapshotted: "
                             "runsc cannot save their TCP connections");
+    if (guests_refuse(k, "snapshotted", err))
+        return -1;
     bool paused = k->state == KERNEL_PAUSED;
     /* A running kernel's snapshot leaves it running where runsc can. */
     bool live = !paused && sandbox_env_can_save_live(k->env);
@@ -202,6 +204,8 @@ int kernel_restore_snapshot(kernel_t *k, const char *sid, sg_error_t **err)
 {
     if (!sandbox_env_can_pause(k->env))
         return sg_error_set(err, SG_E_CONFLICT, "snapshots need sandboxes (not --sandbox none)");
+    if (guests_refuse(k, "rolled back", err))
+        return -1;
     if (k->held || k->snap || k->ws_restore || k->state == KERNEL_PAUSING)
         return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; retry once that has ended", k->id,
                             k->snap ? "being snapshotted" : kernel_status(k));

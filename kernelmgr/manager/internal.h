@@ -24,6 +24,8 @@ typedef struct entry {
     const char *auto_pause;  /* why the manager is pausing it (a literal), or NULL */
     json_t *lineage;         /* the contexts it descends from (snapshots), nearest first */
     char *snap_user;         /* the snapshot its start restores: kept until it runs */
+    char *host_id;           /* a kernel in that session's sandbox (kmgr_start_opts_t's
+                                sandbox): the workspace is that session's */
 } entry_t;
 
 struct kmgr {

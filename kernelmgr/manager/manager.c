@@ -44,6 +44,8 @@ char *session_workspace(const kmgr_t *m, const char *id)
 void session_record(kmgr_t *m, entry_t *e)
 {
     kernel_t *k = e->k;
+    if (e->host_id)
+        return; /* it lives and ends with its host's sandbox */
     bool paused = kernel_state(k) == KERNEL_PAUSED;
     json_t *rec = json_pack(
         "{s:s, s:s, s:s, s:I, s:s, s:b, s:s, s:b, s:I, s:b, s:s}", "id", kernel_id(k), "kernelspec",
@@ -101,6 +103,7 @@ static void entry_free(void *arg)
     entry_t *e = arg;
     json_decref(e->lineage);
     free(e->snap_user);
+    free(e->host_id);
     free(e);
 }
 
@@ -418,6 +421,36 @@ static bool pool_fits(const kmgr_t *m, const kmgr_start_opts_t *o)
            !lower(o->cpu_quota_us, c->cpu_quota_us);
 }
 
+/* A kernel in session host's sandbox (kmgr_start_opts_t's sandbox). */
+static kernel_t *start_guest(kmgr_t *m, const kspec_t *spec, const kmgr_start_opts_t *o,
+                             kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
+{
+    entry_t *h = entry_find(m, o->sandbox);
+    if (h && h->host_id) /* a guest's id names its host's sandbox */
+        h = entry_find(m, h->host_id);
+    if (!h || h->pool) {
+        sg_error_set(err, SG_E_NOTFOUND, "no sandbox %s", o->sandbox);
+        return NULL;
+    }
+    char id[37];
+    replica_uuid(id);
+    entry_t *e = xzalloc(sizeof *e);
+    *e = (entry_t){.mgr = m, .ev = ev, .ev_arg = ev_arg, .opened = true, .ready = false};
+    e->host_id = xstrdup(kernel_id(h->k));
+    kernel_opts_t opts = m->cfg.kernel;
+    opts.owner = kernel_owner(h->k);
+    opts.memory_bytes = o->memory_bytes;
+    opts.cpu_quota_us = o->cpu_quota_us;
+    e->k = kernel_start_guest(h->k, spec, id, &opts, on_kernel_event, e, err);
+    if (e->k == NULL) {
+        entry_free(e);
+        return NULL;
+    }
+    add_entry(m, e);
+    m->stats.started++;
+    return e->k;
+}
+
 kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *o,
                           kernel_event_fn *ev, void *ev_arg, sg_error_t **err)
 {
@@ -446,6 +479,8 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
         sg_error_set(err, SG_E_LIMIT, "the maximum of %d kernels is running", m->cfg.max_kernels);
         return NULL;
     }
+    if (o->sandbox)
+        return start_guest(m, spec, o, ev, ev_arg, err);
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
         if (!snap && pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
@@ -542,10 +577,17 @@ int kmgr_shutdown(kmgr_t *m, const char *id, sg_error_t **err)
     entry_t *e = entry_find(m, id);
     if (e == NULL)
         return sg_error_set(err, SG_E_NOTFOUND, "no kernel %s", id);
+    /* Its sandbox's other kernels go with it (their workspace is its). */
+    for (size_t i = 0; !e->host_id && i < m->n;)
+        if (m->entries[i]->host_id && strcmp(m->entries[i]->host_id, id) == 0)
+            kmgr_shutdown(m, kernel_id(m->entries[i]->k), NULL);
+        else
+            i++;
     cleanup_free char *ws = session_workspace(m, id);
     remove_record(m, id);
     kernel_shutdown(&e->k, false);
-    sandbox_workspace_close(m->env, ws, true);
+    if (!e->host_id)
+        sandbox_workspace_close(m->env, ws, true);
     drop_entry(m, e);
     log_info("kmgr: session %s shut down", id);
     return 0;
@@ -709,7 +751,8 @@ void kmgr_destroy(kmgr_t **self_p, bool shutdown)
             cleanup_free char *ws = session_workspace(m, id);
             remove_record(m, id);
             kernel_shutdown(&e->k, true);
-            sandbox_workspace_close(m->env, ws, true);
+            if (!e->host_id)
+                sandbox_workspace_close(m->env, ws, true);
         } else {
             kernel_detach(&e->k);
         }

@@ -110,6 +110,10 @@ typedef struct {
     const char *template; /* a configured template's (sandbox_template_t): its kernelspec
                              (the name given is not used), root and preload; from its pool
                              when one is ready */
+    const char *sandbox;  /* a session whose sandbox the kernel starts in, beside that
+                             session's kernel (kernel_start_guest): its files, template,
+                             network; no record of its own, so it does not outlive a
+                             restart of sandgate.  NULL: a sandbox of its own */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox

@@ -9,10 +9,12 @@
     "sandgate is stopping: this session is being paused to disk and resumes when its "             \
     "replica is back; try again shortly"
 
-/* A session with a network, where runsc cannot save one (kernel_pause). */
+/* A session with a network, where runsc cannot save one, or in a sandbox
+ * of several kernels (kernel_pause). */
 static bool unsaveable(const kmgr_t *m, const entry_t *e)
 {
-    return kernel_internet(e->k) && !sandbox_env_can_save_live(m->env);
+    return (kernel_internet(e->k) && !sandbox_env_can_save_live(m->env)) || e->host_id ||
+           kernel_guests(e->k) > 0; /* a sandbox of several kernels (guests_refuse) */
 }
 
 /* Pauses e for the stop if it can now (idle, nothing queued); otherwise it

@@ -1,5 +1,6 @@
 /* exec: commands run in a running sandbox (sandbox.h's
- * sandbox_exec), and the runsc and none tables' way of running them here.
+ * sandbox_exec), and the runsc and none tables' way of running them here;
+ * and kernels beside the first (sandbox_guest_*), asked of sandgate-init.
  *
  * With runsc a command is `runsc exec --user SANDBOX --cwd C --env ...
  * --internal-pid-file F ID /sandgate-init --group ARGV...`: gVisor starts
@@ -19,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -308,4 +312,285 @@ int none_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
     if (l && kill((pid_t)exec, sig == SIGKILL ? SIGUSR2 : sig) < 0 && errno != ESRCH)
         return sg_error_errno(err, errno, "kill %d", (int)exec);
     return 0;
+}
+
+/* --- kernels beside the first (sandbox_guest_*) ------------------------------ */
+
+struct sandbox_guest {
+    sandbox_t *sb; /* borrowed: the guest ends before it */
+    int n;
+    jconn_t conn;
+    pid_t pid;      /* mode none: the process; runsc: none here (init's child) */
+    int fd;         /* runsc: the connection to init that reports its end; -1 */
+    loop_io_t *io;  /* on fd */
+    char line[128]; /* what init said, up to a newline */
+    size_t len;
+    sandbox_guest_fn *cb;
+    void *arg;
+};
+
+/* The relay's prefix for connections, RELAY_INNER in runsc.c. */
+#define GUEST_INNER "@sandgate-kernel"
+
+static void guest_report(sandbox_guest_t *g, int status, const char *why)
+{
+    sandbox_guest_fn *cb = g->cb;
+    g->cb = NULL;
+    if (g->io)
+        loop_io_remove(proc_loop(), &g->io);
+    if (g->fd >= 0)
+        close(g->fd);
+    g->fd = -1;
+    if (g->pid > 0)
+        proc_unwatch(g->pid);
+    g->pid = 0;
+    if (cb)
+        cb(g, status, why, g->arg);
+}
+
+static void on_guest_exit(pid_t pid, int status, void *arg)
+{
+    sandbox_guest_t *g = arg;
+    g->pid = 0;
+    guest_report(g, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), NULL);
+}
+
+/* init's lines: "ok PID", then "exit STATUS"; or "error WHY". */
+static void on_guest_line(loop_t *loop, int fd, unsigned events, void *arg)
+{
+    sandbox_guest_t *g = arg;
+    ssize_t n = recv(fd, g->line + g->len, sizeof g->line - 1 - g->len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        guest_report(g, -1, "its sandbox stopped reporting on it (ended or paused)");
+        return;
+    }
+    g->len += (size_t)n;
+    g->line[g->len] = 0;
+    char *nl;
+    while ((nl = strchr(g->line, '\n'))) {
+        *nl = 0;
+        int status;
+        if (strncmp(g->line, "error ", 6) == 0) {
+            guest_report(g, -1, g->line + 6);
+            return;
+        }
+        if (sscanf(g->line, "exit %d", &status) == 1) {
+            guest_report(g, status, NULL);
+            return;
+        }
+        g->len -= (size_t)(nl + 1 - g->line);
+        memmove(g->line, nl + 1, g->len + 1);
+    }
+    if (g->len == sizeof g->line - 1)
+        guest_report(g, -1, "sandgate-init answered more than a line");
+}
+
+/* Connects to init's HOST-ctl and sends fields (NULL-terminated), each
+ * with its NUL, then the empty one; the connection, or -1 with *err. */
+static int guest_request(const sandbox_t *sb, const char *const *fields, sg_error_t **err)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s-ctl", sb->conn.ip) >= sizeof a.sun_path)
+        return sg_error_set(err, SG_E_INVALID, "socket path %s-ctl is too long", sb->conn.ip);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = 5};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return sg_error_errno(err, e, "cannot reach sandbox %s's init at %s", sb->id, a.sun_path);
+    }
+    size_t len = 1;
+    for (size_t i = 0; fields[i]; i++)
+        len += strlen(fields[i]) + 1;
+    cleanup_free char *req = xzalloc(len);
+    char *p = req;
+    for (size_t i = 0; fields[i]; i++)
+        p = stpcpy(p, fields[i]) + 1;
+    if (write(fd, req, len) != (ssize_t)len) {
+        int e = errno;
+        close(fd);
+        return sg_error_errno(err, e, "cannot ask sandbox %s's init", sb->id);
+    }
+    return fd;
+}
+
+static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, sg_error_t **err)
+{
+    const sandbox_env_t *env = g->sb->env;
+    jconn_t inner = g->conn;
+    snprintf(inner.ip, sizeof inner.ip, "%s", GUEST_INNER);
+    if (spec->tcp_only) {
+        strcpy(inner.transport, "tcp");
+        strcpy(inner.ip, "127.0.0.1");
+    }
+    cleanup_free char *conn = jconn_json(&inner);
+    char connfile[64], num[16];
+    snprintf(connfile, sizeof connfile, "/tmp/.sandgate-kernel-%d.json", g->n);
+    snprintf(num, sizeof num, "%d", g->n);
+    /* The launcher's environment knows whether sandgate-kernel.py is
+     * there; this process looks beside sandgate-init itself. */
+    cleanup_free char *init = env->init ? NULL : host_init_path(&env->cfg);
+    cleanup_free char *py =
+        env->launcher_py ? NULL : host_launcher_py(env->init ? env->init : init);
+    const char *launcher = env->launcher_py ? env->launcher_py : py;
+    char **argv = host_kernel_argv(spec, connfile, launcher ? "/sandgate-kernel.py" : NULL);
+    size_t nargs = 0;
+    while (argv[nargs])
+        nargs++;
+    const char **fields = xzalloc((nargs + json_object_size(spec->env) + 8) * sizeof *fields);
+    char **owned = xzalloc((json_object_size(spec->env) + 2) * sizeof *owned);
+    size_t n = 0, o = 0;
+    fields[n++] = "spawn";
+    fields[n++] = num;
+    fields[n++] = conn;
+    /* What the first kernel's environment says of its own sockets is not
+     * this one's. */
+    fields[n++] = spec->tcp_only ? "SANDGATE_TCP_AS_IPC=" GUEST_INNER : "SANDGATE_TCP_AS_IPC=";
+    const char *k;
+    json_t *v;
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            fields[n++] = owned[o++] = xasprintf("%s=%s", k, json_string_value(v));
+    fields[n++] = "--";
+    for (size_t i = 0; i < nargs; i++)
+        fields[n++] = argv[i];
+    g->fd = guest_request(g->sb, fields, err);
+    for (size_t i = 0; i < o; i++)
+        free(owned[i]);
+    free(owned);
+    free(fields);
+    kspec_argv_free(argv);
+    if (g->fd < 0)
+        return -1;
+    g->io = loop_fd_add(proc_loop(), g->fd, LOOP_READ, on_guest_line, g, err);
+    return g->io ? 0 : -1;
+}
+
+/* Mode none: a plain process, as the first kernel is one. */
+static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, sg_error_t **err)
+{
+    sandbox_t *sb = g->sb;
+    cleanup_free char *connfile = xasprintf("%s/conn/kernel-%d.json", sb->dir, g->n);
+    cleanup_free char *log = xasprintf("%s/kernel-%d.log", sb->dir, g->n);
+    jconn_t c = g->conn;
+    if (spec->tcp_only) {
+        if (sb->env->preload == NULL)
+            return sg_error_set(err, SG_E_UNAVAILABLE,
+                                "kernel '%s' speaks TCP only and needs sandgate-preload.so",
+                                spec->name);
+        strcpy(c.transport, "tcp");
+        strcpy(c.ip, "127.0.0.1");
+    }
+    if (jconn_write(&c, connfile, err) < 0)
+        return -1;
+    extern char **environ;
+    size_t nown = 0;
+    while (environ[nown])
+        nown++;
+    char **envp = xzalloc((nown + json_object_size(spec->env) + 4) * sizeof *envp);
+    size_t m = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            envp[m++] = xasprintf("%s=%s", k, json_string_value(v));
+    if (spec->tcp_only) {
+        envp[m++] = xasprintf("SANDGATE_TCP_AS_IPC=%s", g->conn.ip);
+        envp[m++] = xasprintf("LD_PRELOAD=%s", sb->env->preload);
+    }
+    for (size_t i = 0; i < nown; i++)
+        envp[m++] = xstrdup(environ[i]);
+    char **argv = host_kernel_argv(spec, connfile, sb->env->launcher_py);
+    proc_spec_t ps = {.argv = (const char *const *)argv,
+                      .env = (const char *const *)envp,
+                      .cwd = sb->workspace,
+                      .output = log,
+                      .new_session = true};
+    g->pid = proc_spawn(&ps, err);
+    kspec_argv_free(argv);
+    for (size_t i = 0; i < m; i++)
+        free(envp[i]);
+    free(envp);
+    if (g->pid < 0) {
+        g->pid = 0;
+        return -1;
+    }
+    if (proc_watch(g->pid, on_guest_exit, g, err) < 0) {
+        kill(-g->pid, SIGKILL);
+        g->pid = 0;
+        return -1;
+    }
+    return 0;
+}
+
+sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
+                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err)
+{
+    if (n < 2 || n > SANDBOX_GUESTS + 1) {
+        sg_error_set(err, SG_E_INVALID, "a sandbox's kernels are numbered 2..%d",
+                     SANDBOX_GUESTS + 1);
+        return NULL;
+    }
+    if (sb->pid <= 0) {
+        sg_error_set(err, SG_E_CONFLICT, "sandbox %s is not running", sb->id);
+        return NULL;
+    }
+    sandbox_guest_t *g = xzalloc(sizeof *g);
+    *g = (sandbox_guest_t){.sb = sb, .n = n, .conn = sb->conn, .fd = -1, .cb = cb, .arg = arg};
+    for (int c = 0; c < JCHAN_COUNT; c++)
+        g->conn.ports[c] = n * 10 + sb->conn.ports[c];
+    strncpy(g->conn.kernel_name, spec->name, sizeof g->conn.kernel_name - 1);
+    int r = sb->env->cfg.mode == SANDBOX_NONE ? guest_start_none(g, spec, err)
+                                              : guest_start_runsc(g, spec, err);
+    if (r < 0) {
+        g->cb = NULL;
+        sandbox_guest_end(&g, false);
+        sg_error_prefix(err, "starting kernel %d of sandbox %s", n, sb->id);
+        return NULL;
+    }
+    return g;
+}
+
+const jconn_t *sandbox_guest_conn(const sandbox_guest_t *g)
+{
+    return &g->conn;
+}
+
+int sandbox_guest_signal(sandbox_guest_t *g, int sig, sg_error_t **err)
+{
+    if (g->sb->env->cfg.mode == SANDBOX_NONE) {
+        if (g->pid > 0 && kill(-g->pid, sig) < 0 && errno != ESRCH)
+            return sg_error_errno(err, errno, "kill %d", (int)g->pid);
+        return 0;
+    }
+    char num[16], signo[16];
+    snprintf(num, sizeof num, "%d", g->n);
+    snprintf(signo, sizeof signo, "%d", sig);
+    const char *fields[] = {"signal", num, signo, NULL};
+    int fd = guest_request(g->sb, fields, err);
+    if (fd < 0)
+        return -1;
+    close(fd); /* init answers "ok"; nothing waits for it */
+    return 0;
+}
+
+void sandbox_guest_end(sandbox_guest_t **g_p, bool kill_it)
+{
+    sandbox_guest_t *g = *g_p;
+    if (!g)
+        return;
+    *g_p = NULL;
+    g->cb = NULL;
+    if (kill_it) {
+        if (g->pid > 0)
+            kill(-g->pid, SIGKILL);
+        else if (g->fd >= 0 || g->sb->env->cfg.mode != SANDBOX_NONE)
+            sandbox_guest_signal(g, SIGKILL, NULL);
+    }
+    guest_report(g, -1, NULL);
+    free(g);
 }

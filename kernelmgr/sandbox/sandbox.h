@@ -247,6 +247,25 @@ int sandbox_exec_signal(sandbox_t *self, uint64_t exec, int sig, sg_error_t **er
  * pipes). */
 unsigned sandbox_exec_count(const sandbox_t *self);
 
+/* Kernels beside the first: a sandbox holds up to SANDBOX_GUESTS more,
+ * numbered 2.., sharing its files and processes.  In a runsc sandbox
+ * sandgate-init starts them on request (guest/init.c, HOST-ctl) and relays
+ * their sockets; in mode none each is a plain process.  Kernel n's ports
+ * are n*10 + the first's, its key the first's (one sandbox, one trust).
+ * cb is called at most once, from the loop: the kernel ended (status its
+ * exit code, 128 + signal), or -1 with why (borrowed) when its start was
+ * refused or the sandbox stopped reporting on it (it ended, or was paused).
+ * sb must be running, and outlive the guest. */
+#define SANDBOX_GUESTS 16
+typedef struct sandbox_guest sandbox_guest_t;
+typedef void(sandbox_guest_fn)(sandbox_guest_t *g, int status, const char *why, void *arg);
+sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
+                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err);
+const jconn_t *sandbox_guest_conn(const sandbox_guest_t *g);
+int sandbox_guest_signal(sandbox_guest_t *g, int sig, sg_error_t **err);
+/* No more callbacks; the kernel is killed when kill_it.  Frees it. */
+void sandbox_guest_end(sandbox_guest_t **g_p, bool kill_it);
+
 /* Kills and removes the sandbox and its directory (not the workspace).
  * Blocking when wait is true (start-up, shutdown, tests), else in the
  * background. */

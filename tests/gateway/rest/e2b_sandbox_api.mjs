@@ -11,6 +11,11 @@ out.result = r.results.map((x) => x.text)
 await sbx.files.write('/tmp/from-js.txt', 'written by js')
 out.read = (await sbx.runCode("open('/tmp/from-js.txt').read()")).results.map((x) => x.text)
 out.command = (await sbx.commands.run('cat /tmp/from-js.txt')).stdout
+// A JavaScript context in the same sandbox sees the same files; then it
+// goes, so that the sandbox can pause.
+const js = await sbx.createCodeContext({ language: 'javascript' })
+out.jsRead = (await sbx.runCode("Deno.readTextFileSync('/tmp/from-js.txt')", { context: js })).results.map((x) => x.text)
+await sbx.removeCodeContext(js.id)
 const info = await sbx.getInfo()
 out.info = { state: info.state, metadata: info.metadata, templateId: info.templateId }
 out.listed = (await Sandbox.list({ query: { metadata: { lang: 'js' } } }).nextItems()).map((s) => s.sandboxId)

@@ -1,8 +1,10 @@
 """E2B's sandbox API (gateway/rest/e2b.c) with E2B's own SDKs, unchanged and
 configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY: the Python
 SDK (tests/.venv-e2b, e2b_sandboxes.py: lifecycle, files, commands, list,
-pause and connect, fork, timeouts, another tenant, the quota) and the JS SDK
-(e2b_sandbox_api.mjs); E2B's error shape by hand."""
+pause and connect, fork, timeouts, another tenant, the quota; e2b_kernels.py:
+one sandbox holding Python, JavaScript and Bash contexts that share its
+files and processes) and the JS SDK (e2b_sandbox_api.mjs); E2B's error shape
+and sandgate's own POST /contexts {"sandbox"} by hand."""
 import json
 import os
 import subprocess
@@ -20,21 +22,88 @@ keys = os.path.join(tmp, "keys")
 alice = add_key(keys, "alice", "--max-contexts", "2")
 bob = add_key(keys, "bob")
 carol = add_key(keys, "carol")
+dave = add_key(keys, "dave")
+erin = add_key(keys, "erin", "--max-contexts", "2")
 d = Daemon("--pool-size", "1", "--pause-after", "0", "--keys-file", keys)
 try:
     def env(key):
         return dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=key)
 
-    if not os.access(PY, os.X_OK):
-        ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
-    else:
-        r = subprocess.run([PY, os.path.join(HERE, "e2b_sandboxes.py"), bob], env=env(alice),
+    def sdk_script(name, key, count, *args):
+        """Runs an SDK script with key's environment; relays its checks."""
+        r = subprocess.run([PY, os.path.join(HERE, name), *args], env=env(key),
                            capture_output=True, text=True, timeout=600)
         checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        ok(len(checks) == 40, f"the Python SDK's script ran its checks ({len(checks)})",
+        ok(len(checks) == count, f"the Python SDK's {name} ran its checks ({len(checks)})",
            r.stderr[-3000:])
         for c in checks:
             ok(c["ok"], "Python SDK: " + c["name"], c.get("detail"))
+        return r
+
+    if not os.access(PY, os.X_OK):
+        ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
+    else:
+        sdk_script("e2b_sandboxes.py", alice, 40, bob)
+        r = sdk_script("e2b_kernels.py", dave, 15)
+        gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
+                    [])
+        left = [d.json("GET", f"/contexts/{i}", token=dave)[0] for i in gone]
+        ok(len(left) == 3 and left == [404] * 3,
+           "the killed sandbox's contexts, JavaScript and Bash too, are gone", (gone, left))
+
+    # sandgate's own API: POST /contexts {"sandbox"}.
+    st, host = d.json("POST", "/contexts", {}, token=erin)
+    hid = host.get("id")
+    ok(st == 201 and host.get("sandbox") == hid, "a context made alone is a sandbox of its own",
+       host)
+    st, guest = d.json("POST", "/contexts", {"sandbox": hid, "language": "python"}, token=erin)
+    ok(st == 201 and guest.get("sandbox") == hid and guest["id"] != hid,
+       "POST /contexts {sandbox}: a context in that sandbox, which says so", guest)
+    st, r = d.json("POST", "/execute", {"code": "open('/home/user/n', 'w').write('9')",
+                                        "context_id": hid}, token=erin,
+                   headers={"Accept": "application/json"}, timeout=120)
+    st, r = d.json("POST", "/execute", {"code": "print(open('n').read())",
+                                        "context_id": guest.get("id")}, token=erin,
+                   headers={"Accept": "application/json"}, timeout=120)
+    ok(st == 200 and r.get("stdout") == "9\n", "it reads what its sandbox's first context wrote",
+       (st, r))
+    st, q = d.json("POST", "/contexts", {"sandbox": hid}, token=erin)
+    ok(st == 429 and "max-contexts" in q.get("message", ""),
+       "each context in a sandbox counts against max-contexts (erin has 2): 429", (st, q))
+    st, q = d.json("POST", "/contexts", {"sandbox": hid}, token=bob)
+    ok(st == 404 and hid in q.get("message", ""),
+       "another tenant naming erin's sandbox: 404, as an unknown one", (st, q))
+    st, q = d.json("POST", "/contexts", {"sandbox": "no-such-sandbox"}, token=erin)
+    ok(st == 404 and "no-such-sandbox" in q.get("message", ""), "an unknown sandbox: 404",
+       (st, q))
+    st, q = d.json("POST", "/contexts", {"sandbox": hid, "template": "x"}, token=erin)
+    ok(st == 400 and "sandbox's files, template and network" in q.get("message", ""),
+       "a sandbox with a template: 400 saying why", (st, q))
+    st, q = d.json("POST", "/contexts", {"sandbox": 7}, token=erin)
+    ok(st == 400, "a sandbox that is not a string: 400", (st, q))
+    st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin)
+    ok(st == 409 and "holds 1 more kernel" in p.get("message", ""),
+       "a sandbox of several kernels does not pause yet: 409 saying why", (st, p))
+    st, p = d.json("POST", f"/contexts/{guest.get('id')}/pause", token=erin)
+    ok(st == 409 and "not paused on its own" in p.get("message", ""),
+       "nor does a kernel in another's sandbox: 409", (st, p))
+    st, _ = d.json("DELETE", f"/contexts/{guest.get('id')}", token=erin)
+    st2, r = d.json("POST", "/execute", {"code": "print(open('n').read())", "context_id": hid},
+                    token=erin, headers={"Accept": "application/json"}, timeout=120)
+    ok(st == 204 and st2 == 200 and r.get("stdout") == "9\n",
+       "deleting the kernel in it leaves the sandbox and its files", (st, st2, r))
+    st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin, timeout=120)
+    ok(st == 200 and p.get("state") == "paused", "alone again, it pauses", (st, p))
+    st, woke = d.json("POST", "/contexts", {"sandbox": hid, "language": "python"}, token=erin)
+    st2, r = d.json("POST", "/execute", {"code": "print(open('n').read())",
+                                         "context_id": woke.get("id")}, token=erin,
+                    headers={"Accept": "application/json"}, timeout=120)
+    st3, h = d.json("GET", f"/contexts/{hid}", token=erin)
+    ok(st == 201 and st2 == 200 and r.get("stdout") == "9\n" and h.get("state") == "running",
+       "a context made in a paused sandbox wakes it, then starts there", (st, st2, r, h))
+    d.json("DELETE", f"/contexts/{hid}", token=erin)
+    st, _ = d.json("GET", f"/contexts/{woke.get('id')}", token=erin)
+    ok(st == 404, "deleting the sandbox's first context deletes the others in it", st)
 
     r = subprocess.run(["node", os.path.join(HERE, "e2b_sandbox_api.mjs")], env=env(carol),
                        capture_output=True, text=True, timeout=300,
@@ -44,6 +113,8 @@ try:
        (seen, r.stderr[-2000:]))
     ok(seen.get("read") == ["'written by js'"] and seen.get("command") == "written by js",
        "JS SDK: files.write seen by runCode and commands.run", seen)
+    ok(any("written by js" in t for t in seen.get("jsRead") or []),
+       "JS SDK: createCodeContext(javascript) in the sandbox reads the same file", seen)
     ok(seen.get("info") == {"state": "running", "metadata": {"lang": "js"},
                             "templateId": "code-interpreter-v1"}
        and seen.get("listed") == [seen.get("id")], "JS SDK: getInfo and a metadata list", seen)

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from sgd import SANDGATE, Daemon, add_key
+from sgd import SANDGATE, Daemon, add_key, wait_for
 from tap import ok, diag, done
 
 tmp = tempfile.mkdtemp(prefix="sg-templates-", dir="/tmp")
@@ -170,9 +170,11 @@ try:
     # The pool is empty now: a pd context restores from the template's snapshot.
     st, pd2 = new_context(d, {"template": "pd"})
     out = run(d, pd2["id"], "pd.__version__") if st == 201 else (st, pd2)
-    ok(st == 201 and out == first and not claimed(d, pd2["id"]) and
-       any(f"kernel {pd2['id']} ready" in l and f"restored from snapshot {tsid}" in l
-           for l in d.log),
+    # The log is read by a thread of its own: its line may come after the answer.
+    restored = st == 201 and wait_for(lambda: any(
+        f"kernel {pd2['id']} ready" in l and f"restored from snapshot {tsid}" in l
+        for l in d.log), 10)
+    ok(st == 201 and out == first and not claimed(d, pd2["id"]) and restored,
        "with its pool empty, a pd context restores from the template's snapshot (pandas there)",
        (out, "".join(d.log[-12:])))
     ok("parent" not in pd2, "a template's own snapshot is no context's parent", pd2)

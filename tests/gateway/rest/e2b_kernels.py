@@ -1,0 +1,74 @@
+"""The Python E2B SDK, unchanged (configured by E2B_API_URL, E2B_SANDBOX_URL
+and E2B_API_KEY only): one sandbox holds several code contexts — Python,
+JavaScript, Bash — that share its files and processes.  Run by
+tests/.venv-e2b's python.
+usage: e2b_kernels.py  — prints one JSON line per check: {ok, name, detail}"""
+from e2b_code_interpreter import Sandbox
+from checks import check
+
+
+def text(execution):
+    return [r.text for r in execution.results] or execution.error
+
+
+sbx = Sandbox.create()
+sbx.files.write("/home/user/data.txt", "written by files.write")
+sbx.run_code("x = 'python default'; open('from_py.txt', 'w').write('made by python')")
+
+js = sbx.create_code_context(language="javascript")
+check(js.id != sbx.sandbox_id and js.language == "javascript",
+      "create_code_context(javascript): a context of its own", js)
+r = sbx.run_code("Deno.readTextFileSync('/home/user/data.txt') + ' / ' + "
+                 "Deno.readTextFileSync('from_py.txt')", context=js)
+check("written by files.write / made by python" in str(text(r)),
+      "the JavaScript context reads the files that files.write and Python wrote", text(r))
+sbx.run_code("Deno.writeTextFileSync('from_js.txt', 'made by javascript')", context=js)
+check(sbx.files.read("/home/user/from_js.txt") == "made by javascript",
+      "and what it writes, files.read reads", sbx.files.read("/home/user/from_js.txt"))
+r = sbx.run_code("open('from_js.txt').read()")
+check(text(r) == ["'made by javascript'"], "and so does the default Python context", text(r))
+
+r = sbx.run_code("console.log(6 * 7)", language="javascript")
+check(r.logs.stdout == ["42\n"], "run_code(language=javascript) runs in the sandbox's own "
+      "JavaScript context", r)
+r = sbx.run_code("Deno.readTextFileSync('data.txt')", language="javascript")
+check("written by files.write" in str(text(r)), "... which sees the same files", text(r))
+
+sh = sbx.create_code_context(language="bash")
+r = sbx.run_code("cat from_js.txt; echo; ls /home/user | sort | tr '\\n' ' '", context=sh)
+check(r.logs.stdout and "made by javascript" in "".join(r.logs.stdout) and
+      "data.txt from_js.txt from_py.txt" in "".join(r.logs.stdout),
+      "a Bash context sees them too", r)
+
+py2 = sbx.create_code_context(language="python")
+r = sbx.run_code("'x' in dir(), open('from_py.txt').read()", context=py2)
+check(text(r) == ["(False, 'made by python')"],
+      "a second Python context: its own variables, the same files", text(r))
+r = sbx.run_code("import os; open('py2_pid', 'w').write(str(os.getpid()))", context=py2)
+r = sbx.run_code("import os; os.path.exists('/proc/' + open('py2_pid').read())")
+check(text(r) == ["True"], "and one process space: the default context sees its process",
+      text(r))
+r = sbx.commands.run("cat /home/user/from_js.txt")
+check(r.stdout == "made by javascript", "commands.run acts on the same sandbox", r.stdout)
+
+listed = sbx.list_code_contexts()
+ids = {c.id for c in listed}
+langs = sorted(c.language for c in listed)
+check(ids >= {sbx.sandbox_id, js.id, sh.id, py2.id} and
+      langs == ["bash", "javascript", "javascript", "python", "python"],
+      "list_code_contexts: the sandbox's five (its own, the three made, run_code's JavaScript)",
+      listed)
+sbx.remove_code_context(py2)
+ids = [c.id for c in sbx.list_code_contexts()]
+check(py2.id not in ids and js.id in ids, "remove_code_context removes one, the others stay",
+      ids)
+check(text(sbx.run_code("x")) == ["'python default'"], "the default context keeps its variables")
+
+other = Sandbox.create()
+r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
+check(text(r) == ["False"], "another sandbox does not see them", text(r))
+other.kill()
+
+sid = sbx.sandbox_id
+check(Sandbox.kill(sid) is True, "Sandbox.kill ends the sandbox")
+print("#SANDBOX", sid, js.id, sh.id, flush=True)
