@@ -3,17 +3,47 @@
  * all seeing its files and processes.  A guest starts while its host runs,
  * through sandbox_guest_start; it has no sandbox of its own (k->sb NULL),
  * so what the kernel room does to a sandbox it does to none; it ends when
- * its host's sandbox ends, restarts or goes away, and does not pause or
- * snapshot alone.  Its host does not pause or snapshot while a guest runs.
+ * its host's sandbox ends, restarts or goes away.
+ *
+ * A sandbox pauses whole: its host's pause (or a snapshot's checkpoint)
+ * waits for every guest to be idle, each lets go of its connections and
+ * pauses with it (guests_suspend), and once the host answers again each
+ * reconnects to its kernel, which the image kept (guest_reattach).  A
+ * guest's own pause is its host's; its resume wakes its host.  A sandbox
+ * restored from a snapshot (a new one, or a roll-back) ends the kernels the
+ * image holds beside the first: they are no context's.
  */
 #include "kernelmgr/kernel/internal.h"
 
 #include "common/log.h"
 #include "common/xalloc.h"
 
+static void guest_reattach(kernel_t *k);
+
 static void on_host_event(kernel_t *host, kernel_event_t ev, const sg_error_t *err, void *arg)
 {
     kernel_t *k = arg;
+    if (k->freed)
+        return;
+    if (ev == KERNEL_EV_PAUSED && k->state == KERNEL_PAUSING) {
+        if (err == NULL && host->state == KERNEL_PAUSED) {
+            k->state = KERNEL_PAUSED;
+            k->published[0] = 0;
+            k->last_pause_ms = zclock_mono() - k->pause_began;
+            emit(k, KERNEL_EV_PAUSED, NULL);
+        } else if (err) { /* it runs on: back once the host answers */
+            k->state = KERNEL_STARTING;
+            k->resuming = k->reattaching = true;
+            emit(k, KERNEL_EV_PAUSED, err);
+        }
+        return;
+    }
+    if (ev == KERNEL_EV_READY && !k->guest_waiting && !k->guest &&
+        (k->state == KERNEL_PAUSING || k->state == KERNEL_PAUSED ||
+         (k->state == KERNEL_STARTING && k->resuming))) {
+        guest_reattach(k);
+        return;
+    }
     if (ev == KERNEL_EV_READY && k->guest_waiting && !k->freed && k->state == KERNEL_STARTING) {
         /* The start that waited for its sandbox goes on. */
         k->guest_waiting = false;
@@ -106,6 +136,19 @@ static void on_guest_end(sandbox_guest_t *g, int status, const char *why, void *
     sandbox_guest_end(&k->guest, false);
     if (k->freed || k->state == KERNEL_DEAD)
         return;
+    /* A number the sandbox's init still holds (a restored image's kernel,
+     * being ended): another one. */
+    int n;
+    if (status < 0 && why && k->state == KERNEL_STARTING && !k->resuming &&
+        sscanf(why, "kernel %d runs", &n) == 1 && ++k->guest_retries < SANDBOX_GUESTS) {
+        disconnect(k);
+        sg_error_t *lerr = NULL;
+        if (launch_guest(k, &lerr) < 0) {
+            die(k, lerr);
+            sg_error_free(&lerr);
+        }
+        return;
+    }
     if (status >= 0)
         die_msg(k, SG_E_UNAVAILABLE, "the kernel exited with status %d%s", status,
                 status > 128 ? " (killed by a signal)" : "");
@@ -178,17 +221,113 @@ bool guests_refuse(kernel_t *k, const char *what, sg_error_t **err)
     if (k->host || k->guest_no) {
         sg_error_set(err, SG_E_CONFLICT,
                      "kernel %s runs in context %s's sandbox: a kernel in another's sandbox "
-                     "is not %s on its own",
+                     "is not %s on its own (its sandbox's first context is)",
                      k->id, k->host ? k->host->id : "(gone)", what);
         return true;
     }
-    unsigned n = kernel_guests(k);
-    if (n > 0) {
-        sg_error_set(err, SG_E_CONFLICT,
-                     "context %s's sandbox holds %u more kernel(s): a sandbox of several "
-                     "kernels is not %s yet (delete them first)",
-                     k->id, n, what);
-        return true;
-    }
     return false;
+}
+
+int guests_suspend(kernel_t *host, sg_error_t **err)
+{
+    for (kernel_t *g = host->guests; g; g = g->guest_next)
+        if (g->state != KERNEL_DEAD && (g->state != KERNEL_IDLE || g->queue || g->tracked))
+            return sg_error_set(err, SG_E_CONFLICT,
+                                "kernel %s in context %s's sandbox is %s; a sandbox pauses (or is "
+                                "snapshotted) when all its kernels are idle",
+                                g->id, host->id, kernel_status(g));
+    for (kernel_t *g = host->guests; g; g = g->guest_next) {
+        if (g->state == KERNEL_DEAD)
+            continue;
+        disconnect(g);
+        if (g->guest)
+            sandbox_guest_end(&g->guest, false);
+        g->state = KERNEL_PAUSING;
+        g->pause_began = zclock_mono();
+    }
+    return 0;
+}
+
+void guests_resume(kernel_t *host)
+{
+    for (kernel_t *g = host->guests; g; g = g->guest_next)
+        if (g->state == KERNEL_PAUSING || g->state == KERNEL_PAUSED)
+            guest_reattach(g);
+}
+
+/* Its kernel runs on in its host's sandbox (kept by a pause, or by a
+ * checkpoint that let it run): its end watched again, its sockets
+ * reconnected; READY once it answers. */
+static void guest_reattach(kernel_t *k)
+{
+    kernel_t *h = k->host;
+    /* Its sandbox ran on (a snapshot's checkpoint, a failed pause), or it
+     * was paused and resumes. */
+    bool ran_on = k->state == KERNEL_PAUSING || (k->state == KERNEL_STARTING && k->reattaching);
+    k->state = KERNEL_STARTING;
+    k->resuming = true;
+    k->reattaching = ran_on;
+    k->info_replied = k->iopub_seen = false;
+    k->hb_sent = 0;
+    sg_error_t *err = NULL;
+    k->guest =
+        h && h->sb ? sandbox_guest_watch(h->sb, k->guest_no, k->spec, on_guest_end, k, &err) : NULL;
+    if (!k->guest) {
+        if (!err)
+            sg_error_set(&err, SG_E_UNAVAILABLE, "its sandbox is gone");
+        die(k, err);
+        sg_error_free(&err);
+        return;
+    }
+    end_timer(k, &k->start_timer);
+    k->start_timer = loop_timer(k->loop, k->opts.start_timeout_ms, 1, on_start_timeout, k);
+    if (connect_kernel(k, 0, &err) < 0) {
+        die(k, err);
+        sg_error_free(&err);
+    }
+}
+
+int guest_resume(kernel_t *k, sg_error_t **err)
+{
+    kernel_t *h = k->host;
+    if (k->state != KERNEL_PAUSED && k->state != KERNEL_PAUSING)
+        return 0;
+    if (!h)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "its sandbox is gone");
+    if (kernel_resume(h, err) < 0)
+        return -1;
+    if (k->state == KERNEL_PAUSED) { /* "resuming" until its host answers */
+        k->state = KERNEL_STARTING;
+        k->resuming = true;
+        k->pause_began = zclock_mono();
+    }
+    if (h->state == KERNEL_IDLE || h->state == KERNEL_BUSY)
+        guest_reattach(k);
+    return 0;
+}
+
+void guests_restored(kernel_t *host)
+{
+    int keep[SANDBOX_GUESTS];
+    size_t n = 0;
+    for (const kernel_t *g = host->guests; g && n < SANDBOX_GUESTS; g = g->guest_next)
+        if (g->guest)
+            keep[n++] = g->guest_no;
+    if (host->sb)
+        sandbox_guests_kill(host->sb, keep, n);
+}
+
+bool kernel_sandbox_idle(const kernel_t *k, int64_t *last_activity)
+{
+    int64_t last = k->last_activity;
+    bool idle = true;
+    for (const kernel_t *g = k->guests; g; g = g->guest_next) {
+        if (g->state == KERNEL_DEAD)
+            continue;
+        idle &= g->state == KERNEL_IDLE && !g->queue && !g->tracked && g->connections == 0;
+        if (g->last_activity > last)
+            last = g->last_activity;
+    }
+    *last_activity = last;
+    return idle;
 }

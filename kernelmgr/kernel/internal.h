@@ -78,6 +78,7 @@ struct kernel {
     int guest_no;
     sandbox_guest_t *guest;
     bool guest_waiting;                 /* its start waits for its host to run (guest.c) */
+    int guest_retries;                  /* starts refused for a number still taken */
     struct kernel *guests, *guest_next; /* a host's guests (handles not freed), a list */
     int next_guest;                     /* a host: the number its next guest start tries first */
     jclient_t *client;
@@ -163,6 +164,16 @@ void end_guests(kernel_t *host);
 /* Whether k may not be paused or snapshotted (what: "paused",
  * "snapshotted") for its place in a shared sandbox; then *err says why. */
 bool guests_refuse(kernel_t *k, const char *what, sg_error_t **err);
+/* A pause (or a snapshot's checkpoint) of host begins: 0 once every guest
+ * let go and is PAUSING, or -1 with *err (SG_E_CONFLICT) when one is not
+ * idle.  guests_resume: the pause did not happen after all (they
+ * reconnect).  guest_resume: a guest's resume is its host's. */
+int guests_suspend(kernel_t *host, sg_error_t **err);
+void guests_resume(kernel_t *host);
+int guest_resume(kernel_t *k, sg_error_t **err);
+/* host's sandbox was restored from an image: the kernels it holds beside
+ * the first that are no guest's now are ended. */
+void guests_restored(kernel_t *host);
 /* kernel.c: a new handle (kernel_start's first step). */
 kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, const char *id,
                        const char *workspace, const kernel_opts_t *opts, kernel_event_fn *ev,

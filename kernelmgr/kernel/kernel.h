@@ -115,10 +115,11 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
 
 /* Starts a kernel for spec inside host's sandbox, beside host's own kernel
  * (kernelmgr/kernel/guest.c): it shares host's files, processes, network
- * and tenant, and starts at once (SG_E_CONFLICT when host is not running,
- * SG_E_LIMIT when its sandbox holds SANDBOX_GUESTS more already).  It dies
- * when host's sandbox ends, restarts or goes; it does not pause or
- * snapshot on its own, and host does not while it runs. */
+ * and tenant, and starts at once, or once host runs (a paused host is
+ * resumed for it); SG_E_LIMIT when the sandbox holds SANDBOX_GUESTS more
+ * already.  It dies when host's sandbox ends, restarts or goes.  The
+ * sandbox pauses whole: host's pause (or a snapshot's) pauses its guests
+ * with it, a guest's pause is host's, a guest's resume wakes host. */
 kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id,
                              const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
                              sg_error_t **err);
@@ -126,6 +127,10 @@ kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id
 kernel_t *kernel_host(const kernel_t *k);
 /* How many kernels run in k's sandbox beside it (not dead). */
 unsigned kernel_guests(const kernel_t *k);
+/* Whether every kernel beside k in its sandbox is idle with no frontend
+ * connected; *last_activity is the latest activity of k and of them (a
+ * sandbox is idle for --pause-after as a whole). */
+bool kernel_sandbox_idle(const kernel_t *k, int64_t *last_activity);
 
 /* A held kernel (opts.hold) may start now: PREPARED is reported, then the
  * sandbox starts.  kernel_fail() instead ends it with err (DEAD).  Both do

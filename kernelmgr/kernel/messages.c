@@ -88,6 +88,7 @@ static void become_ready(kernel_t *k)
                  k->spec->name, kernel_sandbox_id(k), k->from_snapshot);
         free(k->from_snapshot);
         k->from_snapshot = NULL;
+        guests_restored(k);
         pump(k);
         emit(k, KERNEL_EV_READY, NULL);
         return;

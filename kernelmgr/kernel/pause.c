@@ -111,6 +111,8 @@ int kernel_pause(kernel_t *k, sg_error_t **err)
 
 int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
 {
+    if (k->host && !live) /* a guest pauses with its sandbox (guest.c) */
+        return pause_kernel(k->host, false, err);
     if (k->state == KERNEL_PAUSED || k->state == KERNEL_PAUSING)
         return 0;
     if (!sandbox_env_can_pause(k->env))
@@ -132,6 +134,8 @@ int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
         return sg_error_set(err, SG_E_CONFLICT,
                             "kernel %s has %u command(s) running; it can pause once they end",
                             k->id, sandbox_exec_count(k->sb));
+    if (guests_suspend(k, err) < 0)
+        return -1;
     k->pause_began = zclock_mono();
     k->state = KERNEL_PAUSING;
     k->resume_wanted = false;
@@ -147,6 +151,7 @@ int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
             k->watched = sandbox_pid(k->sb);
         sg_error_free(&werr);
         k->hb_timer = loop_timer(k->loop, HB_INTERVAL_MS, 0, on_heartbeat, k);
+        guests_resume(k);
         return -1;
     }
     log_info("kernel %s: pausing", k->id);
@@ -221,6 +226,8 @@ int kernel_resume(kernel_t *k, sg_error_t **err)
 
 int resume_now(kernel_t *k, sg_error_t **err)
 {
+    if (k->host || k->guest_no)
+        return guest_resume(k, err);
     if (k->closed && (k->state == KERNEL_PAUSING || k->state == KERNEL_PAUSED))
         return sg_error_set(err, SG_E_UNAVAILABLE, "%s", k->closed);
     if (k->state == KERNEL_PAUSING) {

@@ -9,12 +9,12 @@
     "sandgate is stopping: this session is being paused to disk and resumes when its "             \
     "replica is back; try again shortly"
 
-/* A session with a network, where runsc cannot save one, or in a sandbox
- * of several kernels (kernel_pause). */
+/* A session with a network, where runsc cannot save one (kernel_pause), or
+ * in another's sandbox. */
 static bool unsaveable(const kmgr_t *m, const entry_t *e)
 {
-    return (kernel_internet(e->k) && !sandbox_env_can_save_live(m->env)) || e->host_id ||
-           kernel_guests(e->k) > 0; /* a sandbox of several kernels (guests_refuse) */
+    /* A kernel in another's sandbox pauses with that one's (kernel_start_guest). */
+    return (kernel_internet(e->k) && !sandbox_env_can_save_live(m->env)) || e->host_id;
 }
 
 /* Pauses e for the stop if it can now (idle, nothing queued); otherwise it
@@ -84,12 +84,13 @@ static void pause_idle(kmgr_t *m, int64_t now)
         return;
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
+        int64_t last; /* of its sandbox's kernels, all of them */
         if (e->pool || unsaveable(m, e) || kernel_state(e->k) != KERNEL_IDLE ||
             kernel_pending(e->k) > 0 || kernel_connections(e->k) > 0 || now < e->pause_retry_at ||
-            now - kernel_last_activity(e->k) < m->cfg.pause_after_ms)
+            !kernel_sandbox_idle(e->k, &last) || now - last < m->cfg.pause_after_ms)
             continue;
         log_info("kmgr: pausing session %s, idle for %lld ms", kernel_id(e->k),
-                 (long long)(now - kernel_last_activity(e->k)));
+                 (long long)(now - last));
         e->pause_retry_at = now + m->cfg.pause_after_ms;
         sg_error_t *err = NULL;
         e->auto_pause = "idle (--pause-after)"; /* set first: the end may be reported at once */

@@ -527,8 +527,10 @@ static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, sg_error_t 
     return 0;
 }
 
-sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
-                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err)
+/* watch: kernel n runs already (a resumed sandbox's): only its end is
+ * asked for. */
+static sandbox_guest_t *guest_begin(sandbox_t *sb, int n, const kspec_t *spec, bool watch,
+                                    sandbox_guest_fn *cb, void *arg, sg_error_t **err)
 {
     if (n < 2 || n > SANDBOX_GUESTS + 1) {
         sg_error_set(err, SG_E_INVALID, "a sandbox's kernels are numbered 2..%d",
@@ -544,15 +546,59 @@ sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
     for (int c = 0; c < JCHAN_COUNT; c++)
         g->conn.ports[c] = n * 10 + sb->conn.ports[c];
     strncpy(g->conn.kernel_name, spec->name, sizeof g->conn.kernel_name - 1);
-    int r = sb->env->cfg.mode == SANDBOX_NONE ? guest_start_none(g, spec, err)
+    int r;
+    if (watch && sb->env->cfg.mode == SANDBOX_NONE) {
+        r = sg_error_set(err, SG_E_CONFLICT, "plain kernels are never paused");
+    } else if (watch) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", n);
+        const char *fields[] = {"watch", num, NULL};
+        g->fd = guest_request(sb, fields, err);
+        g->io =
+            g->fd < 0 ? NULL : loop_fd_add(proc_loop(), g->fd, LOOP_READ, on_guest_line, g, err);
+        r = g->io ? 0 : -1;
+    } else {
+        r = sb->env->cfg.mode == SANDBOX_NONE ? guest_start_none(g, spec, err)
                                               : guest_start_runsc(g, spec, err);
+    }
     if (r < 0) {
         g->cb = NULL;
         sandbox_guest_end(&g, false);
-        sg_error_prefix(err, "starting kernel %d of sandbox %s", n, sb->id);
+        sg_error_prefix(err, "%s kernel %d of sandbox %s", watch ? "reaching" : "starting", n,
+                        sb->id);
         return NULL;
     }
     return g;
+}
+
+sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
+                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err)
+{
+    return guest_begin(sb, n, spec, false, cb, arg, err);
+}
+
+sandbox_guest_t *sandbox_guest_watch(sandbox_t *sb, int n, const kspec_t *spec,
+                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err)
+{
+    return guest_begin(sb, n, spec, true, cb, arg, err);
+}
+
+void sandbox_guests_kill(sandbox_t *sb, const int *keep, size_t nkeep)
+{
+    if (sb->env->cfg.mode == SANDBOX_NONE)
+        return;
+    for (int n = 2; n <= SANDBOX_GUESTS + 1; n++) {
+        bool kept = false;
+        for (size_t i = 0; i < nkeep; i++)
+            kept |= keep[i] == n;
+        char num[16], sig[8];
+        snprintf(num, sizeof num, "%d", n);
+        snprintf(sig, sizeof sig, "%d", SIGKILL);
+        const char *fields[] = {"signal", num, sig, NULL};
+        int fd = kept ? -1 : guest_request(sb, fields, NULL);
+        if (fd >= 0)
+            close(fd);
+    }
 }
 
 const jconn_t *sandbox_guest_conn(const sandbox_guest_t *g)

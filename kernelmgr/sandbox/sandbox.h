@@ -261,6 +261,13 @@ typedef struct sandbox_guest sandbox_guest_t;
 typedef void(sandbox_guest_fn)(sandbox_guest_t *g, int status, const char *why, void *arg);
 sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
                                      sandbox_guest_fn *cb, void *arg, sg_error_t **err);
+/* The same for kernel n, started before in this sandbox (before it paused,
+ * or in the sandbox a snapshot saved): its end is reported as above. */
+sandbox_guest_t *sandbox_guest_watch(sandbox_t *sb, int n, const kspec_t *spec,
+                                     sandbox_guest_fn *cb, void *arg, sg_error_t **err);
+/* Kills every kernel beside the first but those numbered in keep (a
+ * restored image's that nothing will use); best effort, no answer. */
+void sandbox_guests_kill(sandbox_t *sb, const int *keep, size_t nkeep);
 const jconn_t *sandbox_guest_conn(const sandbox_guest_t *g);
 int sandbox_guest_signal(sandbox_guest_t *g, int sig, sg_error_t **err);
 /* No more callbacks; the kernel is killed when kill_it.  Frees it. */

@@ -69,6 +69,13 @@ r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
 check(text(r) == ["False"], "another sandbox does not see them", text(r))
 other.kill()
 
+sbx.run_code("var kept = 7", context=js)
+sbx.pause()
+again = Sandbox.connect(sbx.sandbox_id)
+r = again.run_code("kept * 6", context=js)
+check(text(r) == ["42"] and text(again.run_code("x")) == ["'python default'"],
+      "pause() and connect(): every context of the sandbox keeps its variables", text(r))
+
 sid = sbx.sandbox_id
 check(Sandbox.kill(sid) is True, "Sandbox.kill ends the sandbox")
 print("#SANDBOX", sid, js.id, sh.id, flush=True)

@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import tempfile
+import http.client
+import urllib.parse
 
 from sgd import Daemon, add_key
 from tap import ok, done
@@ -44,7 +46,7 @@ try:
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
         sdk_script("e2b_sandboxes.py", alice, 40, bob)
-        r = sdk_script("e2b_kernels.py", dave, 15)
+        r = sdk_script("e2b_kernels.py", dave, 16)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
         left = [d.json("GET", f"/contexts/{i}", token=dave)[0] for i in gone]
@@ -81,17 +83,59 @@ try:
        "a sandbox with a template: 400 saying why", (st, q))
     st, q = d.json("POST", "/contexts", {"sandbox": 7}, token=erin)
     ok(st == 400, "a sandbox that is not a string: 400", (st, q))
-    st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin)
-    ok(st == 409 and "holds 1 more kernel" in p.get("message", ""),
-       "a sandbox of several kernels does not pause yet: 409 saying why", (st, p))
-    st, p = d.json("POST", f"/contexts/{guest.get('id')}/pause", token=erin)
-    ok(st == 409 and "not paused on its own" in p.get("message", ""),
-       "nor does a kernel in another's sandbox: 409", (st, p))
+    # A sandbox pauses whole: every kernel in it, with its variables.
+    def run(cid, code):
+        return d.json("POST", "/execute", {"code": code, "context_id": cid}, token=erin,
+                      headers={"Accept": "application/json"}, timeout=120)
+
+    run(hid, "v = 'first'")
+    run(guest.get("id"), "v = 'second'")
+    st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin, timeout=120)
+    st2, g = d.json("GET", f"/contexts/{guest.get('id')}", token=erin)
+    ok(st == 200 and p.get("state") == "paused" and g.get("state") == "paused",
+       "pausing a sandbox of two kernels pauses both", (st, p, g))
+    st, r = run(guest.get("id"), "print(v)")
+    st2, h = d.json("GET", f"/contexts/{hid}", token=erin)
+    ok(st == 200 and r.get("stdout") == "second\n" and h.get("state") == "running",
+       "an execution in the second kernel wakes the sandbox; its variables are there",
+       (st, r, h))
+    st, r = run(hid, "print(v)")
+    ok(st == 200 and r.get("stdout") == "first\n", "... and the first kernel's", (st, r))
+    st, p = d.json("POST", f"/contexts/{guest.get('id')}/pause", token=erin, timeout=120)
+    st2, h = d.json("GET", f"/contexts/{hid}", token=erin)
+    ok(st == 200 and p.get("state") == "paused" and h.get("state") == "paused",
+       "pausing the second kernel pauses its sandbox", (st, p, h))
+    st, h = d.json("POST", f"/contexts/{hid}/resume", token=erin, timeout=120)
+    st2, r = run(guest.get("id"), "print(v)")
+    ok(st == 200 and st2 == 200 and r.get("stdout") == "second\n",
+       "resuming the first resumes the sandbox, both kernels", (st, h, st2, r))
+    # Busy: its stream's first line says it runs.
+    u = urllib.parse.urlparse(d.url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request("POST", "/execute", json.dumps({
+        "code": "import time; print('running', flush=True); time.sleep(3)",
+        "context_id": guest.get("id")}), {"Authorization": f"Bearer {erin}"})
+    busy = c.getresponse()
+    first = b""
+    while b"running" not in first and (line := busy.readline()):
+        first = line
+    st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin, timeout=120)
+    busy.read()
+    c.close()
+    ok(b"running" in first and st == 409 and "all its kernels are idle" in p.get("message", ""),
+       "a sandbox whose second kernel is busy does not pause: 409 saying why", (first, st, p))
+    st, snap = d.json("POST", f"/contexts/{hid}/snapshots", {}, token=erin, timeout=120)
+    st2, r = run(guest.get("id"), "print(v)")
+    ok(st == 201 and st2 == 200 and r.get("stdout") == "second\n",
+       "a snapshot of the sandbox leaves both kernels running with their variables",
+       (st, snap, st2, r))
+    st, p = d.json("POST", f"/contexts/{guest.get('id')}/snapshots", {}, token=erin)
+    ok(st == 409 and "its sandbox's first context is" in p.get("message", ""),
+       "a snapshot of the second kernel alone: 409, naming the sandbox's", (st, p))
     st, _ = d.json("DELETE", f"/contexts/{guest.get('id')}", token=erin)
-    st2, r = d.json("POST", "/execute", {"code": "print(open('n').read())", "context_id": hid},
-                    token=erin, headers={"Accept": "application/json"}, timeout=120)
-    ok(st == 204 and st2 == 200 and r.get("stdout") == "9\n",
-       "deleting the kernel in it leaves the sandbox and its files", (st, st2, r))
+    st2, r = run(hid, "print(open('n').read(), v)")
+    ok(st == 204 and st2 == 200 and r.get("stdout") == "9 first\n",
+       "deleting the kernel in it leaves the sandbox, its files and first kernel", (st, st2, r))
     st, p = d.json("POST", f"/contexts/{hid}/pause", token=erin, timeout=120)
     ok(st == 200 and p.get("state") == "paused", "alone again, it pauses", (st, p))
     st, woke = d.json("POST", "/contexts", {"sandbox": hid, "language": "python"}, token=erin)
