@@ -74,7 +74,7 @@ QUERY_FILL = {"path": "/home/user/notes.txt"}
 QUERY_NOT_ID = {"path", "depth", "stat", "cmd", "cwd", "timeout", "env", "wait", "close",
                 "sandboxID", "name"}
 # Body fields that name an id, by name: their kind (None: not tenant-owned).
-BODY_IDS = {"context_id": "context", "snapshot": "snapshot", "template": None}
+BODY_IDS = {"context_id": "context", "snapshot": "snapshot", "sandbox": "context", "template": None}
 # Body fields whose name looks like an id's and are not: POST /execute's
 # `command` is a shell command line.
 BODY_NOT_ID = {"command"}
