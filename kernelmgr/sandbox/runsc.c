@@ -363,6 +363,22 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
         sg_error_errno(err, errno, "chown %s", connfile);
         goto fail;
     }
+    if (sb->snapshot) {
+        /* The image's init is detached, and its marker was in conn/ when
+         * it was saved: a restore walks every file the sandbox knew, and
+         * fails on one that is not there ("failed to walk
+         * kernel.detached").  Removed once restored, which lets init
+         * listen again (pause.c's relay_release). */
+        cleanup_free char *marker = xasprintf("%s/kernel.detached", conndir);
+        int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0660);
+        if (fd < 0 || fchown(fd, SANDBOX_UID, SANDBOX_GID) < 0) {
+            sg_error_errno(err, errno, "cannot create %s", marker);
+            if (fd >= 0)
+                close(fd);
+            goto fail;
+        }
+        close(fd);
+    }
     if (sb->internet) {
         if (sb->env->egress == NULL) {
             sg_error_set(err, SG_E_INVALID,
