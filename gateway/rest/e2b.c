@@ -3,9 +3,11 @@
  * contexts, so that the SDKs work unchanged with E2B_API_URL and
  * E2B_SANDBOX_URL set to sandgate's URL and E2B_API_KEY to a key of it.
  *
- * An E2B sandbox is a context here: one sandbox holding one kernel (its
- * id is the sandbox id the SDK sends as E2b-Sandbox-Id to envd and to the
- * code interpreter, both served at the same URL).  What E2B adds to a
+ * An E2B sandbox is a context here: the first context of a gVisor sandbox
+ * (its id is the sandbox id the SDK sends as E2b-Sandbox-Id to envd and to
+ * the code interpreter, both served at the same URL); the code contexts
+ * create_code_context makes are kernels in the same sandbox (rest.c's
+ * POST /contexts with that header), not sandboxes of their own.  What E2B adds to a
  * context lives in its record (api_t's contexts, "e2b"): the template
  * asked for, metadata, start and end times, what its timeout does.  A
  * sandbox's timeout kills it, or with autoPause pauses it; connect
@@ -422,8 +424,8 @@ static enum MHD_Result sandboxes_list_as(api_t *self, http_req_t *call, bool v2)
     bool more = false;
     for (size_t i = 0; i < n; i++) {
         kernel_t *k = kmgr_get(self->kmgr, sorted[i]);
-        if (k == NULL || !http_may_see(call, kernel_owner(k)) ||
-            (after && strcmp(sorted[i], after) <= 0))
+        if (k == NULL || kernel_host(k) || /* a code context in a sandbox, not one */
+            !http_may_see(call, kernel_owner(k)) || (after && strcmp(sorted[i], after) <= 0))
             continue;
         json_t *e = e2b_record(self, k);
         if ((state && !strstr(state, e2b_state(k))) ||

@@ -114,7 +114,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
                      sg_error_t **err);
 /* A context's record written again (its "e2b" changed), and one forgotten (deleted). */
 void api_record_write(api_t *self, const char *id);
-void api_forget_context(api_t *self, const char *id);
+void api_forget_context(api_t *self, const char *id); /* and those in its sandbox, gone with it */
 /* POST .../pause and .../resume: answered once k is paused (or runs), now or later
  * (*req_state), with the context or why not. */
 enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k, bool pause,

@@ -353,6 +353,19 @@ bool api_field(json_t *obj, const char *key, json_type type, json_t **out,
 
 void api_forget_context(api_t *self, const char *id)
 {
+    /* The contexts in its sandbox went with it (kmgr_shutdown). */
+    const char *other;
+    json_t *meta;
+    void *it;
+    json_object_foreach_safe(self->contexts, it, other, meta)
+    {
+        const char *sandbox = json_string_value(json_object_get(meta, "sandbox"));
+        if (sandbox && strcmp(sandbox, id) == 0 && strcmp(other, id) != 0 &&
+            !kmgr_get(self->kmgr, other)) {
+            cleanup_free char *gone = xstrdup(other);
+            api_forget_context(self, gone);
+        }
+    }
     json_object_del(self->contexts, id);
     if (self->records)
         records_remove(self->records, id);

@@ -69,6 +69,9 @@ r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
 check(text(r) == ["False"], "another sandbox does not see them", text(r))
 other.kill()
 
+listed = [s.sandbox_id for s in Sandbox.list().next_items()]
+check(sbx.sandbox_id in listed and js.id not in listed and sh.id not in listed,
+      "Sandbox.list() lists the sandbox, not its code contexts", listed)
 sbx.run_code("var kept = 7", context=js)
 sbx.pause()
 again = Sandbox.connect(sbx.sandbox_id)

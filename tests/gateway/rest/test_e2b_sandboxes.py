@@ -46,12 +46,13 @@ try:
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
         sdk_script("e2b_sandboxes.py", alice, 40, bob)
-        r = sdk_script("e2b_kernels.py", dave, 16)
+        r = sdk_script("e2b_kernels.py", dave, 17)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
         left = [d.json("GET", f"/contexts/{i}", token=dave)[0] for i in gone]
-        ok(len(left) == 3 and left == [404] * 3,
-           "the killed sandbox's contexts, JavaScript and Bash too, are gone", (gone, left))
+        st, lst = d.json("GET", "/contexts", token=dave)
+        ok(len(left) == 3 and left == [404] * 3 and st == 200 and lst == [],
+           "the killed sandbox's contexts, JavaScript and Bash too, are gone", (gone, left, lst))
 
     # sandgate's own API: POST /contexts {"sandbox"}.
     st, host = d.json("POST", "/contexts", {}, token=erin)
