@@ -749,6 +749,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"GET", "/sandboxes", sandboxes_list, 0, NULL},
         {"GET", "/v2/sandboxes", sandboxes_list_v2, 0, NULL},
         {"GET", "/sandboxes/{sandbox}", sandbox_get, 0, NULL},
+        {"GET", "/sandboxes/{sandbox}/metrics", api_sandbox_metrics, 0, NULL},
         {"DELETE", "/sandboxes/{sandbox}", sandbox_delete, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/timeout", sandbox_timeout, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/refreshes", sandbox_refresh, 0, NULL},
@@ -763,6 +764,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
     const http_front_t front = {
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};
     self->e2b_timer = -1;
+    api_sbmetrics_start(self);
     if (http_param(http, "sandbox", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "sandbox '%s' not found", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)

@@ -34,7 +34,9 @@ struct api {
     commands_t *commands;
     void (*wake)(void *);
     void *wake_arg;
-    int e2b_timer; /* e2b.c's clock of sandboxes' ends; -1: none runs */
+    int e2b_timer;        /* e2b.c's clock of sandboxes' ends; -1: none runs */
+    json_t *e2b_metrics;  /* sbmetrics.c: sandbox id -> {samples, at, cpu_ns} */
+    int e2b_sample_timer; /* sbmetrics.c's; -1: none */
 };
 
 /* --- one request that answers later: an execution's stream, or a wait ---------------- */
@@ -112,6 +114,11 @@ json_t *api_snapshot_json(const kmgr_snapshot_t *s);
 /* e2b.c: E2B's sandbox API; its own front end (E2B's error shape), done the REST one's. */
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
                      sg_error_t **err);
+/* sbmetrics.c: E2B's sandbox metrics, sampled from start to stop; its
+ * routes (E2B's front end, e2b.c, registers them). */
+void api_sbmetrics_start(api_t *self);
+void api_sbmetrics_stop(api_t *self);
+enum MHD_Result api_sandbox_metrics(void *arg, http_req_t *call);
 /* A context's record written again (its "e2b" changed), and one forgotten (deleted). */
 void api_record_write(api_t *self, const char *id);
 void api_forget_context(api_t *self, const char *id); /* and those in its sandbox, gone with it */

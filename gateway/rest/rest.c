@@ -71,7 +71,7 @@ api_t *api_new(loop_t *loop, kmgr_t *kmgr, const api_config_t *cfg, void (*wake)
     self->contexts = json_object();
     self->defaults = json_object();
     self->commands = commands_new(loop, NULL);
-    self->e2b_timer = -1;
+    self->e2b_timer = self->e2b_sample_timer = -1;
     if (cfg->state_dir) {
         cleanup_free char *dir = xasprintf("%s/contexts", cfg->state_dir);
         sg_error_t *err = NULL;
@@ -93,6 +93,7 @@ void api_destroy(api_t **self_p)
     commands_destroy(&(*self_p)->commands);
     if ((*self_p)->e2b_timer >= 0)
         loop_timer_end((*self_p)->loop, (*self_p)->e2b_timer);
+    api_sbmetrics_stop(*self_p);
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);
     records_close(&(*self_p)->records);

@@ -107,6 +107,16 @@ kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id
     return k;
 }
 
+bool kernel_usage(const kernel_t *k, sandbox_usage_t *u)
+{
+    sandbox_t *sb = k->host ? k->host->sb : k->sb;
+    if (!sb) {
+        *u = (sandbox_usage_t){0};
+        return false;
+    }
+    return sandbox_usage(sb, u);
+}
+
 kernel_t *kernel_host(const kernel_t *k)
 {
     return k->host;

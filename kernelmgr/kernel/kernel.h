@@ -123,6 +123,8 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
 kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id,
                              const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
                              sg_error_t **err);
+/* What k's sandbox uses now (sandbox_usage; its host's for a guest). */
+bool kernel_usage(const kernel_t *k, sandbox_usage_t *u);
 /* The kernel whose sandbox k runs in; NULL: k's is its own. */
 kernel_t *kernel_host(const kernel_t *k);
 /* How many kernels run in k's sandbox beside it (not dead). */

@@ -344,3 +344,78 @@ void cgroup_sweep(void)
 {
     each_cgroup_mount(sweep_cgroups_in, NULL);
 }
+
+/* --- usage --------------------------------------------------------------------- */
+
+/* The number a file holds, or -1. */
+static long long read_number(const char *dir, const char *name)
+{
+    cleanup_free char *path = xasprintf("%s/%s", dir, name);
+    FILE *f = fopen(path, "re");
+    long long v = -1;
+    if (f && fscanf(f, "%lld", &v) != 1)
+        v = -1;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* The value of "KEY N" in a stat file (memory.stat, cpu.stat), or -1. */
+static long long read_stat(const char *dir, const char *name, const char *key)
+{
+    cleanup_free char *path = xasprintf("%s/%s", dir, name);
+    FILE *f = fopen(path, "re");
+    char k[64];
+    long long v, found = -1;
+    while (f && fscanf(f, "%63s %lld", k, &v) == 2)
+        if (strcmp(k, key) == 0) {
+            found = v;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+struct usage {
+    const char *path;
+    sandbox_usage_t *u;
+};
+
+static void usage_in(const char *mnt, bool v2, const char *opts, void *arg)
+{
+    struct usage *c = arg;
+    sandbox_usage_t *u = c->u;
+    cleanup_free char *dir = xasprintf("%s%s", mnt, c->path);
+    long long v;
+    if (v2) {
+        if ((v = read_stat(dir, "cpu.stat", "usage_usec")) >= 0)
+            u->cpu_ns = (uint64_t)v * 1000, u->known = true;
+        if ((v = read_number(dir, "memory.current")) >= 0)
+            u->mem_bytes = (uint64_t)v, u->known = true;
+        if ((v = read_stat(dir, "memory.stat", "file")) >= 0)
+            u->mem_cache = (uint64_t)v;
+        if ((v = read_number(dir, "memory.max")) > 0) /* "max": no limit, not a number */
+            u->mem_limit = (uint64_t)v;
+        return;
+    }
+    if (has_word(opts, "cpuacct") && (v = read_number(dir, "cpuacct.usage")) >= 0)
+        u->cpu_ns = (uint64_t)v, u->known = true;
+    if (has_word(opts, "memory")) {
+        if ((v = read_number(dir, "memory.usage_in_bytes")) >= 0)
+            u->mem_bytes = (uint64_t)v, u->known = true;
+        if ((v = read_stat(dir, "memory.stat", "cache")) >= 0)
+            u->mem_cache = (uint64_t)v;
+        if ((v = read_number(dir, "memory.limit_in_bytes")) > 0 && v < (1ll << 60))
+            u->mem_limit = (uint64_t)v;
+    }
+}
+
+bool cgroup_usage(const char *path, sandbox_usage_t *u)
+{
+    *u = (sandbox_usage_t){0};
+    struct usage c = {.path = path, .u = u};
+    if (ours(path))
+        each_cgroup_mount(usage_in, &c);
+    return u->known;
+}

@@ -20,6 +20,7 @@
 #define SG_SANDBOX_CGROUP_H
 
 #include "common/error.h"
+#include "kernelmgr/sandbox/sandbox.h"
 
 #define CGROUP_TOP "sandgate"
 #define CGROUP_TENANT_PREFIX "t-"
@@ -58,5 +59,9 @@ int cgroup_move(const char *from, const char *to, sg_error_t **err);
 /* The cgroupsPath of the OCI bundle config at config_path, when it is
  * under /sandgate; NULL otherwise.  A new string. */
 char *cgroup_of_bundle(const char *config_path);
+
+/* The counters of cgroup path now (sandbox_usage): false when none could
+ * be read. */
+bool cgroup_usage(const char *path, sandbox_usage_t *u);
 
 #endif

@@ -277,6 +277,16 @@ const char *sandbox_id(const sandbox_t *self)
     return self->id;
 }
 
+bool sandbox_usage(sandbox_t *self, sandbox_usage_t *u)
+{
+    const char *cgroup = self->pid > 0 ? sandbox_cgroup(self) : NULL;
+    if (!cgroup) {
+        *u = (sandbox_usage_t){0};
+        return false;
+    }
+    return cgroup_usage(cgroup, u);
+}
+
 const char *sandbox_cgroup(sandbox_t *self)
 {
     if (self->env->cfg.mode != SANDBOX_RUNSC)

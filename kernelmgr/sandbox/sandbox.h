@@ -151,6 +151,15 @@ const char *sandbox_dir(const sandbox_t *self);
  * /sandgate/t-TENANT/ID with tenant_cgroups and a tenant, else
  * /sandgate/ID (cgroup.h); NULL in mode none. */
 const char *sandbox_cgroup(sandbox_t *self);
+/* What a running sandbox uses, from its cgroup's counters: CPU time since
+ * it started (its restores' too), memory (page cache included), of which
+ * page cache, and its memory limit (0: none).  false when they cannot be
+ * read (mode none, a paused sandbox, a cgroup not there). */
+typedef struct {
+    uint64_t cpu_ns, mem_bytes, mem_cache, mem_limit;
+    bool known;
+} sandbox_usage_t;
+bool sandbox_usage(sandbox_t *self, sandbox_usage_t *u);
 /* Host-side connection info (ip = host path of the ipc sockets). */
 const jconn_t *sandbox_conn(const sandbox_t *self);
 /* The process whose exit means the kernel is gone (runsc's sandbox process,

@@ -3,6 +3,8 @@ and E2B_API_KEY only): one sandbox holds several code contexts — Python,
 JavaScript, Bash — that share its files and processes.  Run by
 tests/.venv-e2b's python.
 usage: e2b_kernels.py  — prints one JSON line per check: {ok, name, detail}"""
+import time
+
 from e2b_code_interpreter import Sandbox
 from checks import check
 
@@ -68,6 +70,20 @@ other = Sandbox.create()
 r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
 check(text(r) == ["False"], "another sandbox does not see them", text(r))
 other.kill()
+
+# Metrics: sampled every 5 s from the sandbox's cgroup and workspace.
+first = sbx.get_metrics()
+check(first and first[-1].cpu_count >= 1 and 0 < first[-1].mem_used <= first[-1].mem_total and
+      0 < first[-1].disk_used < first[-1].disk_total, "get_metrics: CPUs, memory and disk", first)
+sbx.run_code("import time\nt = time.time()\nwhile time.time() - t < 6: pass")
+later = first
+for _ in range(30):
+    later = [m for m in sbx.get_metrics() if m.timestamp > first[-1].timestamp]
+    if later:
+        break
+    time.sleep(0.5)
+check(later and max(m.cpu_used_pct for m in later) > 20,
+      "a busy kernel shows in cpu_used_pct", (first, later))
 
 listed = [s.sandbox_id for s in Sandbox.list().next_items()]
 check(sbx.sandbox_id in listed and js.id not in listed and sh.id not in listed,
