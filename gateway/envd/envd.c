@@ -1,5 +1,6 @@
 /* envd: registration, the context a request acts on, replies, and the
  * Filesystem service's unary calls over sbfs (internal.h). */
+#include <sodium.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -39,10 +40,35 @@ static bool names_default(const char *id)
            strcmp(id, "default") == 0;
 }
 
+/* Whether the call asks to act as root: E2B's SDKs name the user in
+ * HTTP basic auth ("user:") on RPCs and in ?username= on /files. */
+static bool asks_root(const http_req_t *req)
+{
+    const char *q = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "username");
+    if (q && strcmp(q, "root") == 0)
+        return true;
+    const char *auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization");
+    if (!auth || strncasecmp(auth, "Basic ", 6) != 0)
+        return false;
+    unsigned char user[64];
+    size_t n = 0;
+    if (sodium_base642bin(user, sizeof user - 1, auth + 6, strlen(auth + 6), " ", &n, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0)
+        return false;
+    user[n] = 0;
+    return strncmp((char *)user, "root:", 5) == 0 || strcmp((char *)user, "root") == 0;
+}
+
 kernel_t *envd_kernel(envd_t *self, const http_req_t *req, const char **unknown, sg_error_t **err)
 {
     const char *id = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
     *unknown = NULL;
+    if (asks_root(req)) { /* docs/security.md, Root inside a sandbox: not given */
+        sg_error_set(err, SG_E_FORBIDDEN,
+                     "sandgate runs everything in a sandbox as its one unprivileged user; there "
+                     "is no root (docs/security.md, Root inside a sandbox)");
+        return NULL;
+    }
     if (names_default(id))
         return api_default_context(self->api, req, "python", "envd", err);
     kernel_t *k = http_resolve(req, "context", id);

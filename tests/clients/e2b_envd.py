@@ -164,6 +164,14 @@ def contexts_and_keys(sbx):
     e = fails(bad.commands.run, "true")
     check(e is not None and ("401" in str(e) or "auth" in (type(e).__name__ + str(e)).lower()),
           "commands with a wrong key: 401", e)
+    # No root inside (docs/security.md): asked for, refused, saying so.
+    e = fails(sbx.commands.run, "id -u", user="root")
+    check(e is not None and "no root" in str(e), "commands.run(user='root'): refused", e)
+    e = fails(sbx.files.write, "/tmp/root.txt", "x", user="root")
+    check(e is not None and "no root" in str(e), "files.write(user='root'): refused", e)
+    r = sbx.commands.run("id -u")
+    check(r.stdout.strip() == "64123", "commands run as the sandbox's one user (uid 64123)",
+          r.stdout)
     if other_key:
         them = open_sandbox(other_key)
         check(them.files.exists("/tmp/m/1.txt") is False,
