@@ -196,15 +196,21 @@ static enum MHD_Result proc_start(void *ctx, http_req_t *req)
         const char *tmo =
             MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
         long long t = tmo ? atoll(tmo) : 0;
+        /* The sandbox's own (Sandbox.create's envs), then the command's. */
+        const json_t *base = api_sandbox_envs(self->api, k);
+        json_t *merged = base ? json_deep_copy(base) : NULL;
+        if (merged && envs)
+            json_object_update(merged, (json_t *)envs);
         command_opts_t o = {.argv = argv,
                             .cwd = envd_str(config, "cwd", NULL),
-                            .envs = envs,
+                            .envs = merged ? merged : envs,
                             .timeout_ms = t > 0 && t < INT32_MAX ? (int)t : 0,
                             .stdin_open = json_is_true(json_object_get(msg, "stdin")),
                             .background = true};
         http_who(req, "envd", &o.who);
         sg_error_t *err = NULL;
         command_t *c = commands_start(self->commands, k, &o, &err);
+        json_decref(merged);
         if (c == NULL) {
             ret = envd_reply_error(req->conn, NULL, err);
             sg_error_free(&err);

@@ -16,6 +16,7 @@
  * snapshot and sandboxes made from it.  Errors have E2B's shape, {"code",
  * "message"}, so the SDKs raise their own exceptions.  docs/clients.md
  * has what is served and what is not. */
+#include <inttypes.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,11 +45,6 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int strcmp_ptr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* --- replies in E2B's shape -------------------------------------------------------- */
@@ -349,6 +345,8 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
         json_pack("{s:s, s:o, s:I, s:I, s:b}", "templateID", template ? template : "base",
                   "metadata", metadata ? json_deep_copy(metadata) : json_object(), "startedAt",
                   (json_int_t)now_ms(), "endAt", (json_int_t)0, "autoPause", json_is_true(pause)));
+    if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
+        json_object_set_new(json_object_get(meta, "e2b"), "envVars", json_deep_copy(envs));
     set_end(self, k, timeout ? timeout : E2B_MAX_TIMEOUT_S);
     if (envs && json_object_size(envs)) { /* queued: runs first, once the kernel is ready */
         char *code = pyscript(PY_KERNEL_SETUP, json_pack("{s:O, s:s, s:b}", "env", envs, "path", "",
@@ -357,10 +355,12 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
         kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
         free(code);
     }
-    if (kernel_prepared(k))
+    /* Answered once it runs, as E2B's: a pause, snapshot or fork may follow at once. */
+    kernel_state_t st = kernel_state(k);
+    if ((st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
         ret = http_reply_json(call->conn, 201, sandbox_json(self, k, false, request_key(call)));
     else
-        ret = api_context_created(self, call->conn, k, &call->state);
+        ret = api_context_ready(self, call->conn, k, &call->state);
 out:
     json_decref(body);
     return ret;
@@ -394,57 +394,109 @@ static bool metadata_matches(json_t *metadata, const char *query)
     return true;
 }
 
-/* GET /v2/sandboxes (state=running,paused; metadata=k%3Dv; limit; nextToken: the
- * last id of the page before, ids in order) and GET /sandboxes (running ones,
- * all of them). */
+/* An ISO 8601 time (E2B's startedAfter: "2026-11-28T09:00:00.123+00:00",
+ * or with "Z") in ms since the epoch; -1 when it is not one. */
+static int64_t iso_ms(const char *t)
+{
+    struct tm tm = {0};
+    int n = 0;
+    if (sscanf(t, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &n) != 6)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    int64_t ms = (int64_t)timegm(&tm) * 1000;
+    const char *p = t + n;
+    if (*p == '.') { /* fractions: milliseconds kept */
+        int64_t frac = 0, scale = 1000;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            if (scale > 1)
+                frac += (*p - '0') * (scale /= 10);
+        ms += frac;
+    }
+    int hh, mm;
+    if (*p == 'Z' && !p[1])
+        return ms;
+    if ((*p == '+' || *p == '-') && sscanf(p + 1, "%2d:%2d", &hh, &mm) == 2)
+        return ms - (*p == '+' ? 1 : -1) * ((int64_t)hh * 3600 + mm * 60) * 1000;
+    return *p ? -1 : ms;
+}
+
+typedef struct {
+    int64_t started;
+    const char *id;
+} listed_t;
+
+static int listed_cmp(const void *a, const void *b)
+{
+    const listed_t *x = a, *y = b;
+    if (x->started != y->started)
+        return x->started < y->started ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* GET /v2/sandboxes (state=running,paused; metadata=k%3Dv; template;
+ * startedAfter; order=asc|desc, by start, newest first by default; limit;
+ * nextToken: where the page before ended, "START_MS.ID") and GET /sandboxes
+ * (running ones, all of them, E2B's older list).  Only the sandboxes the
+ * caller may see; a sandbox's code contexts are not sandboxes. */
 static enum MHD_Result sandboxes_list_as(api_t *self, http_req_t *call, bool v2)
 {
     struct MHD_Connection *conn = call->conn;
-    const char *state =
-        v2 ? MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state") : "running";
-    const char *meta_q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "metadata");
-    const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *after = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "nextToken");
+#define QUERY(name) MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name)
+    const char *state = v2 ? QUERY("state") : "running", *meta_q = QUERY("metadata");
+    const char *limit_s = QUERY("limit"), *after = QUERY("nextToken"), *order = QUERY("order");
+    const char *template = QUERY("template"), *since_s = QUERY("startedAfter");
+#undef QUERY
     long limit = limit_s ? strtol(limit_s, NULL, 10) : v2 ? 100 : 100000;
     if (limit < 1 || limit > 100000)
         return e2b_reply(conn, 400, "'limit' must be 1 to 100000");
-    json_t *ids = json_array();
+    if (order && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)
+        return e2b_reply(conn, 400, "'order' must be asc or desc");
+    int64_t since = since_s ? iso_ms(since_s) : 0;
+    if (since < 0)
+        return e2b_reply(conn, 400, "'startedAfter' must be an ISO 8601 time");
+    bool asc = order && strcmp(order, "asc") == 0;
+    listed_t from = {0};
+    char *dot = after ? strchr(after, '.') : NULL;
+    if (after && (!dot || sscanf(after, "%" SCNd64, &from.started) != 1))
+        return e2b_reply(conn, 400, "'nextToken' is not one this list gave");
+    from.id = dot ? dot + 1 : NULL;
+    size_t n = 0;
+    listed_t *all = xzalloc((json_object_size(self->contexts) + 1) * sizeof *all);
     const char *id;
     json_t *meta;
-    json_object_foreach (self->contexts, id, meta)
-        json_array_append_new(ids, json_string(id));
-    /* ids in order, so a page's last id says where the next starts */
-    size_t n = json_array_size(ids);
-    const char **sorted = xzalloc((n ? n : 1) * sizeof *sorted);
-    for (size_t i = 0; i < n; i++)
-        sorted[i] = json_string_value(json_array_get(ids, i));
-    qsort(sorted, n, sizeof *sorted, strcmp_ptr);
-    json_t *out = json_array();
-    const char *last = NULL;
-    bool more = false;
-    for (size_t i = 0; i < n; i++) {
-        kernel_t *k = kmgr_get(self->kmgr, sorted[i]);
+    json_object_foreach (self->contexts, id, meta) {
+        kernel_t *k = kmgr_get(self->kmgr, id);
         if (k == NULL || kernel_host(k) || /* a code context in a sandbox, not one */
-            !http_may_see(call, kernel_owner(k)) || (after && strcmp(sorted[i], after) <= 0))
+            !http_may_see(call, kernel_owner(k)))
             continue;
         json_t *e = e2b_record(self, k);
-        if ((state && !strstr(state, e2b_state(k))) ||
-            !metadata_matches(json_object_get(e, "metadata"), meta_q))
+        int64_t started = json_integer_value(json_object_get(e, "startedAt"));
+        const char *tpl = json_string_value(json_object_get(e, "templateID"));
+        listed_t l = {started, id};
+        if ((state && !strstr(state, e2b_state(k))) || (since && started <= since) ||
+            (template && (!tpl || strcmp(tpl, template) != 0)) ||
+            !metadata_matches(json_object_get(e, "metadata"), meta_q) ||
+            (from.id && (asc ? listed_cmp(&l, &from) <= 0 : listed_cmp(&l, &from) >= 0)))
             continue;
-        if ((long)json_array_size(out) == limit) {
-            more = true;
-            break;
-        }
-        json_array_append_new(out, sandbox_json(self, k, true, NULL));
-        last = sorted[i];
+        all[n++] = l;
     }
+    qsort(all, n, sizeof *all, listed_cmp);
+    json_t *out = json_array();
+    char next[160] = "";
+    for (size_t i = 0; i < n && (long)i < limit; i++) {
+        const listed_t *l = &all[asc ? i : n - 1 - i];
+        json_array_append_new(out, sandbox_json(self, kmgr_get(self->kmgr, l->id), true, NULL));
+        if ((long)i == limit - 1 && (size_t)limit < n)
+            snprintf(next, sizeof next, "%" PRId64 ".%s", l->started, l->id);
+    }
+    free(all);
     struct MHD_Response *r = http_json_response(out);
-    if (more && last)
-        MHD_add_response_header(r, "x-next-token", last);
+    if (*next)
+        MHD_add_response_header(r, "x-next-token", next);
     enum MHD_Result ret = http_queue(conn, 200, r);
     MHD_destroy_response(r);
-    free(sorted);
-    json_decref(ids);
     return ret;
 }
 
@@ -544,6 +596,12 @@ static enum MHD_Result connect_or_resume(api_t *self, http_req_t *call, bool con
     audit_who_t who;
     http_who(call, "e2b", &who);
     audit_event(&who, "context.resume", json_pack("{s:s}", "context", kernel_id(k)));
+    /* Started here, so that a refusal (max-live, another runsc's image) has
+     * E2B's shape; then waited for. */
+    sg_error_t *err = NULL;
+    tenant_quota_t quota;
+    if (tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0)
+        return e2b_error(call->conn, &err);
     return api_pause_resume(self, call->conn, k, false, &call->state);
 }
 
@@ -569,6 +627,12 @@ static enum MHD_Result e2b_pause(void *arg, http_req_t *call)
     audit_who_t who;
     http_who(call, "e2b", &who);
     audit_event(&who, "context.pause", json_pack("{s:s}", "context", kernel_id(k)));
+    /* Started here, so that a refusal has E2B's shape; then waited for. */
+    sg_error_t *err = NULL;
+    if (kernel_state(k) != KERNEL_PAUSING && kernel_pause(k, &err) < 0)
+        return e2b_error(call->conn, &err);
+    if (kernel_state(k) == KERNEL_PAUSED)
+        return reply_status(call->conn, 204);
     return api_pause_resume(self, call->conn, k, true, &call->state);
 }
 

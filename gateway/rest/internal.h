@@ -101,6 +101,10 @@ const char *e2b_sandbox_header(struct MHD_Connection *conn);
 kernel_t *api_sandbox_context(api_t *self, const tenant_t *t, kernel_t *sandbox,
                               const char *language, const audit_who_t *who, tenant_quota_t *quota,
                               sg_error_t **err);
+/* Answers 201 once k runs (E2B's Sandbox.create: a sandbox is ready when
+ * it answers), with the context, or with why it did not start. */
+enum MHD_Result api_context_ready(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                  void **req_state);
 /* Answers POST /contexts: 201 once k's workspace exists. */
 enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, kernel_t *k,
                                     void **req_state);

@@ -179,6 +179,18 @@ static enum MHD_Result metrics_get(void *arg, http_req_t *call)
 static enum MHD_Result health(void *arg, http_req_t *call)
 {
     api_t *self = arg;
+    /* E2B's SDKs ask envd's /health whether their sandbox runs (is_running):
+     * 502 when the sandbox they name is not running here — paused, gone,
+     * never was, or another tenant's (answered alike). */
+    const char *sandbox = e2b_sandbox_header(call->conn);
+    if (sandbox) {
+        kernel_t *k = call->tenant ? http_resolve(call, "context", sandbox) : NULL;
+        kernel_state_t st = k ? kernel_state(k) : KERNEL_DEAD;
+        if (st == KERNEL_DEAD || st == KERNEL_PAUSED || st == KERNEL_PAUSING)
+            return http_reply_json(
+                call->conn, 502,
+                json_pack("{s:i, s:s}", "code", 502, "message", "the sandbox is not running"));
+    }
     bool stopping = kmgr_stopping(self->kmgr);
     unsigned status = stopping ? 503 : 200;
     json_t *body = json_pack("{s:s}", "status", stopping ? "stopping" : "ok");

@@ -238,6 +238,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     so.snapshot = snap ? snap->id : NULL;
     so.template = template;
     so.sandbox = sandbox ? kernel_id(sandbox) : NULL;
+    so.env = sandbox ? api_sandbox_envs(self, sandbox) : NULL;
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
@@ -493,6 +494,15 @@ enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, ke
     return wait_event(self, conn, k, KERNEL_EV_PREPARED, 201, req_state);
 }
 
+enum MHD_Result api_context_ready(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                                  void **req_state)
+{
+    kernel_state_t st = kernel_state(k);
+    if ((st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
+        return http_reply_json(conn, 201, api_context_json(self, k));
+    return wait_event(self, conn, k, KERNEL_EV_READY, 201, req_state);
+}
+
 /* POST /contexts/{id}/pause and /resume: answered when the kernel is paused
  * (or resumed), with the context, or with why not (a resume within its
  * owner's max-live, as a new context). */
@@ -716,6 +726,15 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         api_e2b_register(self, http, request_done, err) < 0)
         return -1;
     return 0;
+}
+
+const json_t *api_sandbox_envs(api_t *self, kernel_t *k)
+{
+    if (kernel_host(k))
+        k = kernel_host(k);
+    json_t *e = json_object_get(json_object_get(self->contexts, kernel_id(k)), "e2b");
+    json_t *envs = json_object_get(e, "envVars");
+    return json_object_size(envs) ? envs : NULL;
 }
 
 const char *e2b_sandbox_header(struct MHD_Connection *conn)

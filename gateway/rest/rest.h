@@ -61,6 +61,10 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err);
  * without context_id uses, made (and admitted against the tenant's quotas)
  * if there is none yet: borrowed, or NULL with *err.  frontend names the
  * caller in the audit log. */
+/* The environment E2B's Sandbox.create gave k's sandbox (envVars: an
+ * object of strings, borrowed), which its commands and every kernel in it
+ * get; NULL when none was given. */
+const json_t *api_sandbox_envs(api_t *self, kernel_t *k);
 kernel_t *api_default_context(api_t *self, const http_req_t *req, const char *language,
                               const char *frontend, sg_error_t **err);
 

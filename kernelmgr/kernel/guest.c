@@ -15,6 +15,8 @@
  */
 #include "kernelmgr/kernel/internal.h"
 
+#include <string.h>
+
 #include "common/log.h"
 #include "common/xalloc.h"
 
@@ -80,8 +82,8 @@ void guest_unlink(kernel_t *k)
 }
 
 kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id,
-                             const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
-                             sg_error_t **err)
+                             const kernel_opts_t *opts, const json_t *env, kernel_event_fn *ev,
+                             void *ev_arg, sg_error_t **err)
 {
     if (host->host) {
         sg_error_set(err, SG_E_INVALID, "context %s is itself in context %s's sandbox", host->id,
@@ -95,6 +97,7 @@ kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id
     o.hold = false;
     kernel_t *k = kernel_alloc(host->loop, host->env, spec, id, host->workspace, &o, ev, ev_arg);
     k->host = host;
+    k->guest_env = env ? json_deep_copy(env) : NULL;
     k->guest_next = host->guests;
     host->guests = k;
     kernel_observe(host, on_host_event, k);
@@ -146,6 +149,19 @@ static void on_guest_end(sandbox_guest_t *g, int status, const char *why, void *
     sandbox_guest_end(&k->guest, false);
     if (k->freed || k->state == KERNEL_DEAD)
         return;
+    /* Its report ended without its end: the kernel may run on (a dropped
+     * connection): asked again, a few times, before it is called dead. */
+    if (status < 0 && why && strcmp(why, SANDBOX_GUEST_LOST) == 0 && k->host && k->host->sb &&
+        (k->host->state == KERNEL_IDLE || k->host->state == KERNEL_BUSY) &&
+        ++k->guest_rewatches <= 3) {
+        sg_error_t *werr = NULL;
+        k->guest = sandbox_guest_watch(k->host->sb, k->guest_no, k->spec, on_guest_end, k, &werr);
+        if (k->guest) {
+            log_info("kernel %s: its report ended; watching kernel %d again", k->id, k->guest_no);
+            return;
+        }
+        sg_error_free(&werr);
+    }
     /* A number the sandbox's init still holds (a restored image's kernel,
      * being ended): another one. */
     int n;
@@ -207,7 +223,8 @@ int launch_guest(kernel_t *k, sg_error_t **err)
                             "context %s's sandbox holds its maximum of %d kernels beside its own",
                             h->id, SANDBOX_GUESTS);
     k->guest_no = n;
-    k->guest = sandbox_guest_start(h->sb, n, k->spec, on_guest_end, k, err);
+    k->guest_rewatches = 0;
+    k->guest = sandbox_guest_start(h->sb, n, k->spec, k->guest_env, on_guest_end, k, err);
     if (!k->guest)
         return -1;
     log_info("kernel %s: starting as kernel %d in context %s's sandbox", k->id, n, h->id);

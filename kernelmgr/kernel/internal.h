@@ -78,7 +78,9 @@ struct kernel {
     int guest_no;
     sandbox_guest_t *guest;
     bool guest_waiting;                 /* its start waits for its host to run (guest.c) */
+    json_t *guest_env;                  /* added to its environment (kernel_start_guest) */
     int guest_retries;                  /* starts refused for a number still taken */
+    int guest_rewatches;                /* its end asked for again after a report that stopped */
     struct kernel *guests, *guest_next; /* a host's guests (handles not freed), a list */
     int next_guest;                     /* a host: the number its next guest start tries first */
     jclient_t *client;

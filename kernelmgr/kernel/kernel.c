@@ -375,6 +375,7 @@ static void kernel_free(void *arg)
     free((char *)k->opts.template);
     free(k->from_snapshot);
     free(k->observers);
+    json_decref(k->guest_env);
     free(k);
 }
 

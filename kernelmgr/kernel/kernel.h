@@ -119,10 +119,11 @@ kernel_t *kernel_adopt(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
  * resumed for it); SG_E_LIMIT when the sandbox holds SANDBOX_GUESTS more
  * already.  It dies when host's sandbox ends, restarts or goes.  The
  * sandbox pauses whole: host's pause (or a snapshot's) pauses its guests
- * with it, a guest's pause is host's, a guest's resume wakes host. */
+ * with it, a guest's pause is host's, a guest's resume wakes host.  env:
+ * NAME -> string, added to its process's environment (copied; NULL). */
 kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id,
-                             const kernel_opts_t *opts, kernel_event_fn *ev, void *ev_arg,
-                             sg_error_t **err);
+                             const kernel_opts_t *opts, const json_t *env, kernel_event_fn *ev,
+                             void *ev_arg, sg_error_t **err);
 /* What k's sandbox uses now (sandbox_usage; its host's for a guest). */
 bool kernel_usage(const kernel_t *k, sandbox_usage_t *u);
 /* The kernel whose sandbox k runs in; NULL: k's is its own. */

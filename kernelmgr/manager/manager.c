@@ -441,7 +441,7 @@ static kernel_t *start_guest(kmgr_t *m, const kspec_t *spec, const kmgr_start_op
     opts.owner = kernel_owner(h->k);
     opts.memory_bytes = o->memory_bytes;
     opts.cpu_quota_us = o->cpu_quota_us;
-    e->k = kernel_start_guest(h->k, spec, id, &opts, on_kernel_event, e, err);
+    e->k = kernel_start_guest(h->k, spec, id, &opts, o->env, on_kernel_event, e, err);
     if (e->k == NULL) {
         entry_free(e);
         return NULL;

@@ -114,6 +114,7 @@ typedef struct {
                              session's kernel (kernel_start_guest): its files, template,
                              network; no record of its own, so it does not outlive a
                              restart of sandgate.  NULL: a sandbox of its own */
+    const json_t *env;    /* with sandbox: NAME -> string, added to the kernel's environment */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox

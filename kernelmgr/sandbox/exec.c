@@ -363,7 +363,7 @@ static void on_guest_line(loop_t *loop, int fd, unsigned events, void *arg)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
-        guest_report(g, -1, "its sandbox stopped reporting on it (ended or paused)");
+        guest_report(g, -1, SANDBOX_GUEST_LOST);
         return;
     }
     g->len += (size_t)n;
@@ -418,7 +418,8 @@ static int guest_request(const sandbox_t *sb, const char *const *fields, sg_erro
     return fd;
 }
 
-static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, sg_error_t **err)
+static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, const json_t *extra,
+                             sg_error_t **err)
 {
     const sandbox_env_t *env = g->sb->env;
     jconn_t inner = g->conn;
@@ -441,8 +442,9 @@ static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, sg_error_t
     size_t nargs = 0;
     while (argv[nargs])
         nargs++;
-    const char **fields = xzalloc((nargs + json_object_size(spec->env) + 8) * sizeof *fields);
-    char **owned = xzalloc((json_object_size(spec->env) + 2) * sizeof *owned);
+    size_t nenv = json_object_size(spec->env) + json_object_size(extra);
+    const char **fields = xzalloc((nargs + nenv + 8) * sizeof *fields);
+    char **owned = xzalloc((nenv + 2) * sizeof *owned);
     size_t n = 0, o = 0;
     fields[n++] = "spawn";
     fields[n++] = num;
@@ -453,6 +455,9 @@ static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, sg_error_t
     const char *k;
     json_t *v;
     json_object_foreach (spec->env, k, v)
+        if (json_is_string(v))
+            fields[n++] = owned[o++] = xasprintf("%s=%s", k, json_string_value(v));
+    json_object_foreach ((json_t *)extra, k, v)
         if (json_is_string(v))
             fields[n++] = owned[o++] = xasprintf("%s=%s", k, json_string_value(v));
     fields[n++] = "--";
@@ -471,7 +476,8 @@ static int guest_start_runsc(sandbox_guest_t *g, const kspec_t *spec, sg_error_t
 }
 
 /* Mode none: a plain process, as the first kernel is one. */
-static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, sg_error_t **err)
+static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, const json_t *extra,
+                            sg_error_t **err)
 {
     sandbox_t *sb = g->sb;
     cleanup_free char *connfile = xasprintf("%s/conn/kernel-%d.json", sb->dir, g->n);
@@ -491,10 +497,14 @@ static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, sg_error_t 
     size_t nown = 0;
     while (environ[nown])
         nown++;
-    char **envp = xzalloc((nown + json_object_size(spec->env) + 4) * sizeof *envp);
+    char **envp =
+        xzalloc((nown + json_object_size(spec->env) + json_object_size(extra) + 4) * sizeof *envp);
     size_t m = 0;
     const char *k;
     json_t *v;
+    json_object_foreach ((json_t *)extra, k, v) /* first: the first of a name counts */
+        if (json_is_string(v))
+            envp[m++] = xasprintf("%s=%s", k, json_string_value(v));
     json_object_foreach (spec->env, k, v)
         if (json_is_string(v))
             envp[m++] = xasprintf("%s=%s", k, json_string_value(v));
@@ -529,8 +539,8 @@ static int guest_start_none(sandbox_guest_t *g, const kspec_t *spec, sg_error_t 
 
 /* watch: kernel n runs already (a resumed sandbox's): only its end is
  * asked for. */
-static sandbox_guest_t *guest_begin(sandbox_t *sb, int n, const kspec_t *spec, bool watch,
-                                    sandbox_guest_fn *cb, void *arg, sg_error_t **err)
+static sandbox_guest_t *guest_begin(sandbox_t *sb, int n, const kspec_t *spec, const json_t *env,
+                                    bool watch, sandbox_guest_fn *cb, void *arg, sg_error_t **err)
 {
     if (n < 2 || n > SANDBOX_GUESTS + 1) {
         sg_error_set(err, SG_E_INVALID, "a sandbox's kernels are numbered 2..%d",
@@ -558,8 +568,8 @@ static sandbox_guest_t *guest_begin(sandbox_t *sb, int n, const kspec_t *spec, b
             g->fd < 0 ? NULL : loop_fd_add(proc_loop(), g->fd, LOOP_READ, on_guest_line, g, err);
         r = g->io ? 0 : -1;
     } else {
-        r = sb->env->cfg.mode == SANDBOX_NONE ? guest_start_none(g, spec, err)
-                                              : guest_start_runsc(g, spec, err);
+        r = sb->env->cfg.mode == SANDBOX_NONE ? guest_start_none(g, spec, env, err)
+                                              : guest_start_runsc(g, spec, env, err);
     }
     if (r < 0) {
         g->cb = NULL;
@@ -571,16 +581,16 @@ static sandbox_guest_t *guest_begin(sandbox_t *sb, int n, const kspec_t *spec, b
     return g;
 }
 
-sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
+sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec, const json_t *env,
                                      sandbox_guest_fn *cb, void *arg, sg_error_t **err)
 {
-    return guest_begin(sb, n, spec, false, cb, arg, err);
+    return guest_begin(sb, n, spec, env, false, cb, arg, err);
 }
 
 sandbox_guest_t *sandbox_guest_watch(sandbox_t *sb, int n, const kspec_t *spec,
                                      sandbox_guest_fn *cb, void *arg, sg_error_t **err)
 {
-    return guest_begin(sb, n, spec, true, cb, arg, err);
+    return guest_begin(sb, n, spec, NULL, true, cb, arg, err);
 }
 
 void sandbox_guests_kill(sandbox_t *sb, const int *keep, size_t nkeep)

@@ -264,11 +264,14 @@ unsigned sandbox_exec_count(const sandbox_t *self);
  * cb is called at most once, from the loop: the kernel ended (status its
  * exit code, 128 + signal), or -1 with why (borrowed) when its start was
  * refused or the sandbox stopped reporting on it (it ended, or was paused).
+ * env: NAME -> string, added to the kernel's environment (NULL: none).
  * sb must be running, and outlive the guest. */
 #define SANDBOX_GUESTS 16
+/* The why of a guest whose report ended without its end (cb's). */
+#define SANDBOX_GUEST_LOST "its sandbox stopped reporting on it (ended or paused)"
 typedef struct sandbox_guest sandbox_guest_t;
 typedef void(sandbox_guest_fn)(sandbox_guest_t *g, int status, const char *why, void *arg);
-sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec,
+sandbox_guest_t *sandbox_guest_start(sandbox_t *sb, int n, const kspec_t *spec, const json_t *env,
                                      sandbox_guest_fn *cb, void *arg, sg_error_t **err);
 /* The same for kernel n, started before in this sandbox (before it paused,
  * or in the sandbox a snapshot saved): its end is reported as above. */

@@ -13,7 +13,7 @@ def text(execution):
     return [r.text for r in execution.results] or execution.error
 
 
-sbx = Sandbox.create()
+sbx = Sandbox.create(envs={"SHARED_ENV": "everywhere"})
 sbx.files.write("/home/user/data.txt", "written by files.write")
 sbx.run_code("x = 'python default'; open('from_py.txt', 'w').write('made by python')")
 
@@ -50,6 +50,13 @@ r = sbx.run_code("import os; open('py2_pid', 'w').write(str(os.getpid()))", cont
 r = sbx.run_code("import os; os.path.exists('/proc/' + open('py2_pid').read())")
 check(text(r) == ["True"], "and one process space: the default context sees its process",
       text(r))
+r = sbx.run_code("Deno.env.get('SHARED_ENV')", context=js)
+r2 = sbx.run_code("echo $SHARED_ENV", context=sh)
+r3 = sbx.commands.run("echo $SHARED_ENV")
+check("everywhere" in str(text(r)) and "".join(r2.logs.stdout).strip() == "everywhere" and
+      r3.stdout.strip() == "everywhere",
+      "create(envs=...): every context of the sandbox and its commands have them",
+      (text(r), r2.logs, r3.stdout))
 r = sbx.commands.run("cat /home/user/from_js.txt")
 check(r.stdout == "made by javascript", "commands.run acts on the same sandbox", r.stdout)
 
@@ -96,5 +103,12 @@ check(text(r) == ["42"] and text(again.run_code("x")) == ["'python default'"],
       "pause() and connect(): every context of the sandbox keeps its variables", text(r))
 
 sid = sbx.sandbox_id
-check(Sandbox.kill(sid) is True, "Sandbox.kill ends the sandbox")
+check(Sandbox.kill(sid) is True and again.is_running() is False,
+      "Sandbox.kill ends the sandbox (is_running: False)")
+
+# Created, then paused at once: create answers once the sandbox runs.
+fresh = Sandbox.create()
+fresh.pause()
+check(fresh.is_running() is False, "a sandbox paused right after create() pauses")
+fresh.kill()
 print("#SANDBOX", sid, js.id, sh.id, flush=True)

@@ -44,6 +44,16 @@ other = Sandbox.create(metadata={"job": "other"})
 listed = [s.sandbox_id for s in Sandbox.list().next_items()]
 check(sbx.sandbox_id in listed and other.sandbox_id in listed, "Sandbox.list() lists both",
       listed)
+newest = [s.sandbox_id for s in Sandbox.list().next_items()]
+oldest = [s.sandbox_id for s in Sandbox.list(order="asc").next_items()]
+check(newest == [other.sandbox_id, sbx.sandbox_id] and oldest == newest[::-1],
+      "the newest first, or the oldest with order asc", (newest, oldest))
+since = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(
+    started_after=info.started_at + (other.get_info().started_at - info.started_at) / 2))
+    .next_items()]
+check(since == [other.sandbox_id], "started_after keeps the later one", since)
+none = Sandbox.list(query=SandboxQuery(template="no-such-template")).next_items()
+check(none == [], "a template filter that matches none", none)
 mine = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"job": "py"})).next_items()]
 check(mine == [sbx.sandbox_id], "a metadata filter keeps the one that matches", mine)
 page = Sandbox.list(limit=1)
@@ -56,8 +66,10 @@ check(sbx.pause() is not None, "pause()")
 states = {s.sandbox_id: s.state.value
           for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()}
 check(states == {sbx.sandbox_id: "paused"}, "the state filter: only the paused one", states)
+check(sbx.is_running() is False, "is_running(): False while paused")
 again = Sandbox.connect(sbx.sandbox_id)
 check(text(again.run_code("x + 1")) == ["42"], "connect() resumes it with its variables")
+check(again.is_running() is True, "is_running(): True once connected")
 check(again.files.read("/tmp/py.txt") == "written by files.write", "and its files")
 
 # Another tenant's key: alice's sandboxes do not exist for bob.
