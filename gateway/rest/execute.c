@@ -54,8 +54,19 @@ static const struct {
                  {"application/json", "json"},  {"application/javascript", "javascript"},
                  {"e2b/data", "data"},          {"e2b/chart", "chart"}};
 
-/* A MIME bundle as an E2B result line. */
-static json_t *result_line(const json_t *data, bool main)
+/* A text/plain as E2B's code interpreter gives it: one pair of quotes
+ * around it removed ('hi' is hi), as its server's Result does. */
+static json_t *e2b_text(json_t *v)
+{
+    const char *t = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (t && n >= 1 && ((t[0] == '\'' && t[n - 1] == '\'') || (t[0] == '"' && t[n - 1] == '"')))
+        return json_stringn_nocheck(t + 1, n >= 2 ? n - 2 : 0);
+    return json_incref(v);
+}
+
+/* A MIME bundle as an E2B result line (e2b: text as E2B's server gives it). */
+static json_t *result_line(const json_t *data, bool main, bool e2b)
 {
     json_t *r = json_pack("{s:s, s:b}", "type", "result", "is_main_result", main);
     json_t *extra = json_object();
@@ -66,7 +77,10 @@ static json_t *result_line(const json_t *data, bool main)
         for (size_t i = 0; i < sizeof mime_keys / sizeof mime_keys[0]; i++)
             if (strcmp(mime, mime_keys[i].mime) == 0)
                 key = mime_keys[i].key;
-        json_object_set(key ? r : extra, key ? key : mime, v);
+        if (e2b && key && strcmp(key, "text") == 0)
+            json_object_set_new(r, key, e2b_text(v));
+        else
+            json_object_set(key ? r : extra, key ? key : mime, v);
     }
     if (json_object_size(extra))
         json_object_set_new(r, "extra", extra);
@@ -101,7 +115,7 @@ static void on_limit(void *arg, const char *note)
 static void on_result(void *arg, const json_t *data, bool main)
 {
     stream_t *s = arg;
-    json_t *line = result_line(data, main);
+    json_t *line = result_line(data, main, s->e2b_text);
     if (s->agg) {
         json_t *copy = json_deep_copy(line);
         json_object_del(copy, "type");
@@ -290,6 +304,8 @@ enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, siz
     }
     stream_t *s = api_stream_new(self, conn, k);
     s->command = command != NULL;
+    /* E2B's code interpreter names its sandbox in this header, always. */
+    s->e2b_text = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id") != NULL;
     const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     s->json_mode =
         s->command || (accept && strstr(accept, "application/json") && !strstr(accept, "ndjson"));

@@ -53,7 +53,8 @@ typedef struct {
     json_t *agg;     /* JSON mode: the whole answer */
     unsigned status; /* JSON mode: the reply's status */
     bool command;
-    bool context_wait;       /* not an execution: a wait for a kernel event (wait_for) */
+    bool e2b_text;     /* E2B's code interpreter asked: a text result loses one pair of quotes */
+    bool context_wait; /* not an execution: a wait for a kernel event (wait_for) */
     kernel_event_t wait_for; /* PREPARED (POST /contexts), PAUSED or READY (pause, resume) */
     bool restoring;          /* a wait for READY after a roll-back: RESTARTED is expected */
     bool snapshot_wait;      /* not an execution: a snapshot's callback answers (snapshots) */

@@ -48,7 +48,7 @@ def files(sbx):
     info = sbx.files.write("/tmp/a.csv", "x,y\n1,2\n")
     check(info.path == "/tmp/a.csv" and info.name == "a.csv", "files.write (text)", info)
     ex = sbx.run_code("open('/tmp/a.csv').read()")
-    check(ex.results and ex.results[0].text == "'x,y\\n1,2\\n'",
+    check(ex.results and ex.results[0].text == "x,y\\n1,2\\n",
           "run_code without a context sees the file", ex)
     check(sbx.files.read("/tmp/a.csv") == "x,y\n1,2\n", "files.read (text)")
     data = bytes((i * 7) & 255 for i in range(65536))
@@ -84,7 +84,7 @@ def files(sbx):
     check(e is not None and not_found(e), "files.read of a missing file: not found", e)
     sbx.files.write("rel.txt", "relative")
     ex = sbx.run_code("open('/home/user/rel.txt').read()")
-    check(ex.results and ex.results[0].text == "'relative'", "a relative path is /home/user's", ex)
+    check(ex.results and ex.results[0].text == "relative", "a relative path is /home/user's", ex)
     e = fails(sbx.files.watch_dir, "/tmp")
     check(e is not None, "files.watch_dir is refused (not served)", e)
 
@@ -146,7 +146,7 @@ def contexts_and_keys(sbx):
     named = open_sandbox(key, ctx.id)
     named.files.write("/tmp/ctx.txt", "in the context")
     ex = sbx.run_code("open('/tmp/ctx.txt').read()", context=ctx)
-    check(ex.results and ex.results[0].text == "'in the context'",
+    check(ex.results and ex.results[0].text == "in the context",
           "a sandbox id that is a context's id reaches its sandbox", ex)
     check(sbx.files.exists("/tmp/ctx.txt") is False, "the default sandbox is another")
     try:

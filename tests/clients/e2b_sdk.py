@@ -120,7 +120,7 @@ def sync_checks():
           "an error comes with name, value and traceback", e)
 
     ex = sbx.run_code("import os\nos.environ['SG_ENV']", envs={"SG_ENV": "from-sdk"})
-    check(ex.results and ex.results[0].text == "'from-sdk'", "envs are visible to the code",
+    check(ex.results and ex.results[0].text == "from-sdk", "envs are visible to the code",
           ex.results)
 
     ctx = sbx.create_code_context(cwd="/home/user")

@@ -31,7 +31,7 @@ try {
   check(info.path === '/tmp/a.csv' && info.name === 'a.csv' && info.type === 'file',
     'files.write (text) answers the written file', info)
   let ex = await sbx.runCode("open('/tmp/a.csv').read()")
-  check(ex.results[0]?.text === "'x,y\\n1,2\\n'", 'runCode without a context sees the file',
+  check(ex.results[0]?.text === 'x,y\\n1,2\\n', 'runCode without a context sees the file',
     ex.results.map((r) => r.text))
   check(await sbx.files.read('/tmp/a.csv') === 'x,y\n1,2\n', 'files.read (text)')
 
@@ -80,7 +80,7 @@ try {
   check(e && /not.?found/i.test(`${e.name} ${e.message}`), 'files.remove of a missing path: not found', `${e}`)
   await sbx.files.write('rel.txt', 'relative')
   ex = await sbx.runCode("open('/home/user/rel.txt').read()")
-  check(ex.results[0]?.text === "'relative'", "a relative path is /home/user's", ex.results)
+  check(ex.results[0]?.text === 'relative', "a relative path is /home/user's", ex.results)
   e = await fails(sbx.files.watchDir('/tmp', () => {}))
   check(e, 'files.watchDir is refused (not served)', `${e}`)
 
@@ -148,7 +148,7 @@ try {
   const named = open(key, ctx.id)
   await named.files.write('/tmp/ctx.txt', 'in the context')
   ex = await sbx.runCode("open('/tmp/ctx.txt').read()", { context: ctx })
-  check(ex.results[0]?.text === "'in the context'", "a sandbox id that is a context's id reaches its sandbox", ex.results)
+  check(ex.results[0]?.text === 'in the context', "a sandbox id that is a context's id reaches its sandbox", ex.results)
   check(await sbx.files.exists('/tmp/ctx.txt') === false, 'the default sandbox is another')
   r = await named.commands.run('cat /tmp/ctx.txt').catch((x) => x)
   check(r.stdout === 'in the context', "commands in the named context's sandbox", `${r}`)

@@ -75,7 +75,7 @@ try {
     ex.error.traceback.includes('ZeroDivisionError'), 'an error comes with name, value and traceback', ex.error)
 
   ex = await sbx.runCode("import os\nos.environ['SG_ENV']", { envs: { SG_ENV: 'from-sdk' } })
-  check(ex.results[0]?.text === "'from-sdk'", 'envs are visible to the code', ex.results)
+  check(ex.results[0]?.text === 'from-sdk', 'envs are visible to the code', ex.results)
 
   ex = await sbx.runCode('n=6; echo $((n * 7))', { language: 'bash' })
   check(ex.logs.stdout.join('') === '42\n' && !ex.error, "runCode(code, { language: 'bash' }) runs Bash", [ex.logs, ex.error])

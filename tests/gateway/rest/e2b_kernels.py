@@ -28,7 +28,7 @@ sbx.run_code("Deno.writeTextFileSync('from_js.txt', 'made by javascript')", cont
 check(sbx.files.read("/home/user/from_js.txt") == "made by javascript",
       "and what it writes, files.read reads", sbx.files.read("/home/user/from_js.txt"))
 r = sbx.run_code("open('from_js.txt').read()")
-check(text(r) == ["'made by javascript'"], "and so does the default Python context", text(r))
+check(text(r) == ["made by javascript"], "and so does the default Python context", text(r))
 
 r = sbx.run_code("console.log(6 * 7)", language="javascript")
 check(r.logs.stdout == ["42\n"], "run_code(language=javascript) runs in the sandbox's own "
@@ -71,7 +71,7 @@ sbx.remove_code_context(py2)
 ids = [c.id for c in sbx.list_code_contexts()]
 check(py2.id not in ids and js.id in ids, "remove_code_context removes one, the others stay",
       ids)
-check(text(sbx.run_code("x")) == ["'python default'"], "the default context keeps its variables")
+check(text(sbx.run_code("x")) == ["python default"], "the default context keeps its variables")
 
 other = Sandbox.create()
 r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
@@ -99,7 +99,7 @@ sbx.run_code("var kept = 7", context=js)
 sbx.pause()
 again = Sandbox.connect(sbx.sandbox_id)
 r = again.run_code("kept * 6", context=js)
-check(text(r) == ["42"] and text(again.run_code("x")) == ["'python default'"],
+check(text(r) == ["42"] and text(again.run_code("x")) == ["python default"],
       "pause() and connect(): every context of the sandbox keeps its variables", text(r))
 
 sid = sbx.sandbox_id

@@ -25,9 +25,9 @@ check(os.environ.get("E2B_DEBUG") is None and os.environ["E2B_API_URL"].startswi
 sbx = Sandbox.create(metadata={"job": "py"}, envs={"GREETING": "hi"}, timeout=120)
 check(len(sbx.sandbox_id) > 30, "Sandbox.create() makes a sandbox", sbx.sandbox_id)
 r = sbx.run_code("import os; x = 41; os.environ.get('GREETING')")
-check(text(r) == ["'hi'"], "run_code runs in it, with the envs given at creation", text(r))
+check(text(r) == ["hi"], "run_code runs in it, with the envs given at creation", text(r))
 sbx.files.write("/tmp/py.txt", "written by files.write")
-check(text(sbx.run_code("open('/tmp/py.txt').read()")) == ["'written by files.write'"],
+check(text(sbx.run_code("open('/tmp/py.txt').read()")) == ["written by files.write"],
       "files.write and run_code see one sandbox's files")
 check(sbx.commands.run("cat /tmp/py.txt").stdout == "written by files.write",
       "and so do commands.run")
@@ -98,11 +98,11 @@ forks = again.fork(timeout=60)
 child = forks[0] if len(forks) == 1 else None
 check(isinstance(child, Sandbox) and child.sandbox_id != sbx.sandbox_id,
       "fork() gives a new sandbox", forks)
-check(text(child.run_code("x")) == ["'parent'"] and
+check(text(child.run_code("x")) == ["parent"] and
       child.files.read("/tmp/py.txt") == "written by files.write",
       "the child has the parent's variables and files")
 child.run_code("x = 'child'")
-check(text(again.run_code("x")) == ["'parent'"], "and the parent runs on, apart from it")
+check(text(again.run_code("x")) == ["parent"], "and the parent runs on, apart from it")
 info = child.get_info()
 check(info.metadata == {"job": "py"} and 55 <= (info.end_at - info.started_at).total_seconds()
       <= 65, "the child has the parent's metadata and its own timeout", info)
@@ -120,12 +120,12 @@ check(listed == [(snap.snapshot_id, ["py-snap"])], "list_snapshots of the sandbo
       listed)
 again.run_code("x = 'after the snapshot'")
 from_snap = Sandbox.create(snap.snapshot_id)
-check(text(from_snap.run_code("x")) == ["'parent'"] and
+check(text(from_snap.run_code("x")) == ["parent"] and
       from_snap.get_info().template_id == snap.snapshot_id,
       "Sandbox.create(snapshot id): a sandbox with the snapshot's variables", from_snap)
 from_snap.kill()
 by_name = Sandbox.create("py-snap")
-check(text(by_name.run_code("x")) == ["'parent'"], "Sandbox.create(its name) too")
+check(text(by_name.run_code("x")) == ["parent"], "Sandbox.create(its name) too")
 by_name.kill()
 e = fails(Sandbox.create, snap.snapshot_id, api_key=bob)
 check(e is not None and "not found" in str(e), "bob cannot start one from alice's snapshot", e)
@@ -149,5 +149,5 @@ check(isinstance(fails(Sandbox.get_info, short.sandbox_id), NotFoundException),
       "a sandbox past its timeout is killed")
 check(paused.get_info().state.value == "paused", "one with on_timeout 'pause' is paused")
 back = Sandbox.connect(paused.sandbox_id, timeout=60)
-check(text(back.run_code("y")) == ["'kept'"], "and connect() resumes it with its state")
+check(text(back.run_code("y")) == ["kept"], "and connect() resumes it with its state")
 back.kill()

@@ -154,9 +154,9 @@ try:
                        capture_output=True, text=True, timeout=300,
                        cwd=os.path.join(SRC, "tests"))
     seen = json.loads(r.stdout.splitlines()[-1]) if r.stdout.strip() else {}
-    ok(seen.get("result") == ["'hello'"], "JS SDK: Sandbox.create() with envs, then runCode",
+    ok(seen.get("result") == ["hello"], "JS SDK: Sandbox.create() with envs, then runCode",
        (seen, r.stderr[-2000:]))
-    ok(seen.get("read") == ["'written by js'"] and seen.get("command") == "written by js",
+    ok(seen.get("read") == ["written by js"] and seen.get("command") == "written by js",
        "JS SDK: files.write seen by runCode and commands.run", seen)
     ok(any("written by js" in t for t in seen.get("jsRead") or []),
        "JS SDK: createCodeContext(javascript) in the sandbox reads the same file", seen)
