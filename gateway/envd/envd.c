@@ -203,6 +203,8 @@ static void fs_done(sbfs_op_t *op, const json_t *result, const sg_error_t *err, 
             sbfs_op_free(&op);
             return;
         }
+    } else if (err && c->rpc == FS_REMOVE && strcmp(sbfs_error_code(err), "not_found") == 0) {
+        c->answer = json_object(); /* gone already: envd's Remove succeeds, as E2B's does */
     } else if (err) {
         fs_fail(c, envd_code(sbfs_error_code(err), err->kind), err->msg);
     } else if (c->rpc == FS_LIST) {

@@ -80,6 +80,8 @@ def files(sbx):
           sbx.files.read("/tmp/d/b.csv") == "x,y\n1,2\n", "files.rename", moved)
     sbx.files.remove("/tmp/d")
     check(sbx.files.exists("/tmp/d") is False, "files.remove (a directory with a file)")
+    e = fails(sbx.files.remove, "/tmp/d")
+    check(e is None, "files.remove of what is gone already succeeds, as E2B's envd", e)
     e = fails(sbx.files.read, "/tmp/nope")
     check(e is not None and not_found(e), "files.read of a missing file: not found", e)
     sbx.files.write("rel.txt", "relative")
