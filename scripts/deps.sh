@@ -17,7 +17,7 @@ esac
 packages=(
   # build
   build-essential autoconf automake libtool pkg-config
-  libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev
+  libzmq3-dev libczmq-dev libsodium-dev libjansson-dev libmicrohttpd-dev zlib1g-dev
   # ... docs/openapi.yaml becomes the JSON GET /openapi.json serves
   python3 python3-yaml
   # run: its workspaces' file systems, and the Python kernel (the sandbox,

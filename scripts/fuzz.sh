@@ -93,7 +93,7 @@ else
     /usr/bin/python3 scripts/openapi-json.py docs/openapi.yaml "$out/openapi_json.c"
     # shellcheck disable=SC2086 # one word per file
     run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
-        $sources "$out/openapi_json.c" $(pkg-config --cflags --libs libmicrohttpd) -lm
+        $sources "$out/openapi_json.c" $(pkg-config --cflags --libs libmicrohttpd zlib) -lm
 fi
 extra_args=""
 

@@ -2,8 +2,12 @@
  * both ways through sbfs: a download is pulled from the sandbox as the
  * client takes it, an upload pushed as it arrives, reading from the client
  * paused while the sandbox has not taken what came (so neither is ever
- * whole in memory).  Errors are envd's {"code": STATUS, "message"}. */
+ * whole in memory).  An upload may come gzipped (Content-Encoding: gzip,
+ * as E2B's SDKs send one when asked): inflated as it arrives, a chunk of
+ * output at a time, under the same backpressure.  Errors are envd's
+ * {"code": STATUS, "message"}. */
 #include <string.h>
+#include <zlib.h>
 
 #include "common/log.h"
 #include "common/xalloc.h"
@@ -164,7 +168,10 @@ struct upload {
     struct MHD_PostProcessor *pp; /* multipart; NULL: the body is the file */
     part_t **parts;
     size_t nparts;
-    bool suspended;  /* reading paused (a part has bytes pending), or finish waiting */
+    bool suspended; /* reading paused (a part has bytes pending), or finish waiting */
+    bool gzip;      /* Content-Encoding: gzip (z inflates it) */
+    bool gzip_end;  /* the gzip stream ended */
+    z_stream z;
     bool finishing;  /* the body is in; finish waits for the parts */
     unsigned status; /* the first error's, or 0 */
     char *msg;
@@ -326,6 +333,8 @@ static void upload_free(upload_t *up)
 {
     if (up->pp)
         MHD_destroy_post_processor(up->pp);
+    if (up->gzip)
+        inflateEnd(&up->z);
     for (size_t i = 0; i < up->nparts; i++) {
         sbfs_op_free(&up->parts[i]->op);
         json_decref(up->parts[i]->entry);
@@ -360,8 +369,15 @@ static void *upload_open(void *ctx, const http_req_t *req)
     up->qpath = q && *q ? xstrdup(q) : NULL;
     const char *type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
     const char *enc = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Encoding");
-    if (enc && strcmp(enc, "identity") != 0) {
-        upload_fail(up, 400, "compressed uploads are not supported (do not ask for gzip)");
+    if (enc && strcasecmp(enc, "gzip") == 0) {
+        up->gzip = inflateInit2(&up->z, 16 + MAX_WBITS) == Z_OK; /* 16: a gzip header */
+        if (!up->gzip)
+            upload_fail(up, 500, "cannot inflate a gzip body (out of memory)");
+    } else if (enc && strcmp(enc, "identity") != 0) {
+        upload_fail(up, 400, "a Content-Encoding other than gzip or identity");
+    }
+    if (up->status) {
+        /* answered at the end */
     } else if (type && strncasecmp(type, "multipart/form-data", 19) == 0) {
         up->pp = MHD_create_post_processor(req->conn, 64 * 1024, multipart_value, up);
         if (up->pp == NULL)
@@ -377,16 +393,55 @@ static void *upload_open(void *ctx, const http_req_t *req)
 /* Takes every chunk (a multipart parser cannot give bytes back), keeping
  * what the sandbox has not taken yet, and stops reading from the client
  * until it has: never more than a chunk in memory. */
+static void upload_take(upload_t *up, const char *data, size_t len)
+{
+    if (up->pp)
+        MHD_post_process(up->pp, data, len);
+    else if (up->nparts)
+        part_push(up->parts[0], data, len);
+}
+
+/* Inflates what it can of a gzipped chunk, a buffer of output at a time,
+ * until the sandbox has bytes pending: how much of the chunk it took (the
+ * rest is offered again once the connection is resumed). */
+static size_t upload_gunzip(upload_t *up, const char *data, size_t len)
+{
+    up->z.next_in = (Bytef *)data;
+    up->z.avail_in = (uInt)len;
+    while (up->z.avail_in > 0 && !up->status && !up->gzip_end) {
+        char out[64 * 1024];
+        up->z.next_out = (Bytef *)out;
+        up->z.avail_out = sizeof out;
+        int r = inflate(&up->z, Z_NO_FLUSH);
+        size_t n = sizeof out - up->z.avail_out;
+        if (r == Z_STREAM_END)
+            up->gzip_end = true;
+        else if (r != Z_OK && !(r == Z_BUF_ERROR && n))
+            upload_fail(up, 400, "the body is not valid gzip (Content-Encoding: gzip)");
+        if (n && !up->status)
+            upload_take(up, out, n);
+        if (!up->status && !all_drained(up) && up->z.avail_in > 0) {
+            up->suspended = true;
+            http_suspend(up->conn);
+            return len - up->z.avail_in;
+        }
+    }
+    return len; /* all of it, or what is dropped after an error or the end */
+}
+
 static size_t upload_write(void *ctx, void *sink, struct MHD_Connection *conn, const char *data,
                            size_t len)
 {
     upload_t *up = sink;
     if (up->status)
         return len; /* read and dropped: the error is answered at the end */
-    if (up->pp)
-        MHD_post_process(up->pp, data, len);
-    else if (up->nparts)
-        part_push(up->parts[0], data, len);
+    if (up->gzip) {
+        size_t took = upload_gunzip(up, data, len);
+        if (took < len)
+            return took;
+    } else {
+        upload_take(up, data, len);
+    }
     if (!up->status && !all_drained(up) && !up->suspended) {
         up->suspended = true;
         http_suspend(up->conn);
@@ -415,6 +470,8 @@ static enum MHD_Result upload_finish(void *ctx, struct MHD_Connection *conn, voi
     upload_t *up = *sink;
     if (!up->finishing) {
         up->finishing = true;
+        if (up->gzip && !up->gzip_end && !up->status)
+            upload_fail(up, 400, "the gzip body ends before its end (Content-Encoding: gzip)");
         if (up->pp) { /* the last part's last bytes */
             MHD_destroy_post_processor(up->pp);
             up->pp = NULL;

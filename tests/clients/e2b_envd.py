@@ -55,6 +55,11 @@ def files(sbx):
     sbx.files.write("/tmp/bin.dat", data)
     check(sbx.files.read("/tmp/bin.dat", format="bytes") == data,
           "files.write and files.read (bytes): every byte intact")
+    # gzip on the wire: 8 MiB that compress to little (inflated under backpressure)
+    squeezed = b"".join(i.to_bytes(4, "big") * 1024 for i in range(2048))
+    sbx.files.write("/tmp/gz.dat", squeezed, gzip=True)
+    check(sbx.files.read("/tmp/gz.dat", format="bytes", gzip=True) == squeezed,
+          "files.write(gzip=True) and read(gzip=True): every byte intact")
     big = b"".join(i.to_bytes(4, "big") + bytes(4092) for i in range(768))  # 3 MiB
     sbx.files.write("/tmp/big.dat", big)
     got = b"".join(sbx.files.read("/tmp/big.dat", format="stream"))
