@@ -475,7 +475,7 @@ static enum MHD_Result sandboxes_list_as(api_t *self, http_req_t *call, bool v2)
         int64_t started = json_integer_value(json_object_get(e, "startedAt"));
         const char *tpl = json_string_value(json_object_get(e, "templateID"));
         listed_t l = {started, id};
-        if ((state && !strstr(state, e2b_state(k))) || (since && started <= since) ||
+        if ((state && !strstr(state, e2b_state(k))) || (since && started < since) ||
             (template && (!tpl || strcmp(tpl, template) != 0)) ||
             !metadata_matches(json_object_get(e, "metadata"), meta_q) ||
             (from.id && (asc ? listed_cmp(&l, &from) <= 0 : listed_cmp(&l, &from) >= 0)))

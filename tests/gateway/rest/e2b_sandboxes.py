@@ -52,6 +52,9 @@ since = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(
     started_after=info.started_at + (other.get_info().started_at - info.started_at) / 2))
     .next_items()]
 check(since == [other.sandbox_id], "started_after keeps the later one", since)
+at = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(
+    started_after=other.get_info().started_at)).next_items()]
+check(at == [other.sandbox_id], "started_after its own start time keeps it", at)
 none = Sandbox.list(query=SandboxQuery(template="no-such-template")).next_items()
 check(none == [], "a template filter that matches none", none)
 mine = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"job": "py"})).next_items()]
