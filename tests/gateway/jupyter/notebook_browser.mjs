@@ -105,6 +105,12 @@ try {
   ok(/^\S+ \S+ \d+$/.test(where), `cell 3 reports where the kernel runs: ${where}`, where);
   console.log(`# where ${where}`);
 
+  // A cell's output can come before its execute_reply renumbers its prompt
+  // ("In [*]:"): wait for the third prompt to be counted.
+  await page.waitForFunction(() => {
+    const p = [...document.querySelectorAll(".input_prompt")].slice(0, 3);
+    return p.length === 3 && p.every((e) => /\d/.test(e.innerText));
+  }, null, { timeout: LIMIT }).catch(() => {});
   const prompts = await page.locator(".input_prompt").allInnerTexts();
   ok(prompts.slice(0, 3).map((p) => p.replace(/\s/g, "")).join(" ") === "In[1]: In[2]: In[3]:",
     "the prompts count the executions 1, 2, 3", prompts.join(" | "));
