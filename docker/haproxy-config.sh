@@ -11,6 +11,8 @@ prog=$(basename "$0")
 listen=127.0.0.1:49999
 dns=""
 lua=$(cd "$(dirname "$0")" && pwd)/sandgate-lists.lua
+tls=""
+cert=""
 timeout=3660
 bufsize=262144
 
@@ -35,6 +37,12 @@ Options:
                        not up yet, or one that came back with a new address)
   --lua PATH           where the proxy finds sandgate-lists.lua, which joins
                        the replicas' lists (default: next to this script)
+  --tls ADDR:PORT      also listen there with TLS, for E2B's SDKs configured
+                       by E2B_DOMAIN alone: api.DOMAIN and PORT-ID.DOMAIN
+                       (docs/deploy-cluster.md, "E2B_DOMAIN")
+  --cert PEM           the certificate and key --tls serves (one PEM file:
+                       a certificate for DOMAIN and *.DOMAIN, its chain,
+                       its key)
   -h, --help           this text
 
 Example:
@@ -59,6 +67,10 @@ while [ $# -gt 0 ]; do
     --dns) dns=yes; shift ;;
     --lua) [ $# -ge 2 ] || die "--lua needs PATH"; lua=$2; shift 2 ;;
     --lua=*) lua=${1#*=}; shift ;;
+    --tls) [ $# -ge 2 ] || die "--tls needs ADDR:PORT"; tls=$2; shift 2 ;;
+    --tls=*) tls=${1#*=}; shift ;;
+    --cert) [ $# -ge 2 ] || die "--cert needs PEM"; cert=$2; shift 2 ;;
+    --cert=*) cert=${1#*=}; shift ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) break ;;
@@ -69,6 +81,12 @@ case $timeout in '' | *[!0-9]*) die "--timeout must be a number of seconds" ;; e
 case $bufsize in '' | *[!0-9]*) die "--bufsize must be a number of bytes" ;; esac
 [ "$bufsize" -ge 16384 ] || die "--bufsize must be at least 16384"
 case $listen in *:[0-9]*) ;; *) die "--listen must be ADDR:PORT, not '$listen'" ;; esac
+[ -z "$tls" ] || case $tls in *:[0-9]*) ;; *) die "--tls must be ADDR:PORT, not '$tls'" ;; esac
+[ -z "$tls$cert" ] || { [ -n "$tls" ] && [ -n "$cert" ]; } || die "--tls and --cert go together"
+[ -z "$cert" ] || [ -r "$cert" ] || die "--cert $cert: no such readable file"
+tls_bind=""
+[ -z "$tls" ] || tls_bind="
+    bind $tls ssl crt $cert alpn h2,http/1.1"
 
 resolvers=""
 [ -z "$dns" ] || resolvers="resolvers dns
@@ -124,8 +142,12 @@ cat <<EOF
 #   an id in the path (/contexts/ID, /api/kernels/ID, /api/sessions/ID), in
 #   the Mcp-Session-Id header or in a POST /execute body's context_id
 #     -> the replica whose tag begins the id; an unknown tag: 404
-#   POST /contexts -> round robin over the live replicas
-#   GET /contexts, /api/kernels, /api/sessions -> every live replica's, joined
+#   an E2B sandbox (/sandboxes/ID, /v2/sandboxes/ID, E2b-Sandbox-Id, a
+#     PORT-ID.DOMAIN Host) -> the replica whose tag begins the id
+#   POST /contexts, POST /sandboxes, POST /v2/sandboxes -> round robin over
+#     the live replicas
+#   GET /contexts, /api/kernels, /api/sessions, /sandboxes, /v2/sandboxes
+#     -> every live replica's, joined
 #   the rest -> one replica per client (source address + token)
 global
     log stdout format raw local0 info
@@ -163,16 +185,28 @@ defaults
     http-error status 504 content-type application/json string '{"error":"timeout","message":"the replica sent nothing for ${timeout} s"}'
 
 ${resolvers}frontend sandgate
-    bind $listen
+    bind $listen$tls_bind
 
     # --- the id a request names, if any ---------------------------------------
     http-request set-var(txn.sgid) path,field(3,/) if { path_beg /contexts/ }
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /api/kernels/ /api/sessions/ }
     http-request set-var(txn.sgid) req.hdr(Mcp-Session-Id) if { path /mcp /mcp/ } { req.hdr(Mcp-Session-Id) -m found }
-    # The E2B SDKs' envd calls (files, commands) name their sandbox, a context,
-    # in E2b-Sandbox-Id; debug mode's id and "default" mean the default context.
+    # E2B's sandbox API names its sandbox in the path (/sandboxes/ID/...,
+    # /v2/sandboxes/ID/...).
+    acl e2b_api path_beg /sandboxes /v2/sandboxes
+    http-request set-var(txn.sgid) path,field(3,/) if { path_beg /sandboxes/ }
+    http-request set-var(txn.sgid) path,field(4,/) if { path_beg /v2/sandboxes/ }
+    # With E2B_DOMAIN alone the SDKs call PORT-ID.DOMAIN: a Host naming a
+    # sandbox that way names it as E2b-Sandbox-Id (and its port as
+    # E2b-Sandbox-Port) for a client that sends neither.
+    acl e2b_host req.hdr(host),field(1,.) -m reg ^[0-9]+-[0-9A-Za-z-]+\$
+    http-request set-header E2b-Sandbox-Id %[req.hdr(host),field(1,.),regsub(^[0-9]+-,)] if e2b_host !{ req.hdr(E2b-Sandbox-Id) -m found }
+    http-request set-header E2b-Sandbox-Port %[req.hdr(host),field(1,.),field(1,-)] if e2b_host !{ req.hdr(E2b-Sandbox-Port) -m found }
+    # The E2B SDKs' calls to a sandbox (envd's files and commands, the code
+    # interpreter's /execute and /contexts) name it in E2b-Sandbox-Id; debug
+    # mode's id and "default" mean the default context.
     acl envd_path path_beg /files /filesystem.Filesystem/ /process.Process/
-    http-request set-var(txn.sgid) req.hdr(E2b-Sandbox-Id) if envd_path { req.hdr(E2b-Sandbox-Id) -m found } !{ req.hdr(E2b-Sandbox-Id) -m str debug_sandbox_id default }
+    http-request set-var(txn.sgid) req.hdr(E2b-Sandbox-Id) if { req.hdr(E2b-Sandbox-Id) -m found } !{ req.hdr(E2b-Sandbox-Id) -m str debug_sandbox_id default }
     # POST /execute names its context in the body: only these requests are
     # buffered (the conditional form of option http-buffer-request).
     acl execute method POST
@@ -194,6 +228,9 @@ cat <<'EOF'
     # An id no replica handed out: say so, never guess a replica.
     http-request return status 404 content-type application/json lf-string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: no replica has the tag %[var(txn.tag)] this session id begins with"}}' if has_id !known_tag hex_tag mcp
     http-request return status 404 content-type application/json string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: this session id was not handed out by any replica"}}' if has_id !known_tag mcp
+    # E2B's API answers its errors as {"code": STATUS, "message"}.
+    http-request return status 404 content-type application/json lf-string '{"code":404,"message":"sandbox not found: no replica has the tag %[var(txn.tag)] its id begins with"}' if has_id !known_tag hex_tag e2b_api
+    http-request return status 404 content-type application/json string '{"code":404,"message":"sandbox not found: its id was not handed out by any replica"}' if has_id !known_tag e2b_api
     # envd's calls (Connect RPC) read their error's kind from "code".
     http-request return status 404 content-type application/json lf-string '{"code":"not_found","message":"no replica has the tag %[var(txn.tag)] this sandbox id begins with"}' if has_id !known_tag hex_tag envd_path
     http-request return status 404 content-type application/json string '{"code":"not_found","message":"this sandbox id was not handed out by any replica"}' if has_id !known_tag envd_path
@@ -212,11 +249,14 @@ cat <<'EOF'
     http-request set-var(txn.token) req.hdr(Authorization),regsub(^[A-Za-z]+[[:space:]]+,)
     http-request set-var(txn.token) req.hdr(X-Access-Token) if !{ var(txn.token) -m found }
     http-request set-var(txn.token) req.hdr(E2B-Traffic-Access-Token) if !{ var(txn.token) -m found }
+    http-request set-var(txn.token) req.hdr(X-API-Key) if !{ var(txn.token) -m found }
     http-request set-var(txn.token) url_param(token) if !{ var(txn.token) -m found }
     http-request set-var(txn.client) src,concat(/,txn.token)
 
     # --- lists: every replica's, joined (sandgate-lists.lua) -----------------------
     http-request use-service lua.sandgate_list if { method GET } { path /contexts /api/kernels /api/sessions }
+    # E2B's sandbox lists, joined in their order and paged (nextToken, limit).
+    http-request use-service lua.sandgate_e2b_list if { method GET } { path /sandboxes /v2/sandboxes }
 
     # --- where it goes ---------------------------------------------------------------
 EOF
@@ -226,7 +266,7 @@ for s in $servers; do
     printf '    use_backend replica_%s if has_id { var(txn.tag) -m str %s }\n' "$id" "$t"
 done
 cat <<'EOF'
-    use_backend spread if { method POST } { path /contexts }
+    use_backend spread if { method POST } { path /contexts /sandboxes /v2/sandboxes }
     default_backend pinned
 
 # New contexts: round robin over the replicas that are up.  A connection

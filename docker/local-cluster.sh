@@ -38,6 +38,9 @@ Environment:
   SANDGATE              the sandgate binary (default: sandgate on PATH,
                         else build/sandgate in this source tree)
   HAPROXY               the haproxy binary (default: haproxy on PATH)
+  SANDGATE_PROXY_TLS    ADDR:PORT=PEM: HAProxy also listens there with TLS,
+                        serving PEM (haproxy-config.sh --tls, --cert), for
+                        E2B's SDKs configured by E2B_DOMAIN
 
 Replicas are started as the user running this (root, for runsc; sandgate
 then serves HTTP as its unprivileged user).
@@ -194,7 +197,9 @@ cmd_up() {
         start_replica "$id"
         addrs+=("$id=127.0.0.1:$(cat "$dir/$id/port")")
     done
-    "$here/haproxy-config.sh" --listen "127.0.0.1:$port" "${addrs[@]}" >"$dir/haproxy.cfg"
+    local tls=()
+    [ -z "${SANDGATE_PROXY_TLS:-}" ] || tls=(--tls "${SANDGATE_PROXY_TLS%%=*}" --cert "${SANDGATE_PROXY_TLS#*=}")
+    "$here/haproxy-config.sh" --listen "127.0.0.1:$port" "${tls[@]}" "${addrs[@]}" >"$dir/haproxy.cfg"
     echo "$port" >"$dir/proxy.port"
     "${HAPROXY:-haproxy}" -c -q -f "$dir/haproxy.cfg" || die "haproxy refuses $dir/haproxy.cfg"
     setsid "${HAPROXY:-haproxy}" -f "$dir/haproxy.cfg" </dev/null >>"$dir/haproxy.log" 2>&1 &

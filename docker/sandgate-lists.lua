@@ -1,8 +1,9 @@
 -- HAProxy Lua (docker/haproxy-config.sh loads it): GET /contexts,
--- GET /api/kernels and GET /api/sessions answered with the lists of every
--- replica that is up, joined — what one sandgate would list.  Each replica
--- is asked with the client's own credentials (its Authorization or
--- X-Access-Token header, its ?token=), never the proxy's: so each checks the
+-- GET /api/kernels, GET /api/sessions and E2B's GET /sandboxes and
+-- /v2/sandboxes answered with the lists of every replica that is up,
+-- joined — what one sandgate would list.  Each replica
+-- is asked with the client's own credentials (its Authorization,
+-- X-Access-Token or X-API-Key header, its ?token=), never the proxy's: so each checks the
 -- key itself (the first that refuses it answers, 401 or 429) and lists what
 -- that key's tenant may see — its own sessions, or all for an admin key.
 --
@@ -37,9 +38,10 @@ end
 
 -- The credentials a client may send in headers (docs/api.md,
 -- docs/jupyter.md); ?token= goes along with the query string.
-local passed = { "authorization", "x-access-token", "e2b-traffic-access-token" }
+local passed = { "authorization", "x-access-token", "e2b-traffic-access-token", "x-api-key" }
 
-core.register_service("sandgate_list", "http", function(applet)
+-- The client's credentials, to ask each replica with.
+local function credentials(applet)
     local headers = {}
     for _, name in ipairs(passed) do
         local v = applet.headers[name]
@@ -47,37 +49,199 @@ core.register_service("sandgate_list", "http", function(applet)
             headers[name] = { v[0] }
         end
     end
+    return headers
+end
+
+-- Asks every replica that is up for applet's path and query; calls
+-- take(replica, response) with each 200 answer.  Returns nil when every
+-- replica answered 200, or after answering the client itself (the first
+-- replica that failed or refused, or no replica up).
+local function ask_all(applet, take)
+    local headers = credentials(applet)
     local path = applet.path
     if applet.qs and applet.qs ~= "" then
         path = path .. "?" .. applet.qs
     end
-    local parts, asked = {}, 0
+    local asked = 0
     for _, r in ipairs(replicas) do
         if up(r.id) then
             asked = asked + 1
             local res = core.httpclient():get({ url = "http://" .. r.addr .. path,
                                                 headers = headers, timeout = 10000 })
             if not res or not res.status or res.status == 0 then
-                return fail(applet, 502, "unavailable",
-                            "replica " .. r.id .. " did not answer for its part of the list")
+                fail(applet, 502, "unavailable",
+                     "replica " .. r.id .. " did not answer for its part of the list")
+                return false
             end
             if res.status ~= 200 then -- a wrong token, say: as the replica said it
                 local ctype = res.headers and res.headers["content-type"] and
                               res.headers["content-type"][0]
-                return answer(applet, res.status, res.body or "", ctype)
+                answer(applet, res.status, res.body or "", ctype)
+                return false
             end
-            local items = (res.body or ""):match("^%s*%[(.*)%]%s*$")
-            if items == nil then
-                return fail(applet, 502, "unavailable",
-                            "replica " .. r.id .. " answered a list that is not a JSON array")
-            end
-            if items:match("%S") then
-                parts[#parts + 1] = items
+            if not take(r, res) then
+                fail(applet, 502, "unavailable",
+                     "replica " .. r.id .. " answered a list that is not a JSON array")
+                return false
             end
         end
     end
     if asked == 0 then
-        return fail(applet, 503, "unavailable", "no sandgate replica is up")
+        fail(applet, 503, "unavailable", "no sandgate replica is up")
+        return false
     end
-    answer(applet, 200, "[" .. table.concat(parts, ",") .. "]\n")
+    return true
+end
+
+core.register_service("sandgate_list", "http", function(applet)
+    local parts = {}
+    local done = ask_all(applet, function(_, res)
+        local items = (res.body or ""):match("^%s*%[(.*)%]%s*$")
+        if items == nil then
+            return false
+        end
+        if items:match("%S") then
+            parts[#parts + 1] = items
+        end
+        return true
+    end)
+    if done then
+        answer(applet, 200, "[" .. table.concat(parts, ",") .. "]\n")
+    end
+end)
+
+-- The end of the JSON string that begins at text[i] (a '"').
+local function string_end(text, i)
+    local j = i + 1
+    while j <= #text do
+        local c = text:byte(j)
+        if c == 92 then -- backslash: skip what it escapes
+            j = j + 1
+        elseif c == 34 then
+            return j
+        end
+        j = j + 1
+    end
+    return #text
+end
+
+-- A JSON array's elements (objects), as text; nil when text is no array.
+local function elements(text)
+    if not text:match("^%s*%[") then
+        return nil
+    end
+    local out, depth, start, i = {}, 0, nil, 1
+    while i <= #text do
+        local c = text:sub(i, i)
+        if c == '"' then
+            i = string_end(text, i)
+        elseif c == "[" or c == "{" then
+            depth = depth + 1
+            if depth == 2 then
+                start = i
+            end
+        elseif c == "]" or c == "}" then
+            if depth == 2 then
+                out[#out + 1] = text:sub(start, i)
+            end
+            depth = depth - 1
+        end
+        i = i + 1
+    end
+    return out
+end
+
+-- The string value of an object's own (not a nested object's) field.
+local function field(obj, name)
+    local depth, i = 0, 1
+    while i <= #obj do
+        local c = obj:sub(i, i)
+        if c == '"' then
+            local j = string_end(obj, i)
+            if depth == 1 and obj:sub(i + 1, j - 1) == name then
+                local v = obj:match('^%s*:%s*"([^"]*)"', j + 1)
+                if v then
+                    return v
+                end
+            end
+            i = j
+        elseif c == "{" or c == "[" then
+            depth = depth + 1
+        elseif c == "}" or c == "]" then
+            depth = depth - 1
+        end
+        i = i + 1
+    end
+end
+
+-- Milliseconds since 1970 of sandgate's ISO 8601 time (2026-11-28T12:00:00.123Z).
+local function iso_ms(s)
+    local y, mo, d, h, mi, sec, ms = (s or ""):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)%.?(%d*)Z$")
+    if not y then
+        return 0
+    end
+    y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+    if mo <= 2 then
+        y = y - 1
+    end
+    local era = y // 400
+    local yoe = y - era * 400
+    local doy = (153 * (mo > 2 and mo - 3 or mo + 9) + 2) // 5 + d - 1
+    local days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000 + tonumber(sec) * 1000 +
+           (ms ~= "" and tonumber(ms) or 0)
+end
+
+-- GET /v2/sandboxes and /sandboxes (E2B's lists): every replica is asked
+-- the same query (filters, limit, nextToken: "START_MS.ID", the same on
+-- every replica), and their pages are joined in the order the query asks
+-- (newest first unless order=asc), cut to its limit, with the token of the
+-- last one kept when there is more.
+core.register_service("sandgate_e2b_list", "http", function(applet)
+    local qs = "&" .. (applet.qs or "") .. "&"
+    local limit = tonumber(qs:match("&limit=(%d+)&") or "") or
+                  (applet.path == "/v2/sandboxes" and 100 or math.huge)
+    local asc = qs:match("&order=asc&") ~= nil
+    local items, more = {}, false
+    local done = ask_all(applet, function(_, res)
+        local list = elements(res.body or "")
+        if list == nil then
+            return false
+        end
+        for _, obj in ipairs(list) do
+            items[#items + 1] = { obj = obj, ms = iso_ms(field(obj, "startedAt")),
+                                  id = field(obj, "sandboxID") or "" }
+        end
+        local next = res.headers and res.headers["x-next-token"]
+        more = more or (next ~= nil and next[0] ~= nil)
+        return true
+    end)
+    if not done then
+        return
+    end
+    table.sort(items, function(a, b)
+        if a.ms ~= b.ms then
+            return (a.ms < b.ms) == asc
+        end
+        return (a.id < b.id) == asc
+    end)
+    local out, token = {}, nil
+    for i, it in ipairs(items) do
+        if i > limit then
+            break
+        end
+        out[#out + 1] = it.obj
+        if i == limit and (more or #items > limit) then
+            token = string.format("%d.%s", it.ms, it.id)
+        end
+    end
+    local body = "[" .. table.concat(out, ",") .. "]\n"
+    applet:set_status(200)
+    applet:add_header("content-type", "application/json")
+    applet:add_header("content-length", tostring(#body))
+    if token then
+        applet:add_header("x-next-token", token)
+    end
+    applet:start_response()
+    applet:send(body)
 end)

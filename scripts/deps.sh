@@ -52,8 +52,10 @@ test_packages=(
   clang libclang-rt-14-dev python3-notebook chromium strace
   # ... systemd-analyze, which checks the installed systemd unit
   systemd
-  # ... the proxy in front of several replicas (docker/local-cluster.sh)
-  haproxy
+  # ... the proxy in front of several replicas (docker/local-cluster.sh), and
+  # for E2B_DOMAIN through it: a resolver answering a whole test domain
+  # (dnsmasq-base: the program, no service) and a test CA (openssl)
+  haproxy dnsmasq-base openssl
   # ... and the container image (docker/build-image.sh, tests/build/test_image.py):
   # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
   buildah podman mmdebstrap runc

@@ -9,7 +9,10 @@ other's, with its key in Authorization or ?token=; the admin sees all), a
 replica killed with SIGKILL answers a clear 503 at once while the
 others carry on, and the same replica restarted on its state dir has its
 contexts back with their variables.  Then the real clients' scripts (E2B SDK,
-@jupyterlab/services, the MCP SDK) run through the proxy."""
+@jupyterlab/services, the MCP SDK) run through the proxy, and E2B's SDKs
+configured by E2B_DOMAIN alone reach the proxy's TLS side by name: from a
+network namespace whose DNS (dnsmasq) answers every name of the domain with
+the proxy's address, trusting a test CA (api.DOMAIN, PORT-ID.DOMAIN)."""
 import concurrent.futures
 import hashlib
 import json
@@ -22,7 +25,7 @@ import tempfile
 import time
 
 from sgd import Daemon, TOKEN, add_key, stdout
-from tap import ok, diag, done
+from tap import ok, diag, done, relay_checks
 from mcpraw import initialize, call, text_of, post, err_code
 from wsclient import WS
 
@@ -70,6 +73,79 @@ def execute(p, code, context_id, timeout=120):
     return status, replica, [json.loads(l) for l in data.decode().splitlines() if l.strip()]
 
 
+DOMAIN = "sandgate.test"
+NS, VETH = f"sgdomain{os.getpid() % 10000}", f"sgdom{os.getpid() % 10000}"
+HOST_SIDE, NS_SIDE = "10.231.77.1", "10.231.77.2"
+TLS = tempfile.mkdtemp(prefix="sg-tls-", dir="/tmp")
+
+
+def sh(*cmd, check=True):
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+def domain_setup():
+    """A test CA and a certificate for DOMAIN and *.DOMAIN (HAProxy's PEM);
+    network namespace NS, reached from the host over a veth pair; dnsmasq on
+    the host's side answering DOMAIN's names with HOST_SIDE, the namespace's
+    resolver (ip netns exec reads /etc/netns/NS/resolv.conf).  Returns the
+    dnsmasq process."""
+    ca, key = os.path.join(TLS, "ca.pem"), os.path.join(TLS, "ca.key")
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key,
+       "-out", ca, "-subj", "/CN=sandgate test CA", "-addext",
+       "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    leaf, lkey, csr, ext = (os.path.join(TLS, n) for n in ("leaf.pem", "leaf.key", "leaf.csr",
+                                                            "leaf.ext"))
+    with open(ext, "w") as f:
+        f.write(f"subjectAltName=DNS:{DOMAIN},DNS:*.{DOMAIN}\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\n"
+                "authorityKeyIdentifier=keyid,issuer\n")
+    sh("openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", lkey, "-out", csr,
+       "-subj", f"/CN=*.{DOMAIN}")
+    sh("openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", key, "-CAcreateserial",
+       "-days", "2", "-out", leaf, "-extfile", ext)
+    with open(os.path.join(TLS, "proxy.pem"), "w") as out:
+        for part in (leaf, lkey):
+            with open(part) as f:
+                out.write(f.read())
+    sh("ip", "netns", "add", NS)
+    sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", "eth0", "netns", NS)
+    sh("ip", "addr", "add", f"{HOST_SIDE}/30", "dev", VETH)
+    sh("ip", "link", "set", VETH, "up")
+    sh("ip", "-n", NS, "addr", "add", f"{NS_SIDE}/30", "dev", "eth0")
+    sh("ip", "-n", NS, "link", "set", "eth0", "up")
+    sh("ip", "-n", NS, "link", "set", "lo", "up")
+    os.makedirs(f"/etc/netns/{NS}", exist_ok=True)
+    with open(f"/etc/netns/{NS}/resolv.conf", "w") as f:
+        f.write(f"nameserver {HOST_SIDE}\n")
+    dns = subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+                            "--no-resolv", "--no-hosts", "--bind-interfaces",
+                            f"--listen-address={HOST_SIDE}", "--except-interface=lo",
+                            f"--address=/{DOMAIN}/{HOST_SIDE}", "--pid-file", "--user=root"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return dns
+
+
+def domain_teardown(dns):
+    if dns is not None:
+        dns.kill()
+        dns.wait()
+    sh("ip", "netns", "del", NS, check=False)
+    sh("ip", "link", "del", VETH, check=False)
+    shutil.rmtree(f"/etc/netns/{NS}", ignore_errors=True)
+    shutil.rmtree(TLS, ignore_errors=True)
+
+
+def in_domain(cmd, key, timeout=600):
+    """Runs cmd in NS, as a client configured by E2B_DOMAIN would be."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env.update(E2B_DOMAIN=DOMAIN, E2B_API_KEY=key, SSL_CERT_FILE=os.path.join(TLS, "ca.pem"),
+               NODE_EXTRA_CA_CERTS=os.path.join(TLS, "ca.pem"),
+               PYTHONPATH=os.path.join(SRC, "tests", "lib"))
+    return subprocess.run(["ip", "netns", "exec", NS, *cmd], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=os.path.join(SRC, "tests"))
+
+
 def pid_of(replica):
     with open(os.path.join(RUN, replica, "pid")) as f:
         return int(f.read())
@@ -78,15 +154,17 @@ def pid_of(replica):
 RUN = tempfile.mkdtemp(prefix="sg-cluster-", dir="/tmp")
 os.chmod(RUN, 0o711)
 ENV = dict(os.environ, SANDGATE_CLUSTER_DIR=RUN, SANDGATE=os.path.join(BUILD, "sandgate"),
-           SANDGATE_TOKEN=TOKEN)
+           SANDGATE_TOKEN=TOKEN, SANDGATE_PROXY_TLS=f"{HOST_SIDE}:443={TLS}/proxy.pem")
 PORT = free_port()
 p = Proxy(f"http://127.0.0.1:{PORT}")
 started = []
+dnsmasq = None
 # Two tenants in one keys file, which every replica reads.
 KEYS = os.path.join(RUN, "keys")
 ALICE = add_key(KEYS, "alice")
 BOB = add_key(KEYS, "bob")
 try:
+    dnsmasq = domain_setup()
     r = cluster("up", "3", str(PORT), "--", "--pool-size", "1", "--keys-file", KEYS)
     ok(r.returncode == 0, "local-cluster.sh up 3 starts three replicas and HAProxy",
        r.stdout[-2000:] + r.stderr[-3000:])
@@ -330,6 +408,30 @@ try:
            r.stderr[-2000:])
         for c in checks:
             ok(c["ok"], f"e2b_envd.py: {c['name']}", c.get("detail"))
+
+    # --- E2B_DOMAIN: the SDKs by name, through the proxy's TLS side --------------------------
+    st, ctx = p.json("POST", "/contexts", {})
+    execute(p, "v = 'by host'", ctx.get("id"))
+    r = in_domain(["curl", "-sS", "--cacert", os.path.join(TLS, "ca.pem"),
+                   "-H", f"X-Access-Token: {TOKEN}", "-d", '{"code": "print(v)"}',
+                   f"https://49999-{ctx.get('id')}.{DOMAIN}/execute"], TOKEN, timeout=60)
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    ok(r.returncode == 0 and {"type": "stdout", "text": "by host\n"} in
+       [{k: x.get(k) for k in ("type", "text")} for x in lines],
+       "a PORT-ID.DOMAIN Host alone (TLS, the test CA) reaches the sandbox on its replica",
+       r.stdout[-500:] + r.stderr[-1000:])
+    p.json("DELETE", f"/contexts/{ctx.get('id')}")
+    if os.access(py, os.X_OK):
+        r = in_domain([py, os.path.join(SRC, "tests/gateway/e2b_domain.py"), BOB, UNKNOWN],
+                      ALICE)
+        info = relay_checks(r, 11, "the Python SDK by E2B_DOMAIN")
+        boxes = info.get("SANDBOXES", "").split()
+        ok(sorted(b[:8] for b in boxes) == sorted(tag(x) for x in REPLICAS),
+           "its three sandboxes were made on the three replicas", boxes)
+    if os.path.isdir(os.path.join(SRC, "tests/node_modules")):
+        r = in_domain(["node", os.path.join(SRC, "tests/gateway/rest/e2b_sandbox_api.mjs")],
+                      BOB)
+        relay_checks(r, 6, "the JS SDK by E2B_DOMAIN")
     if os.path.isdir(os.path.join(SRC, "tests/node_modules")):
         for mode in ("default", "v1"):  # the WebSocket's JSON format, then v1's
             r = subprocess.run(["node", os.path.join(SRC, "tests/lib/jlab_services.mjs"),
@@ -342,6 +444,7 @@ try:
                 ok(line.startswith("ok "),
                    f"jlab_services.mjs {mode}: " + line.split(" - ", 1)[-1])
 finally:
+    domain_teardown(dnsmasq)
     r = cluster("down")
     ok(r.returncode == 0 and not os.path.exists(RUN), "local-cluster.sh down", r.stdout + r.stderr)
     alive = []

@@ -51,3 +51,19 @@ def relay(run, least, who="browser"):
             key, _, value = line[1:].strip().partition(" ")
             info[key] = value
     return info
+
+
+def relay_checks(run, count, who):
+    """Relays the checks a client script printed as JSON lines ({ok, name,
+    detail}: checks.py, check() in the .mjs scripts; run: its
+    subprocess.run, output captured as text): one check that it ran exactly
+    `count` of them, then one for each; its "#KEY VALUE" lines are returned
+    as {KEY: VALUE}."""
+    import json
+    lines = run.stdout.splitlines()
+    checks = [json.loads(l) for l in lines if l.startswith("{")]
+    ok(len(checks) == count, f"{who} ran its {count} checks ({len(checks)})",
+       run.stdout[-1500:] + run.stderr[-3000:])
+    for c in checks:
+        ok(c["ok"], f"{who}: {c['name']}", c.get("detail"))
+    return dict(l[1:].partition(" ")[::2] for l in lines if l.startswith("#"))

@@ -13,7 +13,7 @@ import http.client
 import urllib.parse
 
 from sgd import Daemon, add_key
-from tap import ok, done
+from tap import ok, done, relay_checks
 
 SRC = os.environ.get("SG_SRCDIR", ".")
 HERE = os.path.join(SRC, "tests", "gateway", "rest")
@@ -35,11 +35,7 @@ try:
         """Runs an SDK script with key's environment; relays its checks."""
         r = subprocess.run([PY, os.path.join(HERE, name), *args], env=env(key),
                            capture_output=True, text=True, timeout=600)
-        checks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        ok(len(checks) == count, f"the Python SDK's {name} ran its checks ({len(checks)})",
-           r.stderr[-3000:])
-        for c in checks:
-            ok(c["ok"], "Python SDK: " + c["name"], c.get("detail"))
+        relay_checks(r, count, f"the Python SDK's {name}")
         return r
 
     if not os.access(PY, os.X_OK):
@@ -153,20 +149,7 @@ try:
     r = subprocess.run(["node", os.path.join(HERE, "e2b_sandbox_api.mjs")], env=env(carol),
                        capture_output=True, text=True, timeout=300,
                        cwd=os.path.join(SRC, "tests"))
-    seen = json.loads(r.stdout.splitlines()[-1]) if r.stdout.strip() else {}
-    ok(seen.get("result") == ["hello"], "JS SDK: Sandbox.create() with envs, then runCode",
-       (seen, r.stderr[-2000:]))
-    ok(seen.get("read") == ["written by js"] and seen.get("command") == "written by js",
-       "JS SDK: files.write seen by runCode and commands.run", seen)
-    ok(any("written by js" in t for t in seen.get("jsRead") or []),
-       "JS SDK: createCodeContext(javascript) in the sandbox reads the same file", seen)
-    ok(seen.get("info") == {"state": "running", "metadata": {"lang": "js"},
-                            "templateId": "code-interpreter-v1"}
-       and seen.get("listed") == [seen.get("id")], "JS SDK: getInfo and a metadata list", seen)
-    ok(seen.get("paused") is True and seen.get("afterResume") == ["42"],
-       "JS SDK: pause, then Sandbox.connect resumes it with its variables", seen)
-    ok(seen.get("killed") is True and seen.get("afterKill") == "SandboxNotFoundError",
-       "JS SDK: Sandbox.kill; then getInfo raises SandboxNotFoundError", seen)
+    relay_checks(r, 6, "JS SDK")
 
     # E2B's error shape, by hand.
     h = {"X-API-Key": bob, "Content-Type": "application/json"}
