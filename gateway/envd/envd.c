@@ -62,6 +62,8 @@ static bool asks_root(const http_req_t *req)
 kernel_t *envd_kernel(envd_t *self, const http_req_t *req, const char **unknown, sg_error_t **err)
 {
     const char *id = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+    if (!id && req->scope) /* a signed URL: its signature named the sandbox */
+        id = req->scope;
     *unknown = NULL;
     if (asks_root(req)) { /* docs/security.md, Root inside a sandbox: not given */
         sg_error_set(err, SG_E_FORBIDDEN,

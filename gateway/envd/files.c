@@ -515,8 +515,21 @@ static const http_route_t routes[] = {
     {"POST", "/files", files_post, 0, &upload_sink},
 };
 
+/* The route layer's refusals (an unknown sandbox, a bad signature) in the
+ * same shape. */
+static struct MHD_Response *files_error_response(void *ctx, const sg_error_t *err)
+{
+    (void)ctx;
+    int status = sg_error_http_status(err->kind);
+    return http_json_response(
+        json_pack("{s:i, s:s}", "code", status, "message", err->msg ? err->msg : ""));
+}
+
 int envd_files_register(envd_t *self, http_server_t *http, const http_front_t *front,
                         sg_error_t **err)
 {
-    return http_routes(http, front, routes, sizeof routes / sizeof *routes, err);
+    (void)self;
+    http_front_t files_front = *front;
+    files_front.error_response = files_error_response;
+    return http_routes(http, &files_front, routes, sizeof routes / sizeof *routes, err);
 }

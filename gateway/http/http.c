@@ -28,6 +28,7 @@ struct http_server {
     ratelimit_t *rate;     /* each tenant's requests a second */
     routetab_t *tab;       /* the front ends' parameter kinds and routes */
     struct request *keyed; /* the requests under way made with a key (revocable) */
+    http_scoped_t scoped;  /* sandboxes' own credentials; owner NULL: none */
 };
 
 /* A connection's socket context: its request under way, for http_suspend
@@ -54,6 +55,7 @@ typedef struct request {
     void *sink;                           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
     char *method, *path; /* for the audit log's refusals; NULL without one */
+    char *scope;         /* call.scope's */
     bool begun;          /* request_begin ran (uri_seen made it before) */
     bool nul_in_url;     /* its URL has a %00: refused (400), no route sees it */
     /* Made with a key of the keys file (not --token's): listed in the
@@ -138,6 +140,40 @@ void http_server_set_keys(http_server_t *self, const keys_t *keys)
     self->keys = keys;
 }
 
+void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped)
+{
+    self->scoped = *scoped;
+}
+
+/* A sandbox's own credential (http_scoped_t): its owner's tenant into
+ * req->tenant, as its key would give it — only while the owner is still a
+ * tenant (or the admin), so revoking a key ends its sandboxes' credentials
+ * too.  An authentic credential of a sandbox that is gone (owner "") is
+ * nobody's: enough for a public route only, as a probe without a key.
+ * *why: a reason the caller hears, or NULL. */
+static bool authenticate_scoped(http_server_t *self, request_t *req, const char *given,
+                                bool public_route, const char **why)
+{
+    *why = NULL;
+    if (!self->scoped.owner)
+        return false;
+    const char *owner = self->scoped.owner(self->scoped.ctx, &req->call, given, &req->scope, why);
+    const tenant_t *k = owner && *owner && self->keys ? keys_find(self->keys, owner) : NULL;
+    if (k) {
+        req->tenant = *k;
+        req->keyed = true;
+        req->call.tenant = &req->tenant;
+    } else if (owner && strcmp(owner, admin_tenant.name) == 0) {
+        req->tenant = admin_tenant;
+        req->call.tenant = &req->tenant;
+    } else if (!(owner && !*owner && public_route)) {
+        free(req->scope);
+        req->scope = NULL;
+        return false;
+    }
+    req->call.scope = req->scope;
+    return true;
+}
 static const struct sockaddr *client_addr(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
@@ -208,9 +244,15 @@ static enum MHD_Result reply_method(const http_server_t *self, request_t *req)
  * such id for this caller.  This is where tenancy checks hang: an object
  * that exists but belongs to another tenant must come back NULL as well,
  * so that reply_unknown answers it exactly as an id that does not exist. */
+static request_t *request_of(const http_req_t *call);
+
 static void *lookup(const param_t *p, const char *id, const http_req_t *req)
 {
     void *obj = p->resolve(p->ctx, id, req);
+    if (obj && req->scope) { /* a sandbox's credential: that sandbox's objects only */
+        const http_scoped_t *sc = &request_of(req)->server->scoped;
+        return sc->within(sc->ctx, req->scope, p->name, obj) ? obj : NULL;
+    }
     if (!obj || !p->owner || (req->tenant && req->tenant->admin))
         return obj;
     /* The tenant check, the one for every id a client names: another
@@ -502,9 +544,16 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
         /* A key given to a public route is checked as anywhere: a wrong one
          * is refused and counted, so no route tells a right key from a
          * wrong one without a count (GET /health shows an admin more). */
-        auth_failed(self, conn);
-        return http_reply_errorf(conn, SG_E_AUTH,
-                                 "missing or wrong token (send 'Authorization: Bearer <token>')");
+        const char *why = NULL;
+        if (!authenticate_scoped(self, req, key, r && (r->def.flags & HTTP_ROUTE_PUBLIC), &why)) {
+            auth_failed(self, conn);
+            if (why) { /* in the route's own error shape */
+                sg_error_t e = {.kind = SG_E_AUTH, .msg = (char *)why};
+                return reply_refusal(conn, r, &e, NULL);
+            }
+            return http_reply_errorf(
+                conn, SG_E_AUTH, "missing or wrong token (send 'Authorization: Bearer <token>')");
+        }
     } else {
         req->call.tenant = &req->tenant;
     }
@@ -703,6 +752,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     free(req->method);
     free(req->path);
     free(req->verb);
+    free(req->scope);
     free(req->url);
     free(req->allow);
     for (size_t k = 0; k < req->call.nargs; k++)

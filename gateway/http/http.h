@@ -85,6 +85,10 @@ typedef struct {
     /* Who asks: the tenant its key belongs to (the admin for --token or
      * without authentication); NULL on a public route without a valid key. */
     const tenant_t *tenant;
+    /* A sandbox's own credential (http_scoped_t) was presented, not a key:
+     * that sandbox's id.  Every id the request names must then be within
+     * it.  NULL for a key's request. */
+    const char *scope;
     const char *body; /* NUL-terminated, no larger than max_body; "" when none */
     size_t len;
     /* The handler's own, NULL on the first call.  A handler that suspends
@@ -107,6 +111,22 @@ typedef struct {
         void *obj;
     } args[HTTP_MAX_ARGS];
 } http_req_t;
+
+/* Credentials that are not keys: a token one sandbox's front end handed out
+ * (E2B's envdAccessToken), or a URL it signed, good for that sandbox only. */
+typedef struct {
+    /* The sandbox that `given` (a presented credential, or NULL) stands for
+     * in this request: its id into *scope (malloc'd) and its owner's tenant
+     * name returned (borrowed), or NULL — with *why set when the caller
+     * should hear why (an expired signature), else left NULL. */
+    const char *(*owner)(void *ctx, const http_req_t *req, const char *given, char **scope,
+                         const char **why);
+    /* Whether obj, an object of parameter kind `kind`, is within sandbox
+     * scope: the only objects a scoped request may name. */
+    bool (*within)(void *ctx, const char *scope, const char *kind, void *obj);
+    void *ctx;
+} http_scoped_t;
+void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped);
 
 /* The object resolved for {name}: never NULL on a first call (an unknown
  * id never reaches the handler); NULL on a resumed call, or when the

@@ -100,17 +100,20 @@ static const char *e2b_state(const kernel_t *k)
 }
 
 /* E2B's Sandbox (what create and connect answer); detail adds the rest of
- * SandboxDetail / ListedSandbox; token: envdAccessToken and
- * trafficAccessToken (the caller's key: the SDK sends them back to envd
- * and the code interpreter, as X-Access-Token and E2B-Traffic-Access-Token). */
-static json_t *sandbox_json(api_t *self, kernel_t *k, bool detail, const char *token)
+ * SandboxDetail / ListedSandbox; tokens: envdAccessToken and
+ * trafficAccessToken, both the sandbox's own token (e2bauth.c), which the
+ * SDK sends back to envd and the code interpreter (X-Access-Token,
+ * E2B-Traffic-Access-Token) and signs its file URLs with. */
+static json_t *sandbox_json(api_t *self, kernel_t *k, bool detail, bool tokens)
 {
     json_t *e = e2b_record(self, k);
     json_t *j =
         json_pack("{s:s, s:s, s:s, s:s, s:n}", "templateID",
                   json_string_value(json_object_get(e, "templateID")), "sandboxID", kernel_id(k),
                   "clientID", "sandgate", "envdVersion", E2B_ENVD_VERSION, "domain");
-    if (token) { /* the code interpreter's calls carry the second */
+    if (tokens) {
+        char token[E2B_TOKEN_SIZE];
+        api_e2b_token(self, kernel_id(k), token);
         json_object_set_new(j, "envdAccessToken", json_string(token));
         json_object_set_new(j, "trafficAccessToken", json_string(token));
     }
@@ -132,20 +135,6 @@ static json_t *sandbox_json(api_t *self, kernel_t *k, bool detail, const char *t
     json_object_set_new(j, "state", json_string(e2b_state(k)));
     json_object_set(j, "metadata", json_object_get(e, "metadata"));
     return j;
-}
-
-/* The key the request presented (the SDK's X-API-Key, or the other
- * headers sandgate takes): what envd and the code interpreter get back. */
-static const char *request_key(const http_req_t *call)
-{
-    static const char *const headers[] = {"X-API-Key", "X-Access-Token"};
-    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
-        const char *v = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, headers[i]);
-        if (v)
-            return v;
-    }
-    const char *auth = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Authorization");
-    return auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
 }
 
 /* --- timeouts ------------------------------------------------------------------------ */
@@ -282,7 +271,7 @@ static enum MHD_Result e2b_later(api_t *self, http_req_t *call, later_t kind)
     kernel_t *k = kmgr_get(self->kmgr, json_string_value(json_object_get(s->agg, "id")));
     if (kind == LATER_EMPTY || k == NULL)
         return reply_status(call->conn, 204);
-    return http_reply_json(call->conn, 201, sandbox_json(self, k, false, request_key(call)));
+    return http_reply_json(call->conn, 201, sandbox_json(self, k, false, true));
 }
 
 /* --- routes ------------------------------------------------------------------------- */
@@ -358,7 +347,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     /* Answered once it runs, as E2B's: a pause, snapshot or fork may follow at once. */
     kernel_state_t st = kernel_state(k);
     if ((st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
-        ret = http_reply_json(call->conn, 201, sandbox_json(self, k, false, request_key(call)));
+        ret = http_reply_json(call->conn, 201, sandbox_json(self, k, false, true));
     else
         ret = api_context_ready(self, call->conn, k, &call->state);
 out:
@@ -369,7 +358,7 @@ out:
 static enum MHD_Result sandbox_get(void *arg, http_req_t *call)
 {
     return http_reply_json(call->conn, 200,
-                           sandbox_json(arg, http_arg(call, "sandbox"), true, request_key(call)));
+                           sandbox_json(arg, http_arg(call, "sandbox"), true, true));
 }
 
 /* Whether a sandbox's metadata has every key=value of query (URL-encoded
@@ -487,7 +476,7 @@ static enum MHD_Result sandboxes_list_as(api_t *self, http_req_t *call, bool v2)
     char next[160] = "";
     for (size_t i = 0; i < n && (long)i < limit; i++) {
         const listed_t *l = &all[asc ? i : n - 1 - i];
-        json_array_append_new(out, sandbox_json(self, kmgr_get(self->kmgr, l->id), true, NULL));
+        json_array_append_new(out, sandbox_json(self, kmgr_get(self->kmgr, l->id), true, false));
         if ((long)i == limit - 1 && (size_t)limit < n)
             snprintf(next, sizeof next, "%" PRId64 ".%s", l->started, l->id);
     }
@@ -587,7 +576,7 @@ static enum MHD_Result connect_or_resume(api_t *self, http_req_t *call, bool con
     if (st != KERNEL_PAUSED && st != KERNEL_PAUSING && st != KERNEL_DEAD) {
         if (!connect)
             return e2b_reply(call->conn, 409, "the sandbox is running already");
-        return http_reply_json(call->conn, 200, sandbox_json(self, k, false, request_key(call)));
+        return http_reply_json(call->conn, 200, sandbox_json(self, k, false, true));
     }
     if (st == KERNEL_DEAD)
         return e2b_reply(call->conn, 409,
@@ -645,7 +634,6 @@ typedef struct {
     stream_t *s;
     const tenant_t *tenant;
     audit_who_t who;
-    char *key;      /* the caller's, for the children's tokens */
     json_t *parent; /* the parent's "e2b" record, copied */
     int count;
     int64_t timeout_s;
@@ -669,7 +657,7 @@ static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
     json_object_set_new(rec, "startedAt", json_integer((json_int_t)now_ms()));
     json_object_set_new(json_object_get(self->contexts, kernel_id(k)), "e2b", rec);
     set_end(self, k, f->timeout_s ? f->timeout_s : E2B_MAX_TIMEOUT_S);
-    return json_pack("{s:o}", "sandbox", sandbox_json(self, k, false, f->key));
+    return json_pack("{s:o}", "sandbox", sandbox_json(self, k, false, true));
 }
 
 static void on_forked(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg)
@@ -700,7 +688,6 @@ static void on_forked(const kmgr_snapshot_t *snap, const sg_error_t *err, void *
             api_stream_answer(s, 201, children);
         }
     }
-    free(f->key);
     json_decref(f->parent);
     free(f);
 }
@@ -717,10 +704,8 @@ static enum MHD_Result take(api_t *self, http_req_t *call, const char *name, int
     stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
     s->json_mode = s->snapshot_wait = true;
     forking_t *f = xzalloc(sizeof *f);
-    const char *key = request_key(call);
     *f = (forking_t){.s = s,
                      .tenant = call->tenant,
-                     .key = key ? xstrdup(key) : NULL,
                      .parent = json_deep_copy(e2b_record(self, k)),
                      .count = count,
                      .timeout_s = timeout_s};
@@ -728,7 +713,6 @@ static enum MHD_Result take(api_t *self, http_req_t *call, const char *name, int
     audit_event(&f->who, count ? "context.fork" : "snapshot.create",
                 json_pack("{s:s, s:i}", "context", kernel_id(k), "count", count));
     if (kmgr_snapshot(self->kmgr, k, name, on_forked, f, &err) < 0) {
-        free(f->key);
         json_decref(f->parent);
         free(f);
         s->done = true;
@@ -829,6 +813,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};
     self->e2b_timer = -1;
     api_sbmetrics_start(self);
+    api_e2b_auth_start(self, http);
     if (http_param(http, "sandbox", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "sandbox '%s' not found", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0)

@@ -13,6 +13,7 @@
  *                  {snapshot}
  *   e2b.c      E2B's sandbox API (/sandboxes, /v2/sandboxes) over contexts;
  *                  the parameter kind {sandbox}
+ *   e2bauth.c  each E2B sandbox's own token, and the file URLs signed with it
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
@@ -34,9 +35,10 @@ struct api {
     commands_t *commands;
     void (*wake)(void *);
     void *wake_arg;
-    int e2b_timer;        /* e2b.c's clock of sandboxes' ends; -1: none runs */
-    json_t *e2b_metrics;  /* sbmetrics.c: sandbox id -> {samples, at, cpu_ns} */
-    int e2b_sample_timer; /* sbmetrics.c's; -1: none */
+    int e2b_timer;                   /* e2b.c's clock of sandboxes' ends; -1: none runs */
+    json_t *e2b_metrics;             /* sbmetrics.c: sandbox id -> {samples, at, cpu_ns} */
+    int e2b_sample_timer;            /* sbmetrics.c's; -1: none */
+    unsigned char e2b_token_key[32]; /* e2bauth.c: sandboxes' tokens are its HMACs */
 };
 
 /* --- one request that answers later: an execution's stream, or a wait ---------------- */
@@ -116,6 +118,14 @@ int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t 
                            sg_error_t **err);
 /* A snapshot's JSON (snapshots.c; e2b.c's answers too). */
 json_t *api_snapshot_json(const kmgr_snapshot_t *s);
+/* e2bauth.c: each E2B sandbox's own token (envdAccessToken), good for that
+ * sandbox's envd and code interpreter only, and the file URLs signed with
+ * it; its key kept in STATE/e2b-token-key (0600), so tokens outlive a
+ * restart.  Registers the credentials with http (http_server_set_scoped). */
+#define E2B_TOKEN_SIZE 64
+void api_e2b_auth_start(api_t *self, http_server_t *http);
+/* Sandbox id's token, NUL-terminated, into out. */
+void api_e2b_token(const api_t *self, const char *id, char out[E2B_TOKEN_SIZE]);
 /* e2b.c: E2B's sandbox API; its own front end (E2B's error shape), done the REST one's. */
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
                      sg_error_t **err);

@@ -2,9 +2,12 @@
 configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (alice's
 key), no debug mode.  Run by tests/.venv-e2b's python.
 usage: e2b_sandboxes.py BOBS_KEY  — prints one JSON line per check: {ok, name, detail}"""
+import json
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from e2b import SandboxQuery, SandboxState
 from e2b.exceptions import NotFoundException, SandboxException
@@ -31,6 +34,34 @@ check(text(sbx.run_code("open('/tmp/py.txt').read()")) == ["written by files.wri
       "files.write and run_code see one sandbox's files")
 check(sbx.commands.run("cat /tmp/py.txt").stdout == "written by files.write",
       "and so do commands.run")
+
+# Signed file URLs: no header, no key; the signature names the sandbox.
+def fetch(url, data=None):
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": CTYPE} if data else {})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+CTYPE = "multipart/form-data; boundary=sg"
+got = fetch(sbx.download_url("/tmp/py.txt")), fetch(sbx.download_url("/tmp/py.txt", None, 60))
+check(got == ((200, "written by files.write"),) * 2,
+      "download_url: the file, signed (and with an expiration)", got)
+got = fetch(sbx.download_url("/tmp/py.txt", use_signature_expiration=-60))
+check(got == (401, {"code": 401, "message": "signature is already expired"}),
+      "an expired signature: 401, as E2B's envd says it", got)
+got = fetch(sbx.download_url("/tmp/py.txt").replace("py.txt", "other.txt"))
+check(got[0] == 401, "a signed URL for another path: 401", got)
+body = (b'--sg\r\nContent-Disposition: form-data; name="file"; filename="up.txt"\r\n\r\n'
+        b'uploaded by url\r\n--sg--\r\n')
+got = fetch(sbx.upload_url("/tmp/up.txt"), body)
+check(got[0] == 200 and sbx.files.read("/tmp/up.txt") == "uploaded by url",
+      "upload_url: a POST to it writes the file", got)
+got = fetch(sbx.download_url("/tmp/up.txt"), body), fetch(sbx.upload_url("/tmp/up.txt"))
+check([g[0] for g in got] == [401, 401],
+      "a download URL does not upload, nor the reverse (the operation is signed)", got)
 info = sbx.get_info()
 check(info.state.value == "running" and info.metadata == {"job": "py"} and
       info.template_id == "code-interpreter-v1" and info.sandbox_id == sbx.sandbox_id,

@@ -3,16 +3,18 @@ configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY: the Python
 SDK (tests/.venv-e2b, e2b_sandboxes.py: lifecycle, files, commands, list,
 pause and connect, fork, timeouts, another tenant, the quota; e2b_kernels.py:
 one sandbox holding Python, JavaScript and Bash contexts that share its
-files and processes) and the JS SDK (e2b_sandbox_api.mjs); E2B's error shape
-and sandgate's own POST /contexts {"sandbox"} by hand."""
+files and processes; signed file URLs) and the JS SDK (e2b_sandbox_api.mjs);
+E2B's error shape, sandgate's own POST /contexts {"sandbox"} and a sandbox's
+own token (good for that sandbox only, ended with its owner's key) by hand."""
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import http.client
 import urllib.parse
 
-from sgd import Daemon, add_key
+from sgd import Daemon, SANDGATE, add_key, wait_for
 from tap import ok, done, relay_checks
 
 SRC = os.environ.get("SG_SRCDIR", ".")
@@ -26,6 +28,7 @@ bob = add_key(keys, "bob")
 carol = add_key(keys, "carol")
 dave = add_key(keys, "dave")
 erin = add_key(keys, "erin", "--max-contexts", "2")
+frank = add_key(keys, "frank")
 d = Daemon("--pool-size", "1", "--pause-after", "0", "--keys-file", keys)
 try:
     def env(key):
@@ -41,7 +44,7 @@ try:
     if not os.access(PY, os.X_OK):
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
-        sdk_script("e2b_sandboxes.py", alice, 46, bob)
+        sdk_script("e2b_sandboxes.py", alice, 51, bob)
         r = sdk_script("e2b_kernels.py", dave, 21)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
@@ -172,6 +175,37 @@ try:
     ok(st == 200 and json.loads(body) == [], "bob's list is empty: nobody else's shows", body)
     st, lst = d.json("GET", "/contexts", token=carol)
     ok(st == 200 and lst == [], "carol's killed sandbox is no context either", lst)
+
+    # A sandbox's own token (envdAccessToken): that sandbox's routes, as its owner, nothing else.
+    hf = {"X-API-Key": frank, "Content-Type": "application/json"}
+    made = [json.loads(d.request("POST", "/v2/sandboxes", {}, headers=hf, token=None)[2])
+            for _ in range(2)]
+    (s1, t1), (s2, t2) = ((m.get("sandboxID"), m.get("envdAccessToken")) for m in made)
+    ok(t1 and t1 != t2 and frank not in (t1, t2) and made[0]["trafficAccessToken"] == t1,
+       "each sandbox has a token of its own, not the key", made)
+
+    def with_token(method, path, sandbox, token, body=None):
+        hdrs = {"X-Access-Token": token, "Content-Type": "application/json"}
+        if sandbox:
+            hdrs["E2b-Sandbox-Id"] = sandbox
+        st, _, data = d.request(method, path, body, headers=hdrs, token=None)
+        return st, data
+
+    st, data = with_token("POST", "/execute", s1, t1, {"code": "print(6 * 7)"})
+    ok(st == 200 and b'"text":"42\\n"' in data, "its token runs code in it", (st, data[-300:]))
+    st, data = with_token("POST", "/execute", s2, t1, {"code": "1"})
+    ok(st == 401, "... but not in its owner's other sandbox", (st, data))
+    st, data = with_token("GET", f"/contexts/{s2}", s1, t1)
+    ok(st == 404, "whose id, named in a path, is unknown to it", (st, data))
+    st, data = with_token("GET", "/v2/sandboxes", None, t1)
+    st2, data2 = with_token("POST", "/v2/sandboxes", None, t1, {})
+    ok(st == 401 and st2 == 401, "nor is it a key to the sandbox API", (st, st2))
+    subprocess.run([SANDGATE, "keys", "remove", "frank", "--keys-file", keys], check=True,
+                   capture_output=True)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.request("GET", "/v2/sandboxes", headers=hf, token=None)[0] == 401)
+    st, data = with_token("POST", "/execute", s1, t1, {"code": "1"})
+    ok(st == 401, "frank's key removed: its sandboxes' tokens stop too", (st, data))
 finally:
     d.stop()
 done()
