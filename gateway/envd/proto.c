@@ -140,9 +140,15 @@ static const char *file_type(const char *type)
 json_t *envd_entry(const json_t *e)
 {
     const char *type = json_string_value(json_object_get(e, "type"));
-    json_t *out = json_pack(
-        "{s:s, s:s, s:s}", "name", json_string_value(json_object_get(e, "name")) ?: "", "type",
-        file_type(type), "path", json_string_value(json_object_get(e, "path")) ?: "");
+    /* A link that leads somewhere is as envd gives it: the type of what it
+     * leads to, that whole path as its target (sbfs's target_type and
+     * target_path); one that leads nowhere is a symlink. */
+    const char *to_type = json_string_value(json_object_get(e, "target_type"));
+    const char *to_path = json_string_value(json_object_get(e, "target_path"));
+    json_t *out =
+        json_pack("{s:s, s:s, s:s}", "name", json_string_value(json_object_get(e, "name")) ?: "",
+                  "type", file_type(to_type ? to_type : type), "path",
+                  json_string_value(json_object_get(e, "path")) ?: "");
     char size[32];
     snprintf(size, sizeof size, "%lld", (long long)json_integer_value(json_object_get(e, "size")));
     json_object_set_new(out, "size", json_string(size));
@@ -157,7 +163,9 @@ json_t *envd_entry(const json_t *e)
         if (json_is_string(v))
             json_object_set(out, strs[i][1], v);
     }
-    if (type && strcmp(type, "symlink") == 0)
+    if (to_path) /* followed, as envd's stat follows a link */
+        json_object_set_new(out, "symlinkTarget", json_string(to_path));
+    else if (type && strcmp(type, "symlink") == 0) /* one that leads nowhere */
         json_object_set_new(out, "isSymlink", json_true());
     return out;
 }

@@ -151,8 +151,17 @@ static void put_entry(FILE *f, const char *path, const struct stat *st, const ch
     put_str(f, id_name(false, (unsigned)st->st_gid));
     fprintf(f, ",\"modified\":\"%s\"", when);
     if (target) {
+        /* the link as written, and where it leads: the type and the whole
+         * path of what it names in the end (E2B's envd gives these) */
         fputs(",\"symlink_target\":", f);
         put_str(f, target);
+        struct stat to;
+        char *resolved = realpath(path, NULL);
+        if (resolved && stat(resolved, &to) == 0) {
+            fprintf(f, ",\"target_type\":\"%s\",\"target_path\":", type_name(to.st_mode));
+            put_str(f, resolved);
+        }
+        free(resolved);
     }
     fputc('}', f);
 }

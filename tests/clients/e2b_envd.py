@@ -78,6 +78,12 @@ def files(sbx):
     st = sbx.files.get_info("/tmp/a.csv")
     check(st.size == 8 and st.type.value == "file" and st.path == "/tmp/a.csv" and
           st.modified_time is not None, "files.get_info", st)
+    sbx.commands.run("ln -s a.csv /tmp/link.csv && ln -s /usr/lib /tmp/lib && ln -s gone /tmp/x")
+    got = [(i.type.value, i.symlink_target) for i in
+           (sbx.files.get_info(p) for p in ("/tmp/link.csv", "/tmp/lib", "/tmp/x"))]
+    check(got == [("file", "/tmp/a.csv"), ("dir", "/usr/lib"), ("symlink", "gone")],
+          "files.get_info of a link: the type and whole path of what it leads to", got)
+    sbx.commands.run("rm /tmp/link.csv /tmp/lib /tmp/x")
     check(sbx.files.make_dir("/tmp/d/e") is True, "files.make_dir creates (and its parents)")
     check(sbx.files.make_dir("/tmp/d/e") is False, "files.make_dir: False when it exists")
     moved = sbx.files.rename("/tmp/a.csv", "/tmp/d/b.csv")

@@ -72,8 +72,19 @@ static void entries(void)
     json_object_set_new(e, "type", json_string("symlink"));
     json_object_set_new(e, "symlink_target", json_string("/etc"));
     j = envd_entry(e);
-    is_str(json_string_value(json_object_get(j, "type")), "FILE_TYPE_SYMLINK", "a symlink");
+    is_str(json_string_value(json_object_get(j, "type")), "FILE_TYPE_SYMLINK",
+           "a link that leads nowhere: a symlink");
     is_str(json_string_value(json_object_get(j, "symlinkTarget")), "/etc", "its target");
+    json_decref(j);
+    json_object_set_new(e, "symlink_target", json_string("lib"));
+    json_object_set_new(e, "target_type", json_string("dir"));
+    json_object_set_new(e, "target_path", json_string("/usr/lib"));
+    j = envd_entry(e);
+    is_str(json_string_value(json_object_get(j, "type")), "FILE_TYPE_DIRECTORY",
+           "a link to a directory: a directory, as envd says");
+    is_str(json_string_value(json_object_get(j, "symlinkTarget")), "/usr/lib",
+           "its target: the whole path it leads to");
+    ok(json_object_get(j, "isSymlink") == NULL, "followed, as envd's stat follows it");
     json_decref(j);
     json_decref(e);
 }
