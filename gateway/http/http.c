@@ -546,13 +546,14 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
          * wrong one without a count (GET /health shows an admin more). */
         const char *why = NULL;
         if (!authenticate_scoped(self, req, key, r && (r->def.flags & HTTP_ROUTE_PUBLIC), &why)) {
+            /* in the route's own error shape (E2B's SDKs read {"code"}) */
             auth_failed(self, conn);
-            if (why) { /* in the route's own error shape */
-                sg_error_t e = {.kind = SG_E_AUTH, .msg = (char *)why};
-                return reply_refusal(conn, r, &e, NULL);
-            }
-            return http_reply_errorf(
-                conn, SG_E_AUTH, "missing or wrong token (send 'Authorization: Bearer <token>')");
+            sg_error_t e = {
+                .kind = SG_E_AUTH,
+                .msg = (char *)(why ? why
+                                    : "missing or wrong token (send 'Authorization: Bearer "
+                                      "<token>')")};
+            return reply_refusal(conn, r, &e, NULL);
         }
     } else {
         req->call.tenant = &req->tenant;

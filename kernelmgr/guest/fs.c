@@ -15,7 +15,8 @@
  * followed except by read, which opens what the sandbox user could).
  *
  * Success: exit 0 and, on stdout, one JSON line (an entry, a listing) —
- * for read that line, then exactly the entry's "size" bytes.  Failure: one
+ * for read that line, then exactly the entry's "size" bytes (for a file
+ * whose size says 0, a /proc one say, what reading it gave).  Failure: one
  * JSON line {"errno": N, "message": "..."} on stderr and exit 1 (2 for a
  * usage error); sbfs.c maps the errno to a status and a code.
  *
@@ -425,10 +426,24 @@ static int do_read(const char *path)
         return fail(EISDIR, "read", path);
     if (!S_ISREG(st.st_mode))
         return fail(ENXIO, "read (not a regular file)", path);
+    static char buf[1 << 20];
+    if (st.st_size == 0) {
+        /* /proc's and /sys's files say 0 and have text: what one read up
+         * to the buffer gives is its content, and its size */
+        size_t got = 0;
+        ssize_t n;
+        while (got < sizeof buf &&
+               ((n = read(fd, buf + got, sizeof buf - got)) > 0 || (n < 0 && errno == EINTR)))
+            got += n > 0 ? (size_t)n : 0;
+        st.st_size = (off_t)got;
+        put_entry(stdout, path, &st, NULL);
+        fputc('\n', stdout);
+        fflush(stdout);
+        return write_all(1, buf, got) < 0;
+    }
     put_entry(stdout, path, &st, NULL);
     fputc('\n', stdout);
     fflush(stdout);
-    static char buf[1 << 20];
     for (off_t left = st.st_size; left > 0;) {
         ssize_t n = read(fd, buf, left < (off_t)sizeof buf ? (size_t)left : sizeof buf);
         if (n < 0 && errno == EINTR)

@@ -84,6 +84,10 @@ def files(sbx):
     check(got == [("file", "/tmp/a.csv"), ("dir", "/usr/lib"), ("symlink", "gone")],
           "files.get_info of a link: the type and whole path of what it leads to", got)
     sbx.commands.run("rm /tmp/link.csv /tmp/lib /tmp/x")
+    boot = sbx.files.read("/proc/sys/kernel/random/boot_id")
+    check(len(boot.strip()) == 36 and boot == sbx.commands.run(
+        "cat /proc/sys/kernel/random/boot_id").stdout,
+        "files.read of a /proc file (its size says 0): its text", boot)
     check(sbx.files.make_dir("/tmp/d/e") is True, "files.make_dir creates (and its parents)")
     check(sbx.files.make_dir("/tmp/d/e") is False, "files.make_dir: False when it exists")
     moved = sbx.files.rename("/tmp/a.csv", "/tmp/d/b.csv")
