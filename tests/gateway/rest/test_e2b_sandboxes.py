@@ -170,7 +170,8 @@ try:
     st, _, body = d.request("POST", "/v2/sandboxes", {"timeout": "long"}, headers=h, token=None)
     ok(st == 400 and "'timeout'" in json.loads(body)["message"], "a bad timeout: 400", (st, body))
     st, _, body = d.request("GET", "/v2/sandboxes", headers={"X-API-Key": "wrong"}, token=None)
-    ok(st == 401 and json.loads(body)["code"] == 401 and "wrong token" in json.loads(body)["message"],
+    got = json.loads(body)
+    ok(st == 401 and got["code"] == 401 and "wrong token" in got["message"],
        "a wrong key: 401 in E2B's shape", (st, body))
     st, _, body = d.request("GET", "/v2/sandboxes", headers=h, token=None)
     ok(st == 200 and json.loads(body) == [], "bob's list is empty: nobody else's shows", body)
