@@ -145,12 +145,10 @@ void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped)
     self->scoped = *scoped;
 }
 
-/* A sandbox's own credential (http_scoped_t): its owner's tenant into
- * req->tenant, as its key would give it — only while the owner is still a
- * tenant (or the admin), so revoking a key ends its sandboxes' credentials
- * too.  An authentic credential of a sandbox that is gone (owner "") is
- * nobody's: enough for a public route only, as a probe without a key.
- * *why: a reason the caller hears, or NULL. */
+/* A sandbox's own credential (http_scoped_t): its owner's tenant, while the
+ * owner is a tenant (or the admin): a revoked key ends its sandboxes' too.
+ * One of a sandbox that is gone (owner "") is nobody's: enough for a public
+ * route only.  *why: a reason the caller hears, or NULL. */
 static bool authenticate_scoped(http_server_t *self, request_t *req, const char *given,
                                 bool public_route, const char **why)
 {

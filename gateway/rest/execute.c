@@ -249,11 +249,23 @@ enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, siz
     }
     const char *k_;
     json_t *v_;
-    json_object_foreach (env, k_, v_)
+    json_object_foreach (env, k_, v_) {
         if (!json_is_string(v_)) {
             ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k_);
             goto out;
         }
+        /* a variable name, as every kernel's language takes it (envscript.h) */
+        if (!*k_ ||
+            strspn(k_, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") !=
+                strlen(k_) ||
+            (*k_ >= '0' && *k_ <= '9')) {
+            ret = http_reply_errorf(conn, SG_E_INVALID,
+                                    "env_vars: '%s' is not a variable name (letters, digits and "
+                                    "'_', not first a digit)",
+                                    k_);
+            goto out;
+        }
+    }
     const exec_policy_t *policy = self->cfg.exec;
     double t = timeout ? json_number_value(timeout) : exec_policy_timeout(policy) / 1000.0;
     if (t <= 0 || t > policy->max_timeout_ms / 1000) {

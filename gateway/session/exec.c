@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/files/files.h"
+#include "gateway/session/envscript.h"
 #include "gateway/session/observers.h"
 #include "gateway/session/pyscript.h"
 
@@ -322,13 +323,20 @@ exec_t *exec_start(kernel_t *k, const char *code, const exec_opts_t *opts, const
         return NULL;
     }
     e->before = files_snapshot(kernel_workspace(k), EXEC_ARTIFACT_DIR);
-    bool python = strcmp(kernel_spec(k)->language, "python") == 0;
-    if (json_object_size(opts->env) && python) {
-        char *set = pyscript(PY_ENV_SET, json_pack("{s:O}", "env_new", opts->env));
-        kernel_exec_opts_t o = {.silent = true};
-        kernel_execute(k, set, &o, &(kernel_exec_cb_t){0}, NULL);
-        free(set);
-        e->env_restore = pyscript(PY_ENV_RESTORE, NULL);
+    const char *language = kernel_spec(k)->language;
+    if (json_object_size(opts->env)) {
+        char *set = NULL;
+        if (strcmp(language, "python") == 0) {
+            set = pyscript(PY_ENV_SET, json_pack("{s:O}", "env_new", opts->env));
+            e->env_restore = pyscript(PY_ENV_RESTORE, NULL);
+        } else {
+            envscript(language, opts->env, &set, &e->env_restore);
+        }
+        if (set) {
+            kernel_exec_opts_t o = {.silent = true};
+            kernel_execute(k, set, &o, &(kernel_exec_cb_t){0}, NULL);
+            free(set);
+        }
     }
     kernel_exec_opts_t o = {.timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms
                                                                : exec_policy_timeout(opts->policy),

@@ -65,15 +65,15 @@ int exec_policy_timeout(const exec_policy_t *policy);
 typedef struct {
     const exec_policy_t *policy; /* borrowed; must outlive the execution */
     int timeout_ms;              /* 0: exec_policy_timeout(policy) */
-    const json_t *env;           /* env_vars {name: value} (borrowed; Python kernels), or NULL */
-    bool rich_formats;           /* Python kernels add e2b/chart and e2b/data to its results
-                                    (kernelmgr/guest/kernel.py); a front end sets it from the request
-                                    or policy->rich_formats */
-    bool command;                /* code is a shell command: it runs through a runner in the
-                                    kernel, whose report {stdout, stderr, exit_code} is on_done's */
-    audit_who_t who;             /* who asked, for the audit log (copied) */
-    tenant_quota_t *quota;       /* where a refusal for a quota (SG_E_QUOTA) says which, for
-                                    the front end's answer; may be NULL */
+    const json_t *env;     /* env_vars {name: value} (borrowed; Python, Bash, Deno, R), or NULL */
+    bool rich_formats;     /* Python kernels add e2b/chart and e2b/data to its results
+                              (kernelmgr/guest/kernel.py); a front end sets it from the request
+                              or policy->rich_formats */
+    bool command;          /* code is a shell command: it runs through a runner in the
+                              kernel, whose report {stdout, stderr, exit_code} is on_done's */
+    audit_who_t who;       /* who asked, for the audit log (copied) */
+    tenant_quota_t *quota; /* where a refusal for a quota (SG_E_QUOTA) says which, for
+                              the front end's answer; may be NULL */
 } exec_opts_t;
 
 /* What an execution is, for its observers (borrowed for the call). */

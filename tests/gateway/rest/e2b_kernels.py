@@ -73,6 +73,24 @@ check(py2.id not in ids and js.id in ids, "remove_code_context removes one, the 
       ids)
 check(text(sbx.run_code("x")) == ["python default"], "the default context keeps its variables")
 
+# run_code's envs: for that run only, in every kernel's language; the sandbox's come back.
+tricky = "it's \"q\" $HOME"
+seen = {}
+for lang, ctx, show in (
+        ("bash", sh, 'echo "$SHARED_ENV|${EXTRA-none}"'),
+        ("javascript", js,
+         "console.log(`${process.env.SHARED_ENV}|${process.env.EXTRA ?? 'none'}`)"),
+        ("r", None, "cat(Sys.getenv('SHARED_ENV'), Sys.getenv('EXTRA', 'none'), sep = '|')")):
+    kw = {"context": ctx} if ctx else {"language": lang}
+    runs = [sbx.run_code(show, envs={"SHARED_ENV": tricky, "EXTRA": "x"}, **kw),
+            sbx.run_code(show, **kw)]
+    seen[lang] = ["".join(r.logs.stdout).strip() for r in runs]
+check(seen == {lang: [f"{tricky}|x", "everywhere|none"] for lang in ("bash", "javascript", "r")},
+      "run_code(envs=...) in Bash, JavaScript and R: set for that run, then as before", seen)
+for c in sbx.list_code_contexts():
+    if c.language == "r":
+        sbx.remove_code_context(c)
+
 other = Sandbox.create()
 r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
 check(text(r) == ["False"], "another sandbox does not see them", text(r))

@@ -108,6 +108,9 @@ try:
     err(400, "code of the wrong type", "POST", "/execute", {"code": 5})
     err(400, "missing code", "POST", "/execute", {})
     err(400, "env_vars not strings", "POST", "/execute", {"code": "1", "env_vars": {"A": 1}})
+    for bad in ("A B", "1A", "", "A;rm", "A=B"):
+        err(400, f"env_vars name {bad!r} (not a variable name)", "POST", "/execute",
+            {"code": "1", "env_vars": {bad: "x"}})
     err(400, "context_id with language", "POST", "/execute",
         {"code": "1", "context_id": "x", "language": "python"})
     err(400, "unknown language", "POST", "/execute", {"code": "1", "language": "cobol"})
