@@ -12,7 +12,7 @@ struct resp {
     struct MHD_Connection *conn;
     void (*wake)(void *);
     void *wake_arg;
-    bool suspended, gone, ended;
+    bool suspended, gone, ended, aborted;
     char *buf; /* written, not yet sent: buf[off, len), cap allocated */
     size_t len, off, cap;
     char *keepalive;
@@ -67,7 +67,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
         return (ssize_t)n;
     }
     if (self->ended)
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        return self->aborted ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
     if (!http_suspend(self->conn)) /* its key was revoked: the stream ends */
         return MHD_CONTENT_READER_END_WITH_ERROR;
     self->suspended = true;
@@ -135,6 +135,12 @@ void resp_end(resp_t *self)
     loop_timer_end(self->loop, self->keepalive_timer);
     self->keepalive_timer = -1;
     resume(self);
+}
+
+void resp_abort(resp_t *self)
+{
+    self->aborted = true;
+    resp_end(self);
 }
 
 enum MHD_Result resp_wait(resp_t *self)

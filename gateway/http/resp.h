@@ -43,6 +43,9 @@ size_t resp_pending(const resp_t *self);
 void resp_on_drained(resp_t *self, void (*fn)(void *arg), void *arg);
 /* The body is complete: the stream ends once it is sent. */
 void resp_end(resp_t *self);
+/* The stream is cut once what was written is sent: the connection closes
+ * without the body's end, as when a server goes away. */
+void resp_abort(resp_t *self);
 
 /* Suspends the request until resp_ready(); returns what the handler returns. */
 enum MHD_Result resp_wait(resp_t *self);

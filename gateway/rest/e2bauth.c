@@ -3,7 +3,7 @@
  * interpreter and signs its file URLs with (download_url, upload_url:
  * v1_ + SHA-256 of "PATH:OPERATION:USER:TOKEN[:EXPIRATION]").  sandgate's is
  * "sgsb_" + an HMAC of the sandbox's id under a key of its own: nothing to
- * store per sandbox, the same after a restart (STATE/e2b-token-key).
+ * store per sandbox, the same after a restart (STATE/secrets/e2b-token-key).
  *
  * Such a token is good for the requests that name its sandbox
  * (E2b-Sandbox-Id) on the sandbox's own routes (envd's, the code
@@ -14,10 +14,12 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "gateway/rest/internal.h"
+#include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,14 +181,17 @@ static bool scoped_within(void *ctx, const char *scope, const char *kind, void *
     return strcmp(kernel_id(host ? host : k), scope) == 0;
 }
 
-/* The key in STATE/e2b-token-key, made there the first time; without a
- * state dir, one for this run. */
+/* The key in STATE/secrets/e2b-token-key (the daemon's own directory,
+ * 0700), made there the first time; without a state dir, one for this run. */
 static void load_key(api_t *self)
 {
     randombytes_buf(self->e2b_token_key, sizeof self->e2b_token_key);
     if (!self->cfg.state_dir)
         return;
-    cleanup_free char *path = xasprintf("%s/e2b-token-key", self->cfg.state_dir);
+    cleanup_free char *dir = xasprintf("%s/secrets", self->cfg.state_dir);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        log_warn("e2b: cannot make %s (%m)", dir);
+    cleanup_free char *path = xasprintf("%s/e2b-token-key", dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t n = read(fd, self->e2b_token_key, sizeof self->e2b_token_key);

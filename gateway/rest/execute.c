@@ -173,6 +173,14 @@ static void on_done(void *arg, const exec_end_t *end)
 {
     stream_t *s = arg;
     s->exec = NULL;
+    if (end->err && s->e2b_text && !s->json_mode && kernel_shut_down(s->k)) {
+        /* E2B's code interpreter, whose sandbox was killed meanwhile: the
+         * stream is cut, as E2B's is, and the SDK raises its own "killed" */
+        s->done = true;
+        resp_abort(s->out);
+        api_stream_unref(s); /* the execution's reference */
+        return;
+    }
     if (s->command) {
         command_done(s, end);
     } else if (end->err && end->err->kind == SG_E_CONFLICT && s->json_mode) {

@@ -120,7 +120,7 @@ int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t 
 json_t *api_snapshot_json(const kmgr_snapshot_t *s);
 /* e2bauth.c: each E2B sandbox's own token (envdAccessToken), good for that
  * sandbox's envd and code interpreter only, and the file URLs signed with
- * it; its key kept in STATE/e2b-token-key (0600), so tokens outlive a
+ * it; its key kept in STATE/secrets/e2b-token-key (0600), so tokens outlive a
  * restart.  Registers the credentials with http (http_server_set_scoped). */
 #define E2B_TOKEN_SIZE 64
 void api_e2b_auth_start(api_t *self, http_server_t *http);

@@ -683,6 +683,11 @@ kernel_state_t kernel_state(const kernel_t *k)
     return k->state;
 }
 
+bool kernel_shut_down(const kernel_t *k)
+{
+    return k->freed;
+}
+
 int64_t kernel_last_activity(const kernel_t *k)
 {
     return k->last_activity;

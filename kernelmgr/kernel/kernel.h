@@ -244,6 +244,9 @@ void kernel_set_owner(kernel_t *k, const char *owner);
 const char *kernel_username(const kernel_t *k);
 void kernel_set_username(kernel_t *k, const char *username);
 kernel_state_t kernel_state(const kernel_t *k);
+/* Whether k was shut down (deleted; not a kernel that died): its last
+ * callbacks are under way. */
+bool kernel_shut_down(const kernel_t *k);
 int64_t kernel_last_activity(const kernel_t *k); /* zclock_mono() ms */
 int kernel_execution_count(const kernel_t *k);
 size_t kernel_pending(const kernel_t *k); /* queued + running executions */

@@ -61,6 +61,11 @@ try:
 
     s = os.stat(f"{d.dir}/sessions")
     ok(s.st_uid == 64122 and s.st_mode & 0o777 == 0o700, "sessions/ is the daemon's, 0700")
+    s = os.stat(f"{d.dir}/secrets")
+    key = os.stat(f"{d.dir}/secrets/e2b-token-key")
+    ok(s.st_uid == 64122 and s.st_mode & 0o777 == 0o700 and key.st_uid == 64122 and
+       key.st_mode & 0o777 == 0o600 and key.st_size == 32,
+       "secrets/ (the key of E2B sandboxes' tokens) is the daemon's, 0700, its key 0600")
     s = os.stat(f"{d.dir}/runsc")
     ok(s.st_uid == 0 and s.st_mode & 0o777 == 0o700, "runsc's state stays root's, 0700")
     if not ASAN:  # LeakSanitizer's exit check needs a dumpable process

@@ -1,12 +1,15 @@
 """The Python E2B SDK, unchanged (configured by E2B_API_URL, E2B_SANDBOX_URL
 and E2B_API_KEY only): one sandbox holds several code contexts — Python,
-JavaScript, Bash — that share its files and processes.  Run by
+JavaScript, Bash, R — that share its files and processes; run_code's envs in
+each language; a sandbox killed during run_code.  Run by
 tests/.venv-e2b's python.
 usage: e2b_kernels.py  — prints one JSON line per check: {ok, name, detail}"""
+import threading
 import time
 
+from e2b import TimeoutException
 from e2b_code_interpreter import Sandbox
-from checks import check
+from checks import check, fails
 
 
 def text(execution):
@@ -129,4 +132,10 @@ fresh = Sandbox.create()
 fresh.pause()
 check(fresh.is_running() is False, "a sandbox paused right after create() pauses")
 fresh.kill()
+# Killed while run_code runs: the stream is cut, and the SDK says the sandbox was killed.
+doomed = Sandbox.create()
+threading.Timer(2.0, doomed.kill).start()
+e = fails(doomed.run_code, "import time; time.sleep(300)", timeout=300)
+check(isinstance(e, TimeoutException) and "killed while the request was in progress" in str(e),
+      "a sandbox killed during run_code: the SDK's own 'killed' error", repr(e))
 print("#SANDBOX", sid, js.id, sh.id, flush=True)

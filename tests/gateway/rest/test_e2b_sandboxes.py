@@ -45,7 +45,7 @@ try:
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
         sdk_script("e2b_sandboxes.py", alice, 51, bob)
-        r = sdk_script("e2b_kernels.py", dave, 22)
+        r = sdk_script("e2b_kernels.py", dave, 23)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
         left = [d.json("GET", f"/contexts/{i}", token=dave)[0] for i in gone]
@@ -202,6 +202,10 @@ try:
     st, data = with_token("GET", "/v2/sandboxes", None, t1)
     st2, data2 = with_token("POST", "/v2/sandboxes", None, t1, {})
     ok(st == 401 and st2 == 401, "nor is it a key to the sandbox API", (st, st2))
+    d.restart()
+    st, data = with_token("POST", "/execute", s1, t1, {"code": "print(6 * 7)"})
+    ok(st == 200 and b'"text":"42\\n"' in data, "and again after sandgate restarts (the key "
+       "it is made with is kept in STATE/secrets/)", (st, data[-300:]))
     subprocess.run([SANDGATE, "keys", "remove", "frank", "--keys-file", keys], check=True,
                    capture_output=True)
     d.proc.send_signal(signal.SIGHUP)
