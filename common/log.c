@@ -5,6 +5,14 @@
 #include <time.h>
 
 static sg_loglevel_t min_level = SG_LOG_INFO;
+static sg_log_tap_fn tap;
+static void *tap_arg;
+
+void sg_log_set_tap(sg_log_tap_fn fn, void *arg)
+{
+    tap = fn;
+    tap_arg = arg;
+}
 
 void sg_log_set_level(sg_loglevel_t level)
 {
@@ -29,4 +37,10 @@ void sg_log(sg_loglevel_t level, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s.%03ldZ %-5s %s\n", when, ts.tv_nsec / 1000000, names[level], line);
+    static int tapping; /* a line the tap logs is not heard again */
+    if (tap && !tapping) {
+        tapping = 1;
+        tap(tap_arg, level, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, line);
+        tapping = 0;
+    }
 }

@@ -798,6 +798,8 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"GET", "/v2/sandboxes", sandboxes_list_v2, 0, NULL},
         {"GET", "/sandboxes/{sandbox}", sandbox_get, 0, NULL},
         {"GET", "/sandboxes/{sandbox}/metrics", api_sandbox_metrics, 0, NULL},
+        {"GET", "/sandboxes/{sandbox}/logs", api_sandbox_logs, 0, NULL},
+        {"GET", "/v2/sandboxes/{sandbox}/logs", api_sandbox_logs_v2, 0, NULL},
         {"DELETE", "/sandboxes/{sandbox}", sandbox_delete, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/timeout", sandbox_timeout, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/refreshes", sandbox_refresh, 0, NULL},
@@ -813,6 +815,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};
     self->e2b_timer = -1;
     api_sbmetrics_start(self);
+    api_sblogs_start(self);
     api_e2b_auth_start(self, http);
     if (http_param(http, "sandbox", tenants_resolve_session, tenants_session_owner, self->kmgr,
                    "sandbox '%s' not found", err) < 0 ||

@@ -230,6 +230,30 @@ static const exec_sink_t exec_events = {.on_stream = on_stream,
 
 /* --- the request ---------------------------------------------------------------- */
 
+/* env_vars: strings under variable names, as every kernel's language takes
+ * them (envscript.h); false after a 400. */
+static bool env_vars_ok(const json_t *env, struct MHD_Connection *conn, enum MHD_Result *ret)
+{
+    static const char name_chars[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789";
+    const char *k;
+    json_t *v;
+    json_object_foreach ((json_t *)env, k, v) {
+        if (!json_is_string(v)) {
+            *ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k);
+            return false;
+        }
+        if (!*k || strspn(k, name_chars) != strlen(k) || (*k >= '0' && *k <= '9')) {
+            *ret = http_reply_errorf(conn, SG_E_INVALID,
+                                     "env_vars: '%s' is not a variable name (letters, digits and "
+                                     "'_', not first a digit)",
+                                     k);
+            return false;
+        }
+    }
+    return true;
+}
+
 enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, size_t len,
                             void **req_state)
 {
@@ -255,25 +279,8 @@ enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, siz
         ret = http_reply_errorf(conn, SG_E_INVALID, "give 'context_id' or 'language', not both");
         goto out;
     }
-    const char *k_;
-    json_t *v_;
-    json_object_foreach (env, k_, v_) {
-        if (!json_is_string(v_)) {
-            ret = http_reply_errorf(conn, SG_E_INVALID, "env_vars['%s'] must be a string", k_);
-            goto out;
-        }
-        /* a variable name, as every kernel's language takes it (envscript.h) */
-        if (!*k_ ||
-            strspn(k_, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") !=
-                strlen(k_) ||
-            (*k_ >= '0' && *k_ <= '9')) {
-            ret = http_reply_errorf(conn, SG_E_INVALID,
-                                    "env_vars: '%s' is not a variable name (letters, digits and "
-                                    "'_', not first a digit)",
-                                    k_);
-            goto out;
-        }
-    }
+    if (!env_vars_ok(env, conn, &ret))
+        goto out;
     const exec_policy_t *policy = self->cfg.exec;
     double t = timeout ? json_number_value(timeout) : exec_policy_timeout(policy) / 1000.0;
     if (t <= 0 || t > policy->max_timeout_ms / 1000) {

@@ -14,6 +14,7 @@
  *   e2b.c      E2B's sandbox API (/sandboxes, /v2/sandboxes) over contexts;
  *                  the parameter kind {sandbox}
  *   e2bauth.c  each E2B sandbox's own token, and the file URLs signed with it
+ *   sbmetrics.c, sblogs.c  E2B's sandbox metrics and logs
  */
 #ifndef SG_API_INTERNAL_H
 #define SG_API_INTERNAL_H
@@ -38,6 +39,7 @@ struct api {
     int e2b_timer;                   /* e2b.c's clock of sandboxes' ends; -1: none runs */
     json_t *e2b_metrics;             /* sbmetrics.c: sandbox id -> {samples, at, cpu_ns} */
     int e2b_sample_timer;            /* sbmetrics.c's; -1: none */
+    json_t *e2b_logs;                /* sblogs.c: id -> [[ms, level, message], ...] */
     unsigned char e2b_token_key[32]; /* e2bauth.c: sandboxes' tokens are its HMACs */
 };
 
@@ -134,6 +136,14 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
 void api_sbmetrics_start(api_t *self);
 void api_sbmetrics_stop(api_t *self);
 enum MHD_Result api_sandbox_metrics(void *arg, http_req_t *call);
+/* sblogs.c: E2B's sandbox logs, what sandgate's log says about each id,
+ * kept from start to stop; an id's forgotten with it; the routes (e2b.c
+ * registers them). */
+void api_sblogs_start(api_t *self);
+void api_sblogs_stop(api_t *self);
+void api_sblogs_forget(api_t *self, const char *id);
+enum MHD_Result api_sandbox_logs(void *arg, http_req_t *call);
+enum MHD_Result api_sandbox_logs_v2(void *arg, http_req_t *call);
 /* A context's record written again (its "e2b" changed), and one forgotten (deleted). */
 void api_record_write(api_t *self, const char *id);
 void api_forget_context(api_t *self, const char *id); /* and those in its sandbox, gone with it */

@@ -94,6 +94,7 @@ void api_destroy(api_t **self_p)
     if ((*self_p)->e2b_timer >= 0)
         loop_timer_end((*self_p)->loop, (*self_p)->e2b_timer);
     api_sbmetrics_stop(*self_p);
+    api_sblogs_stop(*self_p);
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);
     records_close(&(*self_p)->records);
@@ -369,6 +370,7 @@ void api_forget_context(api_t *self, const char *id)
         }
     }
     json_object_del(self->contexts, id);
+    api_sblogs_forget(self, id);
     if (self->records)
         records_remove(self->records, id);
     const char *lang;

@@ -156,6 +156,11 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
             sg_error_free(&err);
             unlink(file);
         } else {
+            /* Its new sandbox may take the old one's name, and may not be
+             * made yet: neither is an orphan for the sweep below. */
+            json_array_append_new(live_ids, json_string(sbid));
+            if (*kernel_sandbox_id(k) && strcmp(kernel_sandbox_id(k), sbid) != 0)
+                json_array_append_new(live_ids, json_string(kernel_sandbox_id(k)));
             kernel_set_username(k, username); /* recorded once it is ready */
             m->stats.restarted_after_restart++;
             kmgr_notice(

@@ -202,6 +202,28 @@ try:
     st, data = with_token("GET", "/v2/sandboxes", None, t1)
     st2, data2 = with_token("POST", "/v2/sandboxes", None, t1, {})
     ok(st == 401 and st2 == 401, "nor is it a key to the sandbox API", (st, st2))
+    # Its logs: what sandgate's log says about it, in E2B's two shapes.
+    def logs(query="", v2=True):
+        path = f"/v2/sandboxes/{s1}/logs{query}" if v2 else f"/sandboxes/{s1}/logs{query}"
+        st, _, data = d.request("GET", path, headers=hf, token=None)
+        return st, json.loads(data)
+
+    st, got = logs()
+    msgs = [e.get("message", "") for e in got.get("logs", [])]
+    ok(st == 200 and any(s1 in m and "ready" in m for m in msgs) and
+       all(set(e) == {"timestamp", "level", "message", "fields"} for e in got["logs"]),
+       "GET /v2/sandboxes/{id}/logs: sandgate's lines about it ({timestamp, level, message})",
+       (st, got))
+    st1, old = logs(v2=False)
+    ok(st1 == 200 and [x["line"] for x in old["logs"]] == msgs and
+       [x["message"] for x in old["logEntries"]] == msgs, "... and /sandboxes/{id}/logs's shape",
+       old)
+    st, back = logs("?direction=backward&limit=1")
+    st2, none = logs("?level=error&search=ready")
+    ok([x["message"] for x in back["logs"]] == msgs[-1:] and none["logs"] == [],
+       "direction, limit, level and search", (back, none))
+    st, bad = logs("?limit=5000")
+    ok(st == 400 and bad.get("code") == 400, "a limit past 1000: 400 in E2B's shape", bad)
     d.restart()
     st, data = with_token("POST", "/execute", s1, t1, {"code": "print(6 * 7)"})
     ok(st == 200 and b'"text":"42\\n"' in data, "and again after sandgate restarts (the key "
