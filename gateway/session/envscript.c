@@ -79,7 +79,7 @@ bool envscript(const char *language, const json_t *env, char **set, char **resto
         /* c(...) from a JSON array: its brackets become c( ) */
         n[0] = vs[0] = '(';
         n[strlen(n) - 1] = vs[strlen(vs) - 1] = ')';
-        *set = xasprintf(".sg_env <- Sys.getenv(c%s, unset = NA); "
+        *set = xasprintf(".sg_env <- Sys.getenv(c%s, unset = NA, names = TRUE); "
                          "do.call(Sys.setenv, setNames(as.list(c%s), c%s)); invisible(NULL)",
                          n, vs, n);
         *restore =

@@ -90,6 +90,9 @@ for lang, ctx, show in (
     seen[lang] = ["".join(r.logs.stdout).strip() for r in runs]
 check(seen == {lang: [f"{tricky}|x", "everywhere|none"] for lang in ("bash", "javascript", "r")},
       "run_code(envs=...) in Bash, JavaScript and R: set for that run, then as before", seen)
+one = [sbx.run_code("cat(Sys.getenv('ONLY', 'unset'))", language="r", **kw).logs.stdout
+       for kw in ({"envs": {"ONLY": "1"}}, {})]
+check(one == [["1"], ["unset"]], "... one variable alone too (R names a lone one otherwise)", one)
 for c in sbx.list_code_contexts():
     if c.language == "r":
         sbx.remove_code_context(c)
