@@ -337,6 +337,9 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
         json_object_set_new(json_object_get(meta, "e2b"), "envVars", json_deep_copy(envs));
     set_end(self, k, timeout ? timeout : E2B_MAX_TIMEOUT_S);
+    /* the first line of its logs (sblogs.c), which hear only the API's ids */
+    log_info("e2b: sandbox %s created (template %s%s%s)", kernel_id(k),
+             template ? template : "base", snap ? ", from snapshot " : "", snap ? snap->id : "");
     if (envs && json_object_size(envs)) { /* queued: runs first, once the kernel is ready */
         char *code = pyscript(PY_KERNEL_SETUP, json_pack("{s:O, s:s, s:b}", "env", envs, "path", "",
                                                          "use_path", false));
@@ -657,6 +660,7 @@ static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
     json_object_set_new(rec, "startedAt", json_integer((json_int_t)now_ms()));
     json_object_set_new(json_object_get(self->contexts, kernel_id(k)), "e2b", rec);
     set_end(self, k, f->timeout_s ? f->timeout_s : E2B_MAX_TIMEOUT_S);
+    log_info("e2b: sandbox %s made by a fork (snapshot %s)", kernel_id(k), snap->id);
     return json_pack("{s:o}", "sandbox", sandbox_json(self, k, false, true));
 }
 

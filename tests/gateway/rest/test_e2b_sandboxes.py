@@ -210,7 +210,7 @@ try:
 
     st, got = logs()
     msgs = [e.get("message", "") for e in got.get("logs", [])]
-    ok(st == 200 and any(s1 in m and "ready" in m for m in msgs) and
+    ok(st == 200 and any(s1 in m and "created" in m for m in msgs) and
        all(set(e) == {"timestamp", "level", "message", "fields"} for e in got["logs"]),
        "GET /v2/sandboxes/{id}/logs: sandgate's lines about it ({timestamp, level, message})",
        (st, got))
@@ -219,7 +219,7 @@ try:
        [x["message"] for x in old["logEntries"]] == msgs, "... and /sandboxes/{id}/logs's shape",
        old)
     st, back = logs("?direction=backward&limit=1")
-    st2, none = logs("?level=error&search=ready")
+    st2, none = logs("?level=error&search=created")
     ok([x["message"] for x in back["logs"]] == msgs[-1:] and none["logs"] == [],
        "direction, limit, level and search", (back, none))
     st, bad = logs("?limit=5000")
