@@ -134,6 +134,7 @@ static json_t *sandbox_json(api_t *self, kernel_t *k, bool detail, bool tokens)
     json_object_set_new(j, "diskSizeMB", json_integer(0));
     json_object_set_new(j, "state", json_string(e2b_state(k)));
     json_object_set(j, "metadata", json_object_get(e, "metadata"));
+    api_e2b_network_json(j, e);
     return j;
 }
 
@@ -295,13 +296,14 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     if (call->resumed)
         return e2b_later(self, call, LATER_SANDBOX);
     enum MHD_Result ret = MHD_NO;
-    json_t *body = e2b_body(call, &ret), *tpl, *metadata, *envs, *pause, *net;
+    json_t *body = e2b_body(call, &ret), *tpl, *metadata, *envs, *pause;
     int64_t timeout;
+    e2b_net_t net = {0};
     if (!body)
         return ret;
     if (!api_field(body, "templateID", JSON_STRING, &tpl, call->conn, &ret) ||
         !api_field(body, "autoPause", JSON_TRUE, &pause, call->conn, &ret) ||
-        !api_field(body, "allow_internet_access", JSON_TRUE, &net, call->conn, &ret) ||
+        !api_e2b_network(body, &net, call->conn, &ret) ||
         !strings_field(body, "metadata", &metadata, call->conn, &ret) ||
         !strings_field(body, "envVars", &envs, call->conn, &ret) ||
         !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &timeout, call->conn, &ret))
@@ -322,7 +324,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     tenant_quota_t quota;
     sg_error_t *err = NULL;
     kernel_t *k = api_create_context(
-        self, call->tenant, "python", "/home/user", !snap && json_is_true(net), false, snap,
+        self, call->tenant, "python", "/home/user", !snap && net.internet, false, snap,
         default_template(template) || snap ? NULL : template, NULL, &who, &quota, &err);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
@@ -334,6 +336,9 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
         json_pack("{s:s, s:o, s:I, s:I, s:b}", "templateID", template ? template : "base",
                   "metadata", metadata ? json_deep_copy(metadata) : json_object(), "startedAt",
                   (json_int_t)now_ms(), "endAt", (json_int_t)0, "autoPause", json_is_true(pause)));
+    api_e2b_network_record(json_object_get(meta, "e2b"), &net);
+    if (!snap)
+        api_e2b_network_apply(self, k, &net); /* before it runs: the launcher's next steps */
     if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
         json_object_set_new(json_object_get(meta, "e2b"), "envVars", json_deep_copy(envs));
     set_end(self, k, timeout ? timeout : E2B_MAX_TIMEOUT_S);
@@ -354,6 +359,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     else
         ret = api_context_ready(self, call->conn, k, &call->state);
 out:
+    api_e2b_network_free(&net);
     json_decref(body);
     return ret;
 }
@@ -813,6 +819,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"POST", "/sandboxes/{sandbox}/pause", e2b_pause, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/fork", sandbox_fork, 0, NULL},
         {"POST", "/sandboxes/{sandbox}/snapshots", sandbox_snapshot, 0, NULL},
+        {"PUT", "/sandboxes/{sandbox}/network", api_e2b_network_put, 0, NULL},
         {"DELETE", "/templates/{snapshot}", snapshot_delete, 0, NULL},
     };
     const http_front_t front = {

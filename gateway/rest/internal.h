@@ -14,6 +14,7 @@
  *   e2b.c      E2B's sandbox API (/sandboxes, /v2/sandboxes) over contexts;
  *                  the parameter kind {sandbox}
  *   e2bauth.c  each E2B sandbox's own token, and the file URLs signed with it
+ *   e2bnet.c   an E2B sandbox's network rules, onto its sandbox's egress rules
  *   sbmetrics.c, sblogs.c  E2B's sandbox metrics and logs
  */
 #ifndef SG_API_INTERNAL_H
@@ -131,6 +132,25 @@ void api_e2b_token(const api_t *self, const char *id, char out[E2B_TOKEN_SIZE]);
 /* e2b.c: E2B's sandbox API; its own front end (E2B's error shape), done the REST one's. */
 int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void *, bool),
                      sg_error_t **err);
+/* e2bnet.c: an E2B sandbox's network rules (allowOut, denyOut) onto its
+ * sandbox's own egress rules.  api_e2b_network reads create's
+ * allow_internet_access and network: false after answering 400. */
+typedef struct {
+    bool internet;        /* the sandbox gets a network */
+    bool asked;           /* allow_internet_access was given ... */
+    bool internet_access; /* ... and was true */
+    char *allow, *deny;   /* "CIDR,..." or NULL (allow_internet_access false: deny 0.0.0.0/0) */
+} e2b_net_t;
+bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
+                     enum MHD_Result *ret);
+void api_e2b_network_free(e2b_net_t *net);
+/* Into a sandbox's "e2b" record; onto a new sandbox (before it runs). */
+void api_e2b_network_record(json_t *e2b, const e2b_net_t *net);
+void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net);
+/* SandboxDetail's allowInternetAccess and network, from the record. */
+void api_e2b_network_json(json_t *sandbox, const json_t *e2b);
+/* PUT /sandboxes/{sandbox}/network (E2B's front end, e2b.c, registers it). */
+enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call);
 /* sbmetrics.c: E2B's sandbox metrics, sampled from start to stop; its
  * routes (E2B's front end, e2b.c, registers them). */
 void api_sbmetrics_start(api_t *self);

@@ -192,6 +192,9 @@ char *egress_ruleset(const egress_policy_t *p)
            * its veth (egress_sandbox_down), so a later sandbox on index N
            * starts at 0. */
           "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
+          /* Sandboxes with rules of their own (egress_sandbox_rules): host
+           * veth -> jump to its chain sbN. */
+          "\tmap sandboxes {\n\t\ttype ifname : verdict\n\t}\n"
           /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
           "\tchain refuse {\n\t\tcounter name \"refused\"\n"
           "\t\tadd @refused_by { iifname }\n"
@@ -215,6 +218,9 @@ char *egress_ruleset(const egress_policy_t *p)
         put_addr(f, p->dns[i]);
         fputs(" meta l4proto { tcp, udp } th dport 53 goto allowed\n", f);
     }
+    /* A sandbox's own rules come before the operator's: they may refuse
+     * more, never allow more (a sandbox's chain returns here). */
+    fputs("\t\tiifname vmap @sandboxes\n", f);
     for (size_t i = 0; i < p->nallow; i++)
         if (p->allow[i].inside_blocked)
             put_rule(f, &p->allow[i]);
@@ -283,6 +289,25 @@ static int ip(sg_error_t **err, const char *const *args)
     return run(err, path, args);
 }
 
+/* Runs nft with script (a file: nft -f). */
+static int nft_script(const char *script, sg_error_t **err)
+{
+    const char *nft = tool("nft");
+    if (nft == NULL)
+        return sg_error_set(err, SG_E_UNAVAILABLE, "nft not found (apt-get install nftables)");
+    cleanup_free char *nft_path = xstrdup(nft);
+    char path[] = "/tmp/sandgate-nft-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return sg_error_errno(err, errno, "mkstemp");
+    ssize_t w = write(fd, script, strlen(script));
+    close(fd);
+    const char *args[] = {"-f", path, NULL};
+    int r = w == (ssize_t)strlen(script) ? run(err, nft_path, args) : -1;
+    unlink(path);
+    return r;
+}
+
 static int index_of(const char *dir)
 {
     cleanup_free char *path = xasprintf("%s/net", dir);
@@ -339,13 +364,25 @@ static void claimed(const char *kernels_dir, bool *used)
     each_index(kernels_dir, mark_used, used);
 }
 
+#define RULES_FILE "egress-rules"
+static int apply_rules(const char *dir, int n, sg_error_t **err);
+static int own_rules(const char *dir, int n, sg_error_t **err);
+
+/* A re-adopted sandbox's own rules, into a new table. */
+static void rules_again(const char *id, int n, void *arg)
+{
+    cleanup_free char *dir = xasprintf("%s/%s", (const char *)arg, id);
+    cleanup_error sg_error_t *err = NULL;
+    if (link_exists(n) && own_rules(dir, n, &err) < 0)
+        log_warn("egress: the rules of sandbox %s: %s", id, err->msg);
+}
+
 int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err)
 {
     const char *nft = tool("nft");
     if (nft == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE,
                             "--egress-allow needs nft (apt-get install nftables)");
-    cleanup_free char *nft_path = xstrdup(nft);
     if (tool("ip") == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE,
                             "--egress-allow needs ip (apt-get install iproute2)");
@@ -358,16 +395,7 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
     }
     close(fd);
     cleanup_free char *rules = egress_ruleset(p);
-    char path[] = "/tmp/sandgate-nft-XXXXXX";
-    int tfd = mkstemp(path);
-    if (tfd < 0)
-        return sg_error_errno(err, errno, "mkstemp");
-    ssize_t w = write(tfd, rules, strlen(rules));
-    close(tfd);
-    const char *args[] = {"-f", path, NULL};
-    int r = w == (ssize_t)strlen(rules) ? run(err, nft_path, args) : -1;
-    unlink(path);
-    if (r < 0)
+    if (nft_script(rules, err) < 0)
         return sg_error_prefix(err, "installing the egress rules");
 
     /* A crash's leftovers: namespaces of sandboxes without a directory, and
@@ -400,6 +428,7 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
     }
     if (d)
         closedir(d);
+    each_index(kernels_dir, rules_again, (void *)kernels_dir); /* the table was new */
     return 0;
 }
 
@@ -460,6 +489,13 @@ static int shape(const egress_policy_t *p, const char *ns, const char *host, con
     return run(err, path, in) < 0 || run(err, path, out) < 0 ? -1 : 0;
 }
 
+/* Its own rules, when it has some (DIR/egress-rules). */
+static int own_rules(const char *dir, int n, sg_error_t **err)
+{
+    cleanup_free char *file = xasprintf("%s/" RULES_FILE, dir);
+    return access(file, F_OK) == 0 ? apply_rules(dir, n, err) : 0;
+}
+
 char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, bool restoring,
                         sg_error_t **err)
 {
@@ -510,7 +546,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
             {"-n", ns, "route", "replace", "default", "via", gw, NULL},
         };
         if ((restoring && (ip(err, again[0]) < 0 || ip(err, again[1]) < 0)) ||
-            shape(p, ns, host, peer, err) < 0) {
+            shape(p, ns, host, peer, err) < 0 || own_rules(dir, n, err) < 0) {
             sg_error_prefix(err, "the network of sandbox %s", id);
             free(path);
             return NULL;
@@ -533,8 +569,9 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
         {"-n", ns, "route", "add", "default", "via", gw, NULL},
     };
     for (size_t i = 0; i <= sizeof steps / sizeof *steps; i++)
-        if (i < sizeof steps / sizeof *steps ? ip(err, steps[i]) < 0
-                                             : shape(p, ns, host, peer, err) < 0) {
+        if (i < sizeof steps / sizeof *steps
+                ? ip(err, steps[i]) < 0
+                : shape(p, ns, host, peer, err) < 0 || own_rules(dir, n, err) < 0) {
             ip(NULL, del_ns);
             if (link_exists(n))
                 ip(NULL, del_link);
@@ -572,6 +609,126 @@ void egress_sandbox_down(const char *id, const char *dir)
                                   "refused_by", elem,      NULL};
         run(NULL, nft_path, del_elem);
     }
+    cleanup_free char *file = xasprintf("%s/" RULES_FILE, dir);
+    if (access(file, F_OK) == 0 && unlink(file) == 0)
+        apply_rules(dir, n, NULL); /* without the file: its chain and entry go */
+}
+
+/* --- a sandbox's own rules ------------------------------------------------------ */
+
+/* A list of a sandbox's rules: addresses and CIDR ranges, no ports. */
+static int parse_list(const char *what, const char *list, egress_rule_t *out, size_t *n,
+                      sg_error_t **err)
+{
+    *n = 0;
+    const char *rest = list ? list : "", *s, *e;
+    while (next_item(&rest, &s, &e)) {
+        if (*n == EGRESS_MAX_RULES)
+            return sg_error_set(err, SG_E_INVALID, "%s: more than %d entries", what,
+                                EGRESS_MAX_RULES);
+        if (memchr(s, ':', (size_t)(e - s)) || parse_rule(s, e, &out[*n]) < 0)
+            return sg_error_set(err, SG_E_INVALID,
+                                "%s: '%.*s' is not an IPv4 address or CIDR range (e.g. 8.8.8.8, "
+                                "203.0.113.0/24, 0.0.0.0/0; host names are not supported)",
+                                what, (int)(e - s), s);
+        (*n)++;
+    }
+    return 0;
+}
+
+int egress_check_rules(const char *allow, const char *deny, sg_error_t **err)
+{
+    egress_rule_t r[EGRESS_MAX_RULES];
+    size_t n;
+    return parse_list("allowOut", allow, r, &n, err) < 0 ||
+                   parse_list("denyOut", deny, r, &n, err) < 0
+               ? -1
+               : 0;
+}
+
+static void put_list(FILE *f, const char *list, const char *verdict)
+{
+    egress_rule_t r[EGRESS_MAX_RULES];
+    size_t n = 0;
+    parse_list("", list, r, &n, NULL);
+    for (size_t i = 0; i < n; i++) {
+        fputs("\t\tip daddr ", f);
+        put_addr(f, r[i].net);
+        fprintf(f, "/%d %s\n", r[i].prefix, verdict);
+    }
+}
+
+/* The rules in DIR/egress-rules, as the chain sbN of the sandbox on index n
+ * and its entry in the map; without the file, neither. */
+static int apply_rules(const char *dir, int n, sg_error_t **err)
+{
+    cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
+    cleanup_free char *text = NULL;
+    size_t len = 0;
+    FILE *in = fopen(path, "re");
+    if (in == NULL) { /* none (any more): both go, if they were there */
+        char chain[32], elem[48];
+        snprintf(chain, sizeof chain, "sb%d", n);
+        snprintf(elem, sizeof elem, "{ sgh%d }", n);
+        const char *nft = tool("nft");
+        cleanup_free char *nft_path = nft ? xstrdup(nft) : NULL;
+        const char *del_elem[] = {"delete", "element", "inet", "sandgate", "sandboxes", elem, NULL};
+        const char *del_chain[] = {"delete", "chain", "inet", "sandgate", chain, NULL};
+        if (nft_path) {
+            run(NULL, nft_path, del_elem);
+            run(NULL, nft_path, del_chain);
+        }
+        return 0;
+    }
+    char *allow = NULL, *deny = NULL, *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+        line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, "allow ", 6) == 0 && !allow)
+            allow = xstrdup(line + 6);
+        else if (strncmp(line, "deny ", 5) == 0 && !deny)
+            deny = xstrdup(line + 5);
+    }
+    free(line);
+    fclose(in);
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        abort();
+    /* Made if missing, then emptied and filled in one transaction. */
+    fprintf(f,
+            "table inet sandgate {\n\tchain sb%d {\n\t}\n}\n"
+            "flush chain inet sandgate sb%d\n"
+            "table inet sandgate {\n\tchain sb%d {\n",
+            n, n, n);
+    put_list(f, allow, "return"); /* allowOut wins over denyOut */
+    put_list(f, deny, "jump refuse");
+    fprintf(f, "\t}\n}\nadd element inet sandgate sandboxes { \"sgh%d\" : jump sb%d }\n", n, n);
+    fclose(f);
+    free(allow);
+    free(deny);
+    return nft_script(text, err);
+}
+
+int egress_sandbox_rules(const char *dir, const char *allow, const char *deny, sg_error_t **err)
+{
+    if (egress_check_rules(allow, deny, err) < 0)
+        return -1;
+    cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
+    if ((!allow || !*allow) && (!deny || !*deny)) {
+        if (unlink(path) < 0 && errno != ENOENT)
+            return sg_error_errno(err, errno, "cannot remove %s", path);
+    } else {
+        cleanup_free char *tmp = xasprintf("%s.new", path);
+        FILE *f = fopen(tmp, "we");
+        if (f == NULL ||
+            fprintf(f, "allow %s\ndeny %s\n", allow ? allow : "", deny ? deny : "") < 0 ||
+            fclose(f) != 0 || rename(tmp, path) < 0)
+            return sg_error_errno(err, errno, "cannot write %s", path);
+    }
+    int n = index_of(dir);
+    if (n < 0 || !link_exists(n)) /* applied when its network comes up */
+        return 0;
+    return apply_rules(dir, n, err);
 }
 
 /* --- refusals per sandbox ------------------------------------------------------ */

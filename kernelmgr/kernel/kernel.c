@@ -318,7 +318,9 @@ int launch_now(kernel_t *k, sg_error_t **err)
                          .memory_bytes = k->opts.memory_bytes,
                          .cpu_quota_us = k->opts.cpu_quota_us,
                          .snapshot = k->from_snapshot,
-                         .template = k->opts.template};
+                         .template = k->opts.template,
+                         .egress_allow = k->opts.egress_allow,
+                         .egress_deny = k->opts.egress_deny};
     k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
@@ -354,6 +356,8 @@ kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
     k->opts.owner = xstrdup(k->opts.owner ? k->opts.owner : "admin");
     k->opts.username = k->opts.username ? xstrdup(k->opts.username) : NULL;
     k->opts.template = k->opts.template ? xstrdup(k->opts.template) : NULL;
+    k->opts.egress_allow = k->opts.egress_allow ? xstrdup(k->opts.egress_allow) : NULL;
+    k->opts.egress_deny = k->opts.egress_deny ? xstrdup(k->opts.egress_deny) : NULL;
     k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
     k->opts.snapshot = NULL; /* from_snapshot says it, until the kernel runs */
     k->ev = ev;
@@ -373,6 +377,8 @@ static void kernel_free(void *arg)
     free((char *)k->opts.owner);
     free((char *)k->opts.username);
     free((char *)k->opts.template);
+    free((char *)k->opts.egress_allow);
+    free((char *)k->opts.egress_deny);
     free(k->from_snapshot);
     free(k->observers);
     json_decref(k->guest_env);
@@ -671,6 +677,36 @@ void kernel_set_username(kernel_t *k, const char *username)
 {
     free((char *)k->opts.username);
     k->opts.username = username && *username ? xstrdup(username) : NULL;
+}
+
+void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, sandbox_rules_fn *cb,
+                       void *arg)
+{
+    if (k->host) {
+        kernel_set_egress(k->host, allow, deny, cb, arg);
+        return;
+    }
+    cleanup_error sg_error_t *err = NULL;
+    if (!k->opts.internet) {
+        sg_error_set(&err, SG_E_CONFLICT,
+                     "kernel %s has no network, so it has no rules to change (one made with "
+                     "internet access has them)",
+                     k->id);
+        cb(err, arg);
+        return;
+    }
+    if (sandbox_check_egress(allow, deny, &err) < 0) {
+        cb(err, arg);
+        return;
+    }
+    free((char *)k->opts.egress_allow);
+    free((char *)k->opts.egress_deny);
+    k->opts.egress_allow = allow && *allow ? xstrdup(allow) : NULL;
+    k->opts.egress_deny = deny && *deny ? xstrdup(deny) : NULL;
+    if (k->sb)
+        sandbox_set_egress(k->sb, allow, deny, cb, arg);
+    else /* its next sandbox gets them */
+        cb(NULL, arg);
 }
 
 bool kernel_internet(const kernel_t *k)

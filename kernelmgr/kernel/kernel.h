@@ -64,6 +64,8 @@ typedef struct {
                                workspace restored by the caller); NULL: a fresh kernel */
     const char *template;   /* its sandboxes' root is this template's (copied; sandbox.h);
                                NULL: the server's */
+    const char *egress_allow, *egress_deny; /* with internet: its sandboxes' own rules (copied;
+                                               sandbox.h's sandbox_set_egress); NULL: none */
     /* Asked before a paused or dead kernel runs again for a client
      * (kernel_resume, kernel_execute, kernel_restart): 0 to go ahead, else
      * -1 with *err, which those return (the gateway's tenants: max-live).
@@ -243,6 +245,11 @@ void kernel_set_owner(kernel_t *k, const char *owner);
  * proves). */
 const char *kernel_username(const kernel_t *k);
 void kernel_set_username(kernel_t *k, const char *username);
+/* Its sandbox's own egress rules from now on, its next sandboxes' too (a
+ * restart): sandbox_set_egress's lists and contract.  A kernel inside
+ * another's sandbox changes that sandbox's. */
+void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, sandbox_rules_fn *cb,
+                       void *arg);
 kernel_state_t kernel_state(const kernel_t *k);
 /* Whether k was shut down (deleted; not a kernel that died): its last
  * callbacks are under way. */

@@ -185,6 +185,29 @@ static void on_tail(const char *tail, void *arg)
     reply_ok(st->L, st->seq, json_pack("{s:s}", "text", text));
 }
 
+/* An answer that is only whether it worked (workspace_restore, egress_rules). */
+static void on_done(const sg_error_t *err, void *arg)
+{
+    cleanup_free later_t *st = arg;
+    if (err)
+        reply_err(st->L, st->seq, err);
+    else
+        reply_ok(st->L, st->seq, NULL);
+}
+
+/* {id, allow, deny}: a sandbox's own egress rules (sandbox_set_egress
+ * checks the lists and that it has a network). */
+static void op_egress_rules(launcher_t *L, const launcher_req_t *r)
+{
+    json_t *allow = json_object_get(r->body, "allow"), *deny = json_object_get(r->body, "deny");
+    if (!json_is_string(allow) || !json_is_string(deny)) {
+        refuse(L, r->seq, "egress_rules: allow and deny must be strings");
+        return;
+    }
+    sandbox_set_egress(r->sb, json_string_value(allow), json_string_value(deny), on_done,
+                       later(L, r->seq));
+}
+
 static void op_env(launcher_t *L, const launcher_req_t *r)
 {
     if (L->env_err)
@@ -283,12 +306,20 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
         return;
     }
     cleanup_error sg_error_t *err = NULL;
+    const char *allow = json_string_value(json_object_get(r->body, "allow"));
+    const char *deny = json_string_value(json_object_get(r->body, "deny"));
+    if (sandbox_check_egress(allow, deny, &err) < 0) {
+        reply_err(L, r->seq, err);
+        return;
+    }
     sandbox_opts_t o = {.internet = json_is_true(json_object_get(r->body, "internet")),
                         .tenant = json_string_value(tenant),
                         .memory_bytes = (uint64_t)mem,
                         .cpu_quota_us = (uint64_t)quota,
                         .snapshot = json_string_value(snapshot),
-                        .template = json_string_value(template)};
+                        .template = json_string_value(template),
+                        .egress_allow = allow,
+                        .egress_deny = deny};
     sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
     made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */
 }
@@ -460,20 +491,11 @@ static void op_snapshot_delete(launcher_t *L, const launcher_req_t *r)
     reply_ok(L, r->seq, NULL);
 }
 
-static void on_restored(const sg_error_t *err, void *arg)
-{
-    cleanup_free later_t *st = arg;
-    if (err)
-        reply_err(st->L, st->seq, err);
-    else
-        reply_ok(st->L, st->seq, NULL);
-}
-
 static void op_workspace_restore(launcher_t *L, const launcher_req_t *r)
 {
     const char *sid = snapshot_id(L, r);
     if (sid)
-        sandbox_workspace_restore_async(L->env, r->path, sid, on_restored, later(L, r->seq));
+        sandbox_workspace_restore_async(L->env, r->path, sid, on_done, later(L, r->seq));
 }
 
 static void op_signal(launcher_t *L, const launcher_req_t *r)
@@ -612,6 +634,7 @@ launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_LIST] = op_list,
     [LOP_LOG] = op_log,
     [LOP_EGRESS_REFUSED] = op_egress_refused,
+    [LOP_EGRESS_RULES] = op_egress_rules,
     [LOP_GIVE] = op_give,
     [LOP_KEYS] = op_keys,
     [LOP_TENANT] = op_tenant,
@@ -711,10 +734,10 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {{"sessions", 0700, true},         {"mcp", 0700, true},
-                {"contexts", 0700, true},         {"snapshots", 0700, true},
-                {"secrets", 0700, true},
-                {"snapshot-images", 0700, false}, {"workspaces", 0750, false}};
+    } dirs[] = {{"sessions", 0700, true},   {"mcp", 0700, true},
+                {"contexts", 0700, true},   {"snapshots", 0700, true},
+                {"secrets", 0700, true},    {"snapshot-images", 0700, false},
+                {"workspaces", 0750, false}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||

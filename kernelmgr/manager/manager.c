@@ -65,6 +65,10 @@ void session_record(kmgr_t *m, entry_t *e)
         json_object_set(rec, "lineage", e->lineage);
     if (o->template)
         json_object_set_new(rec, "template", json_string(o->template));
+    if (o->egress_allow)
+        json_object_set_new(rec, "egress_allow", json_string(o->egress_allow));
+    if (o->egress_deny)
+        json_object_set_new(rec, "egress_deny", json_string(o->egress_deny));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -288,6 +292,8 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     opts.memory_bytes = so->memory_bytes;
     opts.cpu_quota_us = so->cpu_quota_us;
     opts.snapshot = so->snapshot;
+    opts.egress_allow = so->egress_allow;
+    opts.egress_deny = so->egress_deny;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
@@ -516,6 +522,20 @@ void kmgr_set_username(kmgr_t *m, kernel_t *k, const char *username)
     entry_t *e = entry_find(m, kernel_id(k));
     if (e && e->ready) /* else its record is written once it is */
         session_record(m, e);
+}
+
+void kmgr_set_egress(kmgr_t *m, kernel_t *k, const char *allow, const char *deny,
+                     sandbox_rules_fn *cb, void *arg)
+{
+    entry_t *e = entry_find(m, kernel_id(k));
+    kernel_set_egress(k, allow, deny, cb, arg);
+    if (e && e->ready) /* else its record is written once it is */
+        session_record(m, e);
+}
+
+int kmgr_check_egress(const char *allow, const char *deny, sg_error_t **err)
+{
+    return sandbox_check_egress(allow, deny, err);
 }
 
 bool kmgr_saves_network(const kmgr_t *m)

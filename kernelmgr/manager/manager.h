@@ -115,6 +115,8 @@ typedef struct {
                              network; no record of its own, so it does not outlive a
                              restart of sandgate.  NULL: a sandbox of its own */
     const json_t *env;    /* with sandbox: NAME -> string, added to the kernel's environment */
+    const char *egress_allow, *egress_deny; /* with internet: the sandbox's own rules
+                                               (kmgr_set_egress); NULL: none */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
@@ -126,6 +128,14 @@ kernel_t *kmgr_start_with(kmgr_t *self, const char *name, const kmgr_start_opts_
 /* Who the session's client says uses it (Jupyter's KERNEL_USERNAME;
  * kernel_username), recorded with the session so a restart keeps it. */
 void kmgr_set_username(kmgr_t *self, kernel_t *k, const char *username);
+/* The session's sandbox's own egress rules from now on, recorded with it so
+ * a restart keeps them: kernel_set_egress's lists and contract (cb once,
+ * perhaps before this returns). */
+void kmgr_set_egress(kmgr_t *self, kernel_t *k, const char *allow, const char *deny,
+                     sandbox_rules_fn *cb, void *arg);
+/* Whether allow and deny are lists kmgr_set_egress takes (the error names
+ * the one that is not, and its entry). */
+int kmgr_check_egress(const char *allow, const char *deny, sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);

@@ -47,6 +47,7 @@ struct sandbox {
     char *tenant;   /* sandbox_opts_t's (NULL: none); sent to the launcher with "new" */
     char *snapshot; /* sandbox_opts_t's: started from it (NULL: fresh); sent with "new" */
     char *template; /* sandbox_opts_t's: its root is the template's (NULL: the server's) */
+    char *egress_allow, *egress_deny;    /* sandbox_opts_t's, then sandbox_set_egress's */
     uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
     char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
                      an adopted one, read from its bundle or sent by the launcher */
@@ -114,6 +115,10 @@ struct sandbox_ops {
     /* sandbox_set_tenant: sb->tenant and sb->cgroup are the new ones when it
      * returns; the move may still be under way.  NULL in mode none. */
     void (*set_tenant)(sandbox_t *sb, const char *tenant);
+    /* sandbox_set_egress (the lists checked): the same contract; a
+     * sandbox without a network is refused.  NULL in mode none. */
+    void (*set_egress)(sandbox_t *sb, const char *allow, const char *deny, sandbox_rules_fn *cb,
+                       void *arg);
     /* sandbox_signal: delivery is asynchronous. */
     int (*signal)(sandbox_t *sb, int sig, sg_error_t **err);
     /* sandbox_remove, before remove_id: no start under way may create the

@@ -44,6 +44,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_GIVE] = {"give", LOP_TAKES_FD | LOP_ASYNC | LOP_TIMED},
     [LOP_KEYS] = {"keys", LOP_ASYNC | LOP_TIMED},
     [LOP_TENANT] = {"tenant", SB | LOP_ASYNC | LOP_TIMED},
+    [LOP_EGRESS_RULES] = {"egress_rules", SB | LOP_ASYNC | LOP_TIMED},
     [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC},
     [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED},
     /* Copies take as long as the workspace's data: not timed, like pause. */
@@ -540,10 +541,11 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq = link_async(
         LOP_NEW,
-        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?}", "id", sb->id, "kernelspec",
-                  sb->kernelspec, "workspace", sb->workspace, "internet", sb->internet, "tenant",
-                  sb->tenant, "memory", (json_int_t)sb->memory_bytes, "cpu_quota",
-                  (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot, "template", sb->template),
+        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?, s:s?, s:s?}", "id", sb->id,
+                  "kernelspec", sb->kernelspec, "workspace", sb->workspace, "internet",
+                  sb->internet, "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
+                  "cpu_quota", (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot, "template",
+                  sb->template, "allow", sb->egress_allow, "deny", sb->egress_deny),
         -1, new_answered, sb, 0);
     return 0;
 }
@@ -714,6 +716,22 @@ void sandbox_read_keys(sandbox_keys_fn *cb, void *arg)
                ASYNC_OWNS_ARG);
 }
 
+static void rules_answered(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    cleanup_error sg_error_t *err = reply_error(reply);
+    ((sandbox_rules_fn *)c->fn)(err, c->arg);
+}
+
+static void link_set_egress(sandbox_t *sb, const char *allow, const char *deny,
+                            sandbox_rules_fn *cb, void *arg)
+{
+    link_async(LOP_EGRESS_RULES,
+               json_pack("{s:s, s:s, s:s}", "id", sb->id, "allow", allow ? allow : "", "deny",
+                         deny ? deny : ""),
+               -1, rules_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+}
+
 static void tail_answered(json_t *reply, void *arg)
 {
     callback_t *c = arg;
@@ -848,6 +866,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .list = link_list_startup,
     .egress_refused = link_egress_refused,
     .log_tail = link_log_tail,
+    .set_egress = link_set_egress,
     .give = link_give,
     .exec = link_exec,
     .exec_signal = link_exec_signal,

@@ -21,7 +21,8 @@ typedef enum {
     LOP_WORKSPACE_OPEN,    /* {path}: create/mount a workspace */
     LOP_WORKSPACE_CLOSE,   /* {path, remove} */
     LOP_NEW,               /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota,
-                              snapshot}: bundle + connection -> {conn} (the snapshot's) */
+                              snapshot, template, allow, deny}: bundle + connection -> {conn}
+                              (the snapshot's) */
     LOP_ADOPT,             /* {id, pid}: a sandbox left by a previous sandgate -> {conn}
                               (pid 0: a paused one, whose checkpoint exists) */
     LOP_START,             /* {id}: runsc run -> {pid} when it runs */
@@ -37,6 +38,7 @@ typedef enum {
     LOP_EGRESS_REFUSED,    /* -> {counts: {total, sandboxes: {id: N}}} (sandbox.h) */
     LOP_GIVE,              /* one fd: a file of a workspace becomes the sandbox user's */
     LOP_KEYS,              /* -> {text, mode, uid}: the keys file named at the fork (SIGHUP) */
+    LOP_EGRESS_RULES,      /* {id, allow, deny}: the sandbox's own egress rules (egress.h) */
     LOP_TENANT,            /* {id, tenant}: a claimed pool kernel's sandbox moves to the
                               tenant's cgroup */
     LOP_EXEC,              /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a

@@ -385,6 +385,9 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
                          "this server gives sandboxes no network (start it with --egress-allow)");
             goto fail;
         }
+        if ((sb->egress_allow || sb->egress_deny) && /* in place before it runs */
+            egress_sandbox_rules(sb->dir, sb->egress_allow, sb->egress_deny, err) < 0)
+            goto fail;
         cleanup_free char *ns =
             egress_sandbox_up(sb->env->egress, sb->id, sb->dir, sb->snapshot != NULL, err);
         if (ns == NULL)
@@ -657,6 +660,26 @@ static void runsc_set_tenant(sandbox_t *sb, const char *tenant)
     to = NULL; /* sb's */
 }
 
+static void runsc_set_egress(sandbox_t *sb, const char *allow, const char *deny,
+                             sandbox_rules_fn *cb, void *arg)
+{
+    cleanup_error sg_error_t *err = NULL;
+    if (!sb->internet)
+        sg_error_set(&err, SG_E_CONFLICT,
+                     "sandbox %s has no network, so it has no rules to change (a sandbox made "
+                     "with internet access has them)",
+                     sb->id);
+    else if (egress_sandbox_rules(sb->dir, allow, deny, &err) == 0) {
+        free(sb->egress_allow);
+        free(sb->egress_deny);
+        sb->egress_allow = allow && *allow ? xstrdup(allow) : NULL;
+        sb->egress_deny = deny && *deny ? xstrdup(deny) : NULL;
+        log_info("egress: sandbox %s: allow %s, deny %s", sb->id, allow && *allow ? allow : "-",
+                 deny && *deny ? deny : "-");
+    }
+    cb(err, arg);
+}
+
 static json_t *runsc_list(sandbox_env_t *env, sg_error_t **err)
 {
     json_t *ids = json_array();
@@ -702,6 +725,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .reattach = runsc_reattach,
     .resume = runsc_resume,
     .set_tenant = runsc_set_tenant,
+    .set_egress = runsc_set_egress,
     .signal = runsc_signal_op,
     .exec = runsc_exec,
     .exec_signal = runsc_exec_signal,

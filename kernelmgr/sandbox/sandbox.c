@@ -222,6 +222,8 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->tenant = opts && opts->tenant ? xstrdup(opts->tenant) : NULL;
     self->snapshot = opts && opts->snapshot ? xstrdup(opts->snapshot) : NULL;
     self->template = opts && opts->template ? xstrdup(opts->template) : NULL;
+    self->egress_allow = opts && opts->egress_allow ? xstrdup(opts->egress_allow) : NULL;
+    self->egress_deny = opts && opts->egress_deny ? xstrdup(opts->egress_deny) : NULL;
     if (self->template && !sandbox_template_find(&env->cfg, self->template)) {
         sg_error_set(err, SG_E_NOTFOUND, "no template '%s'", self->template);
         sandbox_free(&self);
@@ -262,6 +264,8 @@ void sandbox_free(sandbox_t **self_p)
     free(self->dir);
     free(self->workspace);
     free(self->tenant);
+    free(self->egress_allow);
+    free(self->egress_deny);
     free(self->snapshot);
     free(self->template);
     free(self->cgroup);
@@ -427,6 +431,24 @@ uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *p
         return 0;
     }
     return env->ops->workspace_restore(env, path, sid, cb, arg);
+}
+
+int sandbox_check_egress(const char *allow, const char *deny, sg_error_t **err)
+{
+    return egress_check_rules(allow, deny, err);
+}
+
+void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny, sandbox_rules_fn *cb,
+                        void *arg)
+{
+    cleanup_error sg_error_t *err = NULL;
+    if (!self->env->ops->set_egress)
+        sg_error_set(&err, SG_E_CONFLICT, "sandboxes have no network with --sandbox none");
+    else if (egress_check_rules(allow, deny, &err) == 0) {
+        self->env->ops->set_egress(self, allow, deny, cb, arg);
+        return;
+    }
+    cb(err, arg);
 }
 
 void sandbox_set_tenant(sandbox_t *self, const char *tenant)

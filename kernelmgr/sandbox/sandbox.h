@@ -125,6 +125,8 @@ typedef struct {
                               the snapshot's kernel, restored from its image; NULL: fresh */
     const char *template;  /* a configured template's name: its root is the sandbox's /;
                               NULL: the server's */
+    const char *egress_allow, *egress_deny; /* with internet: its own rules, in place before it
+                                               runs (egress.h's egress_sandbox_rules); NULL: none */
 } sandbox_opts_t;
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with
@@ -138,6 +140,16 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
  * restored there.  In the background; problems are logged (it stays where
  * it was). */
 void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
+/* A sandbox with a network gets allow and deny as its own rules from now
+ * on (egress.h's egress_sandbox_rules: lists of addresses and CIDR ranges,
+ * both empty for none), running or paused.  cb exactly once, perhaps
+ * before this returns: NULL, or why not (borrowed) — a sandbox without a
+ * network, a list that is not one, the launcher silent. */
+typedef void(sandbox_rules_fn)(const sg_error_t *err, void *arg);
+void sandbox_set_egress(sandbox_t *sb, const char *allow, const char *deny, sandbox_rules_fn *cb,
+                        void *arg);
+/* Whether allow and deny are lists sandbox_set_egress takes. */
+int sandbox_check_egress(const char *allow, const char *deny, sg_error_t **err);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
  * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
  * for start-up. */

@@ -28,7 +28,10 @@ import zipfile
 import mcpraw
 import sgd
 from sgd import Daemon
-from tap import ok, diag, done
+from tap import ok, diag, done, relay_checks
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+E2B_PY = os.path.join(HERE, "..", "..", ".venv-e2b", "bin", "python")
 
 TAG = str(os.getpid() % 100000)
 NS = f"sgtinet{TAG}"
@@ -36,6 +39,7 @@ VETH = f"sgti{TAG}"
 # TEST-NET-2 for the "public" side: TEST-NET-3 (203.0.113.0/24) is where some
 # machines reach their package registries, and the route below would hide them.
 PUBLIC, PRIVATE, ALLOWED, METADATA = "198.51.100.10", "10.99.0.10", "10.213.0.10", "169.254.169.254"
+PUBLIC2 = "198.51.100.20"  # a second public address, for a sandbox's own rules
 HOST_SIDE = "198.51.100.1"
 ROUTES = ["10.213.0.0/24", "10.99.0.0/24", "169.254.169.254/32"]
 FAKE_NS = "sandgate-00000000-0000-4000-8000-000000000000-1"
@@ -97,7 +101,7 @@ def internet_up(root):
     sh("ip", "addr", "add", f"{HOST_SIDE}/24", "dev", VETH)
     sh("ip", "link", "set", VETH, "up")
     sh("ip", "-n", NS, "link", "set", "lo", "up")
-    for a in (f"{PUBLIC}/24", f"{ALLOWED}/24", f"{PRIVATE}/24", f"{METADATA}/16"):
+    for a in (f"{PUBLIC}/24", f"{PUBLIC2}/24", f"{ALLOWED}/24", f"{PRIVATE}/24", f"{METADATA}/16"):
         sh("ip", "-n", NS, "addr", "add", a, "dev", "eth0")
     sh("ip", "-n", NS, "link", "set", "eth0", "up")
     sh("ip", "-n", NS, "route", "add", "default", "via", HOST_SIDE)
@@ -315,6 +319,18 @@ def host_addrs():
             if not a.startswith("127.") and not a.startswith("100.127.") and a != HOST_SIDE]
 
 
+def e2b_network(d, alice, bob):
+    """Runs e2b_network.py with alice's key (bob's for another tenant's view);
+    the id of the sandbox it leaves running, or None."""
+    if not os.access(E2B_PY, os.X_OK):
+        ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
+        return None
+    env = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=alice)
+    r = subprocess.run([E2B_PY, os.path.join(HERE, "e2b_network.py"), PUBLIC, PUBLIC2, bob],
+                       env=env, capture_output=True, text=True, timeout=600)
+    return relay_checks(r, 11, "the Python SDK's e2b_network.py").get("SANDBOX")
+
+
 def main():
     if os.geteuid() != 0 or not shutil.which("nft"):
         ok(False, "runs as root with nft installed (scripts/deps.sh installs nftables)")
@@ -328,6 +344,8 @@ def main():
         ok(False, "the test's own internet does not collide with this machine's network", busy)
         return
     root = tempfile.mkdtemp(prefix="sgt-index-")
+    keys_dir, keys_file, (bob,) = sgd.tenants("sgt-egress-", "bob")
+    alice = sgd.add_key(keys_file, "alice", "--internet")  # may have sandboxes with a network
     servers = d = None
     try:
         servers = internet_up(root)
@@ -353,8 +371,10 @@ def main():
 
         # --- --egress-allow 0.0.0.0/0 ---------------------------------------------------
         d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "0.0.0.0/0",
-                   "--egress-dns", PUBLIC)
+                   "--egress-dns", PUBLIC, "--keys-file", keys_file)
         ok(nft_table(), "with --egress-allow, table inet sandgate is installed")
+        # E2B's network rules, with the real SDK: each sandbox's own, inside the operator's.
+        e2b = e2b_network(d, alice, bob)
         st, e = d.json("POST", "/contexts", {"internet": "yes"})
         ok(st == 400 and "boolean" in e.get("message", ""), "'internet' must be a boolean",
            (st, e))
@@ -509,13 +529,13 @@ def main():
             d.json("DELETE", f"/contexts/{extra}")
         d.json("DELETE", f"/snapshots/{snap.get('id')}")
         deadline = time.time() + 15
-        while len(netns_names()) > 2 and time.time() < deadline:
+        alive = 2 + (1 if e2b else 0)  # a, b and the E2B sandbox left running
+        while len(netns_names()) > alive and time.time() < deadline:
             time.sleep(0.2)
-
 
         # Deleting a context removes its namespace and veth.
         names = netns_names()
-        ok(len(names) == 2, "one namespace per opted-in sandbox", names)
+        ok(len(names) == alive, "one namespace per opted-in sandbox", names)
         links = sorted(os.path.basename(p) for p in glob.glob("/sys/class/net/sgh*"))
         st, _ = d.json("DELETE", f"/contexts/{b['id']}")
         deadline = time.time() + 15
@@ -541,6 +561,20 @@ def main():
         st, g = d.json("GET", f"/contexts/{a['id']}")
         ok(r.get("public") == "open" and r.get("private") != "open" and g.get("internet") is True,
            "after a restart the re-adopted session has its network and its rules", (r, g))
+        if e2b:
+            r = probe(d, e2b, {"allowed": [PUBLIC, 8080], "denied": [PUBLIC2, 8080]})
+            ok(r.get("allowed") == "open" and r.get("denied") == "ConnectionRefusedError",
+               "and an E2B sandbox keeps its own rules (allow one address, deny the rest)", r)
+            st, _ = d.json("POST", f"/contexts/{e2b}/restart", {}, token=alice)
+            r = probe(d, e2b, {"allowed": [PUBLIC, 8080], "denied": [PUBLIC2, 8080]})
+            ok(st == 204 and r.get("allowed") == "open" and r.get("denied") == "ConnectionRefusedError",
+               "so does its new sandbox after a kernel restart", (st, r))
+            nft = sh("nft", "list", "map", "inet", "sandgate", "sandboxes").stdout
+            ok(d.json("DELETE", f"/sandboxes/{e2b}", token=alice)[0] == 204 and
+               sgd.wait_for(lambda: sh("nft", "list", "map", "inet", "sandgate",
+                                       "sandboxes").stdout.count("jump sb") ==
+                            nft.count("jump sb") - 1),
+               "a deleted sandbox's rules go with it", nft)
 
         # A crash leaves the table and the namespace; the next start takes them over.
         for p in sh("pgrep", "-f", "--", f"--state-dir {d.dir}", check=False).stdout.split():
@@ -642,6 +676,7 @@ def main():
             d.stop()
         internet_down(servers)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(keys_dir, ignore_errors=True)
 
 
 signal.alarm(900)  # never hang the suite

@@ -50,6 +50,23 @@ int main(void)
     const char *reject = refuse ? strstr(refuse, "reject") : NULL;
     ok(refuse && add && add > refuse && add < reject,
        "the refuse chain counts each refusal under its interface before rejecting");
+    const char *vmap = strstr(rules, "\t\tiifname vmap @sandboxes\n");
+    const char *blocked = strstr(rules, "ip daddr { 0.0.0.0/8");
+    ok(strstr(rules, "\tmap sandboxes {\n\t\ttype ifname : verdict\n") && vmap && blocked &&
+           vmap < blocked && vmap > strstr(rules, "ip daddr 100.127.0.0/16 jump refuse"),
+       "a sandbox's own rules are looked up by its veth before the operator's policy");
+    sg_error_t *err = NULL;
+    ok(egress_check_rules("8.8.8.8, 203.0.113.0/24", "0.0.0.0/0", NULL) == 0,
+       "a sandbox's rules are addresses and CIDR ranges");
+    ok(egress_check_rules("example.com", NULL, &err) < 0 && strstr(err->msg, "allowOut") &&
+           strstr(err->msg, "'example.com'"),
+       "a host name is refused, naming the list and the entry");
+    sg_error_free(&err);
+    ok(egress_check_rules(NULL, "10.1.2.3/8", &err) < 0 && strstr(err->msg, "denyOut"),
+       "a range with host bits set is refused");
+    sg_error_free(&err);
+    ok(egress_check_rules(NULL, "198.51.100.1:443", &err) < 0, "ports are not a sandbox's rules");
+    sg_error_free(&err);
     if (geteuid() == 0 && access("/usr/sbin/nft", X_OK) == 0 &&
         access("/usr/bin/unshare", X_OK) == 0) {
         char path[] = "/tmp/sg-egress-nft-XXXXXX";
@@ -75,7 +92,7 @@ int main(void)
     sandbox_dir(kernels, a, "5\n");
     sandbox_dir(kernels, b, "7\n"); /* has a network, refused nothing */
     sandbox_dir(kernels, c, NULL);  /* has none */
-    sg_error_t *err = NULL;
+    err = NULL;
     json_t *counts = egress_refused_parse(listed, kernels, &err);
     json_t *by = json_object_get(counts, "sandboxes");
     ok(counts && !err, "nft's two documents parse");

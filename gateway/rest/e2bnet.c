@@ -1,0 +1,241 @@
+/* e2bnet: an E2B sandbox's network rules — create's allow_internet_access
+ * and network {allowOut, denyOut}, and PUT /sandboxes/{id}/network —
+ * onto sandgate's egress (kernelmgr/egress): a sandbox with a network gets
+ * rules of its own inside the operator's --egress-allow policy.  A
+ * destination in denyOut and not in allowOut is refused; the rest goes on
+ * to the operator's policy, which still refuses what it refuses (a
+ * sandbox's rules never allow more).  allow_internet_access false is
+ * E2B's denyOut 0.0.0.0/0.  Addresses and CIDR ranges only: host names,
+ * per-domain transforms and egress proxies are refused with 400.  The
+ * rules are the context's record ("e2b" "network"), the session's record
+ * (a restart keeps them) and the sandbox's nftables chain. */
+#include <string.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "gateway/rest/internal.h"
+
+/* What E2B's SandboxNetworkConfig holds that sandgate does not do. */
+static const char *const unsupported[] = {"rules", "egressProxy", "maskRequestHost", "dnsServers",
+                                          "httpsPorts"};
+
+static enum MHD_Result net_reply(struct MHD_Connection *conn, unsigned status, const char *msg)
+{
+    return http_reply_json(conn, status, json_pack("{s:i, s:s}", "code", status, "message", msg));
+}
+
+/* A list of strings at network[key] joined with ',' into *out (NULL when
+ * absent or empty); false with *why. */
+static bool join_list(json_t *network, const char *key, char **out, char **why)
+{
+    json_t *v = json_object_get(network, key), *item;
+    size_t i;
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return true;
+    if (!json_is_array(v)) {
+        *why = xasprintf("network.%s must be an array of strings", key);
+        return false;
+    }
+    size_t len = 0;
+    json_array_foreach (v, i, item) {
+        if (!json_is_string(item) || strchr(json_string_value(item), ',')) {
+            *why =
+                xasprintf("network.%s must be an array of strings (addresses or CIDR ranges)", key);
+            free(*out);
+            *out = NULL;
+            return false;
+        }
+        const char *s = json_string_value(item);
+        *out = xrealloc(*out, len + strlen(s) + 2);
+        len += (size_t)sprintf(*out + len, "%s%s", len ? "," : "", s);
+    }
+    return true;
+}
+
+bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
+                     enum MHD_Result *ret)
+{
+    *net = (e2b_net_t){0};
+    json_t *ai = json_object_get(body, "allow_internet_access");
+    json_t *network = json_object_get(body, "network");
+    cleanup_free char *why = NULL;
+    if (ai && !json_is_null(ai) && !json_is_boolean(ai))
+        why = xstrdup("'allow_internet_access' must be a boolean");
+    else if (network && !json_is_null(network) && !json_is_object(network))
+        why = xstrdup("'network' must be an object");
+    for (size_t i = 0;
+         !why && json_is_object(network) && i < sizeof unsupported / sizeof *unsupported; i++) {
+        json_t *v = json_object_get(network, unsupported[i]);
+        if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
+            !(json_is_array(v) && json_array_size(v) == 0))
+            why = xasprintf("network.%s is not supported by sandgate (its sandboxes' rules are "
+                            "addresses and CIDR ranges: allowOut, denyOut)",
+                            unsupported[i]);
+    }
+    json_t *pub = json_object_get(network, "allowPublicTraffic");
+    if (!why && pub && !json_is_null(pub) && !json_is_boolean(pub))
+        why = xstrdup("network.allowPublicTraffic must be a boolean");
+    if (!why && join_list(network, "allowOut", &net->allow, &why))
+        join_list(network, "denyOut", &net->deny, &why);
+    sg_error_t *err = NULL;
+    if (!why && kmgr_check_egress(net->allow, net->deny, &err) < 0) {
+        why = xstrdup(err->msg);
+        sg_error_free(&err);
+    }
+    if (why) {
+        free(net->allow);
+        free(net->deny);
+        *net = (e2b_net_t){0};
+        *ret = net_reply(conn, 400, why);
+        return false;
+    }
+    net->asked = ai && json_is_boolean(ai);
+    net->internet_access = json_is_true(ai);
+    if (net->asked && !net->internet_access) { /* E2B's denyOut 0.0.0.0/0 */
+        char *deny = xasprintf("0.0.0.0/0%s%s", net->deny ? "," : "", net->deny ? net->deny : "");
+        free(net->deny);
+        net->deny = deny;
+    }
+    /* A network when asked for, or when rules were given without saying
+     * (E2B's default is the internet); not when refused and nothing is
+     * let through. */
+    net->internet = net->asked ? net->internet_access || net->allow : net->allow || net->deny;
+    return true;
+}
+
+void api_e2b_network_free(e2b_net_t *net)
+{
+    free(net->allow);
+    free(net->deny);
+    *net = (e2b_net_t){0};
+}
+
+/* A list as E2B gives it back: an array of its entries. */
+static json_t *split_list(const char *list)
+{
+    json_t *a = json_array();
+    while (list && *list) {
+        size_t n = strcspn(list, ",");
+        json_array_append_new(a, json_stringn(list, n));
+        list += n + (list[n] == ',');
+    }
+    return a;
+}
+
+void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
+{
+    if (net->asked)
+        json_object_set_new(e2b, "allowInternetAccess", json_boolean(net->internet_access));
+    if (net->allow || net->deny)
+        json_object_set_new(e2b, "network",
+                            json_pack("{s:o, s:o}", "allowOut", split_list(net->allow), "denyOut",
+                                      split_list(net->deny)));
+    else
+        json_object_del(e2b, "network");
+}
+
+static void initial_rules_set(const sg_error_t *err, void *arg)
+{
+    char *id = arg;
+    if (err)
+        log_warn("e2b: sandbox %s: its network rules: %s", id, err->msg);
+    free(id);
+}
+
+void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net)
+{
+    if (net->internet && (net->allow || net->deny))
+        kmgr_set_egress(self->kmgr, k, net->allow, net->deny, initial_rules_set,
+                        xstrdup(kernel_id(k)));
+}
+
+/* --- PUT /sandboxes/{id}/network ------------------------------------------------ */
+
+static void rules_set(const sg_error_t *err, void *arg)
+{
+    stream_t *s = arg;
+    if (s->done) { /* the client left: nobody to answer */
+        api_stream_unref(s);
+        return;
+    }
+    api_stream_answer(s, err ? sg_error_http_status(err->kind) : 204,
+                      err ? json_pack("{s:s}", "message", err->msg) : json_object());
+}
+
+/* The update's answer: 204, or why not; later when the launcher has not answered yet. */
+static enum MHD_Result rules_answer(http_req_t *call)
+{
+    stream_t *s = call->state;
+    if (!s->done)
+        return resp_wait(s->out);
+    if (s->status >= 300)
+        return net_reply(call->conn, s->status,
+                         json_string_value(json_object_get(s->agg, "message")));
+    return reply_status(call->conn, 204);
+}
+
+enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    if (call->resumed)
+        return rules_answer(call);
+    kernel_t *k = http_arg(call, "sandbox");
+    json_error_t jerr;
+    json_t *body = call->len ? json_loadb(call->body, call->len, 0, &jerr) : NULL;
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return net_reply(call->conn, 400, "the body must be a JSON object (E2B's network update)");
+    }
+    /* The update's fields are the network's own (allowOut, denyOut, ...)
+     * beside allow_internet_access: read as create's body. */
+    json_t *as_create = json_pack("{s:O}", "network", body);
+    json_t *ai = json_object_get(body, "allow_internet_access");
+    if (ai)
+        json_object_set(as_create, "allow_internet_access", ai);
+    json_object_del(json_object_get(as_create, "network"), "allow_internet_access");
+    e2b_net_t net;
+    enum MHD_Result ret = MHD_NO;
+    bool good = api_e2b_network(as_create, &net, call->conn, &ret);
+    json_decref(as_create);
+    json_decref(body);
+    if (!good)
+        return ret;
+    if (!kernel_internet(kernel_host(k) ? kernel_host(k) : k)) {
+        bool allows = net.allow != NULL;
+        api_e2b_network_free(&net);
+        if (!allows) /* it reaches nothing, as asked */
+            return reply_status(call->conn, 204);
+        return net_reply(call->conn, 409,
+                         "the sandbox has no network (made without internet access, or this "
+                         "server gives none): allowOut cannot give it one");
+    }
+    audit_who_t who;
+    http_who(call, "e2b", &who);
+    audit_event(&who, "context.network",
+                json_pack("{s:s, s:s?, s:s?}", "context", kernel_id(k), "allow", net.allow, "deny",
+                          net.deny));
+    json_t *meta = json_object_get(self->contexts, kernel_id(k));
+    json_t *e2b = json_object_get(meta, "e2b");
+    if (e2b) {
+        json_object_del(e2b, "allowInternetAccess");
+        api_e2b_network_record(e2b, &net);
+        api_record_write(self, kernel_id(k));
+    }
+    stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
+    s->json_mode = s->snapshot_wait = true;
+    kmgr_set_egress(self->kmgr, k, net.allow ? net.allow : "", net.deny ? net.deny : "", rules_set,
+                    s);
+    api_e2b_network_free(&net);
+    call->state = s; /* the front end's done drops the request's reference */
+    return rules_answer(call);
+}
+
+void api_e2b_network_json(json_t *sandbox, const json_t *e2b)
+{
+    json_t *ai = json_object_get(e2b, "allowInternetAccess");
+    json_object_set(sandbox, "allowInternetAccess", ai ? ai : json_null());
+    json_t *net = json_object_get(e2b, "network");
+    if (net)
+        json_object_set(sandbox, "network", net);
+}
