@@ -6,6 +6,7 @@
  * as E2B's SDKs send one when asked): inflated as it arrives, a chunk of
  * output at a time, under the same backpressure.  Errors are envd's
  * {"code": STATUS, "message"}. */
+#include <ctype.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -175,6 +176,7 @@ struct upload {
     bool finishing;  /* the body is in; finish waits for the parts */
     unsigned status; /* the first error's, or 0 */
     char *msg;
+    json_t *metadata; /* X-Metadata-KEY headers: {key, lowercased: value}; NULL: none */
 };
 
 static void upload_fail(upload_t *up, unsigned status, const char *msg)
@@ -262,9 +264,10 @@ static void part_done(sbfs_op_t *op, const json_t *entry, const sg_error_t *err,
     else
         p->size = json_integer_value(json_object_get(entry, "size"));
     if (!err)
-        p->entry = json_pack("{s:s, s:s, s:s}", "name",
-                             json_string_value(json_object_get(entry, "name")) ?: "", "type",
-                             "file", "path", p->path);
+        p->entry =
+            json_pack("{s:s, s:s, s:s, s:O?}", "name",
+                      json_string_value(json_object_get(entry, "name")) ?: "", "type", "file",
+                      "path", p->path, "metadata", json_object_get(entry, "metadata"));
     sbfs_op_free(&p->op); /* after entry and err, which are op's */
     if (up->finishing ? all_done(up) || up->status : all_drained(up))
         upload_resume(up);
@@ -290,8 +293,8 @@ static part_t *part_start(upload_t *up, const char *path)
         p->done = true;
         return p;
     }
-    p->op = sbfs_write(up->envd->loop, k, p->path, up->envd->cfg.max_upload,
-                       &(sbfs_cb_t){.done = part_done, .ready = part_ready, .arg = p}, &err);
+    p->op = sbfs_write_meta(up->envd->loop, k, p->path, up->envd->cfg.max_upload, up->metadata,
+                            &(sbfs_cb_t){.done = part_done, .ready = part_ready, .arg = p}, &err);
     if (p->op == NULL) {
         upload_fail(up, envd_files_status(sbfs_error_code(err), err->kind), err->msg);
         sg_error_free(&err);
@@ -347,7 +350,28 @@ static void upload_free(upload_t *up)
     free(up->kid);
     free(up->qpath);
     free(up->msg);
+    json_decref(up->metadata);
     free(up);
+}
+
+/* E2B's file metadata: each X-Metadata-KEY header (the first of a KEY
+ * sent twice), its KEY lowercased. */
+static enum MHD_Result metadata_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    upload_t *up = cls;
+    static const char prefix[] = "X-Metadata-";
+    (void)kind;
+    if (strncasecmp(key, prefix, sizeof prefix - 1) != 0)
+        return MHD_YES;
+    cleanup_free char *name = xstrdup(key + sizeof prefix - 1);
+    for (char *c = name; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    if (!up->metadata)
+        up->metadata = json_object();
+    if (!json_object_get(up->metadata, name))
+        json_object_set_new(up->metadata, name, json_string_nocheck(value ? value : ""));
+    return MHD_YES;
 }
 
 static void *upload_open(void *ctx, const http_req_t *req)
@@ -367,6 +391,11 @@ static void *upload_open(void *ctx, const http_req_t *req)
     http_who(req, "envd", &up->who);
     const char *q = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "path");
     up->qpath = q && *q ? xstrdup(q) : NULL;
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, metadata_header, up);
+    if (up->metadata && sbfs_metadata_check(up->metadata, &err) < 0) {
+        upload_fail(up, 400, err->msg);
+        sg_error_free(&err);
+    }
     const char *type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
     const char *enc = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Encoding");
     if (enc && strcasecmp(enc, "gzip") == 0) {
@@ -377,7 +406,7 @@ static void *upload_open(void *ctx, const http_req_t *req)
         upload_fail(up, 400, "a Content-Encoding other than gzip or identity");
     }
     if (up->status) {
-        /* answered at the end */
+        /* answered at the end; nothing is written */
     } else if (type && strncasecmp(type, "multipart/form-data", 19) == 0) {
         up->pp = MHD_create_post_processor(req->conn, 64 * 1024, multipart_value, up);
         if (up->pp == NULL)

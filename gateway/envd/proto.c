@@ -163,6 +163,9 @@ json_t *envd_entry(const json_t *e)
         if (json_is_string(v))
             json_object_set(out, strs[i][1], v);
     }
+    json_t *meta = json_object_get(e, "metadata"); /* user.e2b.* (sbfs_write_meta) */
+    if (json_object_size(meta))
+        json_object_set(out, "metadata", meta);
     if (to_path) /* followed, as envd's stat follows a link */
         json_object_set_new(out, "symlinkTarget", json_string(to_path));
     else if (type && strcmp(type, "symlink") == 0) /* one that leads nowhere */

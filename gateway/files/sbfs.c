@@ -605,9 +605,59 @@ ssize_t sbfs_read_pull(sbfs_op_t *op, void *buf, size_t len, sg_error_t **err)
 sbfs_op_t *sbfs_write(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
                       const sbfs_cb_t *cb, sg_error_t **err)
 {
-    if (!paths_ok(path, NULL, err))
+    return sbfs_write_meta(loop, k, path, max, NULL, cb, err);
+}
+
+#define META_KEY_MAX 246 /* the VFS's 255 for a name, less "user.e2b." */
+#define META_MAX 4096
+
+static bool printable(const char *s, bool key)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e || (key && *s == '='))
+            return false;
+    return true;
+}
+
+int sbfs_metadata_check(const json_t *metadata, sg_error_t **err)
+{
+    const char *key;
+    json_t *v;
+    size_t total = 0;
+    json_object_foreach ((json_t *)metadata, key, v) {
+        const char *s = json_string_value(v);
+        if (!*key || !printable(key, true) || strlen(key) > META_KEY_MAX)
+            return sg_error_set(err, SG_E_INVALID,
+                                "metadata key '%.64s': printable ASCII without '=', 1 to %d bytes",
+                                key, META_KEY_MAX);
+        if (!s || !printable(s, false))
+            return sg_error_set(err, SG_E_INVALID, "metadata value of '%.64s': printable ASCII",
+                                key);
+        total += strlen("user.e2b.") + strlen(key) + strlen(s);
+    }
+    if (total > META_MAX)
+        return sg_error_set(err, SG_E_INVALID,
+                            "metadata: %zu bytes, more than a file holds (%d, keys with their "
+                            "prefix user.e2b. and values)",
+                            total, META_MAX);
+    return 0;
+}
+
+sbfs_op_t *sbfs_write_meta(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
+                           const json_t *metadata, const sbfs_cb_t *cb, sg_error_t **err)
+{
+    if (!paths_ok(path, NULL, err) || (metadata && sbfs_metadata_check(metadata, err) < 0))
         return NULL;
-    sbfs_op_t *op = start(loop, k, OP_WRITE, (const char *[]){"write", path, NULL}, cb, err);
+    cleanup_free char *lines = NULL; /* KEY=VALUE lines, for the helper */
+    size_t len = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach ((json_t *)metadata, key, v) {
+        const char *s = json_string_value(v);
+        lines = xrealloc(lines, len + strlen(key) + strlen(s) + 3);
+        len += (size_t)sprintf(lines + len, "%s%s=%s", len ? "\n" : "", key, s);
+    }
+    sbfs_op_t *op = start(loop, k, OP_WRITE, (const char *[]){"write", path, lines, NULL}, cb, err);
     if (op)
         op->max = max;
     return op;

@@ -6,7 +6,7 @@
  *                           move FROM TO
  *                           remove PATH
  *                           read PATH
- *                           write PATH
+ *                           write PATH [METADATA]
  *
  * Run by `runsc exec` as the sandbox user (under --group), so every path is
  * resolved by gVisor inside the sandbox: this program never sees the host.
@@ -25,7 +25,10 @@
  * 4-byte little-endian length and that many bytes (at most FRAME_MAX), and
  * a frame of length 0 ends the data.  The bytes go to a temporary file
  * beside PATH that is renamed onto it after the last frame; end of input
- * before that removes it.
+ * before that removes it.  METADATA, "KEY=VALUE" lines, become the file's
+ * extended attributes user.e2b.KEY (E2B's file metadata; the new file has
+ * no others, so a write replaces what the old one had).  Every entry has
+ * the user.e2b.* attributes it holds as "metadata" {KEY: VALUE}.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,12 +43,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kernelmgr/guest/fs.h"
 
 #define FRAME_MAX (1u << 20)
+#define META_PREFIX "user.e2b."
+#define META_MAX 4096 /* E2B's budget for one file's metadata */
 #define LIST_MAX 10000
 
 static int fail(int errnum, const char *what, const char *path);
@@ -129,6 +135,31 @@ static const char *id_name(bool user, unsigned id)
     return cache[slot].name;
 }
 
+/* path's user.e2b.* attributes as ,"metadata":{KEY: VALUE} (nothing
+ * without any; a link's own, which it cannot have). */
+static void put_metadata(FILE *f, const char *path)
+{
+    char names[META_MAX * 2], value[META_MAX + 1];
+    ssize_t n = llistxattr(path, names, sizeof names);
+    bool any = false;
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1) {
+        const char *name = names + i;
+        if (strncmp(name, META_PREFIX, strlen(META_PREFIX)) != 0)
+            continue;
+        ssize_t v = lgetxattr(path, name, value, META_MAX);
+        if (v < 0)
+            continue;
+        value[v] = 0;
+        fputs(any ? "," : ",\"metadata\":{", f);
+        any = true;
+        put_str(f, name + strlen(META_PREFIX));
+        fputc(':', f);
+        put_str(f, value);
+    }
+    if (any)
+        fputc('}', f);
+}
+
 static void put_entry(FILE *f, const char *path, const struct stat *st, const char *target)
 {
     const char *slash = strrchr(path, '/');
@@ -151,6 +182,7 @@ static void put_entry(FILE *f, const char *path, const struct stat *st, const ch
     fputs(",\"group\":", f);
     put_str(f, id_name(false, (unsigned)st->st_gid));
     fprintf(f, ",\"modified\":\"%s\"", when);
+    put_metadata(f, path);
     if (target) {
         /* the link as written, and where it leads: the type and the whole
          * path of what it names in the end (E2B's envd gives these) */
@@ -314,6 +346,21 @@ static int temp_beside(const char *path, char tmp[PATH_MAX])
     return mkostemp(tmp, O_CLOEXEC);
 }
 
+/* in's user.e2b.* attributes onto out (a file moved across file systems
+ * keeps its metadata). */
+static void copy_metadata(int in, int out)
+{
+    char names[META_MAX * 2], value[META_MAX];
+    ssize_t n = flistxattr(in, names, sizeof names);
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1) {
+        ssize_t v = strncmp(names + i, META_PREFIX, strlen(META_PREFIX)) == 0
+                        ? fgetxattr(in, names + i, value, sizeof value)
+                        : -1;
+        if (v >= 0)
+            fsetxattr(out, names + i, value, (size_t)v, 0);
+    }
+}
+
 static int copy_fd(int in, int out)
 {
     static char buf[1 << 20];
@@ -358,6 +405,7 @@ static int move_across(const char *from, const char *to, const struct stat *st)
         return fail(errno, "move to", to);
     }
     fchmod(out, st->st_mode & 07777);
+    copy_metadata(in, out);
     int rc = copy_fd(in, out);
     int e = errno;
     close(in);
@@ -490,7 +538,24 @@ static int copy_frames(int fd, const char *path)
     }
 }
 
-static int do_write(const char *path)
+/* METADATA's lines onto fd as user.e2b.KEY; 0, or fail()'s status. */
+static int set_metadata(int fd, const char *meta, const char *path)
+{
+    char line[META_MAX + 64];
+    for (const char *p = meta; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        const char *eq = memchr(p, '=', n);
+        if (!eq || eq == p || n >= sizeof line - strlen(META_PREFIX))
+            return fail(EINVAL, "write (metadata: KEY=VALUE lines)", path);
+        snprintf(line, sizeof line, META_PREFIX "%.*s", (int)(eq - p), p);
+        if (fsetxattr(fd, line, eq + 1, n - (size_t)(eq + 1 - p), 0) < 0)
+            return fail(errno, "write (metadata)", path);
+        p += n + (p[n] == '\n');
+    }
+    return 0;
+}
+
+static int do_write(const char *path, const char *meta)
 {
     struct stat st;
     bool existed = stat(path, &st) == 0;
@@ -507,7 +572,9 @@ static int do_write(const char *path)
     mode_t mask = umask(0);
     umask(mask);
     fchmod(fd, existed && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~mask);
-    rc = copy_frames(fd, path);
+    rc = set_metadata(fd, meta, path);
+    if (rc == 0)
+        rc = copy_frames(fd, path);
     if (close(fd) < 0 && rc == 0)
         rc = fail(errno, "write", path);
     if (rc == 0 && rename(tmp, path) < 0)
@@ -524,7 +591,7 @@ int sandbox_fs_main(int argc, char **argv)
     const char *op = argc > 0 ? argv[0] : "";
     int n = argc - 1;
     for (int i = 1; i < argc; i++)
-        if (argv[i][0] != '/' && !(strcmp(op, "list") == 0 && i == 2))
+        if (argv[i][0] != '/' && !((strcmp(op, "list") == 0 || strcmp(op, "write") == 0) && i == 2))
             return fail(EINVAL, "a path must be absolute:", argv[i]);
     int rc;
     if (strcmp(op, "stat") == 0 && n == 1)
@@ -539,8 +606,8 @@ int sandbox_fs_main(int argc, char **argv)
         rc = do_remove(argv[1]);
     else if (strcmp(op, "read") == 0 && n == 1)
         rc = do_read(argv[1]);
-    else if (strcmp(op, "write") == 0 && n == 1)
-        rc = do_write(argv[1]);
+    else if (strcmp(op, "write") == 0 && (n == 1 || n == 2))
+        rc = do_write(argv[1], n == 2 ? argv[2] : NULL);
     else {
         fail(EINVAL, "usage: sandgate-init --fs", "stat|list|mkdir|move|remove|read|write ...");
         return 2;

@@ -62,6 +62,24 @@ check(got[0] == 200 and sbx.files.read("/tmp/up.txt") == "uploaded by url",
 got = fetch(sbx.download_url("/tmp/up.txt"), body), fetch(sbx.upload_url("/tmp/up.txt"))
 check([g[0] for g in got] == [401, 401],
       "a download URL does not upload, nor the reverse (the operation is signed)", got)
+# File metadata: X-Metadata-* headers, kept as the file's user.e2b.* attributes.
+w = sbx.files.write("meta.txt", "m", metadata={"author": "ada", "Stage": "draft"})
+meta = {"author": "ada", "stage": "draft"}
+check(w.metadata == meta and sbx.files.get_info("meta.txt").metadata == meta,
+      "files.write(metadata=): the upload and get_info give it back (keys lowercased)", w)
+listed = {e.name: e.metadata for e in sbx.files.list("/home/user")}
+renamed = sbx.files.rename("meta.txt", "meta2.txt")
+check(listed.get("meta.txt") == meta and renamed.metadata == meta,
+      "files.list and files.rename give it too", (listed, renamed))
+check(sbx.files.write("meta2.txt", "again").metadata is None and
+      sbx.files.get_info("meta2.txt").metadata is None,
+      "a write without metadata clears what the file had", sbx.files.get_info("meta2.txt"))
+sbx.files.write("/tmp/mv.txt", "m", metadata={"a": "b"})
+moved = sbx.files.rename("/tmp/mv.txt", "/home/user/mv.txt")
+check(moved.metadata == {"a": "b"}, "so does a move from /tmp to /home/user (a copy)", moved)
+sbx.commands.run("python3 -c \"import os; os.setxattr('/tmp/py.txt', 'user.e2b.by', b'cmd')\"")
+check(sbx.files.get_info("/tmp/py.txt").metadata == {"by": "cmd"},
+      "a user.e2b.* attribute set inside the sandbox is metadata", sbx.files.get_info("/tmp/py.txt"))
 info = sbx.get_info()
 check(info.state.value == "running" and info.metadata == {"job": "py"} and
       info.template_id == "code-interpreter-v1" and info.sandbox_id == sbx.sandbox_id,

@@ -44,7 +44,7 @@ try:
     if not os.access(PY, os.X_OK):
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
-        sdk_script("e2b_sandboxes.py", alice, 51, bob)
+        sdk_script("e2b_sandboxes.py", alice, 56, bob)
         r = sdk_script("e2b_kernels.py", dave, 24)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
@@ -195,6 +195,15 @@ try:
 
     st, data = with_token("POST", "/execute", s1, t1, {"code": "print(6 * 7)"})
     ok(st == 200 and b'"text":"42\\n"' in data, "its token runs code in it", (st, data[-300:]))
+    # File metadata past what a file holds: 400 in envd's shape, nothing written.
+    hm = dict(hf, **{"E2b-Sandbox-Id": s1, "Content-Type": "application/octet-stream",
+                     "X-Metadata-Big": "v" * 5000})
+    st, _, data = d.request("POST", "/files?path=/tmp/big-meta.txt", headers=hm, token=None,
+                            raw=b"data")
+    st2, _, _ = d.request("GET", "/files?path=/tmp/big-meta.txt", token=None,
+                          headers={"X-API-Key": frank, "E2b-Sandbox-Id": s1})
+    ok(st == 400 and json.loads(data).get("code") == 400 and "4096" in data.decode() and
+       st2 == 404, "metadata past 4096 bytes: 400 naming the limit, and no file", (st, data, st2))
     st, data = with_token("POST", "/execute", s2, t1, {"code": "1"})
     ok(st == 401, "... but not in its owner's other sandbox", (st, data))
     st, data = with_token("GET", f"/contexts/{s2}", s1, t1)
