@@ -549,22 +549,70 @@ static enum MHD_Result execute_post(void *arg, http_req_t *call)
     return api_execute(arg, call, call->body, call->len, &call->state);
 }
 
+/* The E2B sandbox context k is in (POST /contexts {"sandbox"}), or its own id. */
+static const char *context_sandbox(api_t *self, const kernel_t *k)
+{
+    json_t *meta = json_object_get(self->contexts, kernel_id(k));
+    const char *sandbox = json_string_value(json_object_get(meta, "sandbox"));
+    return sandbox ? sandbox : kernel_id(k);
+}
+
+/* Whether k is one of sandbox's default contexts: its first kernel, or the
+ * one of a language run_code(language=...) made (api_sandbox_context). */
+static bool sandbox_default(api_t *self, const char *sandbox, const kernel_t *k)
+{
+    if (strcmp(kernel_id(k), sandbox) == 0)
+        return true;
+    cleanup_free char *prefix = xasprintf("sandbox:%s:", sandbox);
+    const char *key;
+    json_t *v;
+    json_object_foreach (self->defaults, key, v)
+        if (strncmp(key, prefix, strlen(prefix)) == 0 &&
+            strcmp(json_string_value(v), kernel_id(k)) == 0)
+            return true;
+    return false;
+}
+
+/* E2B's list_code_contexts names a sandbox: a running one has its default
+ * JavaScript context too, as E2B's sandboxes start with one (made here at
+ * the first list, where a JavaScript kernel is installed and the quota
+ * allows; a paused sandbox is not woken for it). */
+static void sandbox_defaults(api_t *self, http_req_t *call, const char *sandbox)
+{
+    kernel_t *host = kmgr_get(self->kmgr, sandbox);
+    if (!host || kernel_host(host) || !tenant_sees(call->tenant, kernel_owner(host)) ||
+        (kernel_state(host) != KERNEL_IDLE && kernel_state(host) != KERNEL_BUSY) ||
+        !spec_for(self, "javascript"))
+        return;
+    audit_who_t who;
+    http_who(call, "rest", &who);
+    tenant_quota_t quota;
+    sg_error_t *err = NULL;
+    if (!api_sandbox_context(self, call->tenant, host, "javascript", &who, &quota, &err)) {
+        log_debug("api: sandbox %s has no JavaScript context: %s", sandbox, err->msg);
+        sg_error_free(&err);
+    }
+}
+
 static enum MHD_Result contexts_list(void *arg, http_req_t *call)
 {
     api_t *self = arg;
     json_t *list = json_array();
-    /* E2B's list_code_contexts: the contexts of the sandbox it names. */
+    /* E2B's list_code_contexts: the contexts of the sandbox it names, its
+     * default ones first, then those made in it, as E2B lists them. */
     const char *sandbox = e2b_sandbox_header(call->conn);
-    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
-        kernel_t *k = kmgr_at(self->kmgr, i);
-        if (!tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
-            continue;
-        json_t *j = api_context_json(self, k);
-        if (sandbox && strcmp(json_string_value(json_object_get(j, "sandbox")), sandbox) != 0)
-            json_decref(j);
-        else
-            json_array_append_new(list, j);
-    }
+    if (sandbox)
+        sandbox_defaults(self, call, sandbox);
+    for (int pass = sandbox ? 0 : 1; pass < 2; pass++)
+        for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+            kernel_t *k = kmgr_at(self->kmgr, i);
+            if (!tenant_sees(call->tenant, kernel_owner(k))) /* only the caller's own */
+                continue;
+            if (sandbox && (strcmp(context_sandbox(self, k), sandbox) != 0 ||
+                            sandbox_default(self, sandbox, k) != (pass == 0)))
+                continue;
+            json_array_append_new(list, api_context_json(self, k));
+        }
     return http_reply_json(call->conn, 200, list);
 }
 

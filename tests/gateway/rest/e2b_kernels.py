@@ -100,6 +100,18 @@ for c in sbx.list_code_contexts():
 other = Sandbox.create()
 r = other.run_code("import os; os.path.exists('/home/user/from_js.txt')")
 check(text(r) == ["False"], "another sandbox does not see them", text(r))
+# A new sandbox's list has its default Python and JavaScript contexts, as E2B's
+# has; those made after come after them.
+first = other.list_code_contexts()
+made = other.create_code_context()
+last = other.list_code_contexts()
+check(sorted(c.language for c in first) == ["javascript", "python"] and
+      last[-1].id == made.id and [c.id for c in last[:2]] == [c.id for c in first],
+      "list_code_contexts: a new sandbox's default Python and JavaScript first", (first, last))
+js_default = next(c for c in first if c.language == "javascript")
+check(text(other.run_code("1 + 1", context=js_default)) == ["2"] and
+      text(other.run_code("2 + 2", language="javascript")) == ["4"],
+      "its JavaScript context runs code, and is run_code(language='javascript')'s", js_default)
 other.kill()
 
 # Metrics: sampled every 5 s from the sandbox's cgroup and workspace.
