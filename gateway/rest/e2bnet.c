@@ -84,19 +84,16 @@ bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
         sg_error_free(&err);
     }
     if (why) {
-        free(net->allow);
-        free(net->deny);
-        *net = (e2b_net_t){0};
+        api_e2b_network_free(net);
         *ret = net_reply(conn, 400, why);
         return false;
     }
     net->asked = ai && json_is_boolean(ai);
     net->internet_access = json_is_true(ai);
-    if (net->asked && !net->internet_access) { /* E2B's denyOut 0.0.0.0/0 */
-        char *deny = xasprintf("0.0.0.0/0%s%s", net->deny ? "," : "", net->deny ? net->deny : "");
-        free(net->deny);
-        net->deny = deny;
-    }
+    if (net->asked && !net->internet_access) /* E2B's denyOut 0.0.0.0/0, before the rest */
+        net->rules_deny = xasprintf("0.0.0.0/0%s%s", net->deny ? "," : "", net->deny ?: "");
+    else if (net->deny)
+        net->rules_deny = xstrdup(net->deny);
     /* A network when asked for, or when rules were given without saying
      * (E2B's default is the internet); not when refused and nothing is
      * let through. */
@@ -108,6 +105,7 @@ void api_e2b_network_free(e2b_net_t *net)
 {
     free(net->allow);
     free(net->deny);
+    free(net->rules_deny);
     *net = (e2b_net_t){0};
 }
 
@@ -145,8 +143,8 @@ static void initial_rules_set(const sg_error_t *err, void *arg)
 
 void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net)
 {
-    if (net->internet && (net->allow || net->deny))
-        kmgr_set_egress(self->kmgr, k, net->allow, net->deny, initial_rules_set,
+    if (net->internet && (net->allow || net->rules_deny))
+        kmgr_set_egress(self->kmgr, k, net->allow, net->rules_deny, initial_rules_set,
                         xstrdup(kernel_id(k)));
 }
 
@@ -214,7 +212,7 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     http_who(call, "e2b", &who);
     audit_event(&who, "context.network",
                 json_pack("{s:s, s:s?, s:s?}", "context", kernel_id(k), "allow", net.allow, "deny",
-                          net.deny));
+                          net.rules_deny));
     json_t *meta = json_object_get(self->contexts, kernel_id(k));
     json_t *e2b = json_object_get(meta, "e2b");
     if (e2b) {
@@ -224,8 +222,7 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     }
     stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
     s->json_mode = s->snapshot_wait = true;
-    kmgr_set_egress(self->kmgr, k, net.allow ? net.allow : "", net.deny ? net.deny : "", rules_set,
-                    s);
+    kmgr_set_egress(self->kmgr, k, net.allow ?: "", net.rules_deny ?: "", rules_set, s);
     api_e2b_network_free(&net);
     call->state = s; /* the front end's done drops the request's reference */
     return rules_answer(call);

@@ -139,7 +139,9 @@ typedef struct {
     bool internet;        /* the sandbox gets a network */
     bool asked;           /* allow_internet_access was given ... */
     bool internet_access; /* ... and was true */
-    char *allow, *deny;   /* "CIDR,..." or NULL (allow_internet_access false: deny 0.0.0.0/0) */
+    char *allow, *deny;   /* allowOut, denyOut as given: "CIDR,..." or NULL */
+    char *rules_deny;     /* what the sandbox refuses: denyOut, after 0.0.0.0/0 when
+                             allow_internet_access is false; NULL: nothing */
 } e2b_net_t;
 bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret);

@@ -169,6 +169,30 @@ try:
        "an unknown template: 404 naming it", (st, body))
     st, _, body = d.request("POST", "/v2/sandboxes", {"timeout": "long"}, headers=h, token=None)
     ok(st == 400 and "'timeout'" in json.loads(body)["message"], "a bad timeout: 400", (st, body))
+    # Network rules on a server that gives sandboxes no network (test_egress has one that does).
+    st, _, body = d.request("POST", "/v2/sandboxes", {"allow_internet_access": False},
+                            headers=h, token=None)
+    nid = json.loads(body).get("sandboxID")
+    net = [d.request("PUT", f"/sandboxes/{nid}/network", b, headers=h, token=None)
+           for b in ({"denyOut": ["0.0.0.0/0"]}, {"allowOut": ["198.51.100.7"]},
+                     {"allowOut": ["example.com"]}, {"denyOut": "all"},
+                     {"rules": {"api.example.com": [{}]}})]
+    st2, _, raw = d.request("PUT", f"/sandboxes/{nid}/network", raw=b"{no", headers=h,
+                            token=None)
+    got = [(n[0], json.loads(n[2])["message"] if n[2] else "") for n in net]
+    ok(st == 201 and [g[0] for g in got] == [204, 409, 400, 400, 400] and st2 == 400 and
+       "no network" in got[1][1] and "'example.com'" in got[2][1] and "rules" in got[4][1],
+       "PUT /sandboxes/{id}/network: denying all of a sandbox without a network is 204, "
+       "allowing is 409, a host name, a non-list, rules and a malformed body 400", (got, raw))
+    st, _, body = d.request("GET", f"/sandboxes/{nid}", headers=h, token=None)
+    info = json.loads(body)
+    st2, _, body = d.request("POST", "/v2/sandboxes", {"network": {"allowOut": ["1.2.3.4"]}},
+                             headers=h, token=None)
+    ok(info.get("allowInternetAccess") is False and "network" not in info and st2 == 429 and
+       json.loads(body).get("quota") == "internet",
+       "its detail says allowInternetAccess false; rules ask for a network, which bob's key "
+       "may not have (429 naming the quota)", (info, body))
+    d.request("DELETE", f"/sandboxes/{nid}", headers=h, token=None)
     st, _, body = d.request("GET", "/v2/sandboxes", headers={"X-API-Key": "wrong"}, token=None)
     got = json.loads(body)
     ok(st == 401 and got["code"] == 401 and "wrong token" in got["message"],
