@@ -176,13 +176,15 @@ static void on_tick(loop_t *loop, int timer_id, void *arg)
         snprintf(who.tenant, sizeof who.tenant, "%s", kernel_owner(k));
         if (json_is_true(json_object_get(e, "autoPause"))) {
             sg_error_t *err = NULL;
-            if (kernel_pause(k, &err) < 0) { /* busy: tried again at the next tick */
+            bool cold = json_is_false(json_object_get(e, "autoPauseMemory"));
+            if ((cold ? kernel_pause_cold : kernel_pause)(k, &err) < 0) { /* busy: next tick */
                 log_debug("e2b: sandbox %s timed out, cannot pause yet: %s", id, err->msg);
                 sg_error_free(&err);
                 pending++;
                 continue;
             }
-            log_info("e2b: sandbox %s timed out: pausing it (autoPause)", id);
+            log_info("e2b: sandbox %s timed out: pausing it (autoPause%s)", id,
+                     cold ? ", without its memory" : "");
             audit_event(&who, "sandbox.timeout",
                         json_pack("{s:s, s:s}", "context", id, "action", "pause"));
             /* No end while paused: connect gives it one (a sandbox woken by
@@ -296,13 +298,14 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     if (call->resumed)
         return e2b_later(self, call, LATER_SANDBOX);
     enum MHD_Result ret = MHD_NO;
-    json_t *body = e2b_body(call, &ret), *tpl, *metadata, *envs, *pause;
+    json_t *body = e2b_body(call, &ret), *tpl, *metadata, *envs, *pause, *pmem;
     int64_t timeout;
     e2b_net_t net = {0};
     if (!body)
         return ret;
     if (!api_field(body, "templateID", JSON_STRING, &tpl, call->conn, &ret) ||
         !api_field(body, "autoPause", JSON_TRUE, &pause, call->conn, &ret) ||
+        !api_field(body, "autoPauseMemory", JSON_TRUE, &pmem, call->conn, &ret) ||
         !api_e2b_network(body, &net, call->conn, &ret) ||
         !strings_field(body, "metadata", &metadata, call->conn, &ret) ||
         !strings_field(body, "envVars", &envs, call->conn, &ret) ||
@@ -337,6 +340,8 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
                   "metadata", metadata ? json_deep_copy(metadata) : json_object(), "startedAt",
                   (json_int_t)now_ms(), "endAt", (json_int_t)0, "autoPause", json_is_true(pause)));
     api_e2b_network_record(json_object_get(meta, "e2b"), &net);
+    if (json_is_false(pmem)) /* its timeout's pause keeps only its files */
+        json_object_set_new(json_object_get(meta, "e2b"), "autoPauseMemory", json_false());
     if (!snap)
         api_e2b_network_apply(self, k, &net); /* before it runs: the launcher's next steps */
     if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
@@ -622,11 +627,24 @@ static enum MHD_Result e2b_pause(void *arg, http_req_t *call)
     kernel_t *k = http_arg(call, "sandbox");
     if (kernel_state(k) == KERNEL_PAUSED)
         return e2b_reply(call->conn, 409, "the sandbox is paused already");
+    enum MHD_Result ret = MHD_NO;
+    json_t *body = e2b_body(call, &ret), *memory;
+    bool good = body && api_field(body, "memory", JSON_TRUE, &memory, call->conn, &ret);
+    bool cold = good && json_is_false(memory); /* E2B's filesystem-only pause */
+    json_decref(body);
+    if (!good)
+        return ret;
     audit_who_t who;
     http_who(call, "e2b", &who);
-    audit_event(&who, "context.pause", json_pack("{s:s}", "context", kernel_id(k)));
+    audit_event(&who, "context.pause",
+                json_pack("{s:s, s:b}", "context", kernel_id(k), "memory", !cold));
     /* Started here, so that a refusal has E2B's shape; then waited for. */
     sg_error_t *err = NULL;
+    if (cold) {
+        if (kernel_pause_cold(k, &err) < 0)
+            return e2b_error(call->conn, &err);
+        return api_wait_event(self, call->conn, k, KERNEL_EV_PAUSED, 200, &call->state);
+    }
     if (kernel_state(k) != KERNEL_PAUSING && kernel_pause(k, &err) < 0)
         return e2b_error(call->conn, &err);
     if (kernel_state(k) == KERNEL_PAUSED)

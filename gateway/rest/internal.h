@@ -169,6 +169,10 @@ enum MHD_Result api_sandbox_logs_v2(void *arg, http_req_t *call);
 /* A context's record written again (its "e2b" changed), and one forgotten (deleted). */
 void api_record_write(api_t *self, const char *id);
 void api_forget_context(api_t *self, const char *id); /* and those in its sandbox, gone with it */
+/* Suspends the request until k reports ev (PAUSED, READY...): answered
+ * then with status and the context, or with the failure. */
+enum MHD_Result api_wait_event(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                               kernel_event_t ev, unsigned status, void **req_state);
 /* POST .../pause and .../resume: answered once k is paused (or runs), now or later
  * (*req_state), with the context or why not. */
 enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kernel_t *k, bool pause,

@@ -454,9 +454,8 @@ static void on_context_event(kernel_t *k, kernel_event_t ev, const sg_error_t *e
     api_stream_unref(s); /* the observer's reference */
 }
 
-/* Suspends the request until k reports ev (on_context_event answers it). */
-static enum MHD_Result wait_event(api_t *self, struct MHD_Connection *conn, kernel_t *k,
-                                  kernel_event_t ev, unsigned status, void **req_state)
+enum MHD_Result api_wait_event(api_t *self, struct MHD_Connection *conn, kernel_t *k,
+                               kernel_event_t ev, unsigned status, void **req_state)
 {
     stream_t *s = api_stream_new(self, conn, k); /* refs: the observer, and the HTTP request */
     s->json_mode = true;
@@ -493,7 +492,7 @@ enum MHD_Result api_context_created(api_t *self, struct MHD_Connection *conn, ke
 {
     if (kernel_prepared(k))
         return http_reply_json(conn, 201, api_context_json(self, k));
-    return wait_event(self, conn, k, KERNEL_EV_PREPARED, 201, req_state);
+    return api_wait_event(self, conn, k, KERNEL_EV_PREPARED, 201, req_state);
 }
 
 enum MHD_Result api_context_ready(api_t *self, struct MHD_Connection *conn, kernel_t *k,
@@ -502,7 +501,7 @@ enum MHD_Result api_context_ready(api_t *self, struct MHD_Connection *conn, kern
     kernel_state_t st = kernel_state(k);
     if ((st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
         return http_reply_json(conn, 201, api_context_json(self, k));
-    return wait_event(self, conn, k, KERNEL_EV_READY, 201, req_state);
+    return api_wait_event(self, conn, k, KERNEL_EV_READY, 201, req_state);
 }
 
 /* POST /contexts/{id}/pause and /resume: answered when the kernel is paused
@@ -518,7 +517,7 @@ enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kerne
               : (st == KERNEL_IDLE || st == KERNEL_BUSY) && kernel_prepared(k))
         return http_reply_json(conn, 200, api_context_json(self, k));
     if (pause && st == KERNEL_PAUSING)
-        return wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
+        return api_wait_event(self, conn, k, KERNEL_EV_PAUSED, 200, req_state);
     if (!pause && st == KERNEL_DEAD) /* no event would ever answer the wait */
         return http_reply_errorf(conn, SG_E_CONFLICT,
                                  "context %s is dead: POST /contexts/%s/restart gives it a new "
@@ -527,7 +526,8 @@ enum MHD_Result api_pause_resume(api_t *self, struct MHD_Connection *conn, kerne
     if (pause ? kernel_pause(k, &err) < 0
               : tenant_admit_wake(k, &quota, &err) < 0 || kernel_resume(k, &err) < 0)
         return api_reply_refused(conn, &quota, &err);
-    return wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200, req_state);
+    return api_wait_event(self, conn, k, pause ? KERNEL_EV_PAUSED : KERNEL_EV_READY, 200,
+                          req_state);
 }
 
 /* --- the routes ------------------------------------------------------------------ */

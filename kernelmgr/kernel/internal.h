@@ -116,11 +116,12 @@ struct kernel {
     int64_t hb_sent; /* 0: no ping outstanding */
 
     /* pause and resume */
-    bool resuming;       /* STARTING from a checkpoint */
-    bool reattaching;    /* ... or reconnecting after a pause that failed */
-    bool resume_wanted;  /* asked for while PAUSING */
-    const char *closed;  /* sandgate is stopping: why no new work is taken (a literal) */
-    int64_t pause_began; /* zclock_mono() of the pause or resume under way */
+    bool resuming;         /* STARTING from a checkpoint */
+    bool reattaching;      /* ... or reconnecting after a pause that failed */
+    bool resume_wanted;    /* asked for while PAUSING */
+    bool pause_when_ready; /* kernel_pause_cold: a fresh kernel, paused once it answers */
+    const char *closed;    /* sandgate is stopping: why no new work is taken (a literal) */
+    int64_t pause_began;   /* zclock_mono() of the pause or resume under way */
     int64_t last_pause_ms, last_resume_ms;
     uint64_t resumes;
     uint64_t checkpoint_bytes;
@@ -198,6 +199,8 @@ int resume_now(kernel_t *k, sg_error_t **err);
 /* kernel_pause with live: the checkpoint leaves the sandbox running
  * (sandbox_save_live), for a snapshot. */
 int pause_kernel(kernel_t *k, bool live, sg_error_t **err);
+/* After each event: a kernel_pause_cold's fresh kernel pauses once READY. */
+void pause_if_wanted(kernel_t *k, kernel_event_t ev);
 /* The sandbox runs but the relay dropped every connection: fresh sockets,
  * ready again once the kernel answers; paused_err (a failed pause's) is
  * reported as KERNEL_EV_PAUSED first. */

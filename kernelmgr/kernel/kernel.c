@@ -51,16 +51,16 @@ void emit(kernel_t *k, kernel_event_t ev, const sg_error_t *err)
 {
     if (k->ev)
         k->ev(k, ev, err, k->ev_arg);
-    if (k->nobservers == 0)
-        return;
     /* A copy: callbacks may (un)observe.  Each is called if still there. */
     size_t n = k->nobservers;
-    struct observer *copy = xmalloc(n * sizeof *copy);
-    memcpy(copy, k->observers, n * sizeof *copy);
+    struct observer *copy = n ? xmalloc(n * sizeof *copy) : NULL;
+    if (n)
+        memcpy(copy, k->observers, n * sizeof *copy);
     for (size_t i = 0; i < n; i++)
         if (observed_by(k, copy[i].fn, copy[i].arg))
             copy[i].fn(k, ev, err, copy[i].arg);
     free(copy);
+    pause_if_wanted(k, ev);
 }
 
 void kernel_observe(kernel_t *k, kernel_event_fn *fn, void *arg)

@@ -180,6 +180,12 @@ int kernel_interrupt(kernel_t *k, sg_error_t **err);
  * variables are lost: queued executions end with that error). */
 int kernel_pause(kernel_t *k, sg_error_t **err);
 int kernel_resume(kernel_t *k, sg_error_t **err);
+/* A pause without the kernel's memory (E2B's filesystem-only pause): a
+ * fresh kernel on the same workspace (RESTARTED, READY), paused once it
+ * answers (PAUSED) — its variables and processes are gone, its files kept,
+ * and its resume is a cold boot's state.  The same refusals as a pause;
+ * SG_E_CONFLICT too when its sandbox holds other kernels. */
+int kernel_pause_cold(kernel_t *k, sg_error_t **err);
 /* Sandgate is stopping and will pause k once its work is done: from now on
  * kernel_execute and kernel_resume refuse (SG_E_UNAVAILABLE, why: a
  * literal); the executions already queued run to their end. */

@@ -104,9 +104,57 @@ void reattach(kernel_t *k, const sg_error_t *paused_err)
     }
 }
 
+/* Whether k is busy in any way a pause must wait for (with why in *err). */
+static bool not_idle(kernel_t *k, sg_error_t **err)
+{
+    if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
+                            k->id, kernel_status(k)) < 0;
+    if (sandbox_exec_count(k->sb) > 0)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "kernel %s has %u command(s) running; it can pause once they end",
+                            k->id, sandbox_exec_count(k->sb)) < 0;
+    return false;
+}
+
 int kernel_pause(kernel_t *k, sg_error_t **err)
 {
     return pause_kernel(k, false, err);
+}
+
+int kernel_pause_cold(kernel_t *k, sg_error_t **err)
+{
+    if (k->host)
+        return kernel_pause_cold(k->host, err);
+    if (!sandbox_env_can_pause(k->env))
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "sessions cannot be paused without a sandbox (--sandbox none)");
+    if (k->guests)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "kernel %s's sandbox holds other kernels: it pauses with its memory",
+                            k->id);
+    if (not_idle(k, err))
+        return -1;
+    log_info("kernel %s: pausing without its memory (a fresh kernel, then paused)", k->id);
+    if (restart_now(k, err) < 0)
+        return -1;
+    k->pause_when_ready = true;
+    return 0;
+}
+
+void pause_if_wanted(kernel_t *k, kernel_event_t ev)
+{
+    if (ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE)
+        k->pause_when_ready = false;
+    if (ev != KERNEL_EV_READY || !k->pause_when_ready || k->freed)
+        return;
+    k->pause_when_ready = false;
+    sg_error_t *err = NULL;
+    if (pause_kernel(k, false, &err) < 0) { /* work came first: it runs on */
+        log_warn("kernel %s: the pause without memory: %s", k->id, err->msg);
+        emit(k, KERNEL_EV_PAUSED, err);
+        sg_error_free(&err);
+    }
 }
 
 int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
@@ -127,13 +175,8 @@ int pause_kernel(kernel_t *k, bool live, sg_error_t **err)
                             "runsc cannot save their TCP connections");
     if (guests_refuse(k, "paused", err))
         return -1;
-    if (k->state != KERNEL_IDLE || k->queue || k->tracked || k->held || k->sb == NULL)
-        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; only an idle kernel can pause",
-                            k->id, kernel_status(k));
-    if (sandbox_exec_count(k->sb) > 0)
-        return sg_error_set(err, SG_E_CONFLICT,
-                            "kernel %s has %u command(s) running; it can pause once they end",
-                            k->id, sandbox_exec_count(k->sb));
+    if (not_idle(k, err))
+        return -1;
     if (guests_suspend(k, err) < 0)
         return -1;
     k->pause_began = zclock_mono();

@@ -124,6 +124,7 @@ check(text(again.run_code("x + 1")) == ["42"], "connect() resumes it with its va
 check(again.is_running() is True, "is_running(): True once connected")
 check(again.files.read("/tmp/py.txt") == "written by files.write", "and its files")
 
+
 # Another tenant's key: alice's sandboxes do not exist for bob.
 as_bob = {"api_key": bob}
 e = fails(Sandbox.get_info, sbx.sandbox_id, **as_bob)
@@ -202,4 +203,18 @@ check(isinstance(fails(Sandbox.get_info, short.sandbox_id), NotFoundException),
 check(paused.get_info().state.value == "paused", "one with on_timeout 'pause' is paused")
 back = Sandbox.connect(paused.sandbox_id, timeout=60)
 check(text(back.run_code("y")) == ["kept"], "and connect() resumes it with its state")
+back.kill()
+
+# A pause without memory (E2B's filesystem-only): files kept, a cold boot's state.
+BOOT = "/proc/sys/kernel/random/boot_id"
+cold = Sandbox.create()
+cold.files.write("/home/user/kept.txt", "kept")
+cold.run_code("lost = 1")
+boot = cold.files.read(BOOT)
+cold.pause(mode="filesystem")
+back = Sandbox.connect(cold.sandbox_id)
+r = back.run_code("lost")
+check(r.error is not None and r.error.name == "NameError" and
+      back.files.read("/home/user/kept.txt") == "kept" and back.files.read(BOOT) != boot,
+      "pause(mode='filesystem'): files kept, variables gone, a new boot", (r.error, boot))
 back.kill()
