@@ -260,12 +260,23 @@ static void pause_accepting(bool pause)
             set_events(&ports[i].listener, pause ? 0 : EPOLLIN);
 }
 
+/* Closes an end's fd, its epoll interest first: a kernel being started
+ * (fork, then exec) holds a copy of every fd for a moment, and the copy
+ * would keep the interest, and its events pointing at freed memory. */
+static void close_end(struct end *e)
+{
+    if (e->fd < 0)
+        return;
+    epoll_ctl(epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    close(e->fd);
+}
+
 static void close_pair(struct pair *p)
 {
     if (p->dead)
         return;
-    close(p->host.fd);
-    close(p->inner.fd);
+    close_end(&p->host);
+    close_end(&p->inner);
     p->host.fd = p->inner.fd = -1;
     p->dead = true;
     for (struct pair **pp = &live; *pp; pp = &(*pp)->next)
@@ -351,7 +362,7 @@ static void detach(void)
         ctl_close(ctls);
     for (int i = 0; i < nports; i++)
         if (ports[i].listener.fd >= 0) {
-            close(ports[i].listener.fd);
+            close_end(&ports[i].listener);
             ports[i].listener.fd = -1;
             /* Removed from inside too: a restore walks again every file
              * the sandbox knew at the checkpoint, and fails on one the host
@@ -526,7 +537,7 @@ static void ctl_close(struct ctl *c)
 {
     if (c->end.fd < 0)
         return;
-    close(c->end.fd);
+    close_end(&c->end);
     c->end.fd = -1;
     for (struct ctl **pp = &ctls; *pp; pp = &(*pp)->next)
         if (*pp == c) {

@@ -45,7 +45,7 @@ try:
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
         sdk_script("e2b_sandboxes.py", alice, 57, bob)
-        r = sdk_script("e2b_kernels.py", dave, 26)
+        r = sdk_script("e2b_kernels.py", dave, 27)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])
         left = [d.json("GET", f"/contexts/{i}", token=dave)[0] for i in gone]
