@@ -94,6 +94,14 @@ static void on_exit_(void *arg, command_t *c)
         finish(s, "deadline_exceeded", "the command ran past its timeout and was killed");
         return;
     }
+    kernel_t *k = command_kernel(c);
+    if (!k || kernel_shut_down(k)) {
+        /* Its sandbox was killed meanwhile: what runsc said about it is no
+         * exit of the command's.  UNAVAILABLE, as E2B's envd ends such a
+         * stream, and the SDK asks /health, which says it was not found. */
+        finish(s, "unavailable", "the sandbox was killed while the command ran");
+        return;
+    }
     int code = command_exit_code(c);
     cleanup_free char *status = err ? xstrdup("error") : xasprintf("exit status %d", code);
     json_t *end =

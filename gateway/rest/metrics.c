@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/replica.h"
+#include "common/xalloc.h"
 #include "config.h"
 #include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
@@ -186,10 +187,14 @@ static enum MHD_Result health(void *arg, http_req_t *call)
     if (sandbox) {
         kernel_t *k = call->tenant ? http_resolve(call, "context", sandbox) : NULL;
         kernel_state_t st = k ? kernel_state(k) : KERNEL_DEAD;
-        if (st == KERNEL_DEAD || st == KERNEL_PAUSED || st == KERNEL_PAUSING)
-            return http_reply_json(
-                call->conn, 502,
-                json_pack("{s:i, s:s}", "code", 502, "message", "the sandbox is not running"));
+        if (st == KERNEL_DEAD || st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
+            /* E2B's proxy's words, which the SDKs look for ("was not found") */
+            cleanup_free char *msg = xasprintf(
+                "The sandbox %s was not found running: it is paused, killed, or never was",
+                sandbox);
+            return http_reply_json(call->conn, 502,
+                                   json_pack("{s:i, s:s}", "code", 502, "message", msg));
+        }
     }
     bool stopping = kmgr_stopping(self->kmgr);
     unsigned status = stopping ? 503 : 200;

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 
 from e2b import SandboxQuery, SandboxState
-from e2b.exceptions import NotFoundException, SandboxException
+from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import Sandbox
 from checks import check, fails
 
@@ -218,3 +218,11 @@ check(r.error is not None and r.error.name == "NameError" and
       back.files.read("/home/user/kept.txt") == "kept" and back.files.read(BOOT) != boot,
       "pause(mode='filesystem'): files kept, variables gone, a new boot", (r.error, boot))
 back.kill()
+
+# A sandbox killed while a command runs: the SDK's own "killed" error, not an exit.
+victim = Sandbox.create()
+cmd = victim.commands.run("sleep 60", background=True)
+victim.kill()
+e = fails(cmd.wait)
+check(isinstance(e, TimeoutException) and "killed or reached its end of life" in str(e),
+      "a command whose sandbox is killed: TimeoutException, the sandbox killed", repr(e))
