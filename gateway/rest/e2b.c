@@ -369,6 +369,26 @@ out:
     return ret;
 }
 
+/* GET /templates/aliases/NAME (the SDKs' Template.exists): sandgate's
+ * default and configured templates (public), and the caller's snapshots by
+ * name or id (its own); else E2B's 404. */
+static enum MHD_Result template_alias(void *arg, http_req_t *call)
+{
+    api_t *self = arg;
+    const char *alias = call->rest && *call->rest ? call->rest + 1 : "";
+    bool shared = *alias && !strchr(alias, '/') &&
+                  (default_template(alias) || kmgr_template(self->kmgr, alias));
+    const kmgr_snapshot_t *snap =
+        shared || !*alias || strchr(alias, '/') ? NULL : snapshot_named(self, call, alias);
+    if (!shared && !snap) {
+        cleanup_free char *msg = xasprintf("template '%s' not found", alias);
+        return e2b_reply(call->conn, 404, msg);
+    }
+    return http_reply_json(
+        call->conn, 200,
+        json_pack("{s:s, s:b}", "templateID", snap ? snap->id : alias, "public", shared));
+}
+
 static enum MHD_Result sandbox_get(void *arg, http_req_t *call)
 {
     return http_reply_json(call->conn, 200,
@@ -839,6 +859,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"POST", "/sandboxes/{sandbox}/snapshots", sandbox_snapshot, 0, NULL},
         {"PUT", "/sandboxes/{sandbox}/network", api_e2b_network_put, 0, NULL},
         {"DELETE", "/templates/{snapshot}", snapshot_delete, 0, NULL},
+        {"GET", "/templates/aliases/*", template_alias, 0, NULL},
     };
     const http_front_t front = {
         .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};

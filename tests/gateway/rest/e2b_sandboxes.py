@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from e2b import SandboxQuery, SandboxState
+from e2b import SandboxQuery, SandboxState, Template
 from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import Sandbox
 from checks import check, fails
@@ -180,6 +180,9 @@ from_snap.kill()
 by_name = Sandbox.create("py-snap")
 check(text(by_name.run_code("x")) == ["parent"], "Sandbox.create(its name) too")
 by_name.kill()
+got = [Template.exists(n) for n in ("base", "code-interpreter-v1", "py-snap", "no-such-thing")]
+check(got == [True, True, True, False] and Template.exists("py-snap", api_key=bob) is False,
+      "Template.exists: the defaults, the caller's snapshot by name (not another tenant's)", got)
 e = fails(Sandbox.create, snap.snapshot_id, api_key=bob)
 check(e is not None and "not found" in str(e), "bob cannot start one from alice's snapshot", e)
 check(Sandbox.delete_snapshot(snap.snapshot_id, api_key=bob) is False,
