@@ -195,8 +195,12 @@ static enum MHD_Result proc_start(void *ctx, http_req_t *req)
     json_t *config = json_object_get(msg, "process");
     const char **argv = k ? config_argv(config) : NULL;
     const json_t *envs = json_object_get(config, "envs");
+    json_t *pty = json_object_get(msg, "pty");
     if (k == NULL) {
         /* answered */
+    } else if (pty && !json_is_null(pty)) { /* a terminal: not a pipe's command */
+        ret = envd_reply_code(req->conn, "unimplemented",
+                              "terminals (pty) are not served yet: commands run without one");
     } else if (argv == NULL || (envs && !json_is_object(envs))) {
         ret = envd_reply_code(req->conn, "invalid_argument",
                               "process.cmd, a string, and process.args, strings, are needed");

@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from e2b import SandboxQuery, SandboxState, Template
+from e2b import PtySize, SandboxQuery, SandboxState, Template
 from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import Sandbox
 from checks import check, fails
@@ -221,6 +221,12 @@ check(r.error is not None and r.error.name == "NameError" and
       back.files.read("/home/user/kept.txt") == "kept" and back.files.read(BOOT) != boot,
       "pause(mode='filesystem'): files kept, variables gone, a new boot", (r.error, boot))
 back.kill()
+
+# Terminals are the next issue's: a pty is refused, not run without one.
+pt = Sandbox.create()
+e = fails(pt.pty.create, PtySize(rows=24, cols=80))
+check(isinstance(e, SandboxException) and "terminals" in str(e), "pty.create: refused", repr(e))
+pt.kill()
 
 # A sandbox killed while a command runs: the SDK's own "killed" error, not an exit.
 victim = Sandbox.create()
