@@ -86,6 +86,7 @@ static void command_free(command_t *c)
     loop_t *loop = c->reg->loop;
     if (c->ticket)
         c->ticket->c = NULL;
+    commands_pid_forget(c);
     close_pipes(c);
     loop_timer_end(loop, c->timeout_timer);
     loop_timer_end(loop, c->grace_timer);
@@ -316,7 +317,7 @@ static command_t *command_new(commands_t *self, kernel_t *k)
     c->reg = self;
     c->k = k;
     c->in_fd = c->out_fd = c->err_fd = -1;
-    c->timeout_timer = c->grace_timer = c->signal_timer = -1;
+    c->timeout_timer = c->grace_timer = c->signal_timer = c->pid_timer = -1;
     c->backlog_tail = &c->backlog;
     return c;
 }
@@ -459,6 +460,7 @@ static void launch(command_t *c)
     }
     c->ticket = t;
     c->state = COMMAND_RUNNING;
+    commands_ask_pid(c);
     if (!c->stdin_open && c->in_fd >= 0) {
         close(c->in_fd);
         c->in_fd = -1;
@@ -690,6 +692,15 @@ command_t *commands_find_pid(commands_t *self, const kernel_t *k, uint32_t pid)
     return NULL;
 }
 
+command_t *commands_find_inner_pid(commands_t *self, const kernel_t *k, long pid)
+{
+    ctx_t *x = ctx_of(self, k, false);
+    for (command_t *c = x ? x->list : NULL; c; c = c->next)
+        if (c->inner_pid == pid)
+            return c;
+    return NULL;
+}
+
 command_t *commands_find(commands_t *self, const kernel_t *k, const char *id)
 {
     char *end;
@@ -726,6 +737,16 @@ const char *command_id(const command_t *c)
 uint32_t command_pid(const command_t *c)
 {
     return c->pid;
+}
+
+long command_inner_pid(const command_t *c)
+{
+    return c->inner_pid;
+}
+
+bool command_pid_settled(const command_t *c)
+{
+    return c->pid_settled || c->state == COMMAND_EXITED;
 }
 
 kernel_t *command_kernel(const command_t *c)

@@ -140,6 +140,13 @@ json_t *commands_list(commands_t *self, const kernel_t *k, bool exited);
 
 const char *command_id(const command_t *c);
 uint32_t command_pid(const command_t *c);
+/* Its process id inside the sandbox (sandgate-init --group's, the leader of
+ * its process group: E2B's envd gives this one), 0 until it is known; and
+ * whether it is known or will not be (the command ended first). */
+long command_inner_pid(const command_t *c);
+bool command_pid_settled(const command_t *c);
+/* k's command whose process id inside is pid, or NULL. */
+command_t *commands_find_inner_pid(commands_t *self, const kernel_t *k, long pid);
 kernel_t *command_kernel(const command_t *c); /* NULL once its context is gone */
 command_state_t command_state(const command_t *c);
 /* EXITED: the exit code (see above); else -1. */
@@ -172,6 +179,9 @@ typedef struct {
      * command_timed_out, command_error say how.  The reader is detached
      * after this returns. */
     void (*on_exit)(void *arg, command_t *c);
+    /* Its process id inside is known (command_inner_pid), or will not be
+     * (command_pid_settled).  Optional; not after on_exit. */
+    void (*on_pid)(void *arg, command_t *c);
 } command_reader_t;
 
 /* Attaches a reader (at most COMMANDS_MAX_READERS): it gets the kept

@@ -168,3 +168,65 @@ int command_signal(command_t *c, int sig, sg_error_t **err)
     }
     return 0;
 }
+
+/* --- its process id inside ----------------------------------------------------- */
+
+#define PID_RETRY_MS 10
+#define PID_TRIES 300 /* runsc exec writes it within ~50 ms; 3 s at most */
+
+static void pid_settled(command_t *c)
+{
+    c->pid_settled = true;
+    reader_t readers[COMMANDS_MAX_READERS];
+    size_t n = c->nreaders;
+    memcpy(readers, c->readers, n * sizeof *readers);
+    for (size_t i = 0; i < n; i++)
+        if (readers[i].r->on_pid)
+            readers[i].r->on_pid(readers[i].arg, c);
+}
+
+static void pid_again(loop_t *loop, int timer_id, void *arg)
+{
+    command_t *c = arg;
+    c->pid_timer = -1;
+    commands_ask_pid(c);
+}
+
+static void on_pid(long pid, void *arg)
+{
+    ticket_t *t = arg;
+    command_t *c = t->c;
+    free(t);
+    if (!c)
+        return;
+    c->pid_asked = NULL;
+    if (pid > 0) {
+        c->inner_pid = pid;
+        pid_settled(c);
+    } else if (pid == 0 && c->state == COMMAND_RUNNING && ++c->pid_tries < PID_TRIES) {
+        c->pid_timer = loop_timer(c->reg->loop, PID_RETRY_MS, 1, pid_again, c);
+    } else {
+        pid_settled(c); /* it ended first: the number is all it has */
+    }
+}
+
+void commands_ask_pid(command_t *c)
+{
+    if (!c->k || c->handle == 0) {
+        pid_settled(c);
+        return;
+    }
+    ticket_t *t = xzalloc(sizeof *t);
+    t->c = c;
+    c->pid_asked = t;
+    kernel_exec_pid(c->k, c->handle, on_pid, t);
+}
+
+void commands_pid_forget(command_t *c)
+{
+    if (c->pid_asked)
+        c->pid_asked->c = NULL;
+    c->pid_asked = NULL;
+    loop_timer_end(c->reg->loop, c->pid_timer);
+    c->pid_timer = -1;
+}

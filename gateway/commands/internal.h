@@ -55,6 +55,11 @@ struct command {
     bool timed_out;
     int timeout_timer, grace_timer, signal_timer;
     int pending_signal, signal_tries;
+    /* its process id inside the sandbox (input.c's commands_ask_pid) */
+    long inner_pid;           /* 0: not known (yet) */
+    bool pid_settled;         /* known, or given up on */
+    struct ticket *pid_asked; /* a kernel_exec_pid under way */
+    int pid_timer, pid_tries;
     bool holds_connection;
     /* its pipes: our ends, -1 when closed */
     int in_fd, out_fd, err_fd;
@@ -92,6 +97,12 @@ struct commands {
 typedef struct ticket {
     command_t *c;
 } ticket_t;
+
+/* Asks for c's process id inside its sandbox until it is known (a launch
+ * just started it), telling its readers (on_pid) once it is or once it
+ * cannot be; commands_pid_forget before c is freed. */
+void commands_ask_pid(command_t *c);
+void commands_pid_forget(command_t *c);
 
 /* Writes c's waiting stdin when its pipe has room (a loop_fd_fn). */
 void commands_stdin_writable(loop_t *loop, int fd, unsigned events, void *arg);

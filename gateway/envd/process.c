@@ -33,7 +33,16 @@ typedef struct {
     command_t *cmd; /* while attached */
     int keepalive;  /* timer */
     bool wrote;     /* since the last keepalive tick */
+    bool started;   /* the start event went out */
 } stream_t;
+
+/* The pid envd gives a command: its process's inside the sandbox, as E2B's
+ * envd does (so `kill -0 PID` in the sandbox means it), or sandgate's
+ * number while that is not known. */
+static long envd_pid(const command_t *c)
+{
+    return command_inner_pid(c) ? command_inner_pid(c) : (long)command_pid(c);
+}
 
 static void frame(stream_t *s, uint8_t flags, json_t *msg)
 {
@@ -70,9 +79,25 @@ static void on_keepalive(loop_t *loop, int timer_id, void *arg)
     s->wrote = false;
 }
 
+/* The stream's first event, once the command's pid is known (or output or
+ * its end came first). */
+static void start_event(stream_t *s, command_t *c)
+{
+    if (s->started)
+        return;
+    s->started = true;
+    event(s, "start", json_pack("{s:I}", "pid", (json_int_t)envd_pid(c)));
+}
+
+static void on_pid(void *arg, command_t *c)
+{
+    start_event(arg, c);
+}
+
 static bool on_output(void *arg, command_t *c, command_stream_t which, const char *data, size_t n)
 {
     stream_t *s = arg;
+    start_event(s, c);
     cleanup_free char *b64 = envd_b64(data, n);
     event(s, "data", json_pack("{s:s}", which == COMMAND_STDOUT ? "stdout" : "stderr", b64));
     return resp_pending(s->out) < HIGH_WATER; /* else the command waits for the client */
@@ -89,6 +114,7 @@ static void on_exit_(void *arg, command_t *c)
 {
     stream_t *s = arg;
     s->cmd = NULL;
+    start_event(s, c);
     const sg_error_t *err = command_error(c);
     if (command_timed_out(c)) {
         finish(s, "deadline_exceeded", "the command ran past its timeout and was killed");
@@ -112,7 +138,8 @@ static void on_exit_(void *arg, command_t *c)
     finish(s, NULL, NULL);
 }
 
-static const command_reader_t reader = {.on_output = on_output, .on_exit = on_exit_};
+static const command_reader_t reader = {
+    .on_output = on_output, .on_exit = on_exit_, .on_pid = on_pid};
 
 static void stream_end(envd_call_t *call, bool completed)
 {
@@ -135,7 +162,8 @@ static enum MHD_Result stream_attach(envd_t *self, http_req_t *req, command_t *c
     s->keepalive = loop_timer(self->loop, KEEPALIVE_MS, 0, on_keepalive, s);
     resp_on_drained(s->out, on_drained, s);
     req->state = s;
-    event(s, "start", json_pack("{s:i}", "pid", (int)command_pid(c)));
+    if (command_pid_settled(c)) /* else on_pid sends it */
+        start_event(s, c);
     s->cmd = c;
     sg_error_t *err = NULL;
     if (command_attach(c, &reader, s, &err) < 0) {
@@ -243,9 +271,12 @@ static command_t *selected(envd_t *self, const http_req_t *req, const json_t *ms
     if (k == NULL)
         return NULL;
     const json_t *pid = json_object_get(json_object_get(msg, "process"), "pid");
-    command_t *c = json_is_integer(pid) && json_integer_value(pid) > 0
-                       ? commands_find_pid(self->commands, k, (uint32_t)json_integer_value(pid))
-                       : NULL;
+    json_int_t n = json_is_integer(pid) ? json_integer_value(pid) : 0;
+    command_t *c = n > 0 ? commands_find_inner_pid(self->commands, k, (long)n) : NULL;
+    if (!c && n > 0 && n <= UINT32_MAX) { /* sandgate's number, given before the pid was known */
+        c = commands_find_pid(self->commands, k, (uint32_t)n);
+        c = c && !command_inner_pid(c) ? c : NULL;
+    }
     if (c == NULL)
         *ret = envd_reply_code(req->conn, "not_found",
                                json_is_integer(pid) ? "no such process" : "process.pid is needed");
@@ -306,12 +337,16 @@ static enum MHD_Result proc_list(void *ctx, http_req_t *req)
     kernel_t *k = envd_kernel_or_reply(self, req, &ret);
     if (k == NULL)
         return ret;
-    json_t *list = commands_list(self->commands, k, false), *cj;
     json_t *procs = json_array();
-    size_t i;
-    json_array_foreach (list, i, cj)
+    for (command_t *c = commands_next(self->commands, k, NULL); c;
+         c = commands_next(self->commands, k, c)) {
+        if (command_state(c) == COMMAND_EXITED)
+            continue;
+        json_t *cj = command_json(c);
+        json_object_set_new(cj, "pid", json_integer((json_int_t)envd_pid(c)));
         json_array_append_new(procs, process_info(cj));
-    json_decref(list);
+        json_decref(cj);
+    }
     return envd_reply_msg(req->conn, json_pack("{s:o}", "processes", procs));
 }
 

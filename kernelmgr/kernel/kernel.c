@@ -621,6 +621,15 @@ int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err)
     return sb ? sandbox_exec_signal(sb, exec, sig, err) : 0;
 }
 
+void kernel_exec_pid(kernel_t *k, uint64_t exec, sandbox_pid_fn *cb, void *arg)
+{
+    sandbox_t *sb = k->host ? k->host->sb : k->sb;
+    if (sb)
+        sandbox_exec_pid(sb, exec, cb, arg);
+    else
+        cb(-1, arg);
+}
+
 bool kernel_isolated(const kernel_t *k)
 {
     return sandbox_env_isolated(k->env);

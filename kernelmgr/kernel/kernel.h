@@ -232,6 +232,9 @@ uint64_t kernel_exec(kernel_t *k, const sandbox_exec_t *x, const int fds[3],
 /* sandbox_exec_signal for a command kernel_exec started (nothing when it
  * has ended or its sandbox is gone). */
 int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err);
+/* sandbox_exec_pid for a command kernel_exec started (-1 when its sandbox
+ * is gone). */
+void kernel_exec_pid(kernel_t *k, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 
 const char *kernel_id(const kernel_t *k);
 const char *kernel_sandbox_id(const kernel_t *k);

@@ -618,6 +618,24 @@ static void op_exec_signal(launcher_t *L, const launcher_req_t *r)
         reply_ok(L, r->seq, NULL);
 }
 
+static void on_exec_pid(long pid, void *arg)
+{
+    cleanup_free later_t *st = arg;
+    reply_ok(st->L, st->seq, json_pack("{s:I}", "pid", (json_int_t)pid));
+}
+
+/* {id, exec: the seq of its exec} -> {pid}: 0 not yet, -1 ended. */
+static void op_exec_pid(launcher_t *L, const launcher_req_t *r)
+{
+    cleanup_free char *key = xasprintf(
+        "%s/%lld", r->id, (long long)json_integer_value(json_object_get(r->body, "exec")));
+    uintptr_t h = (uintptr_t)zhashx_lookup(L->execs, key);
+    if (!h)
+        on_exec_pid(-1, later(L, r->seq));
+    else
+        sandbox_exec_pid(r->sb, h, on_exec_pid, later(L, r->seq));
+}
+
 launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_ENV] = op_env,
     [LOP_WORKSPACE_OPEN] = op_workspace_open,
@@ -640,6 +658,7 @@ launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_TENANT] = op_tenant,
     [LOP_EXEC] = op_exec,
     [LOP_EXEC_SIGNAL] = op_exec_signal,
+    [LOP_EXEC_PID] = op_exec_pid,
     [LOP_SNAPSHOT_SAVE] = op_snapshot_save,
     [LOP_SNAPSHOT_DELETE] = op_snapshot_delete,
     [LOP_WORKSPACE_RESTORE] = op_workspace_restore,

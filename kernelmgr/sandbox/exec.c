@@ -125,6 +125,11 @@ int sandbox_exec_signal(sandbox_t *self, uint64_t exec, int sig, sg_error_t **er
     return self->env->ops->exec_signal(self, exec, sig, err);
 }
 
+void sandbox_exec_pid(sandbox_t *self, uint64_t exec, sandbox_pid_fn *cb, void *arg)
+{
+    self->env->ops->exec_pid(self, exec, cb, arg);
+}
+
 unsigned sandbox_exec_count(const sandbox_t *self)
 {
     return self->execs;
@@ -244,19 +249,39 @@ uint64_t runsc_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
     return h;
 }
 
+/* The pid inside the sandbox runsc exec wrote for l, or 0 before it has. */
+static long inner_pid(const local_t *l)
+{
+    FILE *f = fopen(l->pidfile, "re");
+    long inner = 0;
+    if (f && (fscanf(f, "%ld", &inner) != 1 || inner <= 0))
+        inner = 0;
+    if (f)
+        fclose(f);
+    return inner;
+}
+
+void runsc_exec_pid(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg)
+{
+    (void)sb;
+    local_t *l = local_find((pid_t)exec);
+    cb(l ? inner_pid(l) : -1, arg);
+}
+
+void none_exec_pid(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg)
+{
+    (void)sb;
+    cb(local_find((pid_t)exec) ? (long)exec : -1, arg);
+}
+
 int runsc_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err)
 {
     local_t *l = local_find((pid_t)exec);
     if (!l)
         return 0; /* it has ended */
-    FILE *f = fopen(l->pidfile, "r");
-    long inner = 0;
-    if (!f || fscanf(f, "%ld", &inner) != 1 || inner <= 0) {
-        if (f)
-            fclose(f);
+    long inner = inner_pid(l);
+    if (inner == 0)
         return sg_error_set(err, SG_E_CONFLICT, "the command has not started yet");
-    }
-    fclose(f);
     l->killed = l->killed || sig == SIGKILL;
     char pid[24], signame[8];
     snprintf(pid, sizeof pid, "%ld", inner);

@@ -149,6 +149,8 @@ struct sandbox_ops {
                      sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
     /* sandbox_exec_signal: sig is INT, TERM, HUP or KILL. */
     int (*exec_signal)(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
+    /* sandbox_exec_pid: the same contract. */
+    void (*exec_pid)(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 };
 
 extern const sandbox_ops_t sandbox_runsc_ops;
@@ -178,9 +180,11 @@ void sandbox_exec_forget(sandbox_t *sb);
 uint64_t runsc_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
                     sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
 int runsc_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
+void runsc_exec_pid(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 uint64_t none_exec(sandbox_t *sb, const sandbox_exec_t *x, const int fds[3],
                    sandbox_exec_done_fn *cb, void *arg, sg_error_t **err);
 int none_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **err);
+void none_exec_pid(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 
 /* --- host.c: shared by the runsc and none tables -------------------- */
 

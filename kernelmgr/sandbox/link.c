@@ -47,6 +47,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_EGRESS_RULES] = {"egress_rules", SB | LOP_ASYNC | LOP_TIMED},
     [LOP_EXEC] = {"exec", SB | LOP_TAKES_STDIO | LOP_ASYNC},
     [LOP_EXEC_SIGNAL] = {"exec_signal", SB | LOP_ASYNC | LOP_TIMED},
+    [LOP_EXEC_PID] = {"exec_pid", SB | LOP_ASYNC | LOP_TIMED},
     /* Copies take as long as the workspace's data: not timed, like pause. */
     [LOP_SNAPSHOT_SAVE] = {"snapshot_save", SB | LOP_ASYNC},
     [LOP_SNAPSHOT_DELETE] = {"snapshot_delete", ENV | LOP_ASYNC},
@@ -846,6 +847,19 @@ static int link_exec_signal(sandbox_t *sb, uint64_t exec, int sig, sg_error_t **
     return 0;
 }
 
+static void pid_answered(json_t *reply, void *arg)
+{
+    callback_t *c = arg;
+    json_t *pid = json_object_get(reply, "pid");
+    ((sandbox_pid_fn *)c->fn)(json_is_integer(pid) ? (long)json_integer_value(pid) : -1, c->arg);
+}
+
+static void link_exec_pid(sandbox_t *sb, uint64_t exec, sandbox_pid_fn *cb, void *arg)
+{
+    link_async(LOP_EXEC_PID, json_pack("{s:s, s:I}", "id", sb->id, "exec", (json_int_t)exec), -1,
+               pid_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+}
+
 const sandbox_ops_t sandbox_link_ops = {
     .env_init = link_env_init,
     .workspace_open = link_workspace_open_startup,
@@ -870,6 +884,7 @@ const sandbox_ops_t sandbox_link_ops = {
     .give = link_give,
     .exec = link_exec,
     .exec_signal = link_exec_signal,
+    .exec_pid = link_exec_pid,
     .snapshot_save = link_snapshot_save,
     .snapshot_delete = link_snapshot_delete,
     .workspace_restore = link_workspace_restore,

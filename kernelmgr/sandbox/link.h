@@ -43,6 +43,7 @@ typedef enum {
                               tenant's cgroup */
     LOP_EXEC,              /* {id, argv, env, cwd} + three fds (stdin, stdout, stderr): a
                               command in the sandbox as its user -> {status} when it ends */
+    LOP_EXEC_PID,          /* {id, exec: the seq of its exec} -> {pid}: inside (sandbox.h) */
     LOP_EXEC_SIGNAL,       /* {id, exec: the seq of its exec, sig}: INT, TERM, HUP or KILL
                               to the command's process group */
     LOP_SNAPSHOT_SAVE,     /* {id, snapshot}: a paused sandbox saved as snapshot (a UUID)

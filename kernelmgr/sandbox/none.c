@@ -157,6 +157,7 @@ const sandbox_ops_t sandbox_none_ops = {
     .signal = none_signal,
     .exec = none_exec,
     .exec_signal = none_exec_signal,
+    .exec_pid = none_exec_pid,
     .stop = none_stop,
     .remove_id = none_remove_id,
     .list = none_list,

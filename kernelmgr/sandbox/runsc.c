@@ -729,6 +729,7 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .signal = runsc_signal_op,
     .exec = runsc_exec,
     .exec_signal = runsc_exec_signal,
+    .exec_pid = runsc_exec_pid,
     .stop = runsc_stop,
     .remove_id = runsc_remove_id,
     .list = runsc_list,

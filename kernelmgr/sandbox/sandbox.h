@@ -263,6 +263,13 @@ uint64_t sandbox_exec(sandbox_t *self, const sandbox_exec_t *x, const int fds[3]
 /* Delivers sig (INT, TERM, HUP or KILL) to the whole process group of the
  * command exec started; asynchronous, and nothing when it has ended. */
 int sandbox_exec_signal(sandbox_t *self, uint64_t exec, int sig, sg_error_t **err);
+/* The process id, inside the sandbox, of the command exec started (its
+ * sandgate-init --group, the leader of its process group; in mode none the
+ * host's): cb gets it (> 0), 0 while it has none yet (runsc exec writes it
+ * within the command's first ~50 ms: ask again), or -1 once the command
+ * has ended or is unknown.  cb exactly once, perhaps before this returns. */
+typedef void(sandbox_pid_fn)(long pid, void *arg);
+void sandbox_exec_pid(sandbox_t *self, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 /* How many commands sandbox_exec started on it are still running (a
  * sandbox with commands cannot be paused: runsc could not save their host
  * pipes). */

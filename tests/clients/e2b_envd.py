@@ -130,6 +130,9 @@ def commands(sbx):
     mine = [p for p in sbx.commands.list() if p.pid == long.pid]
     check(mine and mine[0].cmd == "/bin/bash" and "sleep 120" in mine[0].args,
           "commands.list has the background command", mine)
+    probe = sbx.commands.run(f"kill -0 {long.pid} && ps -o pgid= -p {long.pid}")
+    check(probe.stdout.strip() == str(long.pid),
+          "its pid is its process's inside the sandbox, the leader of its group", probe)
     check(long.kill() is True, "background: .kill()")
     e = fails(long.wait)
     check(isinstance(e, CommandExitException) and e.exit_code != 0,
@@ -139,6 +142,8 @@ def commands(sbx):
     check(sbx.commands.kill(other.pid) is True, "commands.kill(pid)")
     fails(other.wait)
     check(sbx.commands.kill(other.pid) is False, "commands.kill of an ended command: False")
+    e = fails(sbx.commands.run, f"kill -0 {other.pid}")
+    check(isinstance(e, CommandExitException), "... and its pid is gone from the sandbox", e)
     reader = sbx.commands.run('read line; echo "got:$line"', background=True, stdin=True)
     sbx.commands.send_stdin(reader.pid, "hello\n")
     r = reader.wait()
