@@ -67,7 +67,9 @@ columns), which POST /execute turns into a result's `chart` and `data`.
 They run only for an execute_request whose metadata asks for them (_asked),
 and import nothing: each looks for its class among the modules the code
 already imported.  docs/api.md describes the shapes, and why this is not the
-e2b-charts package.
+e2b-charts package.  For the same requests a PIL image that the code shows
+or saves to a file is displayed, as in E2B's sandbox (_pil_display), by a
+patch applied when the code imports PIL (_OnImport), not at start.
 
 Everything here is guarded: with an ipykernel whose internals differ, the
 kernel runs unchanged (and a pause then fails cleanly before the
@@ -415,30 +417,86 @@ def _json_safe(v):
     return str(v)
 
 
+def _number(f):  # NaN and infinities have no JSON: null
+    return None if f != f or f in (float("inf"), float("-inf")) else f
+
+
+def _value(v):
+    """A point's or tick's coordinate as E2B gives it: a date as its ISO
+    string, a number as a float, a category as its string."""
+    import datetime
+    if isinstance(v, datetime.date):  # and datetime, pandas' Timestamp
+        return v.isoformat()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, np.datetime64):
+        return str(v.astype("datetime64[s]"))
+    if isinstance(v, str):
+        return str(v)
+    try:
+        return _number(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _values(data):
+    np = sys.modules.get("numpy")
+    if np is not None:  # numbers in bulk: a line can have a million points
+        a = np.asarray(data)
+        if a.dtype.kind in "biuf":
+            return [_number(f) for f in a.astype(float).ravel().tolist()]
+    return [_value(v) for v in data]
+
+
+def _points(xs, ys):
+    return [list(p) for p in zip(_values(xs), _values(ys))]
+
+
+def _text(s):  # an empty title or label is null, as in E2B's charts
+    return str(s) if s else None
+
+
 def _label_unit(label):
+    """E2B's unit of an axis label: the first "(unit)" after a space, or
+    "[unit]"; the label keeps it ("Time (s)": "s")."""
     import re
-    m = re.search(r"\(([^()]*)\)\s*$|\[([^\[\]]*)\]\s*$", label or "")
-    if not m:
-        return label or "", None
-    return (label[:m.start()].strip(), m.group(1) if m.group(1) is not None else m.group(2))
+    m = re.search(r"\s\((.*?)\)|\[(.*?)\]", label or "")
+    return (m.group(1) or m.group(2)) if m else None
 
 
 def _axes_2d(ax):
-    xl, xu = _label_unit(ax.get_xlabel())
-    yl, yu = _label_unit(ax.get_ylabel())
-    return {"title": ax.get_title(), "x_label": xl, "x_unit": xu, "y_label": yl, "y_unit": yu}
+    xl, yl = _text(ax.get_xlabel()), _text(ax.get_ylabel())
+    return {"title": _text(ax.get_title()), "x_label": xl, "x_unit": _label_unit(xl),
+            "y_label": yl, "y_unit": _label_unit(yl)}
+
+
+def _is_date_axis(axis):
+    from matplotlib import dates
+    conv = getattr(dates, "_SwitchableDateConverter", None) or dates.DateConverter
+    return isinstance(getattr(axis, "converter", None), conv)
 
 
 def _ticks(ax, d):
+    """Ticks, tick labels and scale of each axis, as E2B gives them: a date
+    axis has ISO strings for ticks and scale "datetime"; a linear axis whose
+    ticks are 0, 1, 2… labelled otherwise (strings plotted) is "categorical"."""
     for a, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-        d[a + "_ticks"] = [_json_safe(t) for t in axis.get_ticklocs()]
-        d[a + "_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
-        d[a + "_scale"] = axis.get_scale()
+        labels = [t.get_text() for t in axis.get_ticklabels()]
+        locs, scale = axis.get_ticklocs(), axis.get_scale()
+        if _is_date_axis(axis):
+            from matplotlib.dates import num2date
+            ticks, scale = [num2date(t).isoformat() for t in locs], "datetime"
+        else:
+            ticks = _values(locs)
+            if scale == "linear" and all(isinstance(t, float) and t == i and str(i) != lab
+                                         for i, (t, lab) in enumerate(zip(ticks, labels))):
+                scale = "categorical"
+        d[a + "_ticks"], d[a + "_tick_labels"], d[a + "_scale"] = ticks, labels, scale
     return d
 
 
-def _public(label):  # matplotlib names unlabelled artists "_child0" etc.
-    return "" if str(label).startswith("_") else str(label)
+def _is_grid_line(line):  # a horizontal or vertical line of two points (axhline, axvline)
+    xs, ys = line.get_xdata(), line.get_ydata()
+    return len(xs) == 2 and len(ys) == 2 and (xs[0] == xs[1] or ys[0] == ys[1])
 
 
 def _tick_label_at(ax, x, axis=None):
@@ -464,7 +522,7 @@ def _bar_chart(ax, bars):
             else:
                 at, axis, value = r.get_x() + r.get_width() / 2, ax.xaxis, r.get_height()
             elements.append({"label": _tick_label_at(ax, at, axis), "group": group,
-                             "value": _json_safe(value)})
+                             "value": _value(value)})
     chart = _axes_2d(ax)
     if horizontal:
         chart = {k.replace("x_", "t_").replace("y_", "x_").replace("t_", "y_"): v
@@ -472,81 +530,158 @@ def _bar_chart(ax, bars):
     return dict(chart, type="bar", elements=elements)
 
 
-def _box_outlines(ax, lines):
-    """Each box of a box plot as (xs, ys): a closed 5-point line, or with
-    patch_artist=True a PathPatch (its path is in data coordinates)."""
+def _floats(data):  # a line's data as floats; None if it is not numbers (dates, strings)
+    if any(isinstance(v, str) for v in data):
+        return None
+    try:
+        return [float(v) for v in data]
+    except (TypeError, ValueError):
+        return None
+
+
+def _box_outline(line):
+    """(xs, ys) of a line that outlines a box as a box plot draws it without
+    patch_artist: five points, the last the first, each side along one
+    axis, two distinct x and two distinct y.  None for any other line, a
+    line plot of five points among them."""
+    if line.get_linestyle() == "None" or len(line.get_xdata()) != 5 or \
+            len(line.get_ydata()) != 5:
+        return None
+    xs, ys = _floats(line.get_xdata()), _floats(line.get_ydata())
+    if xs is None or ys is None:
+        return None
+    pts = list(zip(xs, ys))
+    if pts[0] != pts[4] or len(set(xs)) != 2 or len(set(ys)) != 2 or \
+            any((a[0] != b[0]) == (a[1] != b[1]) for a, b in zip(pts, pts[1:])):
+        return None
+    return xs, ys
+
+
+def _box_chart(ax, lines, lines_only):
+    """A box plot's boxes: closed outlines (_box_outline) or, with
+    patch_artist=True, PathPatches (their paths are in data coordinates),
+    each with the median, whiskers and fliers drawn across it.  With
+    lines_only (an axes of nothing but lines, which E2B charts as lines),
+    every box needs its median, or this is no box plot."""
     from matplotlib.patches import PathPatch
-    out = [(b.get_xdata(), b.get_ydata()) for b in lines
-           if len(b.get_xdata()) == 5 and b.get_linestyle() != "None"]
+    outlines = {l: _box_outline(l) for l in lines}
+    boxes = [b for b in outlines.values() if b is not None]
     for p in ax.patches:
         if isinstance(p, PathPatch) and p.get_transform() == ax.transData:
             v = p.get_path().vertices
             if len(v) >= 4:
-                out.append((v[:, 0], v[:, 1]))
-    return [([float(x) for x in xs], [float(y) for y in ys]) for xs, ys in out]
-
-
-def _box_chart(ax, lines):
-    boxes = _box_outlines(ax, lines)
+                boxes.append(([float(x) for x in v[:, 0]], [float(y) for y in v[:, 1]]))
     if not boxes:
         return None
+    rest = []  # the other lines of numbers: medians, whiskers, caps, fliers
+    for l in lines:
+        xs, ys = (None, None) if outlines[l] else (_floats(l.get_xdata()),
+                                                   _floats(l.get_ydata()))
+        if xs and ys:
+            rest.append((l.get_linestyle() != "None", xs, ys))
     elements = []
     for xs, ys in sorted(boxes, key=lambda b: min(b[0])):
-        x0, x1, mid = min(xs), max(xs), (min(xs) + max(xs)) / 2
-        near = [l for l in lines if len(l.get_xdata()) and
-                not (len(l.get_xdata()) == 5 and l.get_linestyle() != "None") and
-                all(x0 - 1e-9 <= float(x) <= x1 + 1e-9 for x in l.get_xdata())]
-        med = [l for l in near if len(l.get_ydata()) == 2 and l.get_linestyle() != "None" and
-               float(l.get_ydata()[0]) == float(l.get_ydata()[1]) and
-               min(ys) <= float(l.get_ydata()[0]) <= max(ys)]
-        ends = [float(y) for l in near if l.get_linestyle() != "None" for y in l.get_ydata()]
-        fliers = [float(y) for l in near if l.get_linestyle() == "None" for y in l.get_ydata()]
-        elements.append({"label": _tick_label_at(ax, mid), "min": min(ends + ys),
-                         "first_quartile": min(ys),
-                         "median": float(med[0].get_ydata()[0]) if med else None,
+        x0, x1 = min(xs), max(xs)
+        near = [(drawn, lx, ly) for drawn, lx, ly in rest
+                if all(x0 - 1e-9 <= x <= x1 + 1e-9 for x in lx)]
+        med = [ly[0] for drawn, lx, ly in near
+               if drawn and len(ly) == 2 and ly[0] == ly[1] and min(ys) <= ly[0] <= max(ys)]
+        if lines_only and not med:
+            return None
+        ends = [y for drawn, lx, ly in near if drawn for y in ly]
+        fliers = [y for drawn, lx, ly in near if not drawn for y in ly]
+        elements.append({"label": _tick_label_at(ax, (x0 + x1) / 2), "min": min(ends + ys),
+                         "first_quartile": min(ys), "median": med[0] if med else None,
                          "third_quartile": max(ys), "max": max(ends + ys),
                          "outliers": fliers})
     return dict(_axes_2d(ax), type="box_and_whisker", elements=elements)
 
 
+def _pie_angle(w):
+    """A wedge's angle as E2B rounds it: to 8 significant digits less the
+    angle's magnitude (324, not the 323.99999141693115 of float32 thetas)."""
+    from decimal import Decimal, localcontext
+    d = Decimal(str(Decimal(float(w.theta2)) - Decimal(float(w.theta1))))
+    with localcontext() as ctx:
+        ctx.prec = max(1, 8 - d.adjusted())
+        return abs(float(+d))
+
+
+def _axes_kind(ax):
+    """An axes' chart type as E2B decides it, from the kinds of its artists
+    (texts aside): only lines is "line"; only PathPatches and lines a box
+    plot; then, horizontal and vertical two-point lines aside (axhline),
+    only scatter collections "scatter", only wedges "pie", only rectangles
+    "bar"; anything else (a mix, circles, an image) "unknown"."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
+    from matplotlib.text import Text
+    children = getattr(ax, "_children", None)
+    if children is None:  # matplotlib < 3.5
+        children = [*ax.lines, *ax.patches, *ax.collections, *ax.images, *ax.artists]
+    objects = [a for a in children if not isinstance(a, Text)]
+    if all(isinstance(a, Line2D) for a in objects):
+        return "line"
+    if all(isinstance(a, (PathPatch, Line2D)) for a in objects):
+        return "box_and_whisker"
+    objects = [a for a in objects if not (isinstance(a, Line2D) and _is_grid_line(a))]
+    for kind, cls in (("scatter", PathCollection), ("pie", Wedge), ("bar", Rectangle)):
+        if all(isinstance(a, cls) for a in objects):
+            return kind
+    return "unknown"
+
+
 def _axes_chart(ax):
     from matplotlib.container import BarContainer
-    from matplotlib.collections import PathCollection
-    from matplotlib.patches import Wedge
-    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
-    if wedges:
-        return {"type": "pie", "title": ax.get_title(),
-                "elements": [{"label": w.get_label(), "angle": abs(w.theta2 - w.theta1),
-                              "radius": w.r} for w in wedges]}
-    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    if bars:
-        return _bar_chart(ax, bars)
-    lines = ax.get_lines()
-    box = _box_chart(ax, lines)
-    if box is not None:
-        return box
-    if lines:
-        elements = [{"label": _public(l.get_label()),
-                     "points": [[_json_safe(x), _json_safe(y)]
-                                for x, y in zip(l.get_xdata(), l.get_ydata())]} for l in lines]
+    kind, lines = _axes_kind(ax), ax.get_lines()
+    if kind in ("line", "box_and_whisker"):
+        # E2B charts a box plot drawn without patch_artist (lines only) as
+        # lines; sandgate finds its boxes.
+        box = _box_chart(ax, lines, kind == "line")
+        if box is not None:
+            return box
+    if kind == "line":
+        elements = []
+        for l in lines:
+            if _is_grid_line(l):
+                continue
+            label = str(l.get_label())
+            if label.startswith("_child") and label[6:].isdigit():
+                label = "Line " + label[6:]
+            elements.append({"label": label, "points": _points(l.get_xdata(), l.get_ydata())})
         return _ticks(ax, dict(_axes_2d(ax), type="line", elements=elements))
-    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
-    if scatters:
-        elements = [{"label": _public(c.get_label()),
-                     "points": [[_json_safe(x), _json_safe(y)] for x, y in c.get_offsets()]}
-                    for c in scatters]
+    if kind == "scatter":
+        elements = [{"label": str(c.get_label()),
+                     "points": _points(c.get_offsets()[:, 0], c.get_offsets()[:, 1])}
+                    for c in ax.collections]
         return _ticks(ax, dict(_axes_2d(ax), type="scatter", elements=elements))
-    return None
+    if kind == "pie":
+        return {"type": "pie", "title": _text(ax.get_title()),
+                "elements": [{"label": str(w.get_label()), "angle": _pie_angle(w),
+                              "radius": float(w.r)} for w in ax.patches]}
+    if kind == "bar":
+        return _bar_chart(ax, [c for c in ax.containers if isinstance(c, BarContainer)])
+    return {"type": "unknown", "title": _text(ax.get_title()), "elements": []}
+
+
+def _any_chart(ax):  # an axes whose extraction fails is still there, as "unknown"
+    try:
+        return _axes_chart(ax)
+    except Exception:
+        return {"type": "unknown", "title": _text(ax.get_title()), "elements": []}
 
 
 def _figure_chart(fig):
-    charts = [c for c in (_axes_chart(ax) for ax in fig.get_axes()) if c is not None]
-    if not charts:
+    """A figure with something drawn: its one axes' chart, or with several
+    a "superchart" of one chart per axes, titled by the suptitle."""
+    axes = fig.get_axes()
+    if not any(ax.has_data() for ax in axes):
         return None
-    if len(charts) == 1:
-        return charts[0]
+    if len(axes) == 1:
+        return _any_chart(axes[0])
     title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
-    return {"type": "superchart", "title": title, "elements": charts}
+    return {"type": "superchart", "title": title, "elements": [_any_chart(ax) for ax in axes]}
 
 
 def _frame_data(df):
@@ -593,6 +728,79 @@ def _rich_formats(shell):
     formatters["e2b/chart"] = formatter("e2b/chart", "matplotlib.figure", "Figure",
                                         _figure_chart)
     formatters["e2b/data"] = formatter("e2b/data", "pandas", "DataFrame", _frame_data)
+    _pil_display(shell)
+
+
+class _OnImport:
+    """A sys.meta_path finder that runs hooks[name](module) once the module
+    named is imported (executed), so that patching a library costs nothing
+    until the code imports it.  For any other name it answers at once, with
+    nothing."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+
+    def find_spec(self, name, path=None, target=None):
+        hook = self.hooks.get(name)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        orig_exec = getattr(spec.loader, "exec_module", None)
+        if orig_exec is None:
+            return spec
+
+        def exec_module(module):
+            orig_exec(module)
+            try:
+                hook(module)
+            except Exception as e:
+                print("sandgate-kernel: %s not adjusted: %s" % (name, e), file=sys.__stderr__)
+
+        spec.loader.exec_module = exec_module  # this module's own loader
+        return spec
+
+
+def _pil_display(shell):
+    """E2B's sandbox displays a PIL image that the code shows (Image.show())
+    or saves to a file named by a string (Image.save("a.png"), and so
+    plt.savefig("a.png"), which saves through PIL): a display_data with its
+    image/png.  Without it show() runs xdg-open, which a sandbox has no
+    screen for.  The same here, for the requests that ask for E2B's formats
+    (_asked), patched when the code imports PIL."""
+    def show_image(orig):
+        def show_image(self, image, **options):  # UnixViewer: xdg-open, display, eog…
+            if not _asked(shell):
+                return orig(self, image, **options)
+            from IPython.display import display
+            display(image)
+            return 1
+        return show_image
+
+    def save(orig):
+        def save(self, fp, format=None, **params):
+            if isinstance(fp, str) and _asked(shell):
+                from IPython.display import display
+                display(self)
+            return orig(self, fp, format, **params)
+        return save
+
+    def image_show(module):
+        viewer = module.UnixViewer
+        viewer.show_image = show_image(viewer.show_image)
+
+    def image(module):
+        module.Image.save = save(module.Image.save)
+
+    hooks = {"PIL.ImageShow": image_show, "PIL.Image": image}
+    for name in [n for n in hooks if n in sys.modules]:  # already imported: now
+        hooks.pop(name)(sys.modules[name])
+    sys.meta_path.insert(0, _OnImport(hooks))
 
 
 def _register_rich_formats():

@@ -38,10 +38,30 @@ def chart_checks(sbx):
     c = chart_of(sbx, "ax.plot([1, 2, 3], [2, 4, 3], label='temp')\nax.set_title('Line')\n"
                  "ax.set_xlabel('Time (s)')\nax.set_ylabel('Heat [C]')")
     check(isinstance(c, charts.LineChart) and c.title == "Line" and
-          (c.x_label, c.x_unit, c.y_label, c.y_unit) == ("Time", "s", "Heat", "C") and
+          (c.x_label, c.x_unit, c.y_label, c.y_unit) == ("Time (s)", "s", "Heat [C]", "C") and
           c.elements[0].label == "temp" and c.elements[0].points == [(1, 2), (2, 4), (3, 3)] and
           c.x_scale == charts.ScaleType.LINEAR and len(c.x_ticks) == len(c.x_tick_labels),
-          "a line plot comes back as a LineChart", c and c.to_dict())
+          "a line plot comes back as a LineChart; its labels keep their units", c and c.to_dict())
+    c = chart_of(sbx, "ax.plot([1, 2, 3, 4, 5], [2, 4, 3, 5, 1])")
+    check(isinstance(c, charts.LineChart) and c.title is None and
+          (c.x_label, c.x_unit, c.y_label, c.y_unit) == (None,) * 4 and
+          c.elements[0].label == "Line 0" and len(c.elements[0].points) == 5,
+          "a 5-point line is a LineChart, not a box; a missing title or label is None, an "
+          "unlabelled line 'Line 0'", c and c.to_dict())
+    c = chart_of(sbx, "ax.plot([1, 2, 3, 4, 5], ['A', 'B', 'C', 'D', 'E'])")
+    check(isinstance(c, charts.LineChart) and c.x_scale == charts.ScaleType.LINEAR and
+          c.y_scale == charts.ScaleType.CATEGORICAL and c.y_tick_labels == list("ABCDE") and
+          c.elements[0].points == [(1, "A"), (2, "B"), (3, "C"), (4, "D"), (5, "E")],
+          "a line of strings: y_scale 'categorical', its points the strings", c and c.to_dict())
+    c = chart_of(sbx, "import datetime\n"
+                 "ax.plot([datetime.date(2024, 1, d) for d in (1, 2, 3)], [1, 3, 2])")
+    iso = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+    check(isinstance(c, charts.LineChart) and c.x_scale == charts.ScaleType.DATETIME and
+          c.y_scale == charts.ScaleType.LINEAR and c.x_ticks and
+          all(isinstance(t, str) and iso.match(t) for t in c.x_ticks) and
+          c.elements[0].points == [("2024-01-01", 1), ("2024-01-02", 3), ("2024-01-03", 2)],
+          "a line over dates: x_scale 'datetime', ticks and points as ISO strings",
+          c and c.to_dict())
     c = chart_of(sbx, "ax.scatter([1, 2], [5, 6], label='pts')\nax.set_title('Scatter')")
     check(isinstance(c, charts.ScatterChart) and c.title == "Scatter" and
           c.elements[0].label == "pts" and c.elements[0].points == [(1, 5), (2, 6)],
@@ -49,7 +69,7 @@ def chart_checks(sbx):
     c = chart_of(sbx, "ax.bar(['A', 'B'], [3, 7], label='sales')\nax.set_title('Bars')\n"
                  "ax.set_ylabel('Sold (units)')")
     check(isinstance(c, charts.BarChart) and c.title == "Bars" and
-          (c.y_label, c.y_unit) == ("Sold", "units") and
+          (c.y_label, c.y_unit) == ("Sold (units)", "units") and
           [(e.label, e.group, e.value) for e in c.elements] == [("A", "sales", 3),
                                                                 ("B", "sales", 7)],
           "a bar chart comes back as a BarChart", c and c.to_dict())
@@ -57,6 +77,17 @@ def chart_checks(sbx):
     check(isinstance(c, charts.PieChart) and c.title == "Pie" and
           [(e.label, e.angle, e.radius) for e in c.elements] == [("x", 90, 1), ("y", 270, 1)],
           "a pie chart comes back as a PieChart", c and c.to_dict())
+    c = chart_of(sbx, "ax.pie([90, 10], labels=['No', 'Yes'], startangle=90)")
+    check(isinstance(c, charts.PieChart) and c.title is None and
+          [(e.label, e.angle) for e in c.elements] == [("No", 324), ("Yes", 36)],
+          "a pie's angles are rounded as E2B rounds them (324, not 323.99999…)",
+          c and c.to_dict())
+    c = chart_of(sbx, "ax.add_artist(plt.Circle((0, 0), 1, fill=False))\n"
+                 "ax.set_title('Circle')")
+    check(isinstance(c, charts.Chart) and c.type == charts.ChartType.UNKNOWN and
+          c.title == "Circle" and c.elements == [],
+          "a figure of other artists (a circle) is a chart of type 'unknown' with its title",
+          c and c.to_dict())
     c = chart_of(sbx, "ax.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['A', 'B'])\n"
                  "ax.set_title('Box')")
     b = c.elements[0] if isinstance(c, charts.BoxAndWhiskerChart) and c.elements else None
@@ -78,6 +109,14 @@ def chart_checks(sbx):
     check(r and r.data == {"a": [1, 2], "b": [1.5, None], "c": ["x", "y"]} and r.html and
           "data" in r.formats(), "a DataFrame result has its columns in data (NaN as None)",
           ex.results)
+    image = ("from PIL import Image\n"
+             "image = Image.new('RGBA', (16, 16), (255, 0, 0, 255))\n")
+    for how in ("image.show()", "image.save('shown.png')"):
+        ex = sbx.run_code(image + how + "\nprint('done')")
+        pngs = [r.png for r in ex.results if r.png]
+        check(ex.error is None and ex.logs.stdout == ["done\n"] and len(pngs) == 1 and
+              base64.b64decode(pngs[0])[1:4] == b"PNG",
+              f"a PIL image's {how} displays it as a PNG result", (ex.error, ex.results))
     ex = sbx.run_code('{"k": 1}')
     r = ex.results[0] if ex.results else None
     check(r and r.chart is None and r.data is None, "other results have neither chart nor data",

@@ -75,7 +75,7 @@ try {
     "ax.plot([0, 1, 2], [1, 4, 9], label='squares')\nax.plot([0, 1, 2], [0, 1, 2], label='same')\n" +
     "ax.set_title('Growth')\nax.set_xlabel('Step [s]')\nax.set_ylabel('Size')\nplt.show()")
   const lc = ex.results.find((r) => r.chart)?.chart
-  check(lc?.type === 'line' && lc.title === 'Growth' && lc.x_label === 'Step' && lc.x_unit === 's' &&
+  check(lc?.type === 'line' && lc.title === 'Growth' && lc.x_label === 'Step [s]' && lc.x_unit === 's' &&
     lc.y_label === 'Size' && lc.y_unit === null &&
     str(lc.elements.map((e) => [e.label, e.points])) ===
       str([['squares', [[0, 1], [1, 4], [2, 9]]], ['same', [[0, 0], [1, 1], [2, 2]]]]),
@@ -89,7 +89,7 @@ try {
   const barResult = ex.results.find((r) => r.chart)
   const bc = barResult?.chart
   check(bc?.type === 'bar' && bc.title === 'Fruit' && bc.x_label === 'Kind' && bc.x_unit === null &&
-    bc.y_label === 'Weight' && bc.y_unit === 'kg' && barResult.png && !barResult.isMainResult,
+    bc.y_label === 'Weight (kg)' && bc.y_unit === 'kg' && barResult.png && !barResult.isMainResult,
   'a bar chart: result.chart (type, title, axis labels, unit) beside its png', barResult && { ...barResult, png: undefined })
   check(str(bc?.elements.map((e) => [e.label, e.group, e.value])) ===
     str([['apples', 'stock', 3], ['pears', 'stock', 5], ['plums', 'stock', 2.5]]),

@@ -52,7 +52,7 @@ try {
   check(blocks.some((b) => b.type === 'text') && tm[0].artifact?.images?.length === 1 &&
     tm[0].artifact.images[0].mimeType === 'image/png', 'beside a text block; the artifact has the image too',
   tm[0]?.artifact && { ...tm[0].artifact, results: undefined, images: tm[0].artifact.images?.length })
-  check(textOf(tm[0]).includes('[chart: line "squares"]\nseries: (0, 1), (1, 4), (2, 9)'),
+  check(textOf(tm[0]).includes('[chart: line "squares"]\nLine 0: (0, 1), (1, 4), (2, 9)'),
     "the plot's data comes back as text too (type, title, the series' points)", textOf(tm[0]))
 
   // --- a chart's data as text: bars; a figure of a pie and a box plot ---------------------------

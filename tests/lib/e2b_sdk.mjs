@@ -37,15 +37,15 @@ try {
   const chartOf = async (code) => (await sbx.runCode(
     'import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n' + code + '\nplt.show()')).results.find((r) => r.chart)?.chart
   let c = await chartOf("ax.plot([1, 2, 3], [2, 4, 3], label='temp')\nax.set_title('Line')\nax.set_xlabel('Time (s)')\nax.set_ylabel('Heat [C]')")
-  check(c?.type === 'line' && c.title === 'Line' && c.x_label === 'Time' && c.x_unit === 's' &&
-    c.y_label === 'Heat' && c.y_unit === 'C' && c.elements[0]?.label === 'temp' &&
+  check(c?.type === 'line' && c.title === 'Line' && c.x_label === 'Time (s)' && c.x_unit === 's' &&
+    c.y_label === 'Heat [C]' && c.y_unit === 'C' && c.elements[0]?.label === 'temp' &&
     JSON.stringify(c.elements[0].points) === '[[1,2],[2,4],[3,3]]' && c.x_scale === 'linear' &&
     c.x_ticks.length === c.x_tick_labels.length, 'a line plot comes back as a LineChart', c)
   c = await chartOf("ax.scatter([1, 2], [5, 6], label='pts')\nax.set_title('Scatter')")
   check(c?.type === 'scatter' && c.title === 'Scatter' && c.elements[0]?.label === 'pts' &&
     JSON.stringify(c.elements[0].points) === '[[1,5],[2,6]]', 'a scatter plot comes back as a ScatterChart', c)
   c = await chartOf("ax.bar(['A', 'B'], [3, 7], label='sales')\nax.set_title('Bars')\nax.set_ylabel('Sold (units)')")
-  check(c?.type === 'bar' && c.title === 'Bars' && c.y_label === 'Sold' && c.y_unit === 'units' &&
+  check(c?.type === 'bar' && c.title === 'Bars' && c.y_label === 'Sold (units)' && c.y_unit === 'units' &&
     JSON.stringify(c.elements.map((e) => [e.label, e.group, e.value])) === '[["A","sales",3],["B","sales",7]]',
     'a bar chart comes back as a BarChart', c)
   c = await chartOf("ax.pie([1, 3], labels=['x', 'y'])\nax.set_title('Pie')")

@@ -165,11 +165,11 @@ export interface BoxAndWhiskerData {
   outliers: number[]
 }
 
-/** A chart drawn on axes: their labels, and the unit a label ends with ("Time (s)", "Heat [C]"), else null. */
+/** A chart drawn on axes: their labels (with their unit: "Time (s)"), and that unit ("s"), else null; a missing title or label is null. */
 export interface AxesChart {
-  title: string
-  x_label: string
-  y_label: string
+  title: string | null
+  x_label: string | null
+  y_label: string | null
   x_unit: string | null
   y_unit: string | null
 }
@@ -201,7 +201,7 @@ export interface BarChart extends AxesChart {
 
 export interface PieChart {
   type: 'pie'
-  title: string
+  title: string | null
   elements: PieData[]
 }
 
@@ -213,12 +213,26 @@ export interface BoxAndWhiskerChart extends AxesChart {
 /** A figure of several charted axes: its suptitle and one chart per axes. */
 export interface SuperChart {
   type: 'superchart'
-  title: string
+  title: string | null
   elements: Exclude<Chart, SuperChart>[]
 }
 
+/** Axes whose artists are of no one chart type (mixed, images, shapes): only the title. */
+export interface UnknownChart {
+  type: 'unknown'
+  title: string | null
+  elements: unknown[]
+}
+
 /** A matplotlib figure's data (e2b/chart, docs/api.md): narrow it by `type`. */
-export type Chart = LineChart | ScatterChart | BarChart | PieChart | BoxAndWhiskerChart | SuperChart
+export type Chart =
+  | LineChart
+  | ScatterChart
+  | BarChart
+  | PieChart
+  | BoxAndWhiskerChart
+  | SuperChart
+  | UnknownChart
 
 /** One MIME bundle: the cell's value (isMainResult) or a display() output. */
 export class Result {

@@ -83,7 +83,8 @@ function section(label, text) {
   return text ? `${label}:\n${text.endsWith('\n') ? text : text + '\n'}` : ''
 }
 
-const axis = (label, unit) => unit ? `${label} (${unit})` : (label || '')
+// An axis as its label, which holds its unit ("Time (s)"), or the unit alone.
+const axis = (label, unit) => label || (unit ? `(${unit})` : '')
 // Python's '{:g}': six significant digits, no trailing zeros.
 const g = (n) => typeof n === 'number' ? String(Number(n.toPrecision(6))) : String(n)
 

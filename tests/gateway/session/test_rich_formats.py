@@ -7,7 +7,8 @@ or the daemon runs with --rich-formats no (then a request's true asks);
 its result lines carry them as `chart` and `data`; MCP's execute_python
 adds the chart as a text block.  A Jupyter frontend's execute_request gets
 the MIME bundle it always got (image/png, text/plain, text/html) unless its
-metadata asks too."""
+metadata asks too; the same request decides whether a PIL image that the
+code saves (or shows) is displayed, as E2B's sandbox displays it."""
 import base64
 import json
 
@@ -22,17 +23,18 @@ PLOT = ("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
 FRAME = "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})"
 BARH = ("fig, ax = plt.subplots()\nax.barh(['a', 'b'], [3, 1])\n"
         "ax.set_xlabel('Count (n)'); ax.set_ylabel('Letter')\nplt.show()")
+SAVE = "from PIL import Image\nImage.new('RGB', (8, 8), (0, 0, 255)).save('saved.png')"
 BOXES = ("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
          "ax.boxplot([[1, 2, 3, 4, 5], [10, 12, 14, 16, 18, 40]], patch_artist=True,\n"
          "           labels=['low', 'high'])\nplt.show()")
 
 d = Daemon("--pool-size", "1")
 try:
-    lines = d.execute("import sys\n[m for m in ('matplotlib', 'pandas') if m in sys.modules]")
+    lines = d.execute("import sys\n[m for m in ('matplotlib', 'pandas', 'PIL') if m in sys.modules]")
     res = of_type(lines, "result")
     ok(res and res[0].get("text") == "[]",
-       "the formatters import neither matplotlib nor pandas until one of their objects shows",
-       lines)
+       "the formatters import neither matplotlib nor pandas until one of their objects shows, "
+       "nor PIL until the code imports it", lines)
 
     res = of_type(d.execute(PLOT), "result")
     r = res[0] if res else {}
@@ -71,7 +73,7 @@ try:
     res = of_type(d.execute(BARH), "result")
     c = res[0].get("chart", {}) if res else {}
     ok(c.get("type") == "bar" and c.get("x_label") == "Letter" and
-       (c.get("y_label"), c.get("y_unit")) == ("Count", "n") and
+       (c.get("y_label"), c.get("y_unit")) == ("Count (n)", "n") and
        [(e["label"], e["value"], e["group"]) for e in c.get("elements", [])] ==
        [("a", 3, "Group 0"), ("b", 1, "Group 0")],
        "REST: horizontal bars are charted as E2B does: x the categories' axis, values the "
@@ -112,6 +114,13 @@ try:
     ok(len(bundles) == 1 and set(b) == {"image/png", "text/plain", "e2b/chart"} and
        b["e2b/chart"]["title"] == "Bars",
        "WebSocket: an execute_request whose metadata asks gets e2b/chart too", bundles)
+    bundles = bundles_of(SAVE)
+    ok(bundles == [], "WebSocket: a frontend's PIL Image.save('f.png') displays nothing, as "
+       "before", bundles)
+    bundles = bundles_of(SAVE, {"sandgate": {"rich_formats": True}})
+    ok(len(bundles) == 1 and bundles[0].get("image/png", "").startswith("iVBOR"),
+       "WebSocket: with the metadata asking, it displays the image, as E2B's sandbox does",
+       bundles)
     ws.close()
 finally:
     d.stop()

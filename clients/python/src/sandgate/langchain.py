@@ -181,7 +181,8 @@ def truncate(text, limit=MAX_OUTPUT_CHARS):
 
 
 def _axis(label, unit):
-    return f"{label} ({unit})" if unit else (label or "")
+    """An axis as its label, which holds its unit ("Time (s)"), or the unit alone."""
+    return label or (f"({unit})" if unit else "")
 
 
 def chart_text(chart, indent=""):
