@@ -102,7 +102,8 @@ check(img and img[0].get("mime_type") == "image/png" and
 check(tms and any("image/png" in r for r in tms[0].artifact["results"]),
       "and in the artifact", tms and tms[0].artifact)
 t = text_of(tms[0]) if tms else ""
-check('[chart: line "Trend"; x: Day (d)]' in t and "Line 0: (0.0, 3.0), (1.0, 1.0), (2.0, 2.0)" in t,
+check('[chart: line "Trend"; x: Day (d)]' in t and
+      "Line 0: (0.0, 3.0), (1.0, 1.0), (2.0, 2.0)" in t,
       "the plot's data comes back as text too (type, title, axes, points)", t)
 t = text_of(tms[1]) if len(tms) > 1 else ""
 check("Traceback" in t and "KeyError: 'nope'" in t and "g()" in t and "\x1b[" not in t,

@@ -30,7 +30,8 @@ BOXES = ("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
 
 d = Daemon("--pool-size", "1")
 try:
-    lines = d.execute("import sys\n[m for m in ('matplotlib', 'pandas', 'PIL') if m in sys.modules]")
+    lines = d.execute("import sys\n"
+                      "[m for m in ('matplotlib', 'pandas', 'PIL') if m in sys.modules]")
     res = of_type(lines, "result")
     ok(res and res[0].get("text") == "[]",
        "the formatters import neither matplotlib nor pandas until one of their objects shows, "
