@@ -96,7 +96,8 @@ static json_t *e2b_record(api_t *self, kernel_t *k)
 static const char *e2b_state(const kernel_t *k)
 {
     kernel_state_t st = kernel_state(k);
-    return st == KERNEL_PAUSED || st == KERNEL_PAUSING ? "paused" : "running";
+    return st == KERNEL_PAUSED || st == KERNEL_PAUSING || kernel_pause_pending(k) ? "paused"
+                                                                                  : "running";
 }
 
 /* E2B's Sandbox (what create and connect answer); detail adds the rest of

@@ -187,7 +187,8 @@ static enum MHD_Result health(void *arg, http_req_t *call)
     if (sandbox) {
         kernel_t *k = call->tenant ? http_resolve(call, "context", sandbox) : NULL;
         kernel_state_t st = k ? kernel_state(k) : KERNEL_DEAD;
-        if (st == KERNEL_DEAD || st == KERNEL_PAUSED || st == KERNEL_PAUSING) {
+        if (st == KERNEL_DEAD || st == KERNEL_PAUSED || st == KERNEL_PAUSING ||
+            (k && kernel_pause_pending(k))) {
             /* E2B's proxy's words, which the SDKs look for ("was not found") */
             cleanup_free char *msg = xasprintf(
                 "The sandbox %s was not found running: it is paused, killed, or never was",

@@ -186,6 +186,9 @@ int kernel_resume(kernel_t *k, sg_error_t **err);
  * and its resume is a cold boot's state.  The same refusals as a pause;
  * SG_E_CONFLICT too when its sandbox holds other kernels. */
 int kernel_pause_cold(kernel_t *k, sg_error_t **err);
+/* Whether a kernel_pause_cold is under way (its fresh kernel starting, to
+ * be paused): to its clients it is pausing. */
+bool kernel_pause_pending(const kernel_t *k);
 /* Sandgate is stopping and will pause k once its work is done: from now on
  * kernel_execute and kernel_resume refuse (SG_E_UNAVAILABLE, why: a
  * literal); the executions already queued run to their end. */

@@ -142,6 +142,11 @@ int kernel_pause_cold(kernel_t *k, sg_error_t **err)
     return 0;
 }
 
+bool kernel_pause_pending(const kernel_t *k)
+{
+    return k->host ? k->host->pause_when_ready : k->pause_when_ready;
+}
+
 void pause_if_wanted(kernel_t *k, kernel_event_t ev)
 {
     if (ev == KERNEL_EV_DEAD || ev == KERNEL_EV_GONE)
