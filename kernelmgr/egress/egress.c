@@ -434,15 +434,10 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
 
 void egress_teardown(void)
 {
-    const char *nft = tool("nft");
-    if (nft) {
-        cleanup_free char *nft_path = xstrdup(nft);
-        const char *args[] = {"delete", "table", "inet", "sandgate", NULL};
-        sg_error_t *err = NULL;
-        if (run(&err, nft_path, args) < 0 && !strstr(err->msg, "No such file"))
-            log_warn("egress: %s", err->msg);
-        sg_error_free(&err);
-    }
+    /* The table stays: sandboxes outlive sandgate (a stop leaves sessions
+     * running, a crash leaves everything), and without it their packets
+     * would be forwarded unfiltered — to private ranges, to the metadata
+     * address.  The next start replaces it as a whole. */
     DIR *d = opendir(NETNS_DIR);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {

@@ -53,8 +53,9 @@ char *egress_ruleset(const egress_policy_t *p);
 /* The launcher's side.  egress_setup: checks for ip and nft, turns on IPv4
  * forwarding, installs the table, and removes the namespaces and veths of
  * sandboxes that no longer have a directory under kernels_dir (a crash's
- * leftovers).  egress_teardown: removes the table and every namespace name
- * (a sandbox that still runs keeps its namespace until it ends). */
+ * leftovers).  egress_teardown: removes every namespace name (a sandbox
+ * that still runs keeps its namespace until it ends) and leaves the table,
+ * whose rules the sandboxes that run on still need. */
 int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err);
 void egress_teardown(void);
 
