@@ -21,6 +21,7 @@
 #include "gateway/mcp/mcp.h"
 #include "gateway/observe/observe.h"
 #include "gateway/options.h"
+#include "gateway/ports/ports.h"
 #include "gateway/rest/rest.h"
 #include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
@@ -38,6 +39,7 @@ typedef struct {
     jupyter_t *jupyter;
     mcp_t *mcp;
     envd_t *envd;
+    ports_t *ports;
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -293,8 +295,9 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     d->mcp = mcp_new(loop, d->kmgr, &mc, http_server_wake, d->http);
     envd_config_t ec = {.max_upload = s->api.max_upload};
     d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);
-    /* The four front ends' URLs are disjoint, so the order is free. */
-    return api_register(d->api, d->http, err) < 0 ||
+    d->ports = ports_new(loop, d->kmgr, api_ports_public, d->api, http_server_wake, d->http);
+    /* The front ends' URLs are disjoint, so the order is free. */
+    return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
                    mcp_register(d->mcp, d->http, err) < 0 ||
                    envd_register(d->envd, d->http, err) < 0
@@ -307,6 +310,7 @@ static void daemon_stop(daemon_t *d)
     jupyter_close(d->jupyter);
     http_server_destroy(&d->http);
     envd_destroy(&d->envd);
+    ports_destroy(&d->ports);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);

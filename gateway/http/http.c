@@ -11,6 +11,7 @@
 #include "common/xalloc.h"
 #include "config.h"
 #include "gateway/auth/auth.h"
+#include "gateway/http/conn.h"
 #include "gateway/http/routes.h"
 #include "gateway/observe/observe.h"
 
@@ -29,6 +30,8 @@ struct http_server {
     routetab_t *tab;       /* the front ends' parameter kinds and routes */
     struct request *keyed; /* the requests under way made with a key (revocable) */
     http_scoped_t scoped;  /* sandboxes' own credentials; owner NULL: none */
+    http_rewrite_fn rewrite;
+    void *rewrite_ctx;
 };
 
 /* A connection's socket context: its request under way, for http_suspend
@@ -51,7 +54,7 @@ typedef struct request {
     http_req_t call;      /* what the handler gets; its ids and path are ours */
     const param_t *params[HTTP_MAX_ARGS]; /* the kinds of call.args */
     char *ids[HTTP_MAX_ARGS];             /* call.args' ids */
-    char *verb, *url;                     /* call.method and call.path */
+    char *verb, *url, *target;            /* call.method, call.path and call.target */
     void *sink;                           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
     char *method, *path; /* for the audit log's refusals; NULL without one */
@@ -82,30 +85,6 @@ void http_config_defaults(http_config_t *cfg)
 
 /* The tenant of the token and of --no-auth: sees and manages everything. */
 static const tenant_t admin_tenant = {.name = "admin", .admin = true, .internet = true};
-
-/* The key a request presents, or NULL: "Authorization: Bearer K" or
- * "token K", the headers the E2B SDKs send (X-API-Key to the sandbox
- * API, X-Access-Token and E2B-Traffic-Access-Token to a sandbox), or
- * ?token=K (browsers cannot set headers on a WebSocket; Jupyter clients
- * send it so). */
-static const char *presented_key(struct MHD_Connection *conn)
-{
-    const char *given = NULL;
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (auth && strncasecmp(auth, "Bearer ", 7) == 0)
-        given = auth + 7;
-    else if (auth && strncasecmp(auth, "token ", 6) == 0)
-        given = auth + 6;
-    if (!given)
-        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
-    if (!given)
-        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
-    if (!given)
-        given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
-    if (!given)
-        given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
-    return given;
-}
 
 /* The caller's tenant for the key given (presented_key, may be NULL) into
  * *t: the admin for --token's value (or when there is no authentication),
@@ -140,6 +119,12 @@ void http_server_set_keys(http_server_t *self, const keys_t *keys)
     self->keys = keys;
 }
 
+void http_server_set_rewrite(http_server_t *self, http_rewrite_fn fn, void *ctx)
+{
+    self->rewrite = fn;
+    self->rewrite_ctx = ctx;
+}
+
 void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped)
 {
     self->scoped = *scoped;
@@ -172,19 +157,12 @@ static bool authenticate_scoped(http_server_t *self, request_t *req, const char 
     req->call.scope = req->scope;
     return true;
 }
-static const struct sockaddr *client_addr(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    return ci ? ci->client_addr : NULL;
-}
-
 /* A failed authentication: counted for its address, which is refused for
  * a while past the limit (logged once a block). */
 static void auth_failed(http_server_t *self, struct MHD_Connection *conn)
 {
     metrics.auth_failures++;
-    const struct sockaddr *addr = client_addr(conn);
+    const struct sockaddr *addr = http_client_addr(conn);
     if (authlimit_fail(self->limit, addr, zclock_mono())) {
         char text[64];
         metrics.auth_blocks++;
@@ -497,8 +475,15 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
     req->call.method = req->verb = xstrdup(method);
     req->call.path = req->url = xstrdup(url);
     req->call.body = "";
+    req->call.target = req->target ? req->target : req->url;
     if (req->nul_in_url) /* a malformed URL, whoever asks: it names nothing */
         return http_reply_errorf(conn, SG_E_INVALID, "the URL may not contain a NUL (%%00)");
+    char *path = self->rewrite ? self->rewrite(self->rewrite_ctx, conn, url) : NULL;
+    if (path) {
+        free(req->url);
+        req->call.path = req->url = path;
+        req->call.rewritten = true;
+    }
     match_t m;
     const route_t *r = req->route = routetab_find(self->tab, method, req->url, &m);
     if (r) {
@@ -528,12 +513,12 @@ static enum MHD_Result request_begin(http_server_t *self, struct MHD_Connection 
      * after the answer.  A failure counts for its address here, whether or
      * not a body would follow: a client that never sends it is counted
      * too. */
-    const char *key = presented_key(conn);
+    const char *key = http_presented_key(conn);
     if (r && (r->def.flags & HTTP_ROUTE_PUBLIC) && key == NULL) {
         /* a probe's request: nobody (the admin without authentication) */
         req->call.tenant =
             authenticate(self, NULL, &req->tenant, &req->keyed) ? &req->tenant : NULL;
-    } else if (authlimit_blocked(self->limit, client_addr(conn), zclock_mono())) {
+    } else if (authlimit_blocked(self->limit, http_client_addr(conn), zclock_mono())) {
         /* its key is not even looked at: guessing learns nothing meanwhile */
         return http_reply_errorf(conn, SG_E_TOO_MANY,
                                  "too many failed authentications from this address; retry "
@@ -695,6 +680,7 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     request_t *req = xzalloc(sizeof(request_t));
     req->nul_in_url = strstr(uri, "%00") != NULL;
+    req->target = xstrdup(uri);
     return req;
 }
 
@@ -753,25 +739,12 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     free(req->verb);
     free(req->scope);
     free(req->url);
+    free(req->target);
     free(req->allow);
     for (size_t k = 0; k < req->call.nargs; k++)
         free(req->ids[k]);
     free(req);
     *req_cls = NULL;
-}
-
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    char line[512];
-    vsnprintf(line, sizeof line, fmt, ap);
-    line[strcspn(line, "\n")] = 0;
-    /* A client that leaves mid-response (a stream it stopped reading) is
-     * the normal course, and the execution's end says what became of it. */
-    if (strstr(line, "no longer available") || strstr(line, "reset by peer") ||
-        strstr(line, "Broken pipe"))
-        log_info("http: %s", line);
-    else
-        log_warn("http: %s", line);
 }
 
 /* libmicrohttpd runs from the loop's hook, before each wait, when there is
@@ -844,7 +817,7 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
     self->mhd = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
-        (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, self,
+        (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, self,
         MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
         MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         self, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,

@@ -82,6 +82,11 @@ typedef struct {
     struct MHD_Connection *conn;
     const char *method;
     const char *path; /* the URL without its query string */
+    /* The request target as the client sent it: path and query, still
+     * %-escaped ("/a%20b?x=1"). */
+    const char *target;
+    /* The server's rewrite (http_server_set_rewrite) gave the path. */
+    bool rewritten;
     /* Who asks: the tenant its key belongs to (the admin for --token or
      * without authentication); NULL on a public route without a valid key. */
     const tenant_t *tenant;
@@ -127,6 +132,12 @@ typedef struct {
     void *ctx;
 } http_scoped_t;
 void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped);
+
+/* A path for the request instead of its own, chosen from its headers
+ * before any route is looked for (a Host naming a sandbox's port,
+ * gateway/ports/): a new string, or NULL to keep its own. */
+typedef char *(*http_rewrite_fn)(void *ctx, struct MHD_Connection *conn, const char *path);
+void http_server_set_rewrite(http_server_t *self, http_rewrite_fn fn, void *ctx);
 
 /* The object resolved for {name}: never NULL on a first call (an unknown
  * id never reaches the handler); NULL on a resumed call, or when the

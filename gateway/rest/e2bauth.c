@@ -175,7 +175,8 @@ static const char *scoped_owner(void *ctx, const http_req_t *req, const char *gi
 static bool scoped_within(void *ctx, const char *scope, const char *kind, void *obj)
 {
     (void)ctx;
-    if (strcmp(kind, "context") != 0 && strcmp(kind, "sandbox") != 0)
+    if (strcmp(kind, "context") != 0 && strcmp(kind, "sandbox") != 0 &&
+        strcmp(kind, "exposed") != 0) /* gateway/ports/ */
         return false;
     kernel_t *k = obj, *host = kernel_host(k);
     return strcmp(kernel_id(host ? host : k), scope) == 0;

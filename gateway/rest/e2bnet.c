@@ -8,7 +8,9 @@
  * E2B's denyOut 0.0.0.0/0.  Addresses and CIDR ranges only: host names,
  * per-domain transforms and egress proxies are refused with 400.  The
  * rules are the context's record ("e2b" "network"), the session's record
- * (a restart keeps them) and the sandbox's nftables chain. */
+ * (a restart keeps them) and the sandbox's nftables chain.  Also
+ * network.allowPublicTraffic: whether its ports (gateway/ports/) need a
+ * credential. */
 #include <string.h>
 
 #include "common/log.h"
@@ -88,6 +90,7 @@ bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
         *ret = net_reply(conn, 400, why);
         return false;
     }
+    net->private_ports = json_is_false(pub);
     net->asked = ai && json_is_boolean(ai);
     net->internet_access = json_is_true(ai);
     if (net->asked && !net->internet_access) /* E2B's denyOut 0.0.0.0/0, before the rest */
@@ -125,6 +128,8 @@ void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
 {
     if (net->asked)
         json_object_set_new(e2b, "allowInternetAccess", json_boolean(net->internet_access));
+    if (net->private_ports) /* public unless made private (gateway/ports/) */
+        json_object_set_new(e2b, "allowPublicTraffic", json_false());
     if (net->allow || net->deny)
         json_object_set_new(e2b, "network",
                             json_pack("{s:o, s:o}", "allowOut", split_list(net->allow), "denyOut",
@@ -234,5 +239,18 @@ void api_e2b_network_json(json_t *sandbox, const json_t *e2b)
     json_object_set(sandbox, "allowInternetAccess", ai ? ai : json_null());
     json_t *net = json_object_get(e2b, "network");
     if (net)
-        json_object_set(sandbox, "network", net);
+        json_object_set_new(sandbox, "network", json_deep_copy(net));
+    if (json_is_false(json_object_get(e2b, "allowPublicTraffic"))) {
+        if (!net)
+            json_object_set_new(sandbox, "network", json_object());
+        json_object_set_new(json_object_get(sandbox, "network"), "allowPublicTraffic",
+                            json_false());
+    }
+}
+
+bool api_ports_public(void *api, const kernel_t *k)
+{
+    api_t *self = api;
+    json_t *e2b = json_object_get(json_object_get(self->contexts, kernel_id(k)), "e2b");
+    return e2b && !json_is_false(json_object_get(e2b, "allowPublicTraffic"));
 }

@@ -142,6 +142,7 @@ typedef struct {
     char *allow, *deny;   /* allowOut, denyOut as given: "CIDR,..." or NULL */
     char *rules_deny;     /* what the sandbox refuses: denyOut, after 0.0.0.0/0 when
                              allow_internet_access is false; NULL: nothing */
+    bool private_ports;   /* allowPublicTraffic false: its ports need a credential */
 } e2b_net_t;
 bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret);

@@ -64,6 +64,10 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err);
 /* The environment E2B's Sandbox.create gave k's sandbox (envVars: an
  * object of strings, borrowed), which its commands and every kernel in it
  * get; NULL when none was given. */
+/* Whether anyone may reach sandbox k's ports (gateway/ports/'s
+ * ports_public_fn; api is the api_t): an E2B sandbox unless made with
+ * network.allowPublicTraffic false; never a context sandgate's own API made. */
+bool api_ports_public(void *api, const kernel_t *k);
 const json_t *api_sandbox_envs(api_t *self, kernel_t *k);
 kernel_t *api_default_context(api_t *self, const http_req_t *req, const char *language,
                               const char *frontend, sg_error_t **err);

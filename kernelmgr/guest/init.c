@@ -58,6 +58,9 @@
  *   watch N                          the same answers for a kernel started
  *       before (after a resume: a detach closes these connections too).
  *   signal N SIG                     SIG to kernel N's process group; "ok\n".
+ *   connect PORT                     "ok\n", then relays to PORT on the
+ *       sandbox's loopback (127.0.0.1, else ::1): a server its code runs,
+ *       reached from outside (gateway/ports/).
  * Errors are "error WHY\n".  Code in the sandbox can reach this socket as
  * the host can: it gains nothing it could not do itself (the kernels are
  * its own, as the sandbox user).  When the first kernel ends, all end.
@@ -91,10 +94,12 @@
 #include <unistd.h>
 
 #include "kernelmgr/guest/fs.h"
+#include "kernelmgr/guest/net.h"
 
 #define MAX_GUESTS 16 /* kernels beside the first: numbers 2..MAX_GUESTS + 1 */
 #define MAX_PORTS (5 * (MAX_GUESTS + 1) + 1)
 #define CTL_MAX 65536 /* a request's bytes */
+#define CONNECT_MS 500 /* connect PORT's longest wait */
 #define BUF_SIZE 65536
 
 enum kind { K_SIGNALS, K_LISTENER, K_CONN, K_CTL };
@@ -159,21 +164,6 @@ static void warn(const char *what, const char *path, int err)
     fprintf(stderr, "sandgate-init: %s %s: %s\n", what, path, strerror(err));
 }
 
-/* Fills a with NAME-PORT; a leading '@' is the abstract namespace.  Returns
- * the address length, 0 when the name does not fit. */
-static socklen_t make_addr(struct sockaddr_un *a, const char *name, const char *suffix)
-{
-    memset(a, 0, sizeof *a);
-    a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s-%s", name, suffix);
-    if (n < 0 || (size_t)n >= sizeof a->sun_path)
-        return 0;
-    if (name[0] != '@')
-        return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
-    a->sun_path[0] = '\0';
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-}
-
 /* "HOST.detached": exists while the relay is detached (see detach()). */
 static char marker[108];
 static bool detached; /* until attach(): the marker's removal is looked for */
@@ -194,8 +184,8 @@ static int add_port(const char *name, bool ctl)
             return -1;
     struct port *pt = &ports[nports];
     *pt = (struct port){.listener = {.kind = K_LISTENER, .fd = -1, .port = pt}, .ctl = ctl};
-    if (make_addr(&pt->host, relay_host, name) == 0 ||
-        (!ctl && (pt->inner_len = make_addr(&pt->inner, relay_inner, name)) == 0))
+    if (guest_unix_addr(&pt->host, relay_host, name) == 0 ||
+        (!ctl && (pt->inner_len = guest_unix_addr(&pt->inner, relay_inner, name)) == 0))
         return -1;
     nports++;
     return 0;
@@ -320,24 +310,6 @@ static void attach(void)
     detached = false;
 }
 
-/* TCP and UDP sockets of the sandbox (its loopback), from /proc/net. */
-static int inet_sockets(void)
-{
-    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp",
-                                         "/proc/net/udp6"};
-    int n = 0;
-    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
-        FILE *f = fopen(tables[i], "re");
-        if (f == NULL)
-            continue;
-        char line[512];
-        for (int row = 0; fgets(line, sizeof line, f); row++)
-            n += row > 0 && strchr(line, ':') != NULL;
-        fclose(f);
-    }
-    return n;
-}
-
 static void detach(void)
 {
     /* runsc of 2022 cannot save a TCP socket that a thread waits on, and a
@@ -347,7 +319,7 @@ static void detach(void)
     char refused[sizeof marker + 8];
     snprintf(refused, sizeof refused, "%.*s.refused", (int)(strlen(marker) - 9), marker);
     unlink(refused); /* an earlier refusal's, read by now */
-    int open_sockets = saves_inet ? 0 : inet_sockets();
+    int open_sockets = saves_inet ? 0 : guest_inet_sockets();
     if (open_sockets > 0) {
         FILE *f = fopen(refused, "we");
         if (f) {
@@ -382,6 +354,28 @@ static void detach(void)
     detached = fd >= 0;
 }
 
+/* Relays h (the host's end) and k (the inner one); closes both if it cannot. */
+static void start_pair(int h, int k, const char *what)
+{
+    struct pair *p = malloc(sizeof *p);
+    if (!p) {
+        warn("relay for", what, ENOMEM);
+        close(h);
+        close(k);
+        return;
+    }
+    p->host = (struct end){.kind = K_CONN, .fd = h, .pair = p};
+    p->inner = (struct end){.kind = K_CONN, .fd = k, .pair = p};
+    p->to_inner.len = p->to_host.len = 0;
+    p->dead = false;
+    p->next = live;
+    live = p;
+    if (watch(&p->host, EPOLLIN) < 0 || watch(&p->inner, EPOLLIN) < 0) {
+        warn("epoll_ctl", what, errno);
+        close_pair(p);
+    }
+}
+
 static void accept_one(struct port *pt)
 {
     int h = accept4(pt->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -409,23 +403,7 @@ static void accept_one(struct port *pt)
         close(h);
         return;
     }
-    struct pair *p = malloc(sizeof *p);
-    if (!p) {
-        warn("relay for", pt->host.sun_path, ENOMEM);
-        close(h);
-        close(k);
-        return;
-    }
-    p->host = (struct end){.kind = K_CONN, .fd = h, .pair = p};
-    p->inner = (struct end){.kind = K_CONN, .fd = k, .pair = p};
-    p->to_inner.len = p->to_host.len = 0;
-    p->dead = false;
-    p->next = live;
-    live = p;
-    if (watch(&p->host, EPOLLIN) < 0 || watch(&p->inner, EPOLLIN) < 0) {
-        warn("epoll_ctl", pt->host.sun_path, errno);
-        close_pair(p);
-    }
+    start_pair(h, k, pt->host.sun_path);
 }
 
 /* The data read from e waits in *from, the data for e in *to. */
@@ -655,6 +633,28 @@ static void ctl_spawn(struct ctl *c, int n, char **f, int nf)
     ctl_say(c, false, "ok %d\n", (int)pid);
 }
 
+static void ctl_connect(struct ctl *c, const char *arg)
+{
+    char *endp;
+    unsigned long port = strtoul(arg, &endp, 10);
+    int k = -1, h = -1;
+    if (arg[0] < '1' || arg[0] > '9' || *endp || port > 65535)
+        errno = EINVAL;
+    else if ((k = guest_connect_loopback(AF_INET, (unsigned)port, CONNECT_MS)) < 0 &&
+             errno == ECONNREFUSED && /* nothing on 127.0.0.1: ::1's answer, or that */
+             (k = guest_connect_loopback(AF_INET6, (unsigned)port, CONNECT_MS)) < 0 &&
+             errno != ETIMEDOUT)
+        errno = ECONNREFUSED;
+    if (k >= 0 && (h = dup(c->end.fd)) < 0) /* c's own fd goes with c */
+        close(k);
+    if (h < 0) {
+        ctl_say(c, true, "error connect to port %s: %s\n", arg, strerror(errno));
+        return;
+    }
+    ctl_say(c, true, "ok\n");
+    start_pair(h, k, "HOST-ctl");
+}
+
 static void ctl_request(struct ctl *c)
 {
     char *f[512];
@@ -662,9 +662,13 @@ static void ctl_request(struct ctl *c)
     for (size_t i = 0; i < c->len && nf < 511; i += strlen(c->buf + i) + 1)
         f[nf++] = c->buf + i;
     nf--; /* the empty field that ends it */
+    if (nf == 2 && strcmp(f[0], "connect") == 0) {
+        ctl_connect(c, f[1]);
+        return;
+    }
     int n = nf >= 2 ? atoi(f[1]) : 0;
     if (n < 2 || n > MAX_GUESTS + 1) {
-        ctl_say(c, true, "error want spawn|watch|signal N... (N 2..%d)\n", MAX_GUESTS + 1);
+        ctl_say(c, true, "error want spawn|watch|signal N... (N 2..%d) or connect PORT\n", MAX_GUESTS + 1);
         return;
     }
     struct guest *g = &guests[n];

@@ -630,6 +630,15 @@ void kernel_exec_pid(kernel_t *k, uint64_t exec, sandbox_pid_fn *cb, void *arg)
         cb(-1, arg);
 }
 
+int kernel_port_open(kernel_t *k, int port, bool *ack, sg_error_t **err)
+{
+    sandbox_t *sb = k->host ? k->host->sb : k->sb;
+    if ((k->state != KERNEL_IDLE && k->state != KERNEL_BUSY) || !sb)
+        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; its ports are reached while it "
+                            "runs", k->id, kernel_status(k));
+    return sandbox_port_open(sb, port, ack, err);
+}
+
 bool kernel_isolated(const kernel_t *k)
 {
     return sandbox_env_isolated(k->env);

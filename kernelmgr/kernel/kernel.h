@@ -239,6 +239,10 @@ int kernel_exec_signal(kernel_t *k, uint64_t exec, int sig, sg_error_t **err);
  * is gone). */
 void kernel_exec_pid(kernel_t *k, uint64_t exec, sandbox_pid_fn *cb, void *arg);
 
+/* sandbox_port_open in k's sandbox, while the kernel runs (idle or busy):
+ * SG_E_CONFLICT when it is starting, paused (resume it first) or dead. */
+int kernel_port_open(kernel_t *k, int port, bool *ack, sg_error_t **err);
+
 const char *kernel_id(const kernel_t *k);
 const char *kernel_sandbox_id(const kernel_t *k);
 pid_t kernel_pid(const kernel_t *k);

@@ -16,6 +16,8 @@
 #include "kernelmgr/sandbox/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -657,6 +659,35 @@ int sandbox_guest_signal(sandbox_guest_t *g, int sig, sg_error_t **err)
         return -1;
     close(fd); /* init answers "ok"; nothing waits for it */
     return 0;
+}
+
+int sandbox_port_open(sandbox_t *sb, int port, bool *ack, sg_error_t **err)
+{
+    if (port < 1 || port > 65535)
+        return sg_error_set(err, SG_E_INVALID, "port %d is not 1..65535", port);
+    *ack = sb->env->cfg.mode != SANDBOX_NONE;
+    int fd;
+    if (*ack) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", port);
+        const char *fields[] = {"connect", num, NULL};
+        fd = guest_request(sb, fields, err);
+    } else {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return sg_error_errno(err, e, "nothing answers on port %d", port);
+        }
+    }
+    if (fd >= 0 && *ack && fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
+        close(fd);
+        return sg_error_errno(err, errno, "cannot make sandbox %s's stream non-blocking", sb->id);
+    }
+    return fd;
 }
 
 void sandbox_guest_end(sandbox_guest_t **g_p, bool kill_it)

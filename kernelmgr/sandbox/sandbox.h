@@ -275,6 +275,15 @@ void sandbox_exec_pid(sandbox_t *self, uint64_t exec, sandbox_pid_fn *cb, void *
  * pipes). */
 unsigned sandbox_exec_count(const sandbox_t *self);
 
+/* A stream to a server the sandbox's code runs on port (1..65535) of its
+ * own loopback: a non-blocking socket, or -1 with *err.  In a runsc
+ * sandbox, sandgate-init connects (guest/init.c's HOST-ctl "connect") and
+ * its answer comes first on the stream: "ok\n", or "error WHY\n" and the
+ * end (*ack true: the reader takes that line before the server's bytes).
+ * In mode none (no isolation) a connection to the host's own 127.0.0.1,
+ * perhaps still under way (*ack false: writable once made). */
+int sandbox_port_open(sandbox_t *sb, int port, bool *ack, sg_error_t **err);
+
 /* Kernels beside the first: a sandbox holds up to SANDBOX_GUESTS more,
  * numbered 2.., sharing its files and processes.  In a runsc sandbox
  * sandgate-init starts them on request (guest/init.c, HOST-ctl) and relays
