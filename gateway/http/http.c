@@ -817,8 +817,8 @@ http_server_t *http_server_new(loop_t *loop, const http_config_t *cfg, sg_error_
                            (const unsigned char *)cfg->token, strlen(cfg->token), NULL, 0);
     self->mhd = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
-        (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, self,
-        MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
+        (uint16_t)cfg->port, NULL, NULL, handle, self, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log,
+        self, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, self,
         MHD_OPTION_URI_LOG_CALLBACK, uri_seen, self, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         self, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,

@@ -90,19 +90,29 @@ static void on_timeout(loop_t *loop, int timer_id, void *arg)
 {
     fwd_t *f = arg;
     f->timer = -1;
-    fail(f, SG_E_TIMEOUT, "the server on port %d of sandbox %s did not answer within %d s",
-         f->port, f->sandbox, PORTS_HEAD_TIMEOUT_MS / 1000);
+    fail(f, SG_E_TIMEOUT, "the server on port %d of sandbox %s did not answer within %d s", f->port,
+         f->sandbox, PORTS_HEAD_TIMEOUT_MS / 1000);
 }
 
 /* Headers the client sent that are the connection's, or sandgate's own
  * credentials: never passed on. */
 static bool hop_header(const char *name, bool keyed)
 {
-    static const char *const hop[] = {
-        "Connection",        "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
-        "TE",                "Trailer",    "Transfer-Encoding", "Upgrade",
-        "Content-Length",    "Expect",     "X-API-Key",         "X-Access-Token",
-        "E2B-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port"};
+    static const char *const hop[] = {"Connection",
+                                      "Keep-Alive",
+                                      "Proxy-Connection",
+                                      "Proxy-Authorization",
+                                      "TE",
+                                      "Trailer",
+                                      "Transfer-Encoding",
+                                      "Upgrade",
+                                      "Content-Length",
+                                      "Expect",
+                                      "X-API-Key",
+                                      "X-Access-Token",
+                                      "E2B-Traffic-Access-Token",
+                                      "E2b-Sandbox-Id",
+                                      "E2b-Sandbox-Port"};
     for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
         if (strcasecmp(name, hop[i]) == 0)
             return true;
@@ -136,12 +146,12 @@ static void build_request(fwd_t *f, const http_req_t *req, const char *target)
     head_t h = {.buf = xasprintf("%s %s HTTP/1.0\r\n", req->method, target)};
     h.len = strlen(h.buf);
     /* A key sandgate checked is not the server's to see. */
-    h.keyed = req->tenant != NULL && MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                                 "Authorization") != NULL;
+    h.keyed = req->tenant != NULL &&
+              MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization") != NULL;
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_header, &h);
     char tail[96];
-    int n = snprintf(tail, sizeof tail, "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                     req->len);
+    int n =
+        snprintf(tail, sizeof tail, "Content-Length: %zu\r\nConnection: close\r\n\r\n", req->len);
     f->out_len = h.len + (size_t)n + req->len;
     f->out = xrealloc(h.buf, f->out_len);
     memcpy(f->out + h.len, tail, (size_t)n);
@@ -192,8 +202,8 @@ static void on_kernel(kernel_t *k, kernel_event_t ev, const sg_error_t *kerr, vo
         if (ev == KERNEL_EV_NOT_RESUMED)
             fail(f, kerr->kind, "%s", kerr->msg);
         else
-            fail(f, SG_E_UNAVAILABLE, "sandbox %s ended before its port %d was reached",
-                 f->sandbox, f->port);
+            fail(f, SG_E_UNAVAILABLE, "sandbox %s ended before its port %d was reached", f->sandbox,
+                 f->port);
     } else if (ev == KERNEL_EV_READY || ev == KERNEL_EV_PAUSED) {
         start(f);
     }
@@ -209,8 +219,7 @@ static void read_ack(fwd_t *f)
     char *nl = n > 0 ? memchr(line, '\n', (size_t)n) : NULL, taken[sizeof line];
     /* init's line is one send, before anything of the server's */
     if (!nl || recv(f->fd, taken, (size_t)(nl - line) + 1, 0) != nl - line + 1) {
-        fail(f, SG_E_UNAVAILABLE, "sandbox %s did not answer for its port %d", f->sandbox,
-             f->port);
+        fail(f, SG_E_UNAVAILABLE, "sandbox %s did not answer for its port %d", f->sandbox, f->port);
         return;
     }
     *nl = '\0';
@@ -271,8 +280,10 @@ static void read_head(fwd_t *f)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
-        fail(f, SG_E_UNAVAILABLE, "the server on port %d of sandbox %s closed the connection "
-             "without an answer", f->port, f->sandbox);
+        fail(f, SG_E_UNAVAILABLE,
+             "the server on port %d of sandbox %s closed the connection "
+             "without an answer",
+             f->port, f->sandbox);
         return;
     }
     f->in_len += (size_t)n;
@@ -281,16 +292,20 @@ static void read_head(fwd_t *f)
     if (!end && f->in_len < PORTS_HEAD_MAX)
         return;
     if (!end) {
-        fail(f, SG_E_UNAVAILABLE, "the server on port %d of sandbox %s sent a head of more "
-             "than %d bytes", f->port, f->sandbox, PORTS_HEAD_MAX);
+        fail(f, SG_E_UNAVAILABLE,
+             "the server on port %d of sandbox %s sent a head of more "
+             "than %d bytes",
+             f->port, f->sandbox, PORTS_HEAD_MAX);
         return;
     }
     f->body_at = (size_t)(end + 4 - f->in);
     end[2] = '\0';
     if (strncmp(f->in, "HTTP/1.1 101", 12) == 0) {
         f->upgrade = true;
-        fail(f, SG_E_CONFLICT, "the server on port %d of sandbox %s upgrades the connection "
-             "(a WebSocket), which sandgate does not forward", f->port, f->sandbox);
+        fail(f, SG_E_CONFLICT,
+             "the server on port %d of sandbox %s upgrades the connection "
+             "(a WebSocket), which sandgate does not forward",
+             f->port, f->sandbox);
         return;
     }
     if (!parse_head(f)) {
@@ -396,8 +411,8 @@ static enum MHD_Result answer_error(fwd_t *f, http_req_t *req)
     enum MHD_Result ret =
         f->upgrade || kind == SG_E_TIMEOUT || kind == SG_E_UNAVAILABLE
             ? http_reply_json(req->conn, st,
-                              json_pack("{s:i, s:s, s:s, s:i}", "code", st, "message",
-                                        f->err->msg, "sandboxId", f->sandbox, "port", f->port))
+                              json_pack("{s:i, s:s, s:s, s:i}", "code", st, "message", f->err->msg,
+                                        "sandboxId", f->sandbox, "port", f->port))
             : http_reply_error(req->conn, f->err);
     sg_error_free(&f->err);
     f->answered = true;

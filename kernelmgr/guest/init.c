@@ -98,7 +98,7 @@
 
 #define MAX_GUESTS 16 /* kernels beside the first: numbers 2..MAX_GUESTS + 1 */
 #define MAX_PORTS (5 * (MAX_GUESTS + 1) + 1)
-#define CTL_MAX 65536 /* a request's bytes */
+#define CTL_MAX 65536  /* a request's bytes */
 #define CONNECT_MS 500 /* connect PORT's longest wait */
 #define BUF_SIZE 65536
 
@@ -668,7 +668,7 @@ static void ctl_request(struct ctl *c)
     }
     int n = nf >= 2 ? atoi(f[1]) : 0;
     if (n < 2 || n > MAX_GUESTS + 1) {
-        ctl_say(c, true, "error want spawn|watch|signal N... (N 2..%d) or connect PORT\n", MAX_GUESTS + 1);
+        ctl_say(c, true, "error want spawn|watch|signal N (2..%d), connect PORT\n", MAX_GUESTS + 1);
         return;
     }
     struct guest *g = &guests[n];

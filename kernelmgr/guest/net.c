@@ -50,9 +50,11 @@ int guest_inet_sockets(void)
  * AF_INET6), non-blocking; -1 with errno when none came within wait_ms. */
 int guest_connect_loopback(int family, unsigned port, int wait_ms)
 {
-    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a4 = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+                              .sin6_port = htons((uint16_t)port),
                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
     int k = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     bool v4 = family == AF_INET;

@@ -634,8 +634,10 @@ int kernel_port_open(kernel_t *k, int port, bool *ack, sg_error_t **err)
 {
     sandbox_t *sb = k->host ? k->host->sb : k->sb;
     if ((k->state != KERNEL_IDLE && k->state != KERNEL_BUSY) || !sb)
-        return sg_error_set(err, SG_E_CONFLICT, "kernel %s is %s; its ports are reached while it "
-                            "runs", k->id, kernel_status(k));
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "kernel %s is %s; its ports are reached while it "
+                            "runs",
+                            k->id, kernel_status(k));
     return sandbox_port_open(sb, port, ack, err);
 }
 

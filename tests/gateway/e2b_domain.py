@@ -9,6 +9,8 @@ check ({ok, name, detail}) and "#SANDBOXES ID..."."""
 import os
 import sys
 
+import httpx
+
 from e2b import SandboxQuery
 from e2b.exceptions import NotFoundException
 from e2b_code_interpreter import Sandbox
@@ -38,6 +40,16 @@ seen = [(text(b.run_code("n")), b.commands.run(f"cat /tmp/n{i}.txt").stdout,
          b.files.read(f"/tmp/n{i}.txt")) for i, b in enumerate(boxes)]
 check(seen == [([str(i)], f"file {i}", f"file {i}") for i in range(3)],
       "each sandbox: run_code, commands.run and files.* reach it, with its own state", seen)
+
+# E2B's test_ping_server: a server in the sandbox at https://get_host(port).
+cmd = boxes[2].commands.run("cd /tmp && python3 -m http.server 8001", background=True)
+boxes[2].commands.run("for i in $(seq 500); do python3 -c 'import socket; socket.create_connection("
+                      "(\"127.0.0.1\", 8001))' 2>/dev/null && exit 0; sleep 0.02; done; exit 1")
+r = httpx.get(f"https://{boxes[2].get_host(8001)}", timeout=60)
+check(r.status_code == 200 and "Directory listing" in r.text,
+      "https://get_host(8001): the sandbox's own server, through the proxy to its replica",
+      (boxes[2].get_host(8001), r.status_code, r.text[:300]))
+cmd.kill()
 
 newest = ids(SandboxQuery(metadata=run))
 started = sorted(boxes, key=lambda b: (b.get_info().started_at, b.sandbox_id), reverse=True)

@@ -424,7 +424,7 @@ try:
     if os.access(py, os.X_OK):
         r = in_domain([py, os.path.join(SRC, "tests/gateway/e2b_domain.py"), BOB, UNKNOWN],
                       ALICE)
-        info = relay_checks(r, 11, "the Python SDK by E2B_DOMAIN")
+        info = relay_checks(r, 12, "the Python SDK by E2B_DOMAIN")
         boxes = info.get("SANDBOXES", "").split()
         ok(sorted(b[:8] for b in boxes) == sorted(tag(x) for x in REPLICAS),
            "its three sandboxes were made on the three replicas", boxes)
