@@ -32,6 +32,8 @@ packages=(
   fonts-dejavu-core
   # ... the R kernel (kernelspec ir)
   r-cran-irkernel
+  # ... the JDK the Java kernel (JJava, from PyPI: below) runs on: JShell
+  openjdk-17-jdk-headless
   # ... what the Bash kernel (bash_kernel, from PyPI: below) imports besides
   # ipykernel
   python3-pexpect python3-filetype
@@ -104,6 +106,9 @@ fi
 $sudo "$(dirname "$0")/runsc.sh"
 # The Bash kernel: from PyPI, pinned (Debian 12 has no package of it).
 $sudo "$(dirname "$0")/bash-kernel.sh"
+# The Java kernel (JJava; kernelspec java): its jar from PyPI, pinned and
+# checksum-checked
+$sudo "$(dirname "$0")/java-kernel.sh"
 # Deno's Jupyter kernel (JavaScript and TypeScript; kernelspec deno): its
 # binary from the npm registry, pinned and checksum-checked
 $sudo "$(dirname "$0")/deno.sh"

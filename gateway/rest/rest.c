@@ -179,6 +179,24 @@ enum MHD_Result api_reply_refused(struct MHD_Connection *conn, const tenant_quot
     return ret;
 }
 
+/* A Java context's sandbox envs and cwd: system properties (a JVM cannot
+ * change its environment or directory; E2B's Java contexts read both so,
+ * user.dir the cwd), set by a silent execution queued before any other. */
+static void java_properties(kernel_t *k, const json_t *env, const char *cwd)
+{
+    json_t *props = env ? json_deep_copy(env) : json_object();
+    if (strcmp(cwd, "/home/user") != 0)
+        json_object_set_new(props, "user.dir", json_string(cwd));
+    char *set = NULL, *restore = NULL;
+    if (json_object_size(props) && envscript("java", props, &set, &restore)) {
+        kernel_exec_opts_t o = {.silent = true};
+        kernel_execute(k, set, &o, &(kernel_exec_cb_t){0}, NULL);
+    }
+    free(set);
+    free(restore);
+    json_decref(props);
+}
+
 /* A new context of tenant t's.  NULL with *err; SG_E_QUOTA with *quota
  * saying which (tenants.h). */
 static kernel_t *create_context(api_t *self, const tenant_t *t, const char *language,
@@ -262,6 +280,8 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
         kernel_execute(k, code, &o, &(kernel_exec_cb_t){0}, NULL);
         free(code);
     }
+    if (!snap && strcmp(spec->language, "java") == 0)
+        java_properties(k, so.env, cwd);
     return k;
 }
 

@@ -2,8 +2,9 @@
  * execution that sets them before the code, and one that puts the old
  * values back after it.  Python's are pyscript's (py/env_set.py); these
  * are the others sandgate ships kernels for: Bash, JavaScript and
- * TypeScript (Deno), R.  Names are checked by the front end (variable
- * names: letters, digits, '_'); values go in as JSON strings, which the
+ * TypeScript (Deno), R, and Java (JJava), whose are system properties
+ * (System.getProperty: a JVM cannot change its environment), as E2B's.  Names are checked by the
+ * front end (variable names: letters, digits, '_'); values go in as JSON strings, which the
  * JavaScript and R parsers read as their own string literals, or quoted
  * for Bash. */
 #include <string.h>
@@ -88,6 +89,25 @@ bool envscript(const char *language, const json_t *env, char **set, char **resto
                     ".k)); rm(.sg_env, .k); invisible(NULL)");
         free(n), free(vs);
         json_decref(names), json_decref(values);
+        return true;
+    }
+    if (strcmp(language, "java") == 0) { /* JShell: system properties, as E2B's Java has them */
+        char *pairs = xstrdup("");
+        json_object_foreach ((json_t *)env, k, v) {
+            json_t *name = json_string(k);
+            char *n = json_text(name), *q = json_text(v);
+            char *t = xasprintf("%s%s{%s, %s}", pairs, *pairs ? ", " : "", n, q);
+            free(pairs), free(n), free(q), json_decref(name), pairs = t;
+        }
+        *set = xasprintf("java.util.Map<String, String> __sgEnv = new java.util.HashMap<>(); "
+                         "for (String[] __sgKv : new String[][] {%s}) { "
+                         "__sgEnv.put(__sgKv[0], System.getProperty(__sgKv[0])); "
+                         "System.setProperty(__sgKv[0], __sgKv[1]); }",
+                         pairs);
+        *restore = xstrdup("for (var __sgE : __sgEnv.entrySet()) { if (__sgE.getValue() == null) "
+                           "System.clearProperty(__sgE.getKey()); else "
+                           "System.setProperty(__sgE.getKey(), __sgE.getValue()); }");
+        free(pairs);
         return true;
     }
     return false;

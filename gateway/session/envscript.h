@@ -1,5 +1,5 @@
 /* envscript: an execution's env_vars in the kernel's language, for the
- * kernels that are not Python (Bash, JavaScript and TypeScript, R). */
+ * kernels that are not Python (Bash, JavaScript and TypeScript, R, Java). */
 #ifndef SG_ENVSCRIPT_H
 #define SG_ENVSCRIPT_H
 

@@ -33,7 +33,9 @@
 
 static int build_etc(const char *dir, sg_error_t **err)
 {
-    cleanup_free char *done = xasprintf("%s/.complete", dir);
+    /* The marker names what was copied: a list that grows makes a new one
+     * (the Java kernel's configuration came with .complete-2). */
+    cleanup_free char *done = xasprintf("%s/.complete-2", dir);
     if (access(done, F_OK) == 0)
         return 0;
     if (host_make_dir(dir, 0755, err) < 0)
@@ -60,11 +62,13 @@ static int build_etc(const char *dir, sg_error_t **err)
     /* Host files the runtime reads, each optional: the loader cache, Debian's
      * Python config (sitecustomize.py links into it), fonts, alternatives
      * (numpy finds libblas through them), MIME types, public certificates, R's
-     * configuration (/usr/lib/R/etc links into it).
+     * configuration (/usr/lib/R/etc links into it), the JDK's (its conf/
+     * links into /etc/java-17-openjdk: java.security, which the JVM must read).
      * Symlinks are kept: they point into /usr, which the sandbox has. */
-    static const char *copies[] = {"/etc/ld.so.cache", "/etc/localtime", "/etc/python3",
-                                   "/etc/python3.11",  "/etc/fonts",     "/etc/alternatives",
-                                   "/etc/mime.types",  "/etc/ssl",       "/etc/R"};
+    static const char *copies[] = {"/etc/ld.so.cache",    "/etc/localtime", "/etc/python3",
+                                   "/etc/python3.11",     "/etc/fonts",     "/etc/alternatives",
+                                   "/etc/mime.types",     "/etc/ssl",       "/etc/R",
+                                   "/etc/java-17-openjdk"};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
         if (access(copies[i], F_OK) != 0)
             continue;
