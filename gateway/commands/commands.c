@@ -286,6 +286,7 @@ static int take_opts(command_t *c, const command_opts_t *o, sg_error_t **err)
     c->timeout_ms = o->timeout_ms;
     c->stdin_open = c->in_accepting = o->stdin_open;
     c->background = o->background;
+    c->internal = o->internal;
     c->who = o->who;
     return 0;
 }
@@ -687,7 +688,7 @@ command_t *commands_find_pid(commands_t *self, const kernel_t *k, uint32_t pid)
 {
     ctx_t *x = ctx_of(self, k, false);
     for (command_t *c = x ? x->list : NULL; c; c = c->next)
-        if (c->pid == pid)
+        if (c->pid == pid && !c->internal)
             return c;
     return NULL;
 }
@@ -696,7 +697,7 @@ command_t *commands_find_inner_pid(commands_t *self, const kernel_t *k, long pid
 {
     ctx_t *x = ctx_of(self, k, false);
     for (command_t *c = x ? x->list : NULL; c; c = c->next)
-        if (c->inner_pid == pid)
+        if (c->inner_pid == pid && !c->internal)
             return c;
     return NULL;
 }
@@ -713,10 +714,11 @@ command_t *commands_find(commands_t *self, const kernel_t *k, const char *id)
 
 command_t *commands_next(commands_t *self, const kernel_t *k, const command_t *prev)
 {
-    if (prev)
-        return prev->next;
-    ctx_t *x = ctx_of(self, k, false);
-    return x ? x->list : NULL;
+    ctx_t *x = prev ? NULL : ctx_of(self, k, false);
+    command_t *c = prev ? prev->next : x ? x->list : NULL;
+    while (c && c->internal)
+        c = c->next;
+    return c;
 }
 
 json_t *commands_list(commands_t *self, const kernel_t *k, bool exited)
@@ -724,7 +726,7 @@ json_t *commands_list(commands_t *self, const kernel_t *k, bool exited)
     json_t *list = json_array();
     ctx_t *x = ctx_of(self, k, false);
     for (command_t *c = x ? x->list : NULL; c; c = c->next)
-        if (exited || c->state != COMMAND_EXITED)
+        if ((exited || c->state != COMMAND_EXITED) && !c->internal)
             json_array_append_new(list, command_json(c));
     return list;
 }

@@ -109,6 +109,10 @@ typedef struct {
     int timeout_ms;          /* killed (the whole group) after this long running; 0: never */
     bool stdin_open;         /* stdin is a pipe for command_stdin_write; else at EOF */
     bool background;         /* only reported (command_json): who started it to come back */
+    /* sandgate's own (a directory watch, gateway/envd/watch.c): never
+     * listed nor found by id or pid; it counts as a command all the same
+     * (COMMANDS_MAX_RUNNING, max-queued, no pause while it runs) */
+    bool internal;
     audit_who_t who;         /* for the audit log's command.start and command.end */
 } command_opts_t;
 

@@ -43,7 +43,7 @@ struct command {
     char *shell; /* NULL for an argv */
     char *cwd;
     int timeout_ms;
-    bool stdin_open, background;
+    bool stdin_open, background, internal;
     audit_who_t who;
     int64_t started_at, ended_at; /* wall clock, ms */
     /* the process */

@@ -27,6 +27,7 @@ void envd_destroy(envd_t **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
         return;
+    envd_watch_destroy(*self_p);
     free(*self_p);
     *self_p = NULL;
 }
@@ -121,6 +122,19 @@ json_t *envd_request(const http_req_t *req, enum MHD_Result *ret)
     json_decref(msg);
     *ret = envd_reply_code(req->conn, "invalid_argument", "the request is not a JSON object");
     return NULL;
+}
+
+json_t *envd_stream_request(const http_req_t *req, enum MHD_Result *ret)
+{
+    if (req->len && req->body[0] == '{')
+        return envd_request(req, ret);
+    sg_error_t *err = NULL;
+    json_t *msg = envd_unwrap(req->body, req->len, &err);
+    if (msg == NULL) {
+        *ret = envd_reply_code(req->conn, "invalid_argument", err->msg);
+        sg_error_free(&err);
+    }
+    return msg;
 }
 
 /* --- Filesystem: Stat, MakeDir, Move, ListDir, Remove ------------------------------- */
@@ -333,8 +347,8 @@ static enum MHD_Result fs_remove(void *ctx, http_req_t *req)
     return fs_rpc(ctx, req, FS_REMOVE);
 }
 
-/* Calls envd has that sandgate does not serve: watching a directory (see
- * docs/clients.md), pseudo-terminals, client streams.  The context the
+/* Calls envd has that sandgate does not serve: pseudo-terminals (see
+ * docs/clients.md), client streams.  The context the
  * request names is still resolved first (without starting a default one),
  * so an unknown id, and another tenant's, is 404 here as on every call. */
 static enum MHD_Result unimplemented(void *ctx, http_req_t *req)
@@ -365,10 +379,6 @@ static const http_route_t routes[] = {
     {"POST", "/filesystem.Filesystem/Move", fs_move, 0, NULL},
     {"POST", "/filesystem.Filesystem/ListDir", fs_list, 0, NULL},
     {"POST", "/filesystem.Filesystem/Remove", fs_remove, 0, NULL},
-    {"POST", "/filesystem.Filesystem/WatchDir", unimplemented, 0, NULL},
-    {"POST", "/filesystem.Filesystem/CreateWatcher", unimplemented, 0, NULL},
-    {"POST", "/filesystem.Filesystem/GetWatcherEvents", unimplemented, 0, NULL},
-    {"POST", "/filesystem.Filesystem/RemoveWatcher", unimplemented, 0, NULL},
     {"POST", "/process.Process/Update", unimplemented, 0, NULL},
     {"POST", "/process.Process/StreamInput", unimplemented, 0, NULL},
 };
@@ -378,7 +388,8 @@ int envd_register(envd_t *self, http_server_t *http, sg_error_t **err)
     http_front_t front = {
         .name = "envd", .ctx = self, .done = done, .error_response = error_response};
     if (http_routes(http, &front, routes, sizeof routes / sizeof *routes, err) < 0 ||
-        envd_files_register(self, http, &front, err) < 0)
+        envd_files_register(self, http, &front, err) < 0 ||
+        envd_watch_register(self, http, &front, err) < 0)
         return -1;
     return envd_process_register(self, http, &front, err);
 }

@@ -5,6 +5,7 @@
  *                   the Filesystem service's unary calls
  *   files.c    GET and POST /files: file bodies, streamed both ways
  *   process.c  the Process service (commands.h)
+ *   watch.c    the Filesystem service's directory watches
  */
 #ifndef SG_ENVD_INTERNAL_H
 #define SG_ENVD_INTERNAL_H
@@ -23,6 +24,7 @@ struct envd {
     envd_config_t cfg;
     void (*wake)(void *);
     void *wake_arg;
+    struct watcher *watchers; /* watch.c's */
 };
 
 /* What every request that keeps state (http_req_t.state) starts with: the
@@ -53,8 +55,16 @@ enum MHD_Result envd_reply_error(struct MHD_Connection *conn, const char *sbfs_c
  * after answering invalid_argument. */
 json_t *envd_request(const http_req_t *req, enum MHD_Result *ret);
 
+/* A streaming request's one message (enveloped; plain JSON taken too), or
+ * NULL after answering. */
+json_t *envd_stream_request(const http_req_t *req, enum MHD_Result *ret);
+
 int envd_files_register(envd_t *self, http_server_t *http, const http_front_t *front,
                         sg_error_t **err);
+int envd_watch_register(envd_t *self, http_server_t *http, const http_front_t *front,
+                        sg_error_t **err);
+/* Ends every watch (envd_destroy). */
+void envd_watch_destroy(envd_t *self);
 int envd_process_register(envd_t *self, http_server_t *http, const http_front_t *front,
                           sg_error_t **err);
 

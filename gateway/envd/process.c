@@ -178,21 +178,6 @@ static enum MHD_Result stream_attach(envd_t *self, http_req_t *req, command_t *c
     return ret;
 }
 
-/* A streaming request's one message (enveloped; plain JSON taken too), or
- * NULL after answering. */
-static json_t *stream_request(const http_req_t *req, enum MHD_Result *ret)
-{
-    if (req->len && req->body[0] == '{')
-        return envd_request(req, ret);
-    sg_error_t *err = NULL;
-    json_t *msg = envd_unwrap(req->body, req->len, &err);
-    if (msg == NULL) {
-        *ret = envd_reply_code(req->conn, "invalid_argument", err->msg);
-        sg_error_free(&err);
-    }
-    return msg;
-}
-
 /* ProcessConfig's cmd and args as an argv (the caller's; its strings
  * borrowed from config), or NULL. */
 static const char **config_argv(const json_t *config)
@@ -216,7 +201,7 @@ static enum MHD_Result proc_start(void *ctx, http_req_t *req)
 {
     envd_t *self = ctx;
     enum MHD_Result ret;
-    json_t *msg = stream_request(req, &ret);
+    json_t *msg = envd_stream_request(req, &ret);
     if (msg == NULL)
         return ret;
     kernel_t *k = envd_kernel_or_reply(self, req, &ret);
@@ -293,7 +278,7 @@ typedef enum MHD_Result (*on_command_fn)(envd_t *self, http_req_t *req, const js
 static enum MHD_Result on_selected(envd_t *self, http_req_t *req, bool stream, on_command_fn fn)
 {
     enum MHD_Result ret;
-    json_t *msg = stream ? stream_request(req, &ret) : envd_request(req, &ret);
+    json_t *msg = stream ? envd_stream_request(req, &ret) : envd_request(req, &ret);
     if (msg == NULL)
         return ret;
     command_t *c = selected(self, req, msg, &ret);

@@ -605,7 +605,7 @@ ssize_t sbfs_read_pull(sbfs_op_t *op, void *buf, size_t len, sg_error_t **err)
 sbfs_op_t *sbfs_write(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
                       const sbfs_cb_t *cb, sg_error_t **err)
 {
-    return sbfs_write_meta(loop, k, path, max, NULL, cb, err);
+    return sbfs_write_meta(loop, k, path, max, NULL, false, cb, err);
 }
 
 #define META_KEY_MAX 246 /* the VFS's 255 for a name, less "user.e2b." */
@@ -644,7 +644,8 @@ int sbfs_metadata_check(const json_t *metadata, sg_error_t **err)
 }
 
 sbfs_op_t *sbfs_write_meta(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
-                           const json_t *metadata, const sbfs_cb_t *cb, sg_error_t **err)
+                           const json_t *metadata, bool in_place, const sbfs_cb_t *cb,
+                           sg_error_t **err)
 {
     if (!paths_ok(path, NULL, err) || (metadata && sbfs_metadata_check(metadata, err) < 0))
         return NULL;
@@ -657,7 +658,8 @@ sbfs_op_t *sbfs_write_meta(loop_t *loop, kernel_t *k, const char *path, uint64_t
         lines = xrealloc(lines, len + strlen(key) + strlen(s) + 3);
         len += (size_t)sprintf(lines + len, "%s%s=%s", len ? "\n" : "", key, s);
     }
-    sbfs_op_t *op = start(loop, k, OP_WRITE, (const char *[]){"write", path, lines, NULL}, cb, err);
+    const char *how = in_place ? "overwrite" : "write";
+    sbfs_op_t *op = start(loop, k, OP_WRITE, (const char *[]){how, path, lines, NULL}, cb, err);
     if (op)
         op->max = max;
     return op;

@@ -133,9 +133,12 @@ sbfs_op_t *sbfs_write(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
 /* The same, the file getting metadata ({KEY: VALUE}, NULL for none) as its
  * user.e2b.KEY extended attributes (E2B's file metadata, which the file's
  * entry gives back as "metadata"): keys and values printable ASCII, keys
- * without '=', at most 246 bytes each, 4096 together (sbfs_metadata_check). */
+ * without '=', at most 246 bytes each, 4096 together (sbfs_metadata_check).
+ * in_place: written as E2B's envd writes, into the file itself (opened with
+ * O_TRUNC; what a directory watch sees is envd's), not renamed onto it. */
 sbfs_op_t *sbfs_write_meta(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
-                           const json_t *metadata, const sbfs_cb_t *cb, sg_error_t **err);
+                           const json_t *metadata, bool in_place, const sbfs_cb_t *cb,
+                           sg_error_t **err);
 /* Whether metadata is such a map: 0, or -1 with *err (SG_E_INVALID). */
 int sbfs_metadata_check(const json_t *metadata, sg_error_t **err);
 ssize_t sbfs_write_push(sbfs_op_t *op, const void *data, size_t n, sg_error_t **err);

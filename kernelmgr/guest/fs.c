@@ -7,6 +7,8 @@
  *                           remove PATH
  *                           read PATH
  *                           write PATH [METADATA]
+ *                           overwrite PATH [METADATA]
+ *                           watch PATH RECURSIVE ENTRIES   (watch.c)
  *
  * Run by `runsc exec` as the sandbox user (under --group), so every path is
  * resolved by gVisor inside the sandbox: this program never sees the host.
@@ -29,6 +31,12 @@
  * extended attributes user.e2b.KEY (E2B's file metadata; the new file has
  * no others, so a write replaces what the old one had).  Every entry has
  * the user.e2b.* attributes it holds as "metadata" {KEY: VALUE}.
+ *
+ * overwrite is write as E2B's envd writes: in place — the file opened with
+ * O_CREAT|O_TRUNC, its owner set, its metadata replaced, then the bytes —
+ * so that a directory watch sees what it sees under E2B (create, chmod,
+ * write; not a temporary file renamed).  A write broken off leaves what
+ * came, as envd's does.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -54,7 +62,6 @@
 #define META_MAX 4096 /* E2B's budget for one file's metadata */
 #define LIST_MAX 10000
 
-static int fail(int errnum, const char *what, const char *path);
 
 static int write_all(int fd, const char *p, size_t n)
 {
@@ -74,7 +81,7 @@ static int write_all(int fd, const char *p, size_t n)
 
 /* s as a JSON string: control characters escaped, bytes that are not UTF-8
  * replaced by U+FFFD (a file name may be any bytes). */
-static void put_str(FILE *f, const char *s)
+void fs_put_str(FILE *f, const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     fputc('"', f);
@@ -152,9 +159,9 @@ static void put_metadata(FILE *f, const char *path)
         value[v] = 0;
         fputs(any ? "," : ",\"metadata\":{", f);
         any = true;
-        put_str(f, name + strlen(META_PREFIX));
+        fs_put_str(f, name + strlen(META_PREFIX));
         fputc(':', f);
-        put_str(f, value);
+        fs_put_str(f, value);
     }
     if (any)
         fputc('}', f);
@@ -173,26 +180,26 @@ static void put_entry(FILE *f, const char *path, const struct stat *st, const ch
     gmtime_r(&st->st_mtime, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fputs("{\"name\":", f);
-    put_str(f, name);
+    fs_put_str(f, name);
     fputs(",\"path\":", f);
-    put_str(f, path);
+    fs_put_str(f, path);
     fprintf(f, ",\"type\":\"%s\",\"size\":%lld,\"mode\":%u,\"permissions\":\"%s\",\"owner\":",
             type_name(st->st_mode), (long long)st->st_size, (unsigned)(st->st_mode & 07777), perms);
-    put_str(f, id_name(true, (unsigned)st->st_uid));
+    fs_put_str(f, id_name(true, (unsigned)st->st_uid));
     fputs(",\"group\":", f);
-    put_str(f, id_name(false, (unsigned)st->st_gid));
+    fs_put_str(f, id_name(false, (unsigned)st->st_gid));
     fprintf(f, ",\"modified\":\"%s\"", when);
     put_metadata(f, path);
     if (target) {
         /* the link as written, and where it leads: the type and the whole
          * path of what it names in the end (E2B's envd gives these) */
         fputs(",\"symlink_target\":", f);
-        put_str(f, target);
+        fs_put_str(f, target);
         struct stat to;
         char *resolved = realpath(path, NULL);
         if (resolved && stat(resolved, &to) == 0) {
             fprintf(f, ",\"target_type\":\"%s\",\"target_path\":", type_name(to.st_mode));
-            put_str(f, resolved);
+            fs_put_str(f, resolved);
         }
         free(resolved);
     }
@@ -210,23 +217,32 @@ static void put_entry_of(FILE *f, const char *path, const struct stat *st)
     put_entry(f, path, st, n >= 0 ? target : NULL);
 }
 
-/* path's entry, links not followed; 0, or fail()'s status. */
+bool fs_put_entry(FILE *f, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return false;
+    put_entry_of(f, path, &st);
+    return true;
+}
+
+/* path's entry, links not followed; 0, or fs_fail()'s status. */
 static int entry_of(FILE *f, const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0)
-        return fail(errno, "stat", path);
+        return fs_fail(errno, "stat", path);
     put_entry_of(f, path, &st);
     return 0;
 }
 
-static int fail(int errnum, const char *what, const char *path)
+int fs_fail(int errnum, const char *what, const char *path)
 {
     fprintf(stderr, "{\"errno\":%d,\"message\":", errnum);
     char *msg = NULL;
     if (asprintf(&msg, "%s %s: %s", what, path, strerror(errnum)) < 0)
         msg = NULL;
-    put_str(stderr, msg ? msg : what);
+    fs_put_str(stderr, msg ? msg : what);
     free(msg);
     fputs("}\n", stderr);
     return 1;
@@ -283,18 +299,18 @@ static int do_list(const char *path, const char *depth_s)
     char *end;
     unsigned long depth = strtoul(depth_s, &end, 10);
     if (*end || depth < 1 || depth > 64)
-        return fail(EINVAL, "list: depth (1 to 64)", depth_s);
+        return fs_fail(EINVAL, "list: depth (1 to 64)", depth_s);
     struct stat st;
     if (stat(path, &st) < 0)
-        return fail(errno, "list", path);
+        return fs_fail(errno, "list", path);
     if (!S_ISDIR(st.st_mode))
-        return fail(ENOTDIR, "list", path);
+        return fs_fail(ENOTDIR, "list", path);
     DIR *d = opendir(path);
     if (!d)
-        return fail(errno, "list", path);
+        return fs_fail(errno, "list", path);
     closedir(d);
     fputs("{\"path\":", stdout);
-    put_str(stdout, path);
+    fs_put_str(stdout, path);
     fputs(",\"entries\":[", stdout);
     list_dir(path, (unsigned)depth);
     printf("]%s}\n", truncated ? ",\"truncated\":true" : "");
@@ -307,7 +323,7 @@ static int make_dirs(const char *path, bool last)
 {
     char buf[PATH_MAX];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return fail(ENAMETOOLONG, "mkdir", path);
+        return fs_fail(ENAMETOOLONG, "mkdir", path);
     if (!last)
         *strrchr(buf, '/') = 0; /* path is absolute: there is one */
     for (char *p = buf + 1;; p++) {
@@ -317,11 +333,11 @@ static int make_dirs(const char *path, bool last)
         *p = 0;
         struct stat st;
         if (mkdir(buf, 0777) < 0 && errno != EEXIST)
-            return fail(errno, "mkdir", buf);
+            return fs_fail(errno, "mkdir", buf);
         if (stat(buf, &st) < 0)
-            return fail(errno, "mkdir", buf);
+            return fs_fail(errno, "mkdir", buf);
         if (!S_ISDIR(st.st_mode))
-            return fail(c == 0 && last ? EEXIST : ENOTDIR, "mkdir", buf);
+            return fs_fail(c == 0 && last ? EEXIST : ENOTDIR, "mkdir", buf);
         *p = c;
         if (c == 0)
             return 0;
@@ -384,25 +400,25 @@ static int move_across(const char *from, const char *to, const struct stat *st)
         ssize_t n = readlink(from, target, PATH_MAX);
         int fd = n < 0 ? -1 : temp_beside(to, tmp);
         if (fd < 0)
-            return fail(errno, "move", from);
+            return fs_fail(errno, "move", from);
         close(fd);
         target[n] = 0;
         if (unlink(tmp) < 0 || symlink(target, tmp) < 0 || rename(tmp, to) < 0) {
             int e = errno;
             unlink(tmp);
-            return fail(e, "move to", to);
+            return fs_fail(e, "move to", to);
         }
-        return unlink(from) < 0 ? fail(errno, "move (removing the original)", from) : 0;
+        return unlink(from) < 0 ? fs_fail(errno, "move (removing the original)", from) : 0;
     }
     if (!S_ISREG(st->st_mode))
-        return fail(EXDEV, "move (only files and links move across file systems)", from);
+        return fs_fail(EXDEV, "move (only files and links move across file systems)", from);
     int in = open(from, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (in < 0)
-        return fail(errno, "move", from);
+        return fs_fail(errno, "move", from);
     int out = temp_beside(to, tmp);
     if (out < 0) {
         close(in);
-        return fail(errno, "move to", to);
+        return fs_fail(errno, "move to", to);
     }
     fchmod(out, st->st_mode & 07777);
     copy_metadata(in, out);
@@ -419,22 +435,22 @@ static int move_across(const char *from, const char *to, const struct stat *st)
     }
     if (rc < 0) {
         unlink(tmp);
-        return fail(e, "move to", to);
+        return fs_fail(e, "move to", to);
     }
-    return unlink(from) < 0 ? fail(errno, "move (removing the original)", from) : 0;
+    return unlink(from) < 0 ? fs_fail(errno, "move (removing the original)", from) : 0;
 }
 
 static int do_move(const char *from, const char *to)
 {
     struct stat st;
     if (lstat(from, &st) < 0)
-        return fail(errno, "move", from);
+        return fs_fail(errno, "move", from);
     int rc = make_dirs(to, false);
     if (rc)
         return rc;
     if (rename(from, to) < 0) {
         if (errno != EXDEV)
-            return fail(errno, "move to", to);
+            return fs_fail(errno, "move to", to);
         if ((rc = move_across(from, to, &st)) != 0)
             return rc;
     }
@@ -446,7 +462,7 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     (void)st;
     (void)ftw;
     if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-        return fail(errno, "remove", path);
+        return fs_fail(errno, "remove", path);
     return 0;
 }
 
@@ -454,9 +470,9 @@ static int do_remove(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0)
-        return fail(errno, "remove", path);
+        return fs_fail(errno, "remove", path);
     if (!S_ISDIR(st.st_mode))
-        return unlink(path) < 0 ? fail(errno, "remove", path) : 0;
+        return unlink(path) < 0 ? fs_fail(errno, "remove", path) : 0;
     /* FTW_PHYS: links are removed, never followed; FTW_MOUNT: not into a mount */
     return nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0;
 }
@@ -469,11 +485,11 @@ static int do_read(const char *path)
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0)
-        return fail(errno, "read", path);
+        return fs_fail(errno, "read", path);
     if (S_ISDIR(st.st_mode))
-        return fail(EISDIR, "read", path);
+        return fs_fail(EISDIR, "read", path);
     if (!S_ISREG(st.st_mode))
-        return fail(ENXIO, "read (not a regular file)", path);
+        return fs_fail(ENXIO, "read (not a regular file)", path);
     static char buf[1 << 20];
     if (st.st_size == 0) {
         /* /proc's and /sys's files say 0 and have text: what one read up
@@ -497,7 +513,7 @@ static int do_read(const char *path)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return fail(n < 0 ? errno : EIO, "read (the file shrank)", path);
+            return fs_fail(n < 0 ? errno : EIO, "read (the file shrank)", path);
         if (write_all(1, buf, (size_t)n) < 0)
             return 1; /* the reader has gone */
         left -= n;
@@ -518,27 +534,33 @@ static int read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
-/* stdin's frames into fd; 0 after the end frame, else fail()'s status. */
+/* stdin's frames into fd; 0 after the end frame, else fs_fail()'s status. */
+/* The frames are gathered up to FRAME_MAX and written a full buffer at a
+ * time: a file of that size or less is one write(2), one change a watcher
+ * sees (however the daemon cut the data). */
 static int copy_frames(int fd, const char *path)
 {
-    static char buf[FRAME_MAX];
+    static char buf[2 * FRAME_MAX];
+    size_t have = 0;
     for (;;) {
         unsigned char h[4];
         if (read_full(0, h, 4) < 0)
-            return fail(ECANCELED, "write (the data broke off)", path);
+            return fs_fail(ECANCELED, "write (the data broke off)", path);
         uint32_t len = h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        if (len > FRAME_MAX)
+            return fs_fail(EPROTO, "write (a bad frame)", path);
+        if ((len == 0 || have + len > FRAME_MAX) && have && write_all(fd, buf, have) < 0)
+            return fs_fail(errno, "write", path);
+        have = len == 0 || have + len > FRAME_MAX ? 0 : have;
         if (len == 0)
             return 0;
-        if (len > FRAME_MAX)
-            return fail(EPROTO, "write (a bad frame)", path);
-        if (read_full(0, buf, len) < 0)
-            return fail(ECANCELED, "write (the data broke off)", path);
-        if (write_all(fd, buf, len) < 0)
-            return fail(errno, "write", path);
+        if (read_full(0, buf + have, len) < 0)
+            return fs_fail(ECANCELED, "write (the data broke off)", path);
+        have += len;
     }
 }
 
-/* METADATA's lines onto fd as user.e2b.KEY; 0, or fail()'s status. */
+/* METADATA's lines onto fd as user.e2b.KEY; 0, or fs_fail()'s status. */
 static int set_metadata(int fd, const char *meta, const char *path)
 {
     char line[META_MAX + 64];
@@ -546,13 +568,54 @@ static int set_metadata(int fd, const char *meta, const char *path)
         size_t n = strcspn(p, "\n");
         const char *eq = memchr(p, '=', n);
         if (!eq || eq == p || n >= sizeof line - strlen(META_PREFIX))
-            return fail(EINVAL, "write (metadata: KEY=VALUE lines)", path);
+            return fs_fail(EINVAL, "write (metadata: KEY=VALUE lines)", path);
         snprintf(line, sizeof line, META_PREFIX "%.*s", (int)(eq - p), p);
         if (fsetxattr(fd, line, eq + 1, n - (size_t)(eq + 1 - p), 0) < 0)
-            return fail(errno, "write (metadata)", path);
+            return fs_fail(errno, "write (metadata)", path);
         p += n + (p[n] == '\n');
     }
     return 0;
+}
+
+/* Removes fd's user.e2b.* attributes. */
+static void clear_metadata(int fd)
+{
+    char names[8192];
+    ssize_t n = flistxattr(fd, names, sizeof names);
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1)
+        if (strncmp(names + i, META_PREFIX, strlen(META_PREFIX)) == 0)
+            fremovexattr(fd, names + i);
+}
+
+static int overwrite(const char *path, const char *meta)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fs_fail(EISDIR, "write", path);
+    int rc = make_dirs(path, false);
+    if (rc)
+        return rc;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+    if (fd < 0)
+        return fs_fail(errno, "write", path);
+    struct stat now;
+    int e = fstat(fd, &now) < 0 ? errno : S_ISREG(now.st_mode) ? 0 : EINVAL;
+    if (e) { /* a FIFO, a device: never written */
+        close(fd);
+        return fs_fail(e, "write (a regular file)", path);
+    }
+    fcntl(fd, F_SETFL, 0);
+    /* envd's chown after the open: the change a watcher sees as chmod (a
+     * file of another owner keeps it) */
+    if (fchown(fd, getuid(), getgid()) < 0)
+        e = 0;
+    clear_metadata(fd);
+    rc = set_metadata(fd, meta, path);
+    if (rc == 0)
+        rc = copy_frames(fd, path);
+    if (close(fd) < 0 && rc == 0)
+        rc = fs_fail(errno, "write", path);
+    return rc ? rc : do_stat(path);
 }
 
 static int do_write(const char *path, const char *meta)
@@ -560,14 +623,14 @@ static int do_write(const char *path, const char *meta)
     struct stat st;
     bool existed = stat(path, &st) == 0;
     if (existed && S_ISDIR(st.st_mode))
-        return fail(EISDIR, "write", path);
+        return fs_fail(EISDIR, "write", path);
     int rc = make_dirs(path, false);
     if (rc)
         return rc;
     char tmp[PATH_MAX];
     int fd = temp_beside(path, tmp);
     if (fd < 0)
-        return fail(errno, "write", path);
+        return fs_fail(errno, "write", path);
     /* mkstemp's 0600, widened as umask allows: what the kernel's files get */
     mode_t mask = umask(0);
     umask(mask);
@@ -576,9 +639,9 @@ static int do_write(const char *path, const char *meta)
     if (rc == 0)
         rc = copy_frames(fd, path);
     if (close(fd) < 0 && rc == 0)
-        rc = fail(errno, "write", path);
+        rc = fs_fail(errno, "write", path);
     if (rc == 0 && rename(tmp, path) < 0)
-        rc = fail(errno, "write", path);
+        rc = fs_fail(errno, "write", path);
     if (rc) {
         unlink(tmp);
         return rc;
@@ -591,8 +654,10 @@ int sandbox_fs_main(int argc, char **argv)
     const char *op = argc > 0 ? argv[0] : "";
     int n = argc - 1;
     for (int i = 1; i < argc; i++)
-        if (argv[i][0] != '/' && !((strcmp(op, "list") == 0 || strcmp(op, "write") == 0) && i == 2))
-            return fail(EINVAL, "a path must be absolute:", argv[i]);
+        if (argv[i][0] != '/' && !(i >= 2 && (strcmp(op, "list") == 0 || strcmp(op, "write") == 0 ||
+                                               strcmp(op, "overwrite") == 0 ||
+                                               strcmp(op, "watch") == 0)))
+            return fs_fail(EINVAL, "a path must be absolute:", argv[i]);
     int rc;
     if (strcmp(op, "stat") == 0 && n == 1)
         rc = do_stat(argv[1]);
@@ -608,8 +673,13 @@ int sandbox_fs_main(int argc, char **argv)
         rc = do_read(argv[1]);
     else if (strcmp(op, "write") == 0 && (n == 1 || n == 2))
         rc = do_write(argv[1], n == 2 ? argv[2] : NULL);
+    else if (strcmp(op, "overwrite") == 0 && (n == 1 || n == 2))
+        rc = overwrite(argv[1], n == 2 ? argv[2] : NULL);
+    else if (strcmp(op, "watch") == 0 && n == 3)
+        rc = fs_watch(argv[1], strcmp(argv[2], "1") == 0, strcmp(argv[3], "1") == 0);
     else {
-        fail(EINVAL, "usage: sandgate-init --fs", "stat|list|mkdir|move|remove|read|write ...");
+        fs_fail(EINVAL, "usage: sandgate-init --fs",
+                "stat|list|mkdir|move|remove|read|write|overwrite|watch ...");
         return 2;
     }
     if (fflush(stdout) != 0 && rc == 0)
