@@ -294,9 +294,9 @@ static part_t *part_start(upload_t *up, const char *path)
         return p;
     }
     /* in place, as E2B's envd writes: a directory watch sees its events */
-    p->op = sbfs_write_meta(up->envd->loop, k, p->path, up->envd->cfg.max_upload, up->metadata,
-                            true, &(sbfs_cb_t){.done = part_done, .ready = part_ready, .arg = p},
-                            &err);
+    p->op =
+        sbfs_write_meta(up->envd->loop, k, p->path, up->envd->cfg.max_upload, up->metadata, true,
+                        &(sbfs_cb_t){.done = part_done, .ready = part_ready, .arg = p}, &err);
     if (p->op == NULL) {
         upload_fail(up, envd_files_status(sbfs_error_code(err), err->kind), err->msg);
         sg_error_free(&err);

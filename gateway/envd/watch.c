@@ -38,6 +38,7 @@ typedef struct wcall wcall_t;
  * GetWatcherEvents for its sync. */
 struct wcall {
     envd_call_t base;
+    bool removal; /* RemoveWatcher's: answered {} once the helper has ended */
     watcher_t *w; /* NULL once answered or the watcher gone */
     resp_t *out;
     json_t *answer; /* the message, or NULL */
@@ -65,6 +66,7 @@ struct watcher {
 };
 
 static const command_reader_t reader;
+static void watcher_free(watcher_t *w);
 
 /* --- the helper's lines ---------------------------------------------------------------- */
 
@@ -181,10 +183,11 @@ static const char *failure(watcher_t *w, const char **msg)
                  ?: "the directory watch ended (its sandbox went, or stopped it)");
     json_decref(e);
     *msg = text;
-    return no == 2 ? "not_found" : no == 20 || no == 22 ? "invalid_argument"
-                               : no == 13               ? "permission_denied"
-                               : no                     ? "internal"
-                                                        : "unavailable";
+    return no == 2                ? "not_found"
+           : no == 20 || no == 22 ? "invalid_argument"
+           : no == 13             ? "permission_denied"
+           : no                   ? "internal"
+                                  : "unavailable";
 }
 
 static void on_exit_(void *arg, command_t *c)
@@ -195,12 +198,21 @@ static void on_exit_(void *arg, command_t *c)
     const char *msg = NULL, *code = failure(w, &msg);
     if (w->ok && !command_error(c))
         msg = "the watched directory is gone, or its sandbox stopped";
-    for (wcall_t *call; (call = first_waiting(w));)
-        call_answer(call, NULL, w->ok ? "unavailable" : code, msg);
+    bool removed = false;
+    for (wcall_t *call; (call = first_waiting(w));) {
+        removed |= call->removal;
+        if (call->removal)
+            call_answer(call, json_object(), NULL, NULL);
+        else
+            call_answer(call, NULL, w->ok ? "unavailable" : code, msg);
+    }
+    if (removed) { /* no longer counted anywhere: gone */
+        watcher_free(w);
+        return;
+    }
     if (w->stream) {
         stream_msg(w, ENVD_FLAG_END,
-                   w->ok ? json_object()
-                         : json_pack("{s:o}", "error", envd_error_json(code, msg)));
+                   w->ok ? json_object() : json_pack("{s:o}", "error", envd_error_json(code, msg)));
         resp_end(w->stream);
         loop_timer_end(w->envd->loop, w->keepalive);
         w->keepalive = -1;
@@ -391,14 +403,24 @@ static enum MHD_Result get_events(void *ctx, http_req_t *req)
 static enum MHD_Result remove_watcher(void *ctx, http_req_t *req)
 {
     envd_t *self = ctx;
+    if (req->resumed)
+        return answered(req);
     enum MHD_Result ret;
     json_t *msg = envd_request(req, &ret);
     watcher_t *w = msg ? watcher_named(self, req, msg, &ret) : NULL;
     json_decref(msg);
     if (!w)
         return ret;
-    watcher_free(w);
-    return envd_reply_msg(req->conn, json_object());
+    if (w->ended) {
+        watcher_free(w);
+        return envd_reply_msg(req->conn, json_object());
+    }
+    /* Answered once the helper has ended (its end of input): from then on
+     * the watch counts against nothing. */
+    command_stdin_close(w->cmd);
+    ret = wait_on(self, req, w);
+    ((wcall_t *)req->state)->removal = true;
+    return ret;
 }
 
 /* WatchDir: the stream lives as long as its client, and the watcher with it. */

@@ -62,7 +62,6 @@
 #define META_MAX 4096 /* E2B's budget for one file's metadata */
 #define LIST_MAX 10000
 
-
 static int write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
@@ -654,9 +653,9 @@ int sandbox_fs_main(int argc, char **argv)
     const char *op = argc > 0 ? argv[0] : "";
     int n = argc - 1;
     for (int i = 1; i < argc; i++)
-        if (argv[i][0] != '/' && !(i >= 2 && (strcmp(op, "list") == 0 || strcmp(op, "write") == 0 ||
-                                               strcmp(op, "overwrite") == 0 ||
-                                               strcmp(op, "watch") == 0)))
+        if (argv[i][0] != '/' &&
+            !(i >= 2 && (strcmp(op, "list") == 0 || strcmp(op, "write") == 0 ||
+                         strcmp(op, "overwrite") == 0 || strcmp(op, "watch") == 0)))
             return fs_fail(EINVAL, "a path must be absolute:", argv[i]);
     int rc;
     if (strcmp(op, "stat") == 0 && n == 1)

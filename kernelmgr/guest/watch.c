@@ -20,10 +20,10 @@
  * events).  End of input: exit 0.
  */
 #include <errno.h>
-#include <stdbool.h>
 #include <ftw.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +33,8 @@
 
 #include "kernelmgr/guest/fs.h"
 
-#define MASK                                                                                      \
-    (IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB |               \
+#define MASK                                                                                       \
+    (IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB |                 \
      IN_DELETE_SELF | IN_MOVE_SELF)
 #define MAX_DIRS 8192
 

@@ -81,8 +81,12 @@ try {
   await sbx.files.write('rel.txt', 'relative')
   ex = await sbx.runCode("open('/home/user/rel.txt').read()")
   check(ex.results[0]?.text === 'relative', "a relative path is /home/user's", ex.results)
-  e = await fails(sbx.files.watchDir('/tmp', () => {}))
-  check(e, 'files.watchDir is refused (not served)', `${e}`)
+  const seen = []
+  const watch = await sbx.files.watchDir('/tmp', (ev) => seen.push(ev.name))
+  await sbx.files.write('/tmp/watched.txt', 'w')
+  for (let i = 0; i < 500 && !seen.includes('watched.txt'); i++) await new Promise((r) => setTimeout(r, 10))
+  await watch.stop()
+  check(seen.includes('watched.txt'), 'files.watchDir (this client\'s sandbox): a write is seen', seen)
 
   // --- commands ------------------------------------------------------------------------
   const out = [], err = []
