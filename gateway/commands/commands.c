@@ -287,6 +287,12 @@ static int take_opts(command_t *c, const command_opts_t *o, sg_error_t **err)
     c->stdin_open = c->in_accepting = o->stdin_open;
     c->background = o->background;
     c->internal = o->internal;
+    if ((o->pty_rows == 0) != (o->pty_cols == 0) || o->pty_rows > 1000 || o->pty_cols > 1000)
+        return sg_error_set(err, SG_E_INVALID, "a terminal's size is 1..1000 rows and columns");
+    c->pty_rows = o->pty_rows;
+    c->pty_cols = o->pty_cols;
+    if (c->pty_rows)
+        c->stdin_open = c->in_accepting = true;
     c->who = o->who;
     return 0;
 }
@@ -442,10 +448,26 @@ static void launch(command_t *c)
     }
     ticket_t *t = xzalloc(sizeof *t);
     t->c = c;
-    sandbox_exec_t x = {
-        .argv = (const char *const *)c->argv, .env = (const char *const *)c->env, .cwd = c->cwd};
+    /* A terminal's: sandgate-init --group --pty ROWS COLS ARGV (pty.c) */
+    size_t n = 0;
+    while (c->argv[n])
+        n++;
+    char rows[16], cols[16];
+    snprintf(rows, sizeof rows, "%u", c->pty_rows);
+    snprintf(cols, sizeof cols, "%u", c->pty_cols);
+    const char **argv = xzalloc((n + 4) * sizeof *argv);
+    size_t at = 0;
+    if (c->pty_rows) {
+        argv[at++] = "--pty";
+        argv[at++] = rows;
+        argv[at++] = cols;
+    }
+    for (size_t i = 0; i < n; i++)
+        argv[at++] = c->argv[i];
+    sandbox_exec_t x = {.argv = argv, .env = (const char *const *)c->env, .cwd = c->cwd};
     int fds[3] = {in[0], out[1], er[1]};
     c->handle = kernel_exec(c->k, &x, fds, on_exec_done, t, &err);
+    free(argv);
     close(in[0]);
     close(out[1]);
     close(er[1]);

@@ -113,7 +113,11 @@ typedef struct {
      * listed nor found by id or pid; it counts as a command all the same
      * (COMMANDS_MAX_RUNNING, max-queued, no pause while it runs) */
     bool internal;
-    audit_who_t who;         /* for the audit log's command.start and command.end */
+    /* A terminal (E2B's pty): the command runs on a pseudo-terminal of this
+     * size (sandgate-init --pty), its output the terminal's, its input
+     * through command_pty_input (stdin is the terminal's); 0: none */
+    unsigned pty_rows, pty_cols;
+    audit_who_t who; /* for the audit log's command.start and command.end */
 } command_opts_t;
 
 /* Starts a command in k's sandbox.  Returns it (borrowed: the registry owns
@@ -204,7 +208,8 @@ void command_reader_ready(command_t *c, const command_reader_t *r, void *arg);
  * than n, maybe 0, when COMMANDS_STDIN_BUFFER bytes wait: the writer's
  * callback says when to go on), or -1 with *err: SG_E_CONFLICT when its
  * stdin was not opened or has been closed.  Bytes given after the command
- * stopped reading are taken and dropped. */
+ * stopped reading are taken and dropped.  A terminal's command (pty_rows)
+ * takes input through command_pty_input only (SG_E_CONFLICT here). */
 ssize_t command_stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err);
 /* The one writer of c's stdin (a streamed upload): fn(arg, c, false) when
  * there is room again after a command_stdin_write that took less than it
@@ -218,6 +223,14 @@ int command_stdin_writer(command_t *c, command_stdin_fn *fn, void *arg, sg_error
 void command_stdin_close(command_t *c);
 /* Bytes waiting for the command's stdin. */
 size_t command_stdin_pending(const command_t *c);
+
+/* A terminal's command (pty_rows): bytes typed into it, or its new size
+ * (the program gets SIGWINCH).  0, or -1 with *err: SG_E_CONFLICT when it
+ * is no terminal or has ended, SG_E_TOO_MANY when COMMANDS_STDIN_BUFFER
+ * bytes wait already. */
+bool command_pty(const command_t *c);
+int command_pty_input(command_t *c, const char *data, size_t n, sg_error_t **err);
+int command_pty_resize(command_t *c, unsigned rows, unsigned cols, sg_error_t **err);
 
 /* Sends sig (SIGINT, SIGTERM, SIGHUP or SIGKILL) to the command's whole
  * process group: SG_E_INVALID for another signal, SG_E_CONFLICT when it has

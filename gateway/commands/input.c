@@ -53,7 +53,18 @@ void commands_stdin_writable(loop_t *loop, int fd, unsigned events, void *arg)
     }
 }
 
+static ssize_t stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err);
+
 ssize_t command_stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err)
+{
+    if (c->pty_rows) /* its stdin carries frames (command_pty_input) */
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "command %s runs on a terminal: send it input as the terminal's",
+                            c->id);
+    return stdin_write(c, data, n, err);
+}
+
+static ssize_t stdin_write(command_t *c, const char *data, size_t n, sg_error_t **err)
 {
     if (!c->in_accepting && c->state != COMMAND_EXITED) {
         sg_error_set(err, SG_E_CONFLICT, "command %s has no standard input open%s", c->id,
@@ -229,4 +240,45 @@ void commands_pid_forget(command_t *c)
     c->pid_asked = NULL;
     loop_timer_end(c->reg->loop, c->pid_timer);
     c->pid_timer = -1;
+}
+
+/* --- a terminal's input: frames for sandgate-init --pty ------------------------------ */
+
+bool command_pty(const command_t *c)
+{
+    return c->pty_rows != 0;
+}
+
+/* One frame (type, 4-byte little-endian length, data) onto the terminal's
+ * stdin, whole or not at all. */
+static int pty_frame(command_t *c, char type, const char *data, size_t n, sg_error_t **err)
+{
+    if (!c->pty_rows)
+        return sg_error_set(err, SG_E_CONFLICT, "command %s has no terminal", c->id);
+    if (n > (1u << 20) || command_stdin_pending(c) + n + 5 > COMMANDS_STDIN_BUFFER)
+        return sg_error_set(err, SG_E_TOO_MANY,
+                            "the terminal's input waits already (%zu bytes); send again later",
+                            command_stdin_pending(c));
+    char *f = xmalloc(n + 5);
+    f[0] = type;
+    for (int i = 0; i < 4; i++)
+        f[1 + i] = (char)((n >> (8 * i)) & 0xff);
+    memcpy(f + 5, data, n);
+    ssize_t took = stdin_write(c, f, n + 5, err);
+    free(f);
+    return took < 0 ? -1 : 0;
+}
+
+int command_pty_input(command_t *c, const char *data, size_t n, sg_error_t **err)
+{
+    return pty_frame(c, 'd', data, n, err);
+}
+
+int command_pty_resize(command_t *c, unsigned rows, unsigned cols, sg_error_t **err)
+{
+    if (rows == 0 || cols == 0 || rows > 1000 || cols > 1000)
+        return sg_error_set(err, SG_E_INVALID, "a terminal's size is 1..1000 rows and columns");
+    char size[32];
+    int n = snprintf(size, sizeof size, "%u %u", rows, cols);
+    return pty_frame(c, 'r', size, (size_t)n, err);
 }

@@ -44,6 +44,7 @@ struct command {
     char *cwd;
     int timeout_ms;
     bool stdin_open, background, internal;
+    unsigned pty_rows, pty_cols; /* a terminal (command_opts_t) */
     audit_who_t who;
     int64_t started_at, ended_at; /* wall clock, ms */
     /* the process */

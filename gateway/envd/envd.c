@@ -347,8 +347,8 @@ static enum MHD_Result fs_remove(void *ctx, http_req_t *req)
     return fs_rpc(ctx, req, FS_REMOVE);
 }
 
-/* Calls envd has that sandgate does not serve: pseudo-terminals (see
- * docs/clients.md), client streams.  The context the
+/* Calls envd has that sandgate does not serve: client streams (see
+ * docs/clients.md).  The context the
  * request names is still resolved first (without starting a default one),
  * so an unknown id, and another tenant's, is 404 here as on every call. */
 static enum MHD_Result unimplemented(void *ctx, http_req_t *req)
@@ -379,7 +379,6 @@ static const http_route_t routes[] = {
     {"POST", "/filesystem.Filesystem/Move", fs_move, 0, NULL},
     {"POST", "/filesystem.Filesystem/ListDir", fs_list, 0, NULL},
     {"POST", "/filesystem.Filesystem/Remove", fs_remove, 0, NULL},
-    {"POST", "/process.Process/Update", unimplemented, 0, NULL},
     {"POST", "/process.Process/StreamInput", unimplemented, 0, NULL},
 };
 

@@ -1,4 +1,7 @@
-/* process: envd's Process service (internal.h) over commands.h.
+/* process: envd's Process service (internal.h) over commands.h; a
+ * terminal (Start's pty: E2B's pty.create) is a command on a pseudo-terminal
+ * (commands.h's pty_rows): its output comes as data.pty, SendInput's
+ * input.pty types into it, Update resizes it.
  *
  * Start and Connect are server streams: a start event with the command's
  * pid (commands.h's number, 1, 2, ... per context), its output as data
@@ -34,6 +37,12 @@ typedef struct {
     int keepalive;  /* timer */
     bool wrote;     /* since the last keepalive tick */
     bool started;   /* the start event went out */
+    /* Output that came before the pid was known (a terminal's prompt): held,
+     * the command's pipes not read meanwhile, until the start event has the
+     * pid a client then names the process by. */
+    char *held;
+    size_t held_n;
+    command_stream_t held_which;
 } stream_t;
 
 /* The pid envd gives a command: its process's inside the sandbox, as E2B's
@@ -79,14 +88,29 @@ static void on_keepalive(loop_t *loop, int timer_id, void *arg)
     s->wrote = false;
 }
 
-/* The stream's first event, once the command's pid is known (or output or
- * its end came first). */
+static void data_event(stream_t *s, command_t *c, command_stream_t which, const char *data,
+                       size_t n)
+{
+    cleanup_free char *b64 = envd_b64(data, n);
+    const char *key = which == COMMAND_STDERR ? "stderr" : command_pty(c) ? "pty" : "stdout";
+    event(s, "data", json_pack("{s:s}", key, b64));
+}
+
+/* The stream's first event, once the command's pid is known (or its end
+ * came first), then what output was held for it. */
 static void start_event(stream_t *s, command_t *c)
 {
     if (s->started)
         return;
     s->started = true;
     event(s, "start", json_pack("{s:I}", "pid", (json_int_t)envd_pid(c)));
+    if (s->held) {
+        data_event(s, c, s->held_which, s->held, s->held_n);
+        free(s->held);
+        s->held = NULL;
+        if (s->cmd)
+            command_reader_ready(s->cmd, &reader, s);
+    }
 }
 
 static void on_pid(void *arg, command_t *c)
@@ -97,16 +121,22 @@ static void on_pid(void *arg, command_t *c)
 static bool on_output(void *arg, command_t *c, command_stream_t which, const char *data, size_t n)
 {
     stream_t *s = arg;
+    if (!s->started && !command_pid_settled(c) && (!s->held || which == s->held_which)) {
+        s->held = xrealloc(s->held, s->held_n + n + 1);
+        memcpy(s->held + s->held_n, data, n);
+        s->held_n += n;
+        s->held_which = which;
+        return false; /* on_pid goes on */
+    }
     start_event(s, c);
-    cleanup_free char *b64 = envd_b64(data, n);
-    event(s, "data", json_pack("{s:s}", which == COMMAND_STDOUT ? "stdout" : "stderr", b64));
+    data_event(s, c, which, data, n);
     return resp_pending(s->out) < HIGH_WATER; /* else the command waits for the client */
 }
 
 static void on_drained(void *arg)
 {
     stream_t *s = arg;
-    if (s->cmd)
+    if (s->cmd && !s->held)
         command_reader_ready(s->cmd, &reader, s);
 }
 
@@ -144,6 +174,7 @@ static const command_reader_t reader = {
 static void stream_end(envd_call_t *call, bool completed)
 {
     stream_t *s = (stream_t *)call;
+    free(s->held);
     if (s->cmd)
         command_detach(s->cmd, &reader, s);
     loop_timer_end(s->envd->loop, s->keepalive);
@@ -209,11 +240,14 @@ static enum MHD_Result proc_start(void *ctx, http_req_t *req)
     const char **argv = k ? config_argv(config) : NULL;
     const json_t *envs = json_object_get(config, "envs");
     json_t *pty = json_object_get(msg, "pty");
+    const json_t *size = json_object_get(pty, "size");
+    json_int_t rows = json_integer_value(json_object_get(size, "rows"));
+    json_int_t cols = json_integer_value(json_object_get(size, "cols"));
     if (k == NULL) {
         /* answered */
-    } else if (pty && !json_is_null(pty)) { /* a terminal: not a pipe's command */
-        ret = envd_reply_code(req->conn, "unimplemented",
-                              "terminals (pty) are not served yet: commands run without one");
+    } else if (pty && !json_is_null(pty) && (rows < 1 || cols < 1 || rows > 1000 || cols > 1000)) {
+        ret = envd_reply_code(req->conn, "invalid_argument",
+                              "pty.size needs rows and cols, 1..1000 each");
     } else if (argv == NULL || (envs && !json_is_object(envs))) {
         ret = envd_reply_code(req->conn, "invalid_argument",
                               "process.cmd, a string, and process.args, strings, are needed");
@@ -231,7 +265,9 @@ static enum MHD_Result proc_start(void *ctx, http_req_t *req)
                             .envs = merged ? merged : envs,
                             .timeout_ms = t > 0 && t < INT32_MAX ? (int)t : 0,
                             .stdin_open = json_is_true(json_object_get(msg, "stdin")),
-                            .background = true};
+                            .background = true,
+                            .pty_rows = (unsigned)rows,
+                            .pty_cols = (unsigned)cols};
         http_who(req, "envd", &o.who);
         sg_error_t *err = NULL;
         command_t *c = commands_start(self->commands, k, &o, &err);
@@ -337,13 +373,17 @@ static enum MHD_Result proc_list(void *ctx, http_req_t *req)
 
 static enum MHD_Result input(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
 {
-    const char *b64 = envd_str(json_object_get(msg, "input"), "stdin", NULL);
+    const json_t *in = json_object_get(msg, "input");
+    const char *pty = envd_str(in, "pty", NULL);
+    const char *b64 = pty ? pty : envd_str(in, "stdin", NULL);
     unsigned char *data = NULL;
     size_t n = 0;
     if (b64 == NULL || envd_unb64(b64, &data, &n) < 0)
-        return envd_reply_code(req->conn, "invalid_argument", "input.stdin must be base64 bytes");
+        return envd_reply_code(req->conn, "invalid_argument",
+                               "input.stdin or input.pty must be base64 bytes");
     sg_error_t *err = NULL;
-    ssize_t took = command_stdin_write(c, (const char *)data, n, &err);
+    ssize_t took = pty ? (command_pty_input(c, (const char *)data, n, &err) < 0 ? -1 : (ssize_t)n)
+                       : command_stdin_write(c, (const char *)data, n, &err);
     free(data);
     enum MHD_Result ret;
     if (took < 0) {
@@ -390,6 +430,32 @@ static enum MHD_Result proc_signal(void *ctx, http_req_t *req)
     return on_selected(ctx, req, false, signal_);
 }
 
+/* Update: a terminal's new size. */
+static enum MHD_Result update(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
+{
+    const json_t *size = json_object_get(json_object_get(msg, "pty"), "size");
+    json_int_t rows = json_integer_value(json_object_get(size, "rows"));
+    json_int_t cols = json_integer_value(json_object_get(size, "cols"));
+    sg_error_t *err = NULL;
+    if (!size)
+        return envd_reply_msg(req->conn, json_object()); /* nothing to change */
+    if (rows < 1 || cols < 1 || rows > 1000 || cols > 1000 ||
+        command_pty_resize(c, (unsigned)rows, (unsigned)cols, &err) < 0) {
+        enum MHD_Result ret = envd_reply_code(
+            req->conn,
+            err && err->kind == SG_E_CONFLICT ? "failed_precondition" : "invalid_argument",
+            err ? err->msg : "pty.size needs rows and cols, 1..1000 each");
+        sg_error_free(&err);
+        return ret;
+    }
+    return envd_reply_msg(req->conn, json_object());
+}
+
+static enum MHD_Result proc_update(void *ctx, http_req_t *req)
+{
+    return on_selected(ctx, req, false, update);
+}
+
 static enum MHD_Result close_stdin(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
 {
     command_stdin_close(c);
@@ -408,6 +474,7 @@ static const http_route_t routes[] = {
     {"POST", "/process.Process/SendInput", proc_input, 0, NULL},
     {"POST", "/process.Process/SendSignal", proc_signal, 0, NULL},
     {"POST", "/process.Process/CloseStdin", proc_close_stdin, 0, NULL},
+    {"POST", "/process.Process/Update", proc_update, 0, NULL},
 };
 
 int envd_process_register(envd_t *self, http_server_t *http, const http_front_t *front,

@@ -1,6 +1,6 @@
 /* fs: `sandgate-init --fs OP ARGS...`, file operations run inside a
- * sandbox for gateway/files/sbfs.c (the protocol is in fs.c), and a
- * directory's watch (watch.c) for gateway/envd/. */
+ * sandbox for gateway/files/sbfs.c (the protocol is in fs.c), a
+ * directory's watch (watch.c) and a terminal (pty.c) for gateway/envd/. */
 #ifndef SG_SANDBOX_FS_H
 #define SG_SANDBOX_FS_H
 
@@ -19,5 +19,9 @@ int fs_fail(int errnum, const char *what, const char *path);
 
 /* watch PATH RECURSIVE ENTRIES: the exit status. */
 int fs_watch(const char *path, bool recursive, bool entries);
+
+/* `--pty ROWS COLS PROGRAM [ARGS...]`, a command on a terminal (pty.c):
+ * argv[0] is ROWS; the program's exit status. */
+int sandbox_pty_main(int argc, char **argv);
 
 #endif

@@ -816,13 +816,13 @@ int main(int argc, char **argv)
         argv++;
         argc--;
     }
-    /* A file operation is done by this process, also as the command of
-     * --group (`--group --fs OP...`, how sandbox_exec runs sbfs's): no
-     * child, so nothing to group, and a sanitizer build's helper is not
-     * started with the kernel's LD_PRELOAD before its runtime. */
-    if (argc > 1 && strcmp(argv[1], "--fs") == 0) {
+    /* A file operation or a terminal (pty.c) is this process's own work,
+     * also under --group (`--group --fs OP...`, how sandbox_exec runs sbfs's;
+     * a sanitizer build's helper is not started with the kernel's preload). */
+    if (argc > 1 && (strcmp(argv[1], "--fs") == 0 || strcmp(argv[1], "--pty") == 0)) {
         umask(007); /* what the kernel's files get (below) */
-        return sandbox_fs_main(argc - 2, argv + 2);
+        return argv[1][2] == 'f' ? sandbox_fs_main(argc - 2, argv + 2)
+                                 : sandbox_pty_main(argc - 2, argv + 2);
     }
     if (argc < 2) {
         fprintf(stderr, "usage: sandgate-init [--group] PROGRAM [ARGS...]\n");
