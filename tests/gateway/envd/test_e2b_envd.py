@@ -3,7 +3,8 @@ protocol) against sandgate with real runsc: tests/lib/e2b_envd.mjs, with
 two tenants' keys; then the audit log has its file writes, deletes and
 commands, each with its tenant.  Directory watches with both SDKs, unchanged
 and configured by environment only: e2b_watch.py (Python: polled) and
-e2b_watch.mjs (JavaScript: WatchDir's stream)."""
+e2b_watch.mjs (JavaScript: WatchDir's stream); terminals with both:
+e2b_pty.py, e2b_pty.mjs."""
 import json
 import os
 import subprocess
@@ -44,9 +45,15 @@ try:
         r = subprocess.run([py, os.path.join(SRC, "tests/gateway/envd/e2b_watch.py"), bob],
                            env=env, capture_output=True, text=True, timeout=600)
         relay_checks(r, 11, "the Python SDK's e2b_watch.py")
+        r = subprocess.run([py, os.path.join(SRC, "tests/gateway/envd/e2b_pty.py"), bob],
+                           env=env, capture_output=True, text=True, timeout=600)
+        relay_checks(r, 7, "the Python SDK's e2b_pty.py")
     r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/envd/e2b_watch.mjs")], env=env,
                        capture_output=True, text=True, timeout=600)
     relay_checks(r, 4, "the JS SDK's e2b_watch.mjs")
+    r = subprocess.run(["node", os.path.join(SRC, "tests/gateway/envd/e2b_pty.mjs")], env=env,
+                       capture_output=True, text=True, timeout=600)
+    relay_checks(r, 1, "the JS SDK's e2b_pty.mjs")
 finally:
     d.stop()
 done()
