@@ -283,6 +283,7 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     d->api = api_new(loop, d->kmgr, &s->api, http_server_wake, d->http);
     s->channels.exec = &s->exec;
     d->jupyter = jupyter_new(loop, d->kmgr, &s->channels, http_server_wake, d->http);
+    jupyter_set_commands(d->jupyter, api_commands(d->api));
     mcp_config_t mc;
     mcp_config_defaults(&mc);
     mc.state_dir = s->k.state_dir;

@@ -1,12 +1,14 @@
 /* internal: what the Jupyter front end's files share — jupyter.c (the
- * server, kernels, kernelspecs, the WebSocket upgrade) and sessions.c
- * (/api/sessions).  Not for use outside gateway/jupyter/. */
+ * server, kernels, kernelspecs, the WebSocket upgrade), sessions.c
+ * (/api/sessions) and terminal.c (a context's shell over a WebSocket).  Not
+ * for use outside gateway/jupyter/. */
 #ifndef SG_JUPYTER_INTERNAL_H
 #define SG_JUPYTER_INTERNAL_H
 
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "gateway/commands/commands.h"
 #include "gateway/jupyter/jupyter.h"
 #include "gateway/observe/observe.h"
 #include "gateway/tenants/tenants.h"
@@ -18,7 +20,9 @@ struct jupyter {
     json_t *sessions; /* id -> {id, path, name, type, kernel_id} */
     void (*wake)(void *);
     void *wake_arg;
-    int64_t started; /* wall clock ms */
+    int64_t started;      /* wall clock ms */
+    commands_t *commands; /* terminal.c's shells (jupyter_set_commands) */
+    struct term *terms;   /* terminal.c's: the shells by context and name */
 };
 
 /* A request that waits (for a kernel to be ready) or upgrades to a WebSocket. */
@@ -60,6 +64,11 @@ enum MHD_Result jupyter_when_ready(jupyter_t *self, struct MHD_Connection *conn,
                                    unsigned status, const char *session_id, void **req_state);
 /* A request that waited for a kernel resumed: its answer. */
 enum MHD_Result jupyter_resumed(jupyter_t *self, http_req_t *call);
+
+/* --- terminal.c -------------------------------------------------------------- */
+
+int jupyter_terminal_register(jupyter_t *self, http_server_t *http, sg_error_t **err);
+void jupyter_terminal_forget(jupyter_t *self);
 
 /* --- sessions.c -------------------------------------------------------------- */
 

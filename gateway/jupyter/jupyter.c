@@ -66,6 +66,7 @@ void jupyter_destroy(jupyter_t **self_p)
     tenants_uncount_source(TENANT_JUPYTER_SESSIONS, jupyter_sessions_of, self);
     channels_destroy(&self->ch);
     json_decref(self->sessions);
+    jupyter_terminal_forget(self);
     free(self);
     *self_p = NULL;
 }
@@ -655,6 +656,11 @@ static void *resolve_kernelspec(void *arg, const char *id, const http_req_t *cal
     return (void *)jks_spec(self->kmgr, id);
 }
 
+void jupyter_set_commands(jupyter_t *self, commands_t *commands)
+{
+    self->commands = commands;
+}
+
 int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
 {
     /* jupyter_server takes each collection with and without a final '/'. */
@@ -686,7 +692,8 @@ int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err)
         http_param(http, "kernelspec", resolve_kernelspec, NULL, self, "Kernel spec %s not found",
                    err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof routes[0], err) < 0 ||
-        jupyter_sessions_register(self, http, &front, err) < 0)
+        jupyter_sessions_register(self, http, &front, err) < 0 ||
+        (self->commands && jupyter_terminal_register(self, http, err) < 0))
         return -1;
     return 0;
 }

@@ -24,6 +24,7 @@
 
 #include <microhttpd.h>
 
+#include "gateway/commands/commands.h"
 #include "gateway/http/http.h"
 #include "gateway/jupyter/channels.h"
 #include "kernelmgr/manager/manager.h"
@@ -38,8 +39,11 @@ jupyter_t *jupyter_new(loop_t *loop, kmgr_t *kmgr, const channels_config_t *cfg,
 void jupyter_close(jupyter_t *self);
 void jupyter_destroy(jupyter_t **self_p);
 
-/* Registers the routes above with http: /api, /api/... and /kernelspecs/...
- * (self borrowed: it must outlive http). */
+/* Registers the routes above with http: /api, /api/... and /kernelspecs/...,
+ * and a context's terminal, GET /contexts/{context}/terminal (a WebSocket:
+ * terminal.c) (self borrowed: it must outlive http). */
 int jupyter_register(jupyter_t *self, http_server_t *http, sg_error_t **err);
+/* The commands terminals run as (borrowed), before jupyter_register. */
+void jupyter_set_commands(jupyter_t *self, commands_t *commands);
 
 #endif

@@ -150,9 +150,9 @@ static const char *scoped_owner(void *ctx, const http_req_t *req, const char *gi
     api_t *self = ctx;
     const char *sid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
     char host_id[129];
-    size_t n = strcspn(req->path + 10, "/");
-    if (!sid && req->rewritten && strncmp(req->path, "/contexts/", 10) == 0 &&
-        n < sizeof host_id) { /* Host: PORT-ID.DOMAIN named it (gateway/ports/) */
+    bool named = !sid && req->rewritten && strncmp(req->path, "/contexts/", 10) == 0;
+    size_t n = named ? strcspn(req->path + 10, "/") : 0;
+    if (named && n < sizeof host_id) { /* Host: PORT-ID.DOMAIN named it (gateway/ports/) */
         memcpy(host_id, req->path + 10, n);
         host_id[n] = '\0';
         sid = host_id;
