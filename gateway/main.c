@@ -16,6 +16,7 @@
 #include "config.h"
 #include "gateway/auth/auth.h"
 #include "gateway/envd/envd.h"
+#include "gateway/events/events.h"
 #include "gateway/http/http.h"
 #include "gateway/jupyter/jupyter.h"
 #include "gateway/mcp/mcp.h"
@@ -40,6 +41,7 @@ typedef struct {
     mcp_t *mcp;
     envd_t *envd;
     ports_t *ports;
+    events_t *events;
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -297,8 +299,10 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     envd_config_t ec = {.max_upload = s->api.max_upload};
     d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);
     d->ports = ports_new(loop, d->kmgr, api_ports_public, d->api, http_server_wake, d->http);
+    d->events = events_new(d->kmgr, s->events_keep_ms);
     /* The front ends' URLs are disjoint, so the order is free. */
     return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
+                   events_register(d->events, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
                    mcp_register(d->mcp, d->http, err) < 0 ||
                    envd_register(d->envd, d->http, err) < 0
@@ -312,6 +316,7 @@ static void daemon_stop(daemon_t *d)
     http_server_destroy(&d->http);
     envd_destroy(&d->envd);
     ports_destroy(&d->ports);
+    events_destroy(&d->events);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);

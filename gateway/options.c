@@ -516,6 +516,10 @@ static const opt_t table[] = {
              "to be able to write the directory (0, the default: no rotation)"},
     {"audit-keep", 0, "N", UINT(audit_keep, 1, 1000, 1),
      .help = "rotated audit logs kept, PATH.1 to PATH.N, the oldest removed (1)"},
+    {"events-keep", 0, "SEC", SECONDS_MS(events_keep_ms, 1, 30 * DAY),
+     .want = "a positive number of seconds, 30 days at most",
+     .help = "how long sandboxes' lifecycle events are kept for GET /events and E2B's "
+             "/events/sandboxes, in memory (604800: 7 days)"},
     {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
     {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
 };
@@ -769,6 +773,7 @@ static void defaults(settings_t *s)
                       .auth_block_ms = 300 * 1000,
                       .audit_code = AUDIT_CODE_FULL,
                       .audit_keep = 1,
+                      .events_keep_ms = 7 * 86400 * 1000,
                       .tenants = {.max_jupyter_sessions = 100,
                                   .max_mcp_sessions = 64,
                                   .max_snapshots = 64,

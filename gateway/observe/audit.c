@@ -406,8 +406,19 @@ static char *shortened(json_t *line, size_t len)
 
 /* audit_event, but exempt's field (the code, capped by set_code) is left
  * as it is. */
+static audit_tap_fn *tap;
+static void *tap_arg;
+
+void audit_set_tap(audit_tap_fn *fn, void *arg)
+{
+    tap = fn;
+    tap_arg = arg;
+}
+
 static void emit(const audit_who_t *who, const char *event, json_t *fields, const char *exempt)
 {
+    if (tap)
+        tap(who, event, fields, tap_arg);
     if (A.fd < 0) {
         json_decref(fields);
         return;

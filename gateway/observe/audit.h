@@ -96,6 +96,12 @@ void audit_who_set_tenant(audit_who_t *who, const char *tenant);
 /* Writes one event: the common fields, then those of fields (stolen; NULL:
  * none). */
 void audit_event(const audit_who_t *who, const char *event, json_t *fields);
+/* Every event, before it is written (whether or not a log is open): fn
+ * sees who, the event's name and its own fields (borrowed, for the call).
+ * One tap (gateway/events/); NULL removes it. */
+typedef void(audit_tap_fn)(const audit_who_t *who, const char *event, const json_t *fields,
+                           void *arg);
+void audit_set_tap(audit_tap_fn *fn, void *arg);
 
 /* The two events of an execution, as every front end's executions write
  * them (session/observers.h). */

@@ -167,6 +167,9 @@ void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void
             e->resumes = pi.resumes;
             m->stats.resumes++;
             m->stats.resume_ms_total += (uint64_t)pi.last_resume_ms;
+            if (!e->pool)
+                kmgr_notice(m, "context.wake", kernel_id(k),
+                            json_pack("{s:I}", "resume_ms", (json_int_t)pi.last_resume_ms));
         }
         e->ready = true;
         session_record(m, e);

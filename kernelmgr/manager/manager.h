@@ -21,6 +21,8 @@
  *   context.pause   an idle session paused (pause_after_ms) or a stop's
  *                   kmgr_pause_all, once the pause ended: "outcome" ok or
  *                   error (then "error", the kind)
+ *   context.wake    a paused session runs again, whatever woke it (an API
+ *                   resume, an execution, a command, a file): "resume_ms"
  *   context.delete  an idle session culled (cull_idle_ms)
  *   context.adopt   a previous sandgate's session taken over ("paused")
  *   context.restart a recorded session whose sandbox was gone: a new kernel
