@@ -299,7 +299,9 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     envd_config_t ec = {.max_upload = s->api.max_upload};
     d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);
     d->ports = ports_new(loop, d->kmgr, api_ports_public, d->api, http_server_wake, d->http);
-    d->events = events_new(d->kmgr, s->events_keep_ms);
+    if (!(d->events = events_new(loop, d->kmgr, s->events_keep_ms, s->k.state_dir, s->webhook,
+                                 s->webhook_secret, err)))
+        return -1;
     /* The front ends' URLs are disjoint, so the order is free. */
     return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
                    events_register(d->events, d->http, err) < 0 ||

@@ -520,6 +520,12 @@ static const opt_t table[] = {
      .want = "a positive number of seconds, 30 days at most",
      .help = "how long sandboxes' lifecycle events are kept for GET /events and E2B's "
              "/events/sandboxes, in memory (604800: 7 days)"},
+    {"webhook", 0, "URL", set_nonempty, AT(webhook),
+     .help = "POST every tenant's sandbox lifecycle events to URL (http://), one at a time, "
+             "retried with backoff until it answers 2xx (docs/api.md); tenants add their own "
+             "with E2B's /events/webhooks"},
+    {"webhook-secret", 0, "SECRET", set_nonempty, AT(webhook_secret),
+     .help = "what --webhook's deliveries are signed with (e2b-signature, X-Sandgate-Signature)"},
     {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
     {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
 };

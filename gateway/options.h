@@ -49,6 +49,8 @@ typedef struct {
     uint64_t audit_max_size; /* --audit-max-size; 0: no rotation by size */
     unsigned audit_keep;     /* --audit-keep */
     int events_keep_ms;      /* --events-keep */
+    const char *webhook;        /* --webhook URL; NULL: none */
+    const char *webhook_secret; /* --webhook-secret */
     sandbox_template_t templates[SETTINGS_MAX_TEMPLATES]; /* --template */
     size_t ntemplates;
     char *template_text[SETTINGS_MAX_TEMPLATES * 7]; /* what templates' strings point into */

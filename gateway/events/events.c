@@ -1,5 +1,5 @@
 /* events: sandboxes' lifecycle events, kept and read back (events.h). */
-#include "gateway/events/events.h"
+#include "gateway/events/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,7 @@
 #include "gateway/observe/observe.h"
 
 struct events {
+    webhooks_t *hooks;
     kmgr_t *kmgr;
     int64_t keep_ms;
     json_t *list;       /* the events, oldest first */
@@ -30,7 +31,7 @@ static const struct {
     {"sandbox.timeout", "sandbox.lifecycle.timed_out"},
 };
 
-static int64_t now_ms(void)
+int64_t events_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -39,7 +40,7 @@ static int64_t now_ms(void)
 
 static void expire(events_t *self)
 {
-    int64_t oldest = now_ms() - self->keep_ms;
+    int64_t oldest = events_now_ms() - self->keep_ms;
     size_t drop = 0, n = json_array_size(self->list);
     while (drop < n &&
            (n - drop > EVENTS_MAX ||
@@ -82,7 +83,7 @@ static void on_audit(const audit_who_t *who, const char *event, const json_t *fi
     const char *tenant = tenant_of(self, sid, who);
     if (!tenant)
         return;
-    int64_t ms = now_ms();
+    int64_t ms = events_now_ms();
     const char *tpl = json_string_value(json_object_get(fields, "template"));
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)self->next_id++);
@@ -92,19 +93,25 @@ static void on_audit(const audit_who_t *who, const char *event, const json_t *fi
                           "sandboxBuildId", "", "sandboxExecutionId", "", "eventData",
                           "sandbox_metadata", "_ms", (json_int_t)ms);
     json_array_append_new(self->list, e);
+    webhooks_push(self->hooks, e);
     if (strcmp(event, "context.delete") == 0)
         json_object_del(self->owners, sid);
     expire(self);
 }
 
-events_t *events_new(kmgr_t *kmgr, int64_t keep_ms)
+events_t *events_new(loop_t *loop, kmgr_t *kmgr, int64_t keep_ms, const char *state_dir,
+                     const char *webhook_url, const char *webhook_secret, sg_error_t **err)
 {
+    webhooks_t *hooks = webhooks_new(loop, state_dir, webhook_url, webhook_secret, err);
+    if (!hooks)
+        return NULL;
     events_t *self = xzalloc(sizeof *self);
     *self = (events_t){.kmgr = kmgr,
                        .keep_ms = keep_ms,
                        .list = json_array(),
                        .owners = json_object(),
-                       .next_id = 1};
+                       .next_id = 1,
+                       .hooks = hooks};
     audit_set_tap(on_audit, self);
     return self;
 }
@@ -116,6 +123,7 @@ void events_destroy(events_t **self_p)
         return;
     *self_p = NULL;
     audit_set_tap(NULL, NULL);
+    webhooks_destroy(&self->hooks);
     json_decref(self->list);
     json_decref(self->owners);
     free(self);
@@ -240,11 +248,21 @@ static enum MHD_Result e2b_events(void *ctx, http_req_t *req)
     return http_reply_json(req->conn, 200, out);
 }
 
+static enum MHD_Result webhooks(void *ctx, http_req_t *req)
+{
+    events_t *self = ctx;
+    return webhooks_route(self->hooks, req);
+}
+
 int events_register(events_t *self, http_server_t *http, sg_error_t **err)
 {
     static const http_route_t routes[] = {
         {"GET", "/events", get_events, 0, NULL},
         {"GET", "/events/sandboxes/*", e2b_events, 0, NULL},
+        {"GET", "/events/webhooks/*", webhooks, 0, NULL},
+        {"POST", "/events/webhooks/*", webhooks, 0, NULL},
+        {"PATCH", "/events/webhooks/*", webhooks, 0, NULL},
+        {"DELETE", "/events/webhooks/*", webhooks, 0, NULL},
     };
     const http_front_t front = {.name = "events", .ctx = self};
     return http_routes(http, &front, routes, sizeof routes / sizeof *routes, err);

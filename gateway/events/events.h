@@ -14,6 +14,9 @@
  * records (audit_set_tap: one path for every front end and for the kernel
  * manager's own pauses and culls), whether or not a log is written.
  *
+ * Pushed to webhooks as they happen (webhooks.c: the server's --webhook,
+ * and E2B's /events/webhooks API for a tenant's own).
+ *
  * Kept in memory, in order, for keep_ms (--events-keep) and at most
  * EVENTS_MAX; a restart starts with none.  Each is its sandbox's tenant's:
  * a tenant reads its own only (an admin all), a sandbox's own token that
@@ -32,8 +35,11 @@
 
 typedef struct events events_t;
 
-/* Starts listening to the audit log's events (audit_set_tap). */
-events_t *events_new(kmgr_t *kmgr, int64_t keep_ms);
+/* Starts listening to the audit log's events (audit_set_tap); webhook_url
+ * (NULL: none) gets every tenant's events, signed with webhook_secret
+ * (webhooks.c).  NULL with *err when the URL is not one. */
+events_t *events_new(loop_t *loop, kmgr_t *kmgr, int64_t keep_ms, const char *state_dir,
+                     const char *webhook_url, const char *webhook_secret, sg_error_t **err);
 void events_destroy(events_t **self_p);
 int events_register(events_t *self, http_server_t *http, sg_error_t **err);
 
