@@ -21,12 +21,13 @@ def names(err, name, where=""):
     return any(f"{where}--{name}{sep}" in err for sep in (" wants", ": "))
 
 
-# Values each kind of option refuses ("" for a path: an empty audit log).
+# Values each kind of option refuses ("" for a path: an empty audit log; an
+# empty webhook URL or secret).
 REFUSED = {"BYTES": "lots", "SEC": "-1", "N": "many", "MIB": "12x", "UID": "0",
            "HOST:PORT": "nonsense", "MODE": "bogus", "LEVEL": "loud", "ID": "bad id!",
            "TOKEN": "short", "KIB": "fast", "LIST": "not-a-cidr", "IP[,IP]": "not-an-ip",
            "PATH": "", "yes|no": "maybe", "NAME=SPEC": "nameonly", "N|NAME=N": "x=many",
-           "TEMPLATE": "https://hub.example.org/lab"}
+           "TEMPLATE": "https://hub.example.org/lab", "URL": "", "SECRET": ""}
 
 r = subprocess.run([SANDGATE, "--help"], capture_output=True, text=True)
 ok(r.returncode == 0, "--help exits 0")
