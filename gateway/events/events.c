@@ -29,6 +29,7 @@ static const struct {
     {"context.fork", "sandbox.lifecycle.forked"},
     {"context.network", "sandbox.lifecycle.updated"},
     {"sandbox.timeout", "sandbox.lifecycle.timed_out"},
+    {"context.dead", "sandbox.lifecycle.oom"}, /* only with "oom" (out of memory) */
 };
 
 int64_t events_now_ms(void)
@@ -76,8 +77,9 @@ static void on_audit(const audit_who_t *who, const char *event, const json_t *fi
     const char *sid = json_string_value(json_object_get(fields, "context"));
     const char *host = json_string_value(json_object_get(fields, "sandbox"));
     const char *outcome = json_string_value(json_object_get(fields, "outcome"));
-    if (!type || !sid || (host && strcmp(host, sid) != 0) || (outcome && strcmp(outcome, "ok")))
-        return; /* not a sandbox's (a context in one), or a pause that failed */
+    if (!type || !sid || (host && strcmp(host, sid) != 0) || (outcome && strcmp(outcome, "ok")) ||
+        (strcmp(event, "context.dead") == 0 && !json_is_true(json_object_get(fields, "oom"))))
+        return; /* not a sandbox's (a context in one), a pause that failed, a death not OOM's */
     if (strcmp(event, "context.create") == 0 && who && who->tenant[0])
         json_object_set_new(self->owners, sid, json_string(who->tenant));
     const char *tenant = tenant_of(self, sid, who);

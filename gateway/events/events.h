@@ -9,8 +9,9 @@
  *
  * TYPE is E2B's sandbox.lifecycle.created, killed, paused, resumed,
  * checkpointed (a snapshot), updated (network rules), and sandgate's own
- * sandbox.lifecycle.forked and sandbox.lifecycle.timed_out (its timeout
- * came: killed or paused next).  They are taken from what the audit log
+ * sandbox.lifecycle.forked, sandbox.lifecycle.timed_out (its timeout
+ * came: killed or paused next) and sandbox.lifecycle.oom (its kernel died
+ * out of memory).  They are taken from what the audit log
  * records (audit_set_tap: one path for every front end and for the kernel
  * manager's own pauses and culls), whether or not a log is written.
  *

@@ -211,10 +211,13 @@ void on_kernel_event(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void
         }
         return;
     }
-    if (ev == KERNEL_EV_DEAD)
-        kmgr_notice(
-            m, "context.dead", kernel_id(k),
-            json_pack("{s:s}", "error", sg_error_kind_name(err ? err->kind : SG_E_INTERNAL)));
+    if (ev == KERNEL_EV_DEAD) {
+        json_t *f =
+            json_pack("{s:s}", "error", sg_error_kind_name(err ? err->kind : SG_E_INTERNAL));
+        if (err && strncmp(err->msg, "out of memory", 13) == 0) /* kernel.c's words */
+            json_object_set_new(f, "oom", json_true());
+        kmgr_notice(m, "context.dead", kernel_id(k), f);
+    }
     if (e->ev)
         e->ev(k, ev, err, e->ev_arg);
 }

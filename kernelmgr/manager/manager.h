@@ -27,7 +27,8 @@
  *   context.adopt   a previous sandgate's session taken over ("paused")
  *   context.restart a recorded session whose sandbox was gone: a new kernel
  *   context.dead    a session's kernel died ("error": the kind only; the
- *                   message can hold the kernel's stderr, which is output) */
+ *                   message can hold the kernel's stderr, which is output;
+ *                   "oom": true when its sandbox ran out of memory) */
 typedef void(kmgr_notice_fn)(const char *event, json_t *fields, void *arg);
 
 /* --pool-size NAME=N for a language or kernelspec (not a template). */

@@ -124,6 +124,9 @@ try:
        "out of memory (limit 256 MiB)" in err.get("value", ""),
        "carol's 400 MB: KernelError 'out of memory (limit 256 MiB)'", (st, r))
     diag(f"carol's error: {err.get('value', '')[:200]}")
+    st, evs = d.json("GET", f"/events?types=oom&sandbox={carol}", token=CAROL)
+    ok(st == 200 and [e.get("type") for e in evs.get("events", [])] == ["sandbox.lifecycle.oom"],
+       "carol's GET /events has her sandbox's out-of-memory event", evs)
     st, c = d.json("GET", f"/contexts/{carol}", token=CAROL)
     diag(f"carol's context after: {st} {c.get('state') if isinstance(c, dict) else c}")
     st, _ = d.json("POST", f"/contexts/{carol}/restart", token=CAROL)
