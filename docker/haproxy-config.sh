@@ -196,6 +196,8 @@ ${resolvers}frontend sandgate
     acl e2b_api path_beg /sandboxes /v2/sandboxes
     http-request set-var(txn.sgid) path,field(3,/) if { path_beg /sandboxes/ }
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /v2/sandboxes/ }
+    # E2B's events of one sandbox (/events/sandboxes/ID) are its replica's.
+    http-request set-var(txn.sgid) path,field(4,/) if { path_beg /events/sandboxes/ }
     # With E2B_DOMAIN alone the SDKs call PORT-ID.DOMAIN: a Host naming a
     # sandbox that way names it as E2b-Sandbox-Id (and its port as
     # E2b-Sandbox-Port) for a client that sends neither.
