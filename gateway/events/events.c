@@ -241,6 +241,15 @@ static enum MHD_Result e2b_events(void *ctx, http_req_t *req)
     json_t *out = json_array();
     size_t n = json_array_size(self->list);
     long skipped = 0;
+    bool seen = !*rest; /* a sandbox of which the caller sees no event is unknown */
+    for (size_t k = 0; k < n && !seen; k++)
+        seen = visible(req, json_array_get(self->list, k), rest, NULL, 0);
+    if (!seen) {
+        json_decref(out);
+        cleanup_free char *msg = xasprintf("sandbox \"%s\" not found", rest);
+        return http_reply_json(req->conn, 404,
+                               json_pack("{s:i, s:s}", "code", 404, "message", msg));
+    }
     for (size_t k = 0; k < n && (long)json_array_size(out) < limit; k++) {
         const json_t *e = json_array_get(self->list, ascending ? k : n - 1 - k);
         if (!visible(req, e, *rest ? rest : NULL, t.types, t.ntypes) || skipped++ < offset)

@@ -145,11 +145,14 @@ static void done(void *ctx, void *state, bool completed)
 
 int ports_register(ports_t *self, http_server_t *http, sg_error_t **err)
 {
-    static const char *const methods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
-    static http_route_t routes[sizeof methods / sizeof *methods];
-    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++)
-        routes[i] = (http_route_t){methods[i], "/contexts/{exposed}/ports/*", forward,
-                                   HTTP_ROUTE_PUBLIC, NULL};
+    static const http_route_t routes[] = {
+        {"GET", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+        {"POST", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+        {"PUT", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+        {"PATCH", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+        {"DELETE", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+        {"OPTIONS", "/contexts/{exposed}/ports/*", forward, HTTP_ROUTE_PUBLIC, NULL},
+    };
     const http_front_t front = {.name = "ports", .ctx = self, .done = done};
     if (http_param(http, "exposed", resolve_exposed, NULL, self, "no context '%s'", err) < 0 ||
         http_routes(http, &front, routes, sizeof routes / sizeof *routes, err) < 0)

@@ -62,7 +62,8 @@ TIMEOUT = 20  # seconds a probe may take: a 404 is immediate; a leak may stream 
 
 # Kinds of id a tenant owns (http_param names in gateway/**/*.c), and the kind
 # whose id scopes them (a command's id is its number within its context).
-OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session", "sandbox"}
+OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session", "sandbox",
+         "exposed", "webhook"}
 SCOPED = {"command": "context"}
 # Kinds that are the server's, the same for every tenant.
 SHARED = {"kernelspec", "template"}
@@ -257,10 +258,13 @@ try:
     BM = mcp_init(BOB)
     ok(BS and BM, "bob opens a Jupyter session on his context and an MCP session", (st, bsess))
 
+    st, wh = js(ALICE, "POST", "/events/webhooks", {"url": "http://127.0.0.1:9/alice"})
+    ok(st == 201 and wh.get("id"), "alice makes a webhook", (st, wh))
+    WH = wh.get("id", "")
     ALICE_IDS = {"context": A, "snapshot": S, "command": CMD, "kernel": K, "session": JS,
-                 "mcp_session": MS, "sandbox": A}
+                 "mcp_session": MS, "sandbox": A, "exposed": A, "webhook": WH}
     BOB_IDS = {"context": B, "session": BS, "mcp_session": BM}
-    UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel", "sandbox") else 0)
+    UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel", "sandbox", "exposed") else 0)
                for k, v in ALICE_IDS.items()}
 
     def view(key, path):
@@ -450,6 +454,23 @@ try:
         ("DELETE", "/api/sessions/{session}"): [
             ("session", lambda x: ("DELETE", f"/api/sessions/{x}", None, {}))],
     }
+    # A context's terminal (jupyter/terminal.c), its servers (ports/ports.c),
+    # its events and a webhook (events/).
+    jupyter[("GET", "/contexts/{context}/terminal")] = [
+        ("context", lambda x: ("GET", f"/contexts/{x}/terminal", None, WS_HEADERS))]
+    for verb in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        jupyter[(verb, "/contexts/{exposed}/ports/*")] = [
+            ("exposed", lambda x, verb=verb: (verb, f"/contexts/{x}/ports/8001/x",
+                                              None if verb in ("GET", "DELETE") else {}, {}))]
+    jupyter[("GET", "/events/sandboxes/*")] = [
+        ("sandbox", lambda x: ("GET", f"/events/sandboxes/{x}", None, {}))]
+    jupyter[("GET", "/events/webhooks/*")] = [
+        ("webhook", lambda x: ("GET", f"/events/webhooks/{x}", None, {})),
+        ("webhook", lambda x: ("GET", f"/events/webhooks/{x}/deliveries", None, {}))]
+    jupyter[("PATCH", "/events/webhooks/*")] = [
+        ("webhook", lambda x: ("PATCH", f"/events/webhooks/{x}", {"enabled": False}, {}))]
+    jupyter[("DELETE", "/events/webhooks/*")] = [
+        ("webhook", lambda x: ("DELETE", f"/events/webhooks/{x}", None, {}))]
     for p in ("/api/sessions", "/api/sessions/"):
         jupyter[("POST", p)] = [("kernel", lambda x, p=p: (
             "POST", p, {"path": "x.ipynb", "type": "notebook", "kernel": {"id": x}}, {}))]
@@ -458,7 +479,8 @@ try:
         ("GET", "/api/kernels/"), ("POST", "/api/kernels"), ("POST", "/api/kernels/"),
         ("GET", "/api/sessions"), ("GET", "/api/sessions/"), ("GET", "/api/kernelspecs"),
         ("GET", "/api/kernelspecs/"), ("GET", "/api/kernelspecs/{kernelspec}"),
-        ("GET", "/kernelspecs/{kernelspec}/*")}
+        ("GET", "/kernelspecs/{kernelspec}/*"), ("GET", "/events"),
+        ("POST", "/events/webhooks/*")}  # a list, a new webhook: no id
     ENVD_BODY = {
         "/filesystem.Filesystem/Stat": {"path": "/home/user/notes.txt"},
         "/filesystem.Filesystem/MakeDir": {"path": "/tmp/matrix-dir"},

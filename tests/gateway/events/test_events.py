@@ -105,7 +105,11 @@ try:
        (e2b_list, newest, off))
     st, other = e2b("GET", f"/events/sandboxes/{sid}", key=bob)
     st2, mine = d.json("GET", "/events", token=bob)
-    ok(other == [] and mine.get("events") == [], "bob sees none of alice's events", (other, mine))
+    st3, unknown = e2b("GET", "/events/sandboxes/no-such-sandbox")
+    ok(st == 404 and mine.get("events") == [] and st3 == 404 and
+       other["message"].replace(sid, "ID") == unknown["message"].replace("no-such-sandbox", "ID"),
+       "bob sees none of alice's events: her sandbox is an unknown one (404)",
+       (other, mine, unknown))
 
     # sandgate's own API, and the kernel manager's own acts.
     st, c = d.json("POST", "/contexts", {}, token=bob)

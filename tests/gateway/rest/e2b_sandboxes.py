@@ -222,10 +222,13 @@ check(r.error is not None and r.error.name == "NameError" and
       "pause(mode='filesystem'): files kept, variables gone, a new boot", (r.error, boot))
 back.kill()
 
-# Terminals are the next issue's: a pty is refused, not run without one.
+# A terminal in a sandbox made by create (tests/gateway/envd/e2b_pty.py has the rest).
 pt = Sandbox.create()
-e = fails(pt.pty.create, PtySize(rows=24, cols=80))
-check(isinstance(e, SandboxException) and "terminals" in str(e), "pty.create: refused", repr(e))
+term = pt.pty.create(PtySize(rows=24, cols=80))
+pt.pty.send_stdin(term.pid, b"echo $((6*7)); exit\n")
+seen = []
+term.wait(on_pty=lambda b: seen.append(b.decode()))
+check("42" in "".join(seen), "pty.create: a shell on a terminal answers", "".join(seen)[-300:])
 pt.kill()
 
 # A sandbox killed while a command runs: the SDK's own "killed" error, not an exit.
