@@ -327,8 +327,11 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     http_who(call, "e2b", &who);
     tenant_quota_t quota;
     sg_error_t *err = NULL;
+    /* allow_internet_access true alone (newer SDKs send it by default) on a
+     * server that gives no network: allowed, and there is none to reach. */
+    bool internet = net.internet && (kmgr_has_egress(self->kmgr) || net.allow || net.deny);
     kernel_t *k = api_create_context(
-        self, call->tenant, "python", "/home/user", !snap && net.internet, false, snap,
+        self, call->tenant, "python", "/home/user", !snap && internet, false, snap,
         default_template(template) || snap ? NULL : template, NULL, &who, &quota, &err);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
@@ -343,7 +346,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     api_e2b_network_record(json_object_get(meta, "e2b"), &net);
     if (json_is_false(pmem)) /* its timeout's pause keeps only its files */
         json_object_set_new(json_object_get(meta, "e2b"), "autoPauseMemory", json_false());
-    if (!snap)
+    if (!snap && internet)
         api_e2b_network_apply(self, k, &net); /* before it runs: the launcher's next steps */
     if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
         json_object_set_new(json_object_get(meta, "e2b"), "envVars", json_deep_copy(envs));

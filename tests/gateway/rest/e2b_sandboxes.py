@@ -231,6 +231,15 @@ term.wait(on_pty=lambda b: seen.append(b.decode()))
 check("42" in "".join(seen), "pty.create: a shell on a terminal answers", "".join(seen)[-300:])
 pt.kill()
 
+# allow_internet_access=True (newer SDKs send it unasked) on a server that
+# gives no network (no --egress-allow): made, and it reaches nothing.
+net = Sandbox.create(allow_internet_access=True)
+r = net.commands.run("python3 -c \"import socket; socket.create_connection(('198.51.100.7', 80), "
+                     "timeout=2)\" 2>&1; echo rc=$?")
+check("rc=1" in r.stdout, "allow_internet_access=True on a server without a network: the "
+      "sandbox is made, and reaches nothing", r.stdout[-300:])
+net.kill()
+
 # A sandbox killed while a command runs: the SDK's own "killed" error, not an exit.
 victim = Sandbox.create()
 cmd = victim.commands.run("sleep 60", background=True)
