@@ -693,6 +693,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (req->begun && req->pace_timer >= 0) /* ended while it waited its turn */
         loop_timer_end(req->server->loop, req->pace_timer);
     if (!req->begun) { /* ended before its headers were complete */
+        free(req->target);
         free(req);
         *req_cls = NULL;
         return;
