@@ -182,8 +182,12 @@ int command_signal(command_t *c, int sig, sg_error_t **err)
 
 /* --- its process id inside ----------------------------------------------------- */
 
+/* runsc exec writes it within ~50 ms, seconds when the machine is busy
+ * starting sandboxes: asked again after 10 ms, twice as long each time up to
+ * 250 ms, for 15 s in all. */
 #define PID_RETRY_MS 10
-#define PID_TRIES 300 /* runsc exec writes it within ~50 ms; 3 s at most */
+#define PID_RETRY_MAX_MS 250
+#define PID_WAIT_MS 15000
 
 static void pid_settled(command_t *c)
 {
@@ -214,8 +218,12 @@ static void on_pid(long pid, void *arg)
     if (pid > 0) {
         c->inner_pid = pid;
         pid_settled(c);
-    } else if (pid == 0 && c->state == COMMAND_RUNNING && ++c->pid_tries < PID_TRIES) {
-        c->pid_timer = loop_timer(c->reg->loop, PID_RETRY_MS, 1, pid_again, c);
+    } else if (pid == 0 && c->state == COMMAND_RUNNING && c->pid_waited < PID_WAIT_MS) {
+        int64_t wait = PID_RETRY_MS << (c->pid_tries < 5 ? c->pid_tries : 5);
+        wait = wait < PID_RETRY_MAX_MS ? wait : PID_RETRY_MAX_MS;
+        c->pid_tries++;
+        c->pid_waited += wait;
+        c->pid_timer = loop_timer(c->reg->loop, wait, 1, pid_again, c);
     } else {
         pid_settled(c); /* it ended first: the number is all it has */
     }

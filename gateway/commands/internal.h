@@ -61,6 +61,7 @@ struct command {
     bool pid_settled;         /* known, or given up on */
     struct ticket *pid_asked; /* a kernel_exec_pid under way */
     int pid_timer, pid_tries;
+    int64_t pid_waited; /* ms spent asking for its pid inside */
     bool holds_connection;
     /* its pipes: our ends, -1 when closed */
     int in_fd, out_fd, err_fd;

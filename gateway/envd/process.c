@@ -26,6 +26,8 @@
 #define HIGH_WATER (1 << 20) /* bytes not yet sent to the client */
 
 static const command_reader_t reader;
+static void kill_exited(void *arg, command_t *c);
+static const command_reader_t kill_reader = {.on_exit = kill_exited};
 
 /* --- the streams: Start and Connect ------------------------------------------------- */
 
@@ -46,11 +48,13 @@ typedef struct {
 } stream_t;
 
 /* The pid envd gives a command: its process's inside the sandbox, as E2B's
- * envd does (so `kill -0 PID` in the sandbox means it), or sandgate's
- * number while that is not known. */
+ * envd does (so `kill -0 PID` in the sandbox means it), or, when that could
+ * not be learnt, sandgate's number past gVisor's largest pid: never another
+ * process's (a small number would be a kernel's, or init's, 1). */
+#define UNKNOWN_PID_BASE (1L << 22) /* gVisor's pid_max */
 static long envd_pid(const command_t *c)
 {
-    return command_inner_pid(c) ? command_inner_pid(c) : (long)command_pid(c);
+    return command_inner_pid(c) ? command_inner_pid(c) : UNKNOWN_PID_BASE + (long)command_pid(c);
 }
 
 static void frame(stream_t *s, uint8_t flags, json_t *msg)
@@ -294,9 +298,9 @@ static command_t *selected(envd_t *self, const http_req_t *req, const json_t *ms
     const json_t *pid = json_object_get(json_object_get(msg, "process"), "pid");
     json_int_t n = json_is_integer(pid) ? json_integer_value(pid) : 0;
     command_t *c = n > 0 ? commands_find_inner_pid(self->commands, k, (long)n) : NULL;
-    if (!c && n > 0 && n <= UINT32_MAX) { /* sandgate's number, given before the pid was known */
-        c = commands_find_pid(self->commands, k, (uint32_t)n);
-        c = c && !command_inner_pid(c) ? c : NULL;
+    if (!c && n > UNKNOWN_PID_BASE && n - UNKNOWN_PID_BASE <= UINT32_MAX) {
+        c = commands_find_pid(self->commands, k, (uint32_t)(n - UNKNOWN_PID_BASE));
+        c = c && !command_inner_pid(c) ? c : NULL; /* given before the pid was known */
     }
     if (c == NULL)
         *ret = envd_reply_code(req->conn, "not_found",
@@ -413,10 +417,71 @@ static int signal_of(const json_t *v)
     return 0;
 }
 
+/* A SIGKILL's answer, once the command has ended (envd's kill returns with
+ * the process gone: `kill -0 PID` right after says so), or after
+ * KILL_WAIT_MS. */
+#define KILL_WAIT_MS 5000
+typedef struct {
+    envd_call_t base;
+    envd_t *envd;
+    command_t *cmd; /* while watched */
+    resp_t *out;
+    int timer;
+} kill_t;
+
+static void kill_over(kill_t *k)
+{
+    if (k->cmd)
+        command_detach(k->cmd, &kill_reader, k);
+    k->cmd = NULL;
+    loop_timer_end(k->envd->loop, k->timer);
+    k->timer = -1;
+    resp_ready(k->out);
+}
+
+static void kill_exited(void *arg, command_t *c)
+{
+    kill_t *k = arg;
+    k->cmd = NULL; /* detached after this returns */
+    kill_over(k);
+}
+
+static void kill_timeout(loop_t *loop, int id, void *arg)
+{
+    kill_t *k = arg;
+    k->timer = -1;
+    kill_over(k);
+}
+
+static void kill_end(envd_call_t *call, bool completed)
+{
+    kill_t *k = (kill_t *)call;
+    if (k->cmd)
+        command_detach(k->cmd, &kill_reader, k);
+    loop_timer_end(k->envd->loop, k->timer);
+    resp_set_gone(k->out);
+    resp_free(&k->out);
+    free(k);
+}
+
 static enum MHD_Result signal_(envd_t *self, http_req_t *req, const json_t *msg, command_t *c)
 {
     sg_error_t *err = NULL;
-    if (command_signal(c, signal_of(json_object_get(msg, "signal")), &err) == 0)
+    int sig = signal_of(json_object_get(msg, "signal"));
+    if (command_signal(c, sig, &err) == 0 && sig == SIGKILL && command_state(c) != COMMAND_EXITED) {
+        kill_t *k = xzalloc(sizeof *k);
+        *k = (kill_t){.base.end = kill_end, .envd = self, .cmd = c, .timer = -1};
+        k->out = resp_new(self->loop, req->conn, self->wake, self->wake_arg);
+        req->state = k;
+        if (command_attach(c, &kill_reader, k, NULL) < 0) { /* its readers are full: no wait */
+            k->cmd = NULL;
+            return envd_reply_msg(req->conn, json_object());
+        }
+        if (k->cmd) /* not ended within the attach */
+            k->timer = loop_timer(self->loop, KILL_WAIT_MS, 1, kill_timeout, k);
+        return k->cmd ? resp_wait(k->out) : envd_reply_msg(req->conn, json_object());
+    }
+    if (!err)
         return envd_reply_msg(req->conn, json_object());
     /* a command that has ended is, to envd, a process not found */
     enum MHD_Result ret = envd_reply_code(
@@ -427,6 +492,8 @@ static enum MHD_Result signal_(envd_t *self, http_req_t *req, const json_t *msg,
 
 static enum MHD_Result proc_signal(void *ctx, http_req_t *req)
 {
+    if (req->resumed) /* a SIGKILL's, its command gone */
+        return envd_reply_msg(req->conn, json_object());
     return on_selected(ctx, req, false, signal_);
 }
 
