@@ -25,12 +25,43 @@ typedef struct watch {
     bool dead;   /* unwatched; freed after the loop's pass (loop_defer) */
     bool reaped; /* reaped by proc_run_sync; status holds its wait status */
     int status;
+    int timer; /* reaped before the watch: its callback's turn; else -1 */
     struct watch *next;
 } watch_t;
 
 static loop_t *loop;
 static watch_t *watches;
 static int sweep_timer = -1;
+
+/* Children reaped before anyone watched them (one that exits at once can be
+ * reaped by a sweep or proc_run_sync before its proc_watch): their status,
+ * for a proc_watch that comes later.  The last UNCLAIMED_MAX; pids grow
+ * until they wrap past pid_max, so a stale one is not mistaken. */
+#define UNCLAIMED_MAX 64
+static struct {
+    pid_t pid;
+    int status;
+} unclaimed[UNCLAIMED_MAX];
+static unsigned unclaimed_next;
+
+static void keep_unclaimed(pid_t pid, int status)
+{
+    unclaimed[unclaimed_next % UNCLAIMED_MAX].pid = pid;
+    unclaimed[unclaimed_next % UNCLAIMED_MAX].status = status;
+    unclaimed_next++;
+}
+
+/* pid's status if it was reaped unwatched (then forgotten), else false. */
+static bool take_unclaimed(pid_t pid, int *status)
+{
+    for (size_t i = 0; i < UNCLAIMED_MAX; i++)
+        if (unclaimed[i].pid == pid && pid > 0) {
+            unclaimed[i].pid = 0;
+            *status = unclaimed[i].status;
+            return true;
+        }
+    return false;
+}
 
 static watch_t *find(pid_t pid)
 {
@@ -45,7 +76,8 @@ static void free_watch(void *arg)
     watch_t *w = arg;
     if (w->arg_free)
         w->arg_free(w->arg);
-    close(w->pidfd);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
     free(w);
 }
 
@@ -59,6 +91,9 @@ static void unlink_watch(watch_t *w)
     w->dead = true;
     if (loop)
         loop_io_remove(loop, &w->io);
+    if (loop && w->timer >= 0)
+        loop_timer_end(loop, w->timer);
+    w->timer = -1;
     loop_defer(loop, free_watch, w);
 }
 
@@ -101,6 +136,8 @@ static void sweep(void)
         watch_t *w = find(pid);
         if (w)
             fire(w, status);
+        else
+            keep_unclaimed(pid, status);
     }
 }
 
@@ -232,18 +269,38 @@ pid_t proc_spawn(const proc_spec_t *spec, sg_error_t **err)
     return pid;
 }
 
+static void fire_reaped(loop_t *l, int timer_id, void *arg)
+{
+    watch_t *w = arg;
+    w->timer = -1;
+    if (!w->dead)
+        fire(w, w->status);
+}
+
 int proc_watch(pid_t pid, proc_exit_fn *cb, void *arg, sg_error_t **err)
 {
     if (find(pid))
         return sg_error_set(err, SG_E_CONFLICT, "process %d is already watched", (int)pid);
-    int fd = pidfd_open(pid, 0);
-    if (fd < 0)
+    int status = -1;
+    bool gone = take_unclaimed(pid, &status);
+    int fd = gone ? -1 : pidfd_open(pid, 0);
+    if (fd < 0 && !gone && errno != ESRCH)
         return sg_error_errno(err, errno, "pidfd_open(%d)", (int)pid);
     watch_t *w = xzalloc(sizeof *w);
     w->pid = pid;
     w->pidfd = fd;
     w->cb = cb;
     w->arg = arg;
+    w->timer = -1;
+    if (fd < 0) { /* reaped already (its status kept, or -1: unknown): told on the next pass */
+        w->reaped = true;
+        w->status = status;
+        w->next = watches;
+        watches = w;
+        if (loop)
+            w->timer = loop_timer(loop, 0, 1, fire_reaped, w);
+        return 0;
+    }
     if (loop && !(w->io = loop_fd_add(loop, fd, LOOP_READ, on_pidfd, w, err))) {
         close(fd);
         free(w);
@@ -364,6 +421,8 @@ int proc_run_sync(const char *const *argv, char **out, sg_error_t **err)
             if (w) {
                 w->reaped = true;
                 w->status = st;
+            } else {
+                keep_unclaimed(r, st);
             }
         }
         if (r < 0 && errno == ECHILD && !exited)
