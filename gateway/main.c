@@ -26,6 +26,7 @@
 #include "gateway/rest/rest.h"
 #include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
+#include "gateway/volumes/volumes.h"
 #include "kernelmgr/launcher/launcher.h"
 #include "kernelmgr/manager/manager.h"
 
@@ -42,6 +43,7 @@ typedef struct {
     envd_t *envd;
     ports_t *ports;
     events_t *events;
+    volumes_t *volumes;
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -300,11 +302,15 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     d->envd = envd_new(loop, d->kmgr, d->api, api_commands(d->api), &ec, http_server_wake, d->http);
     d->ports = ports_new(loop, d->kmgr, api_ports_public, d->api, http_server_wake, d->http);
     if (!(d->events = events_new(loop, d->kmgr, s->events_keep_ms, s->k.state_dir, s->webhook,
-                                 s->webhook_secret, err)))
+                                 s->webhook_secret, err)) ||
+        !(d->volumes = volumes_new(loop, d->kmgr, s->k.state_dir, s->volume_mib, http_server_wake,
+                                   d->http, err)))
         return -1;
+    api_set_volumes(d->api, d->volumes);
     /* The front ends' URLs are disjoint, so the order is free. */
     return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
                    events_register(d->events, d->http, err) < 0 ||
+                   volumes_register(d->volumes, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
                    mcp_register(d->mcp, d->http, err) < 0 ||
                    envd_register(d->envd, d->http, err) < 0
@@ -319,6 +325,7 @@ static void daemon_stop(daemon_t *d)
     envd_destroy(&d->envd);
     ports_destroy(&d->ports);
     events_destroy(&d->events);
+    volumes_destroy(&d->volumes);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);

@@ -389,6 +389,9 @@ static const opt_t table[] = {
      .help = "requests a second a tenant may send when its line names no max-rps: a second's "
              "worth at once, then each waits its turn (suspended, costing the loop nothing), "
              "and past another second's worth, 429 (200; 0: no limit; admins have none)"},
+    {"tenant-max-volume-mib", 0, "MIB", UINT(tenants.max_volume_mib, 0, 1000000000, 1),
+     .help = "MiB a tenant's volumes may take together (the sizes they were made with) when "
+             "its line names no max-volume-mib (10240; 0: no limit)"},
     {"tenant-max-disk-mib", 0, "MIB", UINT(tenants.max_disk_mib, 0, 1000000000, 1),
      .help = "MiB of disk a tenant's workspaces (with --workspace-size), checkpoints and "
              "snapshots may take before its new contexts and snapshots are refused, when its "
@@ -526,6 +529,9 @@ static const opt_t table[] = {
              "with E2B's /events/webhooks"},
     {"webhook-secret", 0, "SECRET", set_nonempty, AT(webhook_secret),
      .help = "what --webhook's deliveries are signed with (e2b-signature, X-Sandgate-Signature)"},
+    {"volume-size", 0, "MIB", UINT(volume_mib, 16, 1048576, 1), .want = "16 to 1048576 (MiB)",
+     .help = "the size of a new volume that names none, its file system's limit (1024); "
+             "docs/api.md#volumes"},
     {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
     {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
 };
@@ -780,7 +786,9 @@ static void defaults(settings_t *s)
                       .audit_code = AUDIT_CODE_FULL,
                       .audit_keep = 1,
                       .events_keep_ms = 7 * 86400 * 1000,
+                      .volume_mib = 1024,
                       .tenants = {.max_jupyter_sessions = 100,
+                                  .max_volume_mib = 10240,
                                   .max_mcp_sessions = 64,
                                   .max_snapshots = 64,
                                   .max_rps = 200}};

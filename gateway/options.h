@@ -46,9 +46,10 @@ typedef struct {
     int auth_block_ms;        /* how long an address past it is refused */
     tenants_config_t tenants; /* quotas of tenants whose line names none */
     audit_code_t audit_code;
-    uint64_t audit_max_size; /* --audit-max-size; 0: no rotation by size */
-    unsigned audit_keep;     /* --audit-keep */
-    int events_keep_ms;      /* --events-keep */
+    uint64_t audit_max_size;    /* --audit-max-size; 0: no rotation by size */
+    unsigned audit_keep;        /* --audit-keep */
+    int events_keep_ms;         /* --events-keep */
+    int volume_mib;             /* --volume-size: a new volume's size when it names none */
     const char *webhook;        /* --webhook URL; NULL: none */
     const char *webhook_secret; /* --webhook-secret */
     sandbox_template_t templates[SETTINGS_MAX_TEMPLATES]; /* --template */

@@ -122,6 +122,7 @@ const tenant_count_t tenant_count_options[] = {
     {"max-snapshot-mib", "MiB of those snapshots", offsetof(tenant_t, max_snapshot_mib)},
     {"max-disk-mib", "MiB of workspaces, checkpoints and snapshots",
      offsetof(tenant_t, max_disk_mib)},
+    {"max-volume-mib", "MiB of volumes (their sizes together)", offsetof(tenant_t, max_volume_mib)},
     {"max-rps", "requests a second (a second's worth at once; the rest wait their turn)",
      offsetof(tenant_t, max_rps)},
 };

@@ -42,6 +42,7 @@ typedef struct {
     int max_snapshot_mib;     /* the bytes of those snapshots, in MiB; 0: the server's */
     int max_disk_mib;         /* workspaces + checkpoints + snapshots, in MiB; 0: the server's */
     int max_rps;              /* requests a second (ratelimit.h); 0: the server's */
+    int max_volume_mib;       /* the sizes of its volumes together, in MiB; 0: the server's */
     uint64_t memory_mib;      /* memory ceiling per sandbox; 0: the server's */
     double cpus;              /* CPU ceiling per sandbox; 0: the server's */
     bool internet;            /* may create contexts with a network */

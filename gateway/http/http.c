@@ -1,6 +1,7 @@
 #include "gateway/http/http.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <sodium.h>
 #include <stddef.h>
 #include <string.h>
@@ -24,12 +25,13 @@ struct http_server {
     bool pending; /* libmicrohttpd has work: run it before the next wait */
     http_config_t cfg;
     unsigned char token_hash[crypto_generichash_BYTES]; /* compared, never the token */
-    const keys_t *keys;    /* --keys-file's tenants (borrowed), or NULL */
-    authlimit_t *limit;    /* failed authentications per client address */
-    ratelimit_t *rate;     /* each tenant's requests a second */
-    routetab_t *tab;       /* the front ends' parameter kinds and routes */
-    struct request *keyed; /* the requests under way made with a key (revocable) */
-    http_scoped_t scoped;  /* sandboxes' own credentials; owner NULL: none */
+    const keys_t *keys;                    /* --keys-file's tenants (borrowed), or NULL */
+    authlimit_t *limit;                    /* failed authentications per client address */
+    ratelimit_t *rate;                     /* each tenant's requests a second */
+    routetab_t *tab;                       /* the front ends' parameter kinds and routes */
+    struct request *keyed;                 /* the requests under way made with a key (revocable) */
+    http_scoped_t scoped[HTTP_MAX_SCOPED]; /* credentials that are not keys, tried in order */
+    size_t nscoped;
     http_rewrite_fn rewrite;
     void *rewrite_ctx;
 };
@@ -57,10 +59,11 @@ typedef struct request {
     char *verb, *url, *target;            /* call.method, call.path and call.target */
     void *sink;                           /* a body the handler takes as it arrives (uploads) */
     int64_t started;
-    char *method, *path; /* for the audit log's refusals; NULL without one */
-    char *scope;         /* call.scope's */
-    bool begun;          /* request_begin ran (uri_seen made it before) */
-    bool nul_in_url;     /* its URL has a %00: refused (400), no route sees it */
+    char *method, *path;         /* for the audit log's refusals; NULL without one */
+    char *scope;                 /* call.scope's */
+    const http_scoped_t *scoped; /* the credential that gave it */
+    bool begun;                  /* request_begin ran (uri_seen made it before) */
+    bool nul_in_url;             /* its URL has a %00: refused (400), no route sees it */
     /* Made with a key of the keys file (not --token's): listed in the
      * server's keyed list, whose links these are, until it completes. */
     bool keyed;
@@ -127,7 +130,8 @@ void http_server_set_rewrite(http_server_t *self, http_rewrite_fn fn, void *ctx)
 
 void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped)
 {
-    self->scoped = *scoped;
+    assert(self->nscoped < HTTP_MAX_SCOPED);
+    self->scoped[self->nscoped++] = *scoped;
 }
 
 /* A sandbox's own credential (http_scoped_t): its owner's tenant, while the
@@ -138,9 +142,11 @@ static bool authenticate_scoped(http_server_t *self, request_t *req, const char 
                                 bool public_route, const char **why)
 {
     *why = NULL;
-    if (!self->scoped.owner)
-        return false;
-    const char *owner = self->scoped.owner(self->scoped.ctx, &req->call, given, &req->scope, why);
+    const char *owner = NULL;
+    for (size_t i = 0; !owner && !*why && i < self->nscoped; i++) {
+        owner = self->scoped[i].owner(self->scoped[i].ctx, &req->call, given, &req->scope, why);
+        req->scoped = &self->scoped[i];
+    }
     const tenant_t *k = owner && *owner && self->keys ? keys_find(self->keys, owner) : NULL;
     if (k) {
         req->tenant = *k;
@@ -226,7 +232,7 @@ static void *lookup(const param_t *p, const char *id, const http_req_t *req)
 {
     void *obj = p->resolve(p->ctx, id, req);
     if (obj && req->scope) { /* a sandbox's credential: that sandbox's objects only */
-        const http_scoped_t *sc = &request_of(req)->server->scoped;
+        const http_scoped_t *sc = request_of(req)->scoped;
         return sc->within(sc->ctx, req->scope, p->name, obj) ? obj : NULL;
     }
     if (!obj || !p->owner || (req->tenant && req->tenant->admin))

@@ -131,6 +131,9 @@ typedef struct {
     bool (*within)(void *ctx, const char *scope, const char *kind, void *obj);
     void *ctx;
 } http_scoped_t;
+/* Adds a kind of such credentials (at most HTTP_MAX_SCOPED; tried in the
+ * order added: a sandbox's token, a volume's). */
+#define HTTP_MAX_SCOPED 4
 void http_server_set_scoped(http_server_t *self, const http_scoped_t *scoped);
 
 /* A path for the request instead of its own, chosen from its headers
@@ -297,6 +300,11 @@ enum MHD_Result http_reply_json(struct MHD_Connection *conn, unsigned status, js
 /* {"error": kind, "message": msg}, and for a quota its name and value:
  * {"error": "quota_exceeded", "quota", "limit", "message"} (a new reference). */
 json_t *http_error_body(const sg_error_t *err);
+/* E2B's error shape, {"code": STATUS, "message"}, as a front end's
+ * error_response (http_front_t) for the route layer's refusals. */
+struct MHD_Response *http_code_error_response(void *ctx, const sg_error_t *err);
+/* Answers err in that shape (a quota's 429 also naming it: "quota", "limit"). */
+enum MHD_Result http_reply_code_error(struct MHD_Connection *conn, const sg_error_t *err);
 /* Queues http_error_body(err) with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
 /* Same from a kind and a message. */

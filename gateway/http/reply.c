@@ -73,6 +73,28 @@ json_t *http_error_body(const sg_error_t *err)
     return body;
 }
 
+enum MHD_Result http_reply_code_error(struct MHD_Connection *conn, const sg_error_t *err)
+{
+    unsigned status = sg_error_http_status(err->kind);
+    json_t *body = http_error_body(err);
+    json_object_del(body, "error");
+    json_object_set_new(body, "code", json_integer(status));
+    return http_reply_json(conn, status, body);
+}
+
+struct MHD_Response *http_code_error_response(void *ctx, const sg_error_t *err)
+{
+    (void)ctx;
+    json_t *j =
+        json_pack("{s:i, s:s}", "code", sg_error_http_status(err->kind), "message", err->msg);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return r;
+}
+
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err)
 {
     return http_reply_json(conn, sg_error_http_status(err->kind), http_error_body(err));

@@ -57,25 +57,9 @@ static enum MHD_Result e2b_reply(struct MHD_Connection *conn, unsigned status, c
 /* *err (freed) in E2B's shape; a quota's 429 also names it ("quota", "limit"). */
 static enum MHD_Result e2b_error(struct MHD_Connection *conn, sg_error_t **err)
 {
-    unsigned status = sg_error_http_status((*err)->kind);
-    json_t *body = http_error_body(*err);
-    json_object_del(body, "error");
-    json_object_set_new(body, "code", json_integer(status));
+    enum MHD_Result ret = http_reply_code_error(conn, *err);
     sg_error_free(err);
-    return http_reply_json(conn, status, body);
-}
-
-/* The route layer's refusals (an unknown sandbox: 404; 405) in E2B's shape. */
-static struct MHD_Response *e2b_error_response(void *ctx, const sg_error_t *err)
-{
-    json_t *j =
-        json_pack("{s:i, s:s}", "code", sg_error_http_status(err->kind), "message", err->msg);
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    return r;
+    return ret;
 }
 
 /* --- a sandbox's record ------------------------------------------------------------ */
@@ -330,9 +314,16 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     /* allow_internet_access true alone (newer SDKs send it by default) on a
      * server that gives no network: allowed, and there is none to reach. */
     bool internet = net.internet && (kmgr_has_egress(self->kmgr) || net.allow || net.deny);
-    kernel_t *k = api_create_context(
-        self, call->tenant, "python", "/home/user", !snap && internet, false, snap,
-        default_template(template) || snap ? NULL : template, NULL, &who, &quota, &err);
+    bool no_mounts;
+    json_t *mounts = api_volume_mounts(self, call, json_object_get(body, "volumeMounts"),
+                                       snap != NULL, &no_mounts, &err);
+    kernel_t *k =
+        !mounts && !no_mounts
+            ? NULL
+            : api_create_context(self, call->tenant, "python", "/home/user", !snap && internet,
+                                 false, snap, default_template(template) || snap ? NULL : template,
+                                 NULL, mounts, &who, &quota, &err);
+    json_decref(mounts);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
         goto out;
@@ -697,7 +688,7 @@ static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
     tenant_quota_t quota;
     sg_error_t *err = NULL;
     kernel_t *k = api_create_context(self, f->tenant, "python", "/home/user", false, false, snap,
-                                     NULL, NULL, &f->who, &quota, &err);
+                                     NULL, NULL, NULL, &f->who, &quota, &err);
     if (k == NULL) {
         json_t *e = json_pack("{s:{s:i, s:s}}", "error", "code", sg_error_http_status(err->kind),
                               "message", err->msg);
@@ -866,7 +857,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         {"GET", "/templates/aliases/*", template_alias, 0, NULL},
     };
     const http_front_t front = {
-        .name = "e2b", .ctx = self, .done = done, .error_response = e2b_error_response};
+        .name = "e2b", .ctx = self, .done = done, .error_response = http_code_error_response};
     self->e2b_timer = -1;
     api_sbmetrics_start(self);
     api_sblogs_start(self);

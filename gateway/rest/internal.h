@@ -35,6 +35,7 @@ struct api {
     json_t *defaults;   /* language -> id of its default context */
     records_t *records; /* STATE/contexts: both of the above, over a restart */
     commands_t *commands;
+    volumes_t *volumes; /* api_set_volumes's; NULL: none */
     void (*wake)(void *);
     void *wake_arg;
     int e2b_timer;                   /* e2b.c's clock of sandboxes' ends; -1: none runs */
@@ -94,10 +95,16 @@ json_t *api_context_json(api_t *self, kernel_t *k);
 /* A new context of tenant t's (from snap when not NULL: its language, cwd,
  * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota
  * (tenants.h). */
+/* The mounts a new context's (or E2B sandbox's) body asks for with
+ * volumeMounts (volumes.h's volumes_mounts): a new list, or NULL — *none
+ * when it asks for none, else with *err (fixed: the context's volumes are
+ * not its own to choose, a snapshot's or a host sandbox's). */
+json_t *api_volume_mounts(api_t *self, const http_req_t *call, const json_t *spec, bool fixed,
+                          bool *none, sg_error_t **err);
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
-                             const char *template, kernel_t *sandbox, const audit_who_t *who,
-                             tenant_quota_t *quota, sg_error_t **err);
+                             const char *template, kernel_t *sandbox, const json_t *mounts,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err);
 /* The sandbox E2B's SDKs name in the E2b-Sandbox-Id header; NULL when
  * none is named (absent, empty, or the SDKs' debug placeholders). */
 const char *e2b_sandbox_header(struct MHD_Connection *conn);

@@ -203,14 +203,38 @@ static kernel_t *create_context(api_t *self, const tenant_t *t, const char *lang
                                 const char *cwd, bool internet, bool implicit,
                                 const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
-    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, NULL, who,
-                              quota, err);
+    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, NULL, NULL,
+                              who, quota, err);
+}
+
+json_t *api_volume_mounts(api_t *self, const http_req_t *call, const json_t *spec, bool fixed,
+                          bool *none, sg_error_t **err)
+{
+    *none = spec == NULL || json_is_null(spec) || (json_is_array(spec) && !json_array_size(spec));
+    if (*none)
+        return NULL;
+    if (fixed) {
+        sg_error_set(err, SG_E_INVALID,
+                     "'volumeMounts': a sandbox made from a snapshot mounts the snapshot's "
+                     "volumes, and a context in a sandbox has that sandbox's");
+        return NULL;
+    }
+    if (!self->volumes) {
+        sg_error_set(err, SG_E_INVALID, "'volumeMounts': this server has no volumes");
+        return NULL;
+    }
+    return volumes_mounts(self->volumes, call->tenant->name, spec, none, err);
+}
+
+void api_set_volumes(api_t *self, volumes_t *volumes)
+{
+    self->volumes = volumes;
 }
 
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
                              bool internet, bool implicit, const kmgr_snapshot_t *snap,
-                             const char *template, kernel_t *sandbox, const audit_who_t *who,
-                             tenant_quota_t *quota, sg_error_t **err)
+                             const char *template, kernel_t *sandbox, const json_t *mounts,
+                             const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
     if (sandbox && kernel_host(sandbox)) /* a context's sandbox is its host's */
         sandbox = kernel_host(sandbox);
@@ -258,6 +282,7 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     so.template = template;
     so.sandbox = sandbox ? kernel_id(sandbox) : NULL;
     so.env = sandbox ? api_sandbox_envs(self, sandbox) : NULL;
+    so.mounts = mounts;
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
@@ -681,11 +706,18 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
                                     "a template names its kernel: give \"template\" or "
                                     "\"language\", not both");
         } else {
-            tenant_quota_t quota;
-            kernel_t *k = api_create_context(
-                self, call->tenant, lang ? json_string_value(lang) : "python",
-                cwd ? json_string_value(cwd) : "/home/user", json_is_true(internet), false, snap,
-                json_string_value(template), host, &who, &quota, &err);
+            tenant_quota_t quota = {0};
+            bool none;
+            json_t *mounts = api_volume_mounts(self, call, json_object_get(req, "volumeMounts"),
+                                               snap != NULL || host != NULL, &none, &err);
+            kernel_t *k = !mounts && !none
+                              ? NULL
+                              : api_create_context(
+                                    self, call->tenant, lang ? json_string_value(lang) : "python",
+                                    cwd ? json_string_value(cwd) : "/home/user",
+                                    json_is_true(internet), false, snap,
+                                    json_string_value(template), host, mounts, &who, &quota, &err);
+            json_decref(mounts);
             ret = k ? api_context_created(self, conn, k, &call->state)
                     : api_reply_refused(conn, &quota, &err);
         }
@@ -830,8 +862,8 @@ kernel_t *api_sandbox_context(api_t *self, const tenant_t *t, kernel_t *sandbox,
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k && kernel_host(k) == sandbox && kernel_state(k) != KERNEL_DEAD)
         return k;
-    k = api_create_context(self, t, language, "/home/user", false, true, NULL, NULL, sandbox, who,
-                           quota, err);
+    k = api_create_context(self, t, language, "/home/user", false, true, NULL, NULL, sandbox, NULL,
+                           who, quota, err);
     if (k) {
         json_object_set_new(self->defaults, key, json_string(kernel_id(k)));
         api_record_write(self, kernel_id(k));

@@ -28,6 +28,7 @@
 #include "gateway/commands/commands.h"
 #include "gateway/http/http.h"
 #include "gateway/session/session.h"
+#include "gateway/volumes/volumes.h"
 #include "kernelmgr/manager/manager.h"
 
 typedef struct api api_t;
@@ -51,6 +52,8 @@ void api_destroy(api_t **self_p);
 /* The commands of every context (commands.h), for other front ends that
  * run processes (borrowed; it lives as long as the API). */
 commands_t *api_commands(api_t *self);
+/* The volumes new contexts and E2B sandboxes mount (volumeMounts). */
+void api_set_volumes(api_t *self, volumes_t *volumes);
 
 /* Registers the routes above with http (self borrowed: it must outlive
  * http).  File uploads are streamed to disk as they arrive (http.h's

@@ -307,6 +307,20 @@ int tenant_admit_work(const char *owner, sg_error_t **err)
                   "calls waiting or running; try again when one ends");
 }
 
+int tenant_admit_more(const char *owner, tenant_source_t source, long long add, sg_error_t **err)
+{
+    tenant_t t;
+    if (source != TENANT_VOLUME_MIB || !quotas_of(owner, &t))
+        return 0;
+    long long max = limit_of(&t, "max-volume-mib"), have = count_of(source, owner);
+    if (!max || have + add <= max)
+        return 0;
+    char why[128];
+    snprintf(why, sizeof why, "its volumes take %lld MiB and this one %lld more; delete one first",
+             have, add);
+    return refuse(&t, NULL, "max-volume-mib", max, err, why);
+}
+
 int tenant_admit_new(const char *owner, tenant_source_t source, sg_error_t **err)
 {
     static const char *const quota[] = {[TENANT_JUPYTER_SESSIONS] = "max-jupyter-sessions",

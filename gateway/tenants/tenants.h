@@ -23,6 +23,8 @@
  *   max-snapshots         snapshots, their context        kmgr before any snapshot
  *   max-snapshot-mib      alive or not; their bytes       (tenant_admit_snapshot as
  *                                                         kmgr_config_t.snapshot_gate)
+ *   max-volume-mib        the sizes its volumes were     tenant_admit_more: volumes.c
+ *                         made with (reserved, not used)
  *   max-disk-mib          workspaces (their file system's tenant_admit, the snapshot gate
  *                         use, with --workspace-size),
  *                         checkpoints and snapshots
@@ -60,6 +62,7 @@ typedef enum {
     TENANT_QUEUED,           /* max-queued: work waiting or running */
     TENANT_JUPYTER_SESSIONS, /* max-jupyter-sessions */
     TENANT_MCP_SESSIONS,     /* max-mcp-sessions */
+    TENANT_VOLUME_MIB,       /* max-volume-mib: the sizes of its volumes, in MiB */
     TENANT_NSOURCES
 } tenant_source_t;
 /* count(ctx, tenant): how many tenant has now.  Registered once by the
@@ -107,6 +110,9 @@ int tenant_admit_work(const char *owner, sg_error_t **err);
 /* Whether owner may have one more of source (Jupyter or MCP sessions): 0,
  * or -1 with *err (SG_E_QUOTA naming the quota). */
 int tenant_admit_new(const char *owner, tenant_source_t source, sg_error_t **err);
+/* Whether owner may have add more of source (MiB of volumes): 0, or -1
+ * with *err (SG_E_QUOTA naming the quota). */
+int tenant_admit_more(const char *owner, tenant_source_t source, long long add, sg_error_t **err);
 /* Whether the owner of k may have one more snapshot (count, bytes, disk):
  * kmgr asks before any snapshot of k (kmgr_config_t.snapshot_gate). */
 int tenant_admit_snapshot(kernel_t *k, sg_error_t **err);

@@ -93,6 +93,7 @@ kernel_t *kernel_start_guest(kernel_t *host, const kspec_t *spec, const char *id
     kernel_opts_t o = opts ? *opts : host->opts;
     o.internet = host->opts.internet;
     o.template = host->opts.template;
+    o.mounts = host->opts.mounts; /* its host's sandbox's (snapshots record them) */
     o.snapshot = NULL;
     o.hold = false;
     kernel_t *k = kernel_alloc(host->loop, host->env, spec, id, host->workspace, &o, ev, ev_arg);

@@ -320,7 +320,8 @@ int launch_now(kernel_t *k, sg_error_t **err)
                          .snapshot = k->from_snapshot,
                          .template = k->opts.template,
                          .egress_allow = k->opts.egress_allow,
-                         .egress_deny = k->opts.egress_deny};
+                         .egress_deny = k->opts.egress_deny,
+                         .mounts = k->opts.mounts};
     k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
         release_slot(k);
@@ -358,6 +359,7 @@ kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
     k->opts.template = k->opts.template ? xstrdup(k->opts.template) : NULL;
     k->opts.egress_allow = k->opts.egress_allow ? xstrdup(k->opts.egress_allow) : NULL;
     k->opts.egress_deny = k->opts.egress_deny ? xstrdup(k->opts.egress_deny) : NULL;
+    k->opts.mounts = k->opts.mounts ? json_deep_copy(k->opts.mounts) : NULL;
     k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
     k->opts.snapshot = NULL; /* from_snapshot says it, until the kernel runs */
     k->ev = ev;
@@ -379,6 +381,7 @@ static void kernel_free(void *arg)
     free((char *)k->opts.template);
     free((char *)k->opts.egress_allow);
     free((char *)k->opts.egress_deny);
+    json_decref((json_t *)k->opts.mounts);
     free(k->from_snapshot);
     free(k->observers);
     json_decref(k->guest_env);

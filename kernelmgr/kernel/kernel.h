@@ -66,6 +66,8 @@ typedef struct {
                                NULL: the server's */
     const char *egress_allow, *egress_deny; /* with internet: its sandboxes' own rules (copied;
                                                sandbox.h's sandbox_set_egress); NULL: none */
+    const json_t *mounts; /* volumes in its sandboxes (sandbox_opts_t.mounts; copied); NULL:
+                             none */
     /* Asked before a paused or dead kernel runs again for a client
      * (kernel_resume, kernel_execute, kernel_restart): 0 to go ahead, else
      * -1 with *err, which those return (the gateway's tenants: max-live).

@@ -1,4 +1,4 @@
-#include "kernelmgr/launcher/launcher.h"
+#include "kernelmgr/launcher/internal.h"
 
 #include <ctype.h>
 #include <czmq.h>
@@ -17,21 +17,8 @@
 #include "common/loop.h"
 #include "common/proc.h"
 #include "common/xalloc.h"
-#include "kernelmgr/kspec/kspec.h"
 
 #define PACKET_MAX (256 * 1024) /* one request or reply */
-
-struct launcher {
-    const launcher_config_t *cfg;
-    loop_t *loop;
-    int fd;
-    sandbox_env_t *env;
-    sg_error_t *env_err; /* why the state directory could not be prepared */
-    kspecs_t *kspecs;
-    zhashx_t *sandboxes; /* id -> sandbox_t */
-    zhashx_t *execs;     /* "ID/SEQ" of a running exec request -> its handle (sandbox_exec) */
-    char *workspaces;    /* STATE/workspaces */
-};
 
 bool launcher_valid_uuid(const char *s)
 {
@@ -80,14 +67,14 @@ static void send_reply(launcher_t *L, json_t *reply)
      * the hang-up, read after them, ends this loop. */
 }
 
-static void reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
+void launcher_reply_ok(launcher_t *L, json_int_t seq, json_t *fields)
 {
     json_t *r = fields ? fields : json_object();
     json_object_set_new(r, "seq", json_integer(seq));
     send_reply(L, r);
 }
 
-static void reply_err(launcher_t *L, json_int_t seq, const sg_error_t *err)
+void launcher_reply_err(launcher_t *L, json_int_t seq, const sg_error_t *err)
 {
     cleanup_free char *msg = xstrdup(err->msg);
     utf8_scrub(msg);
@@ -95,16 +82,14 @@ static void reply_err(launcher_t *L, json_int_t seq, const sg_error_t *err)
                             "message", msg));
 }
 
-static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
+void launcher_refuse(launcher_t *L, json_int_t seq, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     cleanup_free char *msg = xvasprintf(fmt, ap);
     va_end(ap);
     log_warn("launcher: refused a request: %s", msg);
-    reply_err(L, seq, &(sg_error_t){.kind = SG_E_INVALID, .msg = msg});
+    launcher_reply_err(L, seq, &(sg_error_t){.kind = SG_E_INVALID, .msg = msg});
 }
 
 static json_t *conn_json(const jconn_t *c)
@@ -119,17 +104,6 @@ static json_t *conn_json(const jconn_t *c)
 /* --- operations -------------------------------------------------------------------------
  * One handler per operation of launcher_ops (launcher_handlers, below);
  * dispatch() has already checked what the operation's flags ask for. */
-
-/* A workspace path: exactly STATE/workspaces/<uuid>.  *uuid points at it. */
-static bool valid_workspace(launcher_t *L, const char *path, const char **uuid)
-{
-    size_t n = strlen(L->workspaces);
-    if (!path || strncmp(path, L->workspaces, n) != 0 || path[n] != '/' ||
-        !launcher_valid_uuid(path + n + 1))
-        return false;
-    *uuid = path + n + 1;
-    return true;
-}
 
 /* An answer that comes later: the request it answers. */
 typedef struct {
@@ -148,9 +122,9 @@ static void on_started(sandbox_t *sb, pid_t pid, sg_error_t *err, void *arg)
 {
     cleanup_free later_t *st = arg;
     if (pid > 0)
-        reply_ok(st->L, st->seq, json_pack("{s:i}", "pid", (int)pid));
+        launcher_reply_ok(st->L, st->seq, json_pack("{s:i}", "pid", (int)pid));
     else
-        reply_err(st->L, st->seq, err);
+        launcher_reply_err(st->L, st->seq, err);
     sg_error_free(&err);
 }
 
@@ -163,7 +137,7 @@ static void on_paused(sandbox_t *sb, uint64_t bytes, sg_error_t *err, bool alive
         send_reply(st->L, json_pack("{s:I, s:{s:i, s:s}, s:b}", "seq", st->seq, "error", "kind",
                                     (int)err->kind, "message", msg, "alive", alive));
     } else {
-        reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
+        launcher_reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
     }
     sg_error_free(&err);
 }
@@ -172,9 +146,9 @@ static void on_refused(const json_t *counts, const sg_error_t *err, void *arg)
 {
     cleanup_free later_t *st = arg;
     if (counts)
-        reply_ok(st->L, st->seq, json_pack("{s:O}", "counts", counts));
+        launcher_reply_ok(st->L, st->seq, json_pack("{s:O}", "counts", counts));
     else
-        reply_err(st->L, st->seq, err);
+        launcher_reply_err(st->L, st->seq, err);
 }
 
 static void on_tail(const char *tail, void *arg)
@@ -182,7 +156,7 @@ static void on_tail(const char *tail, void *arg)
     cleanup_free later_t *st = arg;
     cleanup_free char *text = xstrdup(tail);
     utf8_scrub(text);
-    reply_ok(st->L, st->seq, json_pack("{s:s}", "text", text));
+    launcher_reply_ok(st->L, st->seq, json_pack("{s:s}", "text", text));
 }
 
 /* An answer that is only whether it worked (workspace_restore, egress_rules). */
@@ -190,9 +164,9 @@ static void on_done(const sg_error_t *err, void *arg)
 {
     cleanup_free later_t *st = arg;
     if (err)
-        reply_err(st->L, st->seq, err);
+        launcher_reply_err(st->L, st->seq, err);
     else
-        reply_ok(st->L, st->seq, NULL);
+        launcher_reply_ok(st->L, st->seq, NULL);
 }
 
 /* {id, allow, deny}: a sandbox's own egress rules (sandbox_set_egress
@@ -201,7 +175,7 @@ static void op_egress_rules(launcher_t *L, const launcher_req_t *r)
 {
     json_t *allow = json_object_get(r->body, "allow"), *deny = json_object_get(r->body, "deny");
     if (!json_is_string(allow) || !json_is_string(deny)) {
-        refuse(L, r->seq, "egress_rules: allow and deny must be strings");
+        launcher_refuse(L, r->seq, "egress_rules: allow and deny must be strings");
         return;
     }
     sandbox_set_egress(r->sb, json_string_value(allow), json_string_value(deny), on_done,
@@ -211,9 +185,9 @@ static void op_egress_rules(launcher_t *L, const launcher_req_t *r)
 static void op_env(launcher_t *L, const launcher_req_t *r)
 {
     if (L->env_err)
-        reply_err(L, r->seq, L->env_err);
+        launcher_reply_err(L, r->seq, L->env_err);
     else
-        reply_ok(L, r->seq, NULL);
+        launcher_reply_ok(L, r->seq, NULL);
 }
 
 static void op_list(launcher_t *L, const launcher_req_t *r)
@@ -221,9 +195,9 @@ static void op_list(launcher_t *L, const launcher_req_t *r)
     cleanup_error sg_error_t *err = NULL;
     json_t *ids = sandbox_list(L->env, &err);
     if (!ids)
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     else
-        reply_ok(L, r->seq, json_pack("{s:o}", "ids", ids));
+        launcher_reply_ok(L, r->seq, json_pack("{s:o}", "ids", ids));
 }
 
 static void op_egress_refused(launcher_t *L, const launcher_req_t *r)
@@ -231,32 +205,17 @@ static void op_egress_refused(launcher_t *L, const launcher_req_t *r)
     sandbox_egress_refused(L->env, on_refused, later(L, r->seq));
 }
 
-static void op_workspace_open(launcher_t *L, const launcher_req_t *r)
-{
-    cleanup_error sg_error_t *err = NULL;
-    if (sandbox_workspace_open(L->env, r->path, &err) < 0)
-        reply_err(L, r->seq, err);
-    else
-        reply_ok(L, r->seq, NULL);
-}
-
-static void op_workspace_close(launcher_t *L, const launcher_req_t *r)
-{
-    sandbox_workspace_close(L->env, r->path, json_is_true(json_object_get(r->body, "remove")));
-    reply_ok(L, r->seq, NULL);
-}
-
 /* new and adopt: a sandbox the launcher holds from now on. */
 static void made(launcher_t *L, const launcher_req_t *r, sandbox_t *sb, sg_error_t *err)
 {
     if (!sb) {
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
         return;
     }
     zhashx_insert(L->sandboxes, r->id, sb);
     const char *cgroup = sandbox_cgroup(sb);
-    reply_ok(L, r->seq,
-             json_pack("{s:o, s:s?}", "conn", conn_json(sandbox_conn(sb)), "cgroup", cgroup));
+    launcher_reply_ok(
+        L, r->seq, json_pack("{s:o, s:s?}", "conn", conn_json(sandbox_conn(sb)), "cgroup", cgroup));
 }
 
 static void op_new(launcher_t *L, const launcher_req_t *r)
@@ -266,15 +225,15 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
     const char *ws = json_string_value(json_object_get(r->body, "workspace"));
     const char *uuid;
     if (r->sb) {
-        refuse(L, r->seq, "new: sandbox %s is already known", r->id);
+        launcher_refuse(L, r->seq, "new: sandbox %s is already known", r->id);
         return;
     }
     if (!spec) {
-        refuse(L, r->seq, "new: no kernelspec '%.64s'", name ? name : "");
+        launcher_refuse(L, r->seq, "new: no kernelspec '%.64s'", name ? name : "");
         return;
     }
-    if (!valid_workspace(L, ws, &uuid) || strncmp(uuid, r->id, 36) != 0) {
-        refuse(L, r->seq, "new: the workspace is not the sandbox's own");
+    if (!launcher_valid_workspace(L, ws, &uuid) || strncmp(uuid, r->id, 36) != 0) {
+        launcher_refuse(L, r->seq, "new: the workspace is not the sandbox's own");
         return;
     }
     json_t *tenant = json_object_get(r->body, "tenant");
@@ -282,7 +241,7 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
     json_t *cpu = json_object_get(r->body, "cpu_quota");
     if (tenant && !json_is_null(tenant) &&
         !(json_is_string(tenant) && launcher_valid_tenant(json_string_value(tenant)))) {
-        refuse(L, r->seq, "new: not a tenant's name");
+        launcher_refuse(L, r->seq, "new: not a tenant's name");
         return;
     }
     /* A tenant's ceilings: 0 (the server's), else at least what the keys
@@ -290,28 +249,30 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
     json_int_t mem = json_integer_value(memory), quota = json_integer_value(cpu);
     if ((memory && !json_is_integer(memory)) || (cpu && !json_is_integer(cpu)) || mem < 0 ||
         (mem > 0 && mem < (64 << 20)) || quota < 0 || (quota > 0 && quota < 1000)) {
-        refuse(L, r->seq, "new: memory must be 0 or 64 MiB or more, cpu_quota 0 or 1000 or more");
+        launcher_refuse(L, r->seq,
+                        "new: memory must be 0 or 64 MiB or more, cpu_quota 0 or 1000 or more");
         return;
     }
     json_t *snapshot = json_object_get(r->body, "snapshot");
     if (snapshot && !json_is_null(snapshot) &&
         !(json_is_string(snapshot) && launcher_valid_uuid(json_string_value(snapshot)))) {
-        refuse(L, r->seq, "new: not a snapshot's id");
+        launcher_refuse(L, r->seq, "new: not a snapshot's id");
         return;
     }
     /* Only a configured template's name (sandbox_new refuses others). */
     json_t *template = json_object_get(r->body, "template");
     if (template && !json_is_null(template) && !json_is_string(template)) {
-        refuse(L, r->seq, "new: not a template's name");
+        launcher_refuse(L, r->seq, "new: not a template's name");
         return;
     }
     cleanup_error sg_error_t *err = NULL;
     const char *allow = json_string_value(json_object_get(r->body, "allow"));
     const char *deny = json_string_value(json_object_get(r->body, "deny"));
     if (sandbox_check_egress(allow, deny, &err) < 0) {
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
         return;
     }
+    json_t *mounts = json_object_get(r->body, "mounts"); /* sandbox_new checks them */
     sandbox_opts_t o = {.internet = json_is_true(json_object_get(r->body, "internet")),
                         .tenant = json_string_value(tenant),
                         .memory_bytes = (uint64_t)mem,
@@ -319,7 +280,8 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
                         .snapshot = json_string_value(snapshot),
                         .template = json_string_value(template),
                         .egress_allow = allow,
-                        .egress_deny = deny};
+                        .egress_deny = deny,
+                        .mounts = json_is_null(mounts) ? NULL : mounts};
     sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
     made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */
 }
@@ -328,12 +290,12 @@ static void op_adopt(launcher_t *L, const launcher_req_t *r)
 {
     json_int_t pid = json_integer_value(json_object_get(r->body, "pid"));
     if (r->sb) {
-        refuse(L, r->seq, "adopt: sandbox %s is already known", r->id);
+        launcher_refuse(L, r->seq, "adopt: sandbox %s is already known", r->id);
         return;
     }
     if ((pid <= 1 && pid != 0) || pid > 1 << 22) /* 0: paused */
     {
-        refuse(L, r->seq, "adopt: not a pid");
+        launcher_refuse(L, r->seq, "adopt: not a pid");
         return;
     }
     cleanup_error sg_error_t *err = NULL;
@@ -350,14 +312,14 @@ static void op_remove(launcher_t *L, const launcher_req_t *r)
     } else {
         sandbox_remove_id(L->env, r->id, wait);
     }
-    reply_ok(L, r->seq, NULL);
+    launcher_reply_ok(L, r->seq, NULL);
 }
 
 static void op_log(launcher_t *L, const launcher_req_t *r)
 {
     json_int_t max = json_integer_value(json_object_get(r->body, "max"));
     if (max <= 0 || max > 65536) {
-        refuse(L, r->seq, "log: max must be in (0, 65536]");
+        launcher_refuse(L, r->seq, "log: max must be in (0, 65536]");
         return;
     }
     if (!r->sb) {
@@ -375,7 +337,7 @@ static void op_keys(launcher_t *L, const launcher_req_t *r)
 {
     const char *path = L->cfg->keys_file;
     if (!path) {
-        refuse(L, r->seq, "keys: no --keys-file was given");
+        launcher_refuse(L, r->seq, "keys: no --keys-file was given");
         return;
     }
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -383,18 +345,18 @@ static void op_keys(launcher_t *L, const launcher_req_t *r)
     cleanup_error sg_error_t *err = NULL;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
         sg_error_errno(&err, fd < 0 ? errno : EINVAL, "cannot read keys file %s", path);
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
         return;
     }
     cleanup_free char *text = xmalloc((size_t)st.st_size + 1);
     ssize_t n = read(fd, text, (size_t)st.st_size);
     if (n < 0 || memchr(text, 0, (size_t)n)) {
-        refuse(L, r->seq, "keys file %s is not a text file", path);
+        launcher_refuse(L, r->seq, "keys file %s is not a text file", path);
         return;
     }
-    reply_ok(L, r->seq,
-             json_pack("{s:s%, s:i, s:i}", "text", text, (size_t)n, "mode",
-                       (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
+    launcher_reply_ok(L, r->seq,
+                      json_pack("{s:s%, s:i, s:i}", "text", text, (size_t)n, "mode",
+                                (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
 }
 
 /* A pool kernel claimed by a tenant: its sandbox joins the tenant's cgroup
@@ -403,18 +365,18 @@ static void op_tenant(launcher_t *L, const launcher_req_t *r)
 {
     const char *tenant = json_string_value(json_object_get(r->body, "tenant"));
     if (!tenant || !launcher_valid_tenant(tenant)) {
-        refuse(L, r->seq, "tenant: not a tenant's name");
+        launcher_refuse(L, r->seq, "tenant: not a tenant's name");
         return;
     }
     sandbox_set_tenant(r->sb, tenant);
-    reply_ok(L, r->seq, NULL);
+    launcher_reply_ok(L, r->seq, NULL);
 }
 
 /* Also after remove, which forgot it already. */
 static void op_free(launcher_t *L, const launcher_req_t *r)
 {
     zhashx_delete(L->sandboxes, r->id);
-    reply_ok(L, r->seq, NULL);
+    launcher_reply_ok(L, r->seq, NULL);
 }
 
 /* start, pause and resume answer when runsc is done. */
@@ -424,7 +386,7 @@ static void op_start(launcher_t *L, const launcher_req_t *r)
     later_t *st = later(L, r->seq);
     if (sandbox_start(r->sb, on_started, st, &err) < 0) {
         free(st);
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     }
 }
 
@@ -435,14 +397,14 @@ static void op_pause(launcher_t *L, const launcher_req_t *r)
     bool live = json_is_true(json_object_get(r->body, "leave_running"));
     if ((live ? sandbox_save_live : sandbox_pause)(r->sb, on_paused, st, &err) < 0) {
         free(st);
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     }
 }
 
 static void op_reattach(launcher_t *L, const launcher_req_t *r)
 {
     sandbox_reattach(r->sb);
-    reply_ok(L, r->seq, NULL);
+    launcher_reply_ok(L, r->seq, NULL);
 }
 
 static void op_resume(launcher_t *L, const launcher_req_t *r)
@@ -451,7 +413,7 @@ static void op_resume(launcher_t *L, const launcher_req_t *r)
     later_t *st = later(L, r->seq);
     if (sandbox_resume(r->sb, on_started, st, &err) < 0) {
         free(st);
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     }
 }
 
@@ -460,7 +422,7 @@ static const char *snapshot_id(launcher_t *L, const launcher_req_t *r)
 {
     const char *sid = json_string_value(json_object_get(r->body, "snapshot"));
     if (!sid || !launcher_valid_uuid(sid)) {
-        refuse(L, r->seq, "not a snapshot's id");
+        launcher_refuse(L, r->seq, "not a snapshot's id");
         return NULL;
     }
     return sid;
@@ -470,9 +432,9 @@ static void on_saved(uint64_t bytes, const sg_error_t *err, void *arg)
 {
     cleanup_free later_t *st = arg;
     if (err)
-        reply_err(st->L, st->seq, err);
+        launcher_reply_err(st->L, st->seq, err);
     else
-        reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
+        launcher_reply_ok(st->L, st->seq, json_pack("{s:I}", "bytes", (json_int_t)bytes));
 }
 
 static void op_snapshot_save(launcher_t *L, const launcher_req_t *r)
@@ -488,13 +450,15 @@ static void op_snapshot_delete(launcher_t *L, const launcher_req_t *r)
     if (!sid)
         return;
     sandbox_snapshot_delete(L->env, sid);
-    reply_ok(L, r->seq, NULL);
+    launcher_reply_ok(L, r->seq, NULL);
 }
 
 static void op_workspace_restore(launcher_t *L, const launcher_req_t *r)
 {
-    const char *sid = snapshot_id(L, r);
-    if (sid)
+    const char *uuid, *sid = snapshot_id(L, r);
+    if (sid && !launcher_valid_workspace(L, r->path, &uuid))
+        launcher_refuse(L, r->seq, "workspace_restore: not a workspace path");
+    else if (sid)
         sandbox_workspace_restore_async(L->env, r->path, sid, on_done, later(L, r->seq));
 }
 
@@ -502,45 +466,14 @@ static void op_signal(launcher_t *L, const launcher_req_t *r)
 {
     json_int_t sig = json_integer_value(json_object_get(r->body, "sig"));
     if (sig != SIGINT && sig != SIGTERM && sig != SIGKILL) {
-        refuse(L, r->seq, "signal: only INT, TERM and KILL");
+        launcher_refuse(L, r->seq, "signal: only INT, TERM and KILL");
         return;
     }
     cleanup_error sg_error_t *err = NULL;
     if (sandbox_signal(r->sb, (int)sig, &err) < 0)
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     else
-        reply_ok(L, r->seq, NULL);
-}
-
-/* A file or directory the daemon created in a workspace (the fd it sent)
- * becomes the sandbox user's.  Only its own files, only under the
- * workspaces: anything else is refused. */
-static void op_give(launcher_t *L, const launcher_req_t *r)
-{
-    struct stat st;
-    char link[64], path[PATH_MAX];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", r->fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    size_t w = strlen(L->workspaces);
-    if (fstat(r->fd, &st) < 0 || n <= 0) {
-        refuse(L, r->seq, "give: no file");
-        return;
-    }
-    path[n] = 0;
-    if (!(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) || st.st_uid != L->cfg->uid ||
-        strncmp(path, L->workspaces, w) != 0 || path[w] != '/') {
-        refuse(L, r->seq, "give: not a file of the daemon's in a workspace");
-        return;
-    }
-    if (fchown(r->fd, SANDBOX_UID, SANDBOX_GID) < 0) {
-        cleanup_error sg_error_t *err = NULL;
-        sg_error_errno(&err, errno, "give: fchown");
-        {
-            reply_err(L, r->seq, err);
-            return;
-        }
-    }
-    reply_ok(L, r->seq, NULL);
+        launcher_reply_ok(L, r->seq, NULL);
 }
 
 /* A command's end: its exit status, for the request that started it. */
@@ -555,9 +488,9 @@ static void on_exec_done(int status, const sg_error_t *err, void *arg)
     exec_later_t *st = arg;
     zhashx_delete(st->L->execs, st->key);
     if (err)
-        reply_err(st->L, st->seq, err);
+        launcher_reply_err(st->L, st->seq, err);
     else
-        reply_ok(st->L, st->seq, json_pack("{s:i}", "status", status));
+        launcher_reply_ok(st->L, st->seq, json_pack("{s:i}", "status", status));
     free(st->key);
     free(st);
 }
@@ -587,7 +520,7 @@ static void op_exec(launcher_t *L, const launcher_req_t *r)
     cleanup_free const char **env = string_array(json_object_get(r->body, "env"), false);
     json_t *cwd = json_object_get(r->body, "cwd");
     if (!argv || !env || (cwd && !json_is_string(cwd))) {
-        refuse(L, r->seq, "exec: argv and env must be arrays of strings, cwd a string");
+        launcher_refuse(L, r->seq, "exec: argv and env must be arrays of strings, cwd a string");
         return;
     }
     sandbox_exec_t x = {.argv = argv, .env = env, .cwd = json_string_value(cwd)};
@@ -598,7 +531,7 @@ static void op_exec(launcher_t *L, const launcher_req_t *r)
     if (h == 0) {
         free(st->key);
         free(st);
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
         return;
     }
     zhashx_insert(L->execs, st->key, (void *)(uintptr_t)h);
@@ -613,15 +546,15 @@ static void op_exec_signal(launcher_t *L, const launcher_req_t *r)
     json_int_t sig = json_integer_value(json_object_get(r->body, "sig"));
     cleanup_error sg_error_t *err = NULL;
     if (h && sandbox_exec_signal(r->sb, h, (int)sig, &err) < 0)
-        reply_err(L, r->seq, err);
+        launcher_reply_err(L, r->seq, err);
     else
-        reply_ok(L, r->seq, NULL);
+        launcher_reply_ok(L, r->seq, NULL);
 }
 
 static void on_exec_pid(long pid, void *arg)
 {
     cleanup_free later_t *st = arg;
-    reply_ok(st->L, st->seq, json_pack("{s:I}", "pid", (json_int_t)pid));
+    launcher_reply_ok(st->L, st->seq, json_pack("{s:I}", "pid", (json_int_t)pid));
 }
 
 /* {id, exec: the seq of its exec} -> {pid}: 0 not yet, -1 ended. */
@@ -638,8 +571,8 @@ static void op_exec_pid(launcher_t *L, const launcher_req_t *r)
 
 launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_ENV] = op_env,
-    [LOP_WORKSPACE_OPEN] = op_workspace_open,
-    [LOP_WORKSPACE_CLOSE] = op_workspace_close,
+    [LOP_WORKSPACE_OPEN] = launcher_op_workspace_open,
+    [LOP_WORKSPACE_CLOSE] = launcher_op_workspace_close,
     [LOP_NEW] = op_new,
     [LOP_ADOPT] = op_adopt,
     [LOP_START] = op_start,
@@ -653,7 +586,7 @@ launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_LOG] = op_log,
     [LOP_EGRESS_REFUSED] = op_egress_refused,
     [LOP_EGRESS_RULES] = op_egress_rules,
-    [LOP_GIVE] = op_give,
+    [LOP_GIVE] = launcher_op_give,
     [LOP_KEYS] = op_keys,
     [LOP_TENANT] = op_tenant,
     [LOP_EXEC] = op_exec,
@@ -672,13 +605,13 @@ static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
     const char *name = json_string_value(json_object_get(body, "op"));
     int op = launcher_op_find(name);
     if (op < 0) {
-        refuse(L, r.seq, "unknown op '%.32s'", name ? name : "");
+        launcher_refuse(L, r.seq, "unknown op '%.32s'", name ? name : "");
         return;
     }
     const launcher_op_desc_t *d = &launcher_ops[op];
     int want = (d->flags & LOP_TAKES_FD) ? 1 : (d->flags & LOP_TAKES_STDIO) ? 3 : 0;
     if (nfds != want) {
-        refuse(L, r.seq, "%s: %d file descriptors expected, %d sent", d->name, want, nfds);
+        launcher_refuse(L, r.seq, "%s: %d file descriptors expected, %d sent", d->name, want, nfds);
         return;
     }
     if (want == 1)
@@ -686,22 +619,22 @@ static void dispatch(launcher_t *L, json_t *body, const int *fds, int nfds)
     for (int i = 0; want == 3 && i < 3; i++)
         r.fds[i] = fds[i];
     if ((d->flags & LOP_NEEDS_ENV) && !L->env) {
-        reply_err(L, r.seq, L->env_err);
+        launcher_reply_err(L, r.seq, L->env_err);
         return;
     }
     r.path = json_string_value(json_object_get(body, "path"));
-    if ((d->flags & LOP_TAKES_PATH) && !valid_workspace(L, r.path, &r.uuid)) {
-        refuse(L, r.seq, "%s: not a workspace path", d->name);
+    if ((d->flags & LOP_TAKES_PATH) && !launcher_valid_path(L, r.path, &r.uuid)) {
+        launcher_refuse(L, r.seq, "%s: not a workspace path", d->name);
         return;
     }
     r.id = json_string_value(json_object_get(body, "id"));
     if ((d->flags & LOP_TAKES_ID) && !(r.id && launcher_valid_sandbox_id(r.id))) {
-        refuse(L, r.seq, "%s: not a sandbox id", d->name);
+        launcher_refuse(L, r.seq, "%s: not a sandbox id", d->name);
         return;
     }
     r.sb = r.id ? zhashx_lookup(L->sandboxes, r.id) : NULL;
     if ((d->flags & LOP_TAKES_SANDBOX) && !r.sb) {
-        refuse(L, r.seq, "%s: no sandbox %s", d->name, r.id);
+        launcher_refuse(L, r.seq, "%s: no sandbox %s", d->name, r.id);
         return;
     }
     launcher_handlers[op](L, &r);
@@ -732,9 +665,9 @@ static void on_request(loop_t *loop, int fd, unsigned events, void *arg)
                 memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     json_t *req = n <= PACKET_MAX ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
     if (n > PACKET_MAX)
-        refuse(L, 0, "a request of %zd bytes", n);
+        launcher_refuse(L, 0, "a request of %zd bytes", n);
     else if (!json_is_object(req))
-        refuse(L, json_integer_value(json_object_get(req, "seq")), "not a JSON object");
+        launcher_refuse(L, json_integer_value(json_object_get(req, "seq")), "not a JSON object");
     else
         dispatch(L, req, fds, nfds);
     for (int i = 0; i < nfds; i++)
@@ -753,10 +686,10 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {{"sessions", 0700, true},   {"mcp", 0700, true},
-                {"contexts", 0700, true},   {"snapshots", 0700, true},
-                {"secrets", 0700, true},    {"snapshot-images", 0700, false},
-                {"workspaces", 0750, false}};
+    } dirs[] = {{"sessions", 0700, true},    {"mcp", 0700, true},
+                {"contexts", 0700, true},    {"snapshots", 0700, true},
+                {"secrets", 0700, true},     {"snapshot-images", 0700, false},
+                {"workspaces", 0750, false}, {"volumes", 0750, false}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||
@@ -786,6 +719,7 @@ int launcher_serve(const launcher_config_t *cfg, int fd)
     L.execs = zhashx_new();
     zhashx_set_destructor(L.sandboxes, sandbox_free_fn);
     L.workspaces = xasprintf("%s/workspaces", cfg->state_dir);
+    L.volumes = xasprintf("%s/volumes", cfg->state_dir);
     sg_error_t *err = NULL;
     if (proc_init(L.loop, &err) < 0 || prepare(&L, &err) < 0) {
         log_error("launcher: %s", err->msg);
@@ -807,6 +741,7 @@ int launcher_serve(const launcher_config_t *cfg, int fd)
     proc_fini();
     loop_destroy(&L.loop);
     free(L.workspaces);
+    free(L.volumes);
     return 0;
 }
 

@@ -69,6 +69,8 @@ void session_record(kmgr_t *m, entry_t *e)
         json_object_set_new(rec, "egress_allow", json_string(o->egress_allow));
     if (o->egress_deny)
         json_object_set_new(rec, "egress_deny", json_string(o->egress_deny));
+    if (o->mounts)
+        json_object_set_new(rec, "mounts", json_deep_copy(o->mounts));
     cleanup_free char *path = record_path(m, kernel_id(k));
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     if (json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
@@ -300,6 +302,7 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     opts.snapshot = so->snapshot;
     opts.egress_allow = so->egress_allow;
     opts.egress_deny = so->egress_deny;
+    opts.mounts = so->mounts;
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
@@ -474,6 +477,17 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     if (snap && snapshot_usable(m, snap, err) < 0)
         return NULL;
+    size_t vi;
+    json_t *vol;
+    json_array_foreach (snap ? snap->mounts : NULL, vi, vol) {
+        const char *src = json_string_value(json_object_get(vol, "source"));
+        if (src && access(src, F_OK) != 0) {
+            sg_error_set(err, SG_E_CONFLICT,
+                         "snapshot %s mounts a volume at %s that has been deleted since", snap->id,
+                         json_string_value(json_object_get(vol, "path")));
+            return NULL;
+        }
+    }
     const char *template = snap ? snap->template : o->template;
     const sandbox_template_t *t = kmgr_template(m, template);
     if (template && !t) {
@@ -495,8 +509,9 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
         return start_guest(m, spec, o, ev, ev_arg, err);
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = m->entries[i];
-        if (!snap && pool_fits(m, o) && e->pool && e->ready && kernel_spec(e->k) == spec &&
-            e->template == (t ? t->name : NULL) && kernel_state(e->k) == KERNEL_IDLE) {
+        if (!snap && !o->mounts && pool_fits(m, o) && e->pool && e->ready &&
+            kernel_spec(e->k) == spec && e->template == (t ? t->name : NULL) &&
+            kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
@@ -512,9 +527,12 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     replica_uuid(id);
     kmgr_start_opts_t so = *o;
     so.template = t ? t->name : NULL;
+    if (snap)
+        so.mounts = snap->mounts;
     /* No pool kernel: the template's snapshot, when it has one, is a restore
      * instead of a start plus its preload (templates.c). */
-    const kmgr_snapshot_t *ts = snap || o->internet ? NULL : template_snapshot(m, so.template);
+    const kmgr_snapshot_t *ts =
+        snap || o->internet || o->mounts ? NULL : template_snapshot(m, so.template);
     if (ts)
         so.snapshot = ts->id;
     kernel_t *k = session_launch(m, spec, id, false, &so, ev, ev_arg, err);
@@ -638,6 +656,11 @@ kernel_t *kmgr_at(const kmgr_t *m, size_t i)
 const kspecs_t *kmgr_kspecs(const kmgr_t *m)
 {
     return m->kspecs;
+}
+
+sandbox_env_t *kmgr_sandbox_env(const kmgr_t *m)
+{
+    return m->env;
 }
 
 void kmgr_stats(const kmgr_t *m, kmgr_stats_t *out)

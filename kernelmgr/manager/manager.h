@@ -120,6 +120,8 @@ typedef struct {
     const json_t *env;    /* with sandbox: NAME -> string, added to the kernel's environment */
     const char *egress_allow, *egress_deny; /* with internet: the sandbox's own rules
                                                (kmgr_set_egress); NULL: none */
+    const json_t *mounts; /* volumes in its sandbox (sandbox_opts_t.mounts); never from the
+                             pool.  With snapshot: the snapshot's, whatever is given */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
@@ -160,6 +162,9 @@ int kmgr_shutdown(kmgr_t *self, const char *id, sg_error_t **err);
 size_t kmgr_count(const kmgr_t *self);
 kernel_t *kmgr_at(const kmgr_t *self, size_t i);
 const kspecs_t *kmgr_kspecs(const kmgr_t *self);
+/* The sandboxes' environment (sandbox.h), for what the gateway keeps
+ * beside sessions (volumes). */
+sandbox_env_t *kmgr_sandbox_env(const kmgr_t *self);
 void kmgr_stats(const kmgr_t *self, kmgr_stats_t *out);
 /* --- snapshots of sessions (kernel.h's kernel_snapshot) ----------------------------
  * STATE/snapshots/<sid>.json records each (its files are the sandbox
@@ -181,6 +186,8 @@ typedef struct {
     char *key;          /* template_of's: what it was taken of (template_key) */
     char *runsc;        /* the runsc version that made its image; NULL: not recorded (older) */
     bool internet;      /* taken of a context with a network: those made from it have one */
+    json_t *mounts;     /* the volumes its sandbox had (kernel_opts_t.mounts): those made
+                           from it mount the same ones, as they are now; NULL: none */
 } kmgr_snapshot_t;
 /* cb: the new snapshot (borrowed), or why not; once, from the loop (or
  * before kmgr_snapshot returns without a launcher). */

@@ -36,6 +36,7 @@ void snapshot_free(kmgr_snapshot_t *s)
     free(s->key);
     free(s->runsc);
     json_decref(s->lineage);
+    json_decref(s->mounts);
     free(s);
 }
 
@@ -67,6 +68,8 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
         json_object_set_new(rec, "runsc", json_string(s->runsc));
     if (s->internet)
         json_object_set_new(rec, "internet", json_true());
+    if (s->mounts)
+        json_object_set(rec, "mounts", s->mounts);
     if (s->template_of)
         json_object_set_new(rec, "template_of",
                             json_pack("{s:s, s:s}", "name", s->template_of, "key", s->key));
@@ -128,6 +131,8 @@ static kmgr_snapshot_t *load_one(const char *path)
     const char *runsc = json_string_value(json_object_get(rec, "runsc"));
     s->runsc = runsc ? xstrdup(runsc) : NULL;
     s->internet = json_is_true(json_object_get(rec, "internet"));
+    json_t *mounts = json_object_get(rec, "mounts");
+    s->mounts = json_is_array(mounts) ? json_incref(mounts) : NULL;
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
@@ -313,6 +318,7 @@ int kmgr_snapshot(kmgr_t *m, kernel_t *k, const char *name, kmgr_snapshot_fn *cb
     s->created_ms = now_ms();
     s->runsc = snapshot_runsc(m);
     s->internet = kernel_internet(k);
+    s->mounts = kernel_opts(k)->mounts ? json_deep_copy(kernel_opts(k)->mounts) : NULL;
     s->lineage = e->lineage ? json_copy(e->lineage) : json_array();
     taking_t *t = xzalloc(sizeof *t);
     *t = (taking_t){m, s, cb, arg};

@@ -187,11 +187,15 @@ int host_mount_image(const char *img, const char *path, sg_error_t **err)
     return 0;
 }
 
-int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
+/* A volume (bytes > 0) or a workspace (0: --workspace-size's). */
+int host_workspace_open(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                        sg_error_t **err)
 {
+    bool volume = bytes > 0;
+    uint64_t size = volume ? bytes : env->cfg.workspace_bytes;
     if (host_make_dir(path, 0755, err) < 0)
         return -1;
-    if (env->cfg.workspace_bytes > 0 && !is_mountpoint(path)) {
+    if (size > 0 && !is_mountpoint(path)) {
         /* A sparse ext4 image per workspace: the size limit is the filesystem's. */
         cleanup_free char *img = xasprintf("%s.img", path);
         if (access(img, F_OK) != 0) {
@@ -203,13 +207,13 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
                 return sg_error_set(
                     err, SG_E_NOSPACE,
                     "the state directory's disk has %llu MiB free: no room for "
-                    "a new workspace (sessions need at least %u MiB free)",
+                    "a new workspace or volume (they need at least %u MiB free)",
                     (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20),
                     WORKSPACE_MIN_FREE >> 20);
             cleanup_close int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
             if (fd < 0)
                 return sg_error_errno(err, errno, "cannot create %s", img);
-            if (ftruncate(fd, (off_t)env->cfg.workspace_bytes) < 0)
+            if (ftruncate(fd, (off_t)size) < 0)
                 return sg_error_errno(err, errno, "cannot size %s", img);
             const char *mkfs[] = {
                 "/sbin/mkfs.ext4",         "-q", "-F", "-m", "0", "-O", "^has_journal", "-E",
@@ -231,6 +235,8 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
      * half) may read and write, and what it creates stays in the group. */
     if (chown(path, SANDBOX_UID, SANDBOX_GID) < 0 || chmod(path, 02770) < 0)
         return sg_error_errno(err, errno, "chown/chmod %s", path);
+    if (volume)
+        return 0;
     /* Where executions leave artifacts (gateway/files/files.h).  *at() calls, as
      * sandboxed code may have put a symlink there in an existing workspace. */
     cleanup_close int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -242,11 +248,11 @@ int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t *
 }
 
 /* Done before returning: there is never a request to cancel. */
-uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
+uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path, uint64_t bytes,
                                    sandbox_opened_fn *cb, void *arg)
 {
     cleanup_error sg_error_t *err = NULL;
-    host_workspace_open(env, path, &err);
+    host_workspace_open(env, path, bytes, &err);
     cb(err, arg);
     return 0;
 }
@@ -334,10 +340,26 @@ uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, voi
     return 0;
 }
 
-uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg)
+uint64_t host_give(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg)
 {
-    if (fchown(fd, SANDBOX_UID, SANDBOX_GID) < 0)
+    uid_t uid = as && as->uid > 0 ? (uid_t)as->uid : SANDBOX_UID;
+    gid_t gid = as && as->gid > 0 ? (gid_t)as->gid : SANDBOX_GID;
+    /* chmod first: a file given away is no longer this process's to change */
+    if (as && as->mode >= 0 && fchmod(fd, (mode_t)as->mode) < 0) {
+        cleanup_error sg_error_t *err = NULL;
+        sg_error_errno(&err, errno, "cannot change the mode");
+        cb(err, arg);
+        return 0;
+    }
+    if (fchown(fd, uid, gid) < 0) {
         log_debug("sandbox: cannot give a file to the sandbox user: %s", strerror(errno));
+        if (as) { /* asked for by name: say so */
+            cleanup_error sg_error_t *err = NULL;
+            sg_error_errno(&err, errno, "cannot change the owner");
+            cb(err, arg);
+            return 0;
+        }
+    }
     cb(NULL, arg);
     return 0;
 }

@@ -48,6 +48,7 @@ struct sandbox {
     char *snapshot; /* sandbox_opts_t's: started from it (NULL: fresh); sent with "new" */
     char *template; /* sandbox_opts_t's: its root is the template's (NULL: the server's) */
     char *egress_allow, *egress_deny;    /* sandbox_opts_t's, then sandbox_set_egress's */
+    json_t *mounts;                      /* sandbox_opts_t's (checked, a copy); NULL: none */
     uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
     char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
                      an adopted one, read from its bundle or sent by the launcher */
@@ -79,10 +80,11 @@ struct sandbox_ops {
     int (*env_init)(sandbox_env_t *env, sg_error_t **err);
 
     /* sandbox_workspace_open: blocks until the workspace exists. */
-    int (*workspace_open)(const sandbox_env_t *env, const char *path, sg_error_t **err);
+    int (*workspace_open)(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                          sg_error_t **err);
     /* sandbox_workspace_open_async: cb is called exactly once unless the
      * returned request is cancelled; 0 means cb was already called. */
-    uint64_t (*workspace_open_async)(const sandbox_env_t *env, const char *path,
+    uint64_t (*workspace_open_async)(const sandbox_env_t *env, const char *path, uint64_t bytes,
                                      sandbox_opened_fn *cb, void *arg);
     /* sandbox_cancel: request is non-zero and came from workspace_open_async,
      * log_tail or give. */
@@ -135,7 +137,7 @@ struct sandbox_ops {
      * cancelled; 0 means cb was already called. */
     uint64_t (*log_tail)(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
     /* sandbox_give: the same contract. */
-    uint64_t (*give)(int fd, sandbox_given_fn *cb, void *arg);
+    uint64_t (*give)(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg);
     /* sandbox_snapshot_save (sb paused), sandbox_snapshot_delete and
      * sandbox_workspace_restore_async (sid a UUID): the same contracts.
      * NULL where sandboxes cannot be saved (pause is NULL). */
@@ -227,18 +229,19 @@ char *host_find_preload(const sandbox_env_t *env);
 /* The last max bytes of sb's kernel.log, "" without one (a new string). */
 char *host_read_log_tail(const sandbox_t *sb, size_t max);
 /* The table entries of that name (sandbox_internal's contracts). */
-int host_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err);
+int host_workspace_open(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                        sg_error_t **err);
 /* Mounts a workspace's ext4 image img at path (nosuid, nodev) through a
  * free loop device, which goes away with the last unmount (autoclear):
  * what `mount -o loop` does, in ~0.6 ms instead of ~10 ms for its process. */
 int host_mount_image(const char *img, const char *path, sg_error_t **err);
-uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path,
+uint64_t host_workspace_open_async(const sandbox_env_t *env, const char *path, uint64_t bytes,
                                    sandbox_opened_fn *cb, void *arg);
 void host_cancel(uint64_t request);
 void host_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
 int host_adopt(sandbox_t *sb, pid_t pid, sg_error_t **err);
 uint64_t host_log_tail(const sandbox_t *sb, size_t max, sandbox_tail_fn *cb, void *arg);
-uint64_t host_give(int fd, sandbox_given_fn *cb, void *arg);
+uint64_t host_give(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg);
 
 /* --- template.c: the runsc table's template roots -------------------------- */
 

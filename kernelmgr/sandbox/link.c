@@ -429,9 +429,20 @@ static int link_env_init(sandbox_env_t *env, sg_error_t **err)
 }
 
 /* Re-adopted sessions' workspaces, at start-up. */
-static int link_workspace_open_startup(const sandbox_env_t *env, const char *path, sg_error_t **err)
+/* A workspace's or volume's open: bytes (> 0) only for a volume. */
+static json_t *open_body(const char *path, uint64_t bytes)
 {
-    return link_startup_do(LOP_WORKSPACE_OPEN, json_pack("{s:s}", "path", path), err);
+    json_t *body = json_pack("{s:s}", "path", path);
+    if (bytes)
+        json_object_set_new(body, "bytes", json_integer((json_int_t)bytes));
+    return body;
+}
+
+/* Re-adopted sessions' workspaces and the volumes, at start-up. */
+static int link_workspace_open_startup(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                                       sg_error_t **err)
+{
+    return link_startup_do(LOP_WORKSPACE_OPEN, open_body(path, bytes), err);
 }
 
 /* A caller's callback and its argument (the link owns the pair). */
@@ -455,9 +466,9 @@ static void workspace_opened(json_t *reply, void *arg)
 }
 
 static uint64_t link_workspace_open_async(const sandbox_env_t *env, const char *path,
-                                          sandbox_opened_fn *cb, void *arg)
+                                          uint64_t bytes, sandbox_opened_fn *cb, void *arg)
 {
-    return link_async(LOP_WORKSPACE_OPEN, json_pack("{s:s}", "path", path), -1, workspace_opened,
+    return link_async(LOP_WORKSPACE_OPEN, open_body(path, bytes), -1, workspace_opened,
                       callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
@@ -542,11 +553,12 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq = link_async(
         LOP_NEW,
-        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?, s:s?, s:s?}", "id", sb->id,
-                  "kernelspec", sb->kernelspec, "workspace", sb->workspace, "internet",
+        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?, s:s?, s:s?, s:O?}", "id",
+                  sb->id, "kernelspec", sb->kernelspec, "workspace", sb->workspace, "internet",
                   sb->internet, "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
                   "cpu_quota", (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot, "template",
-                  sb->template, "allow", sb->egress_allow, "deny", sb->egress_deny),
+                  sb->template, "allow", sb->egress_allow, "deny", sb->egress_deny, "mounts",
+                  sb->mounts),
         -1, new_answered, sb, 0);
     return 0;
 }
@@ -758,9 +770,12 @@ static void given(json_t *reply, void *arg)
 /* The launcher checks that fd is a regular file or directory of a workspace
  * owned by this process's uid.  The request carries fd (SCM_RIGHTS): the
  * caller may close its own at once. */
-static uint64_t link_give(int fd, sandbox_given_fn *cb, void *arg)
+static uint64_t link_give(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg)
 {
-    return link_async(LOP_GIVE, NULL, fd, given, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+    json_t *body = as ? json_pack("{s:I, s:I, s:i, s:b}", "uid", (json_int_t)as->uid, "gid",
+                                  (json_int_t)as->gid, "mode", as->mode, "volume", 1)
+                      : NULL;
+    return link_async(LOP_GIVE, body, fd, given, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 static void exec_answered(json_t *reply, void *arg)

@@ -504,7 +504,7 @@ int runsc_resume(sandbox_t *sb, sg_error_t **err)
         return -1;
     if (sb->workspace == NULL)
         sb->workspace = workspace_of(sb);
-    if (host_workspace_open(sb->env, sb->workspace, err) < 0)
+    if (host_workspace_open(sb->env, sb->workspace, 0, err) < 0)
         return -1;
     relay_unlink(sb); /* left by a machine that went down (or a failed attach) */
     long long quota = 0, period = 0;

@@ -295,6 +295,16 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     json_array_append_new(mounts, oci_mount("/conn", "bind", conndir,
                                             json_pack("[s, s, s, s, s]", "rbind", "rw", "nosuid",
                                                       "nodev", "noexec")));
+    size_t nvol; /* volumes, after /home/user: one may be inside it */
+    json_t *vol;
+    json_array_foreach (sb->mounts, nvol, vol)
+        json_array_append_new(
+            mounts,
+            oci_mount(json_string_value(json_object_get(vol, "path")), "bind",
+                      json_string_value(json_object_get(vol, "source")),
+                      json_pack("[s, s, s, s]", "rbind",
+                                json_is_true(json_object_get(vol, "read_only")) ? "ro" : "rw",
+                                "nosuid", "nodev")));
 
     json_t *caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
                              "inheritable", "permitted", "ambient");

@@ -153,13 +153,82 @@ const char *sandbox_env_state_dir(const sandbox_env_t *env)
 
 int sandbox_workspace_open(const sandbox_env_t *env, const char *path, sg_error_t **err)
 {
-    return env->ops->workspace_open(env, path, err);
+    return env->ops->workspace_open(env, path, 0, err);
 }
 
 uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path,
                                       sandbox_opened_fn *cb, void *arg)
 {
-    return env->ops->workspace_open_async(env, path, cb, arg);
+    return env->ops->workspace_open_async(env, path, 0, cb, arg);
+}
+
+int sandbox_volume_open(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                        sg_error_t **err)
+{
+    if (bytes == 0)
+        return sg_error_set(err, SG_E_INVALID, "a volume has a size");
+    return env->ops->workspace_open(env, path, bytes, err);
+}
+
+uint64_t sandbox_volume_open_async(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                                   sandbox_opened_fn *cb, void *arg)
+{
+    return env->ops->workspace_open_async(env, path, bytes, cb, arg);
+}
+
+/* A path inside a sandbox that a volume may be mounted at: absolute,
+ * canonical (no empty, "." or ".." component), not the sandbox's own. */
+static bool mount_path_ok(const char *p)
+{
+    static const char *const own[] = {"/proc", "/dev", "/sys", "/usr",   "/etc", "/tmp",
+                                      "/conn", "/bin", "/lib", "/lib64", "/sbin"};
+    size_t n = strlen(p);
+    if (p[0] != '/' || n < 2 || n > 255 || p[n - 1] == '/' || strstr(p, "//") || strstr(p, "/./") ||
+        strstr(p, "/../") || (n >= 2 && strcmp(p + n - 2, "/.") == 0) ||
+        (n >= 3 && strcmp(p + n - 3, "/..") == 0) || strncmp(p, "/sandgate", 9) == 0 ||
+        strcmp(p, "/home/user") == 0 || strcmp(p, "/home") == 0)
+        return false;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        size_t k = strlen(own[i]);
+        if (strncmp(p, own[i], k) == 0 && (p[k] == 0 || p[k] == '/'))
+            return false;
+    }
+    for (const char *c = p; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == ',' || *c == ':')
+            return false;
+    return true;
+}
+
+int sandbox_check_mounts(const sandbox_env_t *env, const json_t *mounts, sg_error_t **err)
+{
+    if (mounts == NULL)
+        return 0;
+    if (!json_is_array(mounts) || json_array_size(mounts) > SANDBOX_MOUNTS)
+        return sg_error_set(err, SG_E_INVALID, "mounts: a list of at most %d volumes",
+                            SANDBOX_MOUNTS);
+    cleanup_free char *dir = xasprintf("%s/volumes/", env->state_dir);
+    size_t n = strlen(dir), i, j;
+    json_t *m, *o;
+    json_array_foreach (mounts, i, m) {
+        const char *src = json_string_value(json_object_get(m, "source"));
+        const char *path = json_string_value(json_object_get(m, "path"));
+        json_t *ro = json_object_get(m, "read_only");
+        if (!json_is_object(m) || !src || strncmp(src, dir, n) != 0 || strlen(src) != n + 36 ||
+            strspn(src + n, "0123456789abcdef-") != 36 || (ro && !json_is_boolean(ro)))
+            return sg_error_set(err, SG_E_INVALID, "mounts: not a volume");
+        if (!path || !mount_path_ok(path))
+            return sg_error_set(err, SG_E_INVALID,
+                                "mount path '%.255s': an absolute path (no '.', '..', ',' "
+                                "or ':'), not /home/user itself nor a system directory "
+                                "(/usr, /etc, /tmp, /proc, /dev, /sys, /conn)",
+                                path ? path : "");
+        json_array_foreach (mounts, j, o) {
+            const char *other = json_string_value(json_object_get(o, "path"));
+            if (j < i && other && strcmp(other, path) == 0)
+                return sg_error_set(err, SG_E_INVALID, "mount path '%s' given twice", path);
+        }
+    }
+    return 0;
 }
 
 void sandbox_cancel(uint64_t request)
@@ -175,7 +244,12 @@ void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool re
 
 uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg)
 {
-    return process_ops()->give(fd, cb, arg);
+    return process_ops()->give(fd, NULL, cb, arg);
+}
+
+uint64_t sandbox_give_as(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg)
+{
+    return process_ops()->give(fd, as, cb, arg);
 }
 
 /* --- one sandbox ------------------------------------------------------------- */
@@ -224,6 +298,13 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->template = opts && opts->template ? xstrdup(opts->template) : NULL;
     self->egress_allow = opts && opts->egress_allow ? xstrdup(opts->egress_allow) : NULL;
     self->egress_deny = opts && opts->egress_deny ? xstrdup(opts->egress_deny) : NULL;
+    if (opts && opts->mounts) {
+        if (sandbox_check_mounts(env, opts->mounts, err) < 0) {
+            sandbox_free(&self);
+            return NULL;
+        }
+        self->mounts = json_deep_copy(opts->mounts);
+    }
     if (self->template && !sandbox_template_find(&env->cfg, self->template)) {
         sg_error_set(err, SG_E_NOTFOUND, "no template '%s'", self->template);
         sandbox_free(&self);
@@ -268,6 +349,7 @@ void sandbox_free(sandbox_t **self_p)
     free(self->egress_deny);
     free(self->snapshot);
     free(self->template);
+    json_decref(self->mounts);
     free(self->cgroup);
     free(self->kernelspec);
     kspec_argv_free(self->plain_argv);

@@ -109,6 +109,24 @@ uint64_t sandbox_workspace_open_async(const sandbox_env_t *env, const char *path
 /* No callback for request (from any of the *_async, give or log_tail
  * calls) any more; the work itself goes on.  0 is no request. */
 void sandbox_cancel(uint64_t request);
+/* A volume (STATE/volumes/<uuid>): storage that outlives sandboxes and is
+ * bind-mounted into any number of them (sandbox_opts_t.mounts).  As a
+ * workspace, on a file system of its own of bytes (> 0: its size limit),
+ * made once (mkfs) and mounted by each open; the sandbox group may read and
+ * write it.  Blocking, for start-up; the _async form as
+ * sandbox_workspace_open_async.  sandbox_workspace_close unmounts or
+ * deletes one. */
+int sandbox_volume_open(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                        sg_error_t **err);
+uint64_t sandbox_volume_open_async(const sandbox_env_t *env, const char *path, uint64_t bytes,
+                                   sandbox_opened_fn *cb, void *arg);
+/* Whether mounts is a list sandbox_opts_t.mounts takes: at most
+ * SANDBOX_MOUNTS of {"source": STATE/volumes/<uuid> (env's), "path": an
+ * absolute path inside, "read_only": bool}, the paths distinct, none of
+ * them or under them the sandbox's own (/, /proc, /dev, /sys, /usr, /etc,
+ * /tmp, /conn, /home/user itself, /sandgate-*). */
+#define SANDBOX_MOUNTS 16
+int sandbox_check_mounts(const sandbox_env_t *env, const json_t *mounts, sg_error_t **err);
 /* Unmounts it; with remove, deletes its files too (in the background when
  * through the launcher). */
 void sandbox_workspace_close(const sandbox_env_t *env, const char *path, bool remove);
@@ -127,6 +145,8 @@ typedef struct {
                               NULL: the server's */
     const char *egress_allow, *egress_deny; /* with internet: its own rules, in place before it
                                                runs (egress.h's egress_sandbox_rules); NULL: none */
+    const json_t *mounts; /* volumes bind-mounted into it (sandbox_check_mounts); NULL: none.
+                             A pause, restore or snapshot keeps them: its image names them */
 } sandbox_opts_t;
 
 /* Prepares kernel id's directory, connection file and bundle for spec, with
@@ -364,6 +384,15 @@ void sandbox_read_keys(sandbox_keys_fn *cb, void *arg);
  * Returns a request for sandbox_cancel (0: cb was called already). */
 typedef void(sandbox_given_fn)(const sg_error_t *err, void *arg);
 uint64_t sandbox_give(int fd, sandbox_given_fn *cb, void *arg);
+/* The same for a file or directory of a volume (any file there, whoever
+ * made it), to the owner and mode given: uid and gid 1 to 2^31-1 (-1: the
+ * sandbox user's), mode its permission bits and the setgid bit of a
+ * directory (-1: unchanged). */
+typedef struct {
+    int64_t uid, gid;
+    int mode;
+} sandbox_owner_t;
+uint64_t sandbox_give_as(int fd, const sandbox_owner_t *as, sandbox_given_fn *cb, void *arg);
 
 /* The last max bytes of the kernel's log (stdout+stderr), for errors,
  * without blocking: cb gets them (borrowed; "" when there is no log or the

@@ -275,7 +275,7 @@ static void restore_end(ws_restore_t *w, sg_error_t *err)
     if (w->copied == 0)
         w->copied = zclock_mono();
     if (!err)
-        host_workspace_open(w->env, w->path, &err);
+        host_workspace_open(w->env, w->path, 0, &err);
     log_debug("workspace %s: snapshot %s's copy in %lld ms, mounted in %lld ms", w->path, w->sid,
               (long long)(w->copied - w->began), (long long)(zclock_mono() - w->copied));
     for (ws_restore_t **p = &restoring; *p; p = &(*p)->next)
