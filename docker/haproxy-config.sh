@@ -144,10 +144,14 @@ cat <<EOF
 #     -> the replica whose tag begins the id; an unknown tag: 404
 #   an E2B sandbox (/sandboxes/ID, /v2/sandboxes/ID, E2b-Sandbox-Id, a
 #     PORT-ID.DOMAIN Host) -> the replica whose tag begins the id
+#   a volume (/volumes/ID, /volumecontent/ID) -> the replica whose tag
+#     begins the id
 #   POST /contexts, POST /sandboxes, POST /v2/sandboxes -> round robin over
-#     the live replicas
-#   GET /contexts, /api/kernels, /api/sessions, /sandboxes, /v2/sandboxes
-#     -> every live replica's, joined
+#     the live replicas; one with volumeMounts -> the replica that has the
+#     first volume it names (sandgate-lists.lua's sandgate_place)
+#   POST /volumes -> round robin
+#   GET /contexts, /api/kernels, /api/sessions, /sandboxes, /v2/sandboxes,
+#     /volumes -> every live replica's, joined
 #   the rest -> one replica per client (source address + token)
 global
     log stdout format raw local0 info
@@ -198,6 +202,8 @@ ${resolvers}frontend sandgate
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /v2/sandboxes/ }
     # E2B's events of one sandbox (/events/sandboxes/ID) are its replica's.
     http-request set-var(txn.sgid) path,field(4,/) if { path_beg /events/sandboxes/ }
+    # A volume lives on the replica that made it (its id begins with its tag).
+    http-request set-var(txn.sgid) path,field(3,/) if { path_beg /volumes/ /volumecontent/ }
     # With E2B_DOMAIN alone the SDKs call PORT-ID.DOMAIN: a Host naming a
     # sandbox that way names it as E2b-Sandbox-Id (and its port as
     # E2b-Sandbox-Port) for a client that sends neither.
@@ -259,6 +265,12 @@ cat <<'EOF'
     http-request use-service lua.sandgate_list if { method GET } { path /contexts /api/kernels /api/sessions }
     # E2B's sandbox lists, joined in their order and paged (nextToken, limit).
     http-request use-service lua.sandgate_e2b_list if { method GET } { path /sandboxes /v2/sandboxes }
+    http-request use-service lua.sandgate_list if { method GET } { path /volumes }
+    # A new sandbox that mounts volumes goes where the (first) volume is.
+    acl create method POST
+    acl create_path path /contexts /sandboxes /v2/sandboxes
+    http-request wait-for-body time 10s if create create_path
+    http-request use-service lua.sandgate_place if create create_path { req.body -m sub volumeMounts }
 
     # --- where it goes ---------------------------------------------------------------
 EOF
@@ -268,7 +280,7 @@ for s in $servers; do
     printf '    use_backend replica_%s if has_id { var(txn.tag) -m str %s }\n' "$id" "$t"
 done
 cat <<'EOF'
-    use_backend spread if { method POST } { path /contexts /sandboxes /v2/sandboxes }
+    use_backend spread if { method POST } { path /contexts /sandboxes /v2/sandboxes /volumes }
     default_backend pinned
 
 # New contexts: round robin over the replicas that are up.  A connection

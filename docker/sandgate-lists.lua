@@ -245,3 +245,54 @@ core.register_service("sandgate_e2b_list", "http", function(applet)
     applet:start_response()
     applet:send(body)
 end)
+
+-- POST /sandboxes, /v2/sandboxes or /contexts whose body has volumeMounts:
+-- sent to the replica that has the first volume it names (a volume lives
+-- on the replica that made it, docs/api.md#volumes), found by asking each
+-- replica's GET /volumes with the client's credentials; its answer is
+-- relayed.  A name no replica has goes to the first replica up, which
+-- answers 404 naming it.
+core.register_service("sandgate_place", "http", function(applet)
+    local body = applet:receive() or ""
+    local want = tonumber(applet.headers["content-length"] and
+                          applet.headers["content-length"][0] or "") or #body
+    while #body < want do
+        local more = applet:receive()
+        if not more or more == "" then
+            break
+        end
+        body = body .. more
+    end
+    local mounts = body:match('"volumeMounts"%s*:%s*(%b[])') or ""
+    local name = mounts:match('"name"%s*:%s*"([^"]*)"')
+    local headers = credentials(applet)
+    local target
+    for _, r in ipairs(replicas) do
+        if up(r.id) then
+            target = target or r
+            local res = name and core.httpclient():get({ url = "http://" .. r.addr .. "/volumes",
+                                                         headers = headers, timeout = 10000 })
+            for _, obj in ipairs(res and res.status == 200 and elements(res.body or "") or {}) do
+                if field(obj, "name") == name then
+                    target = r
+                    goto found
+                end
+            end
+        end
+    end
+    ::found::
+    if not target then
+        fail(applet, 503, "unavailable", "no sandgate replica is up")
+        return
+    end
+    headers["content-type"] = { "application/json" }
+    local path = applet.path .. ((applet.qs and applet.qs ~= "") and ("?" .. applet.qs) or "")
+    local res = core.httpclient():post({ url = "http://" .. target.addr .. path,
+                                         headers = headers, body = body, timeout = 300000 })
+    if not res or not res.status or res.status == 0 then
+        fail(applet, 502, "unavailable", "replica " .. target.id .. " did not answer")
+        return
+    end
+    local ctype = res.headers and res.headers["content-type"] and res.headers["content-type"][0]
+    answer(applet, res.status, res.body or "", ctype)
+end)

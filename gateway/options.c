@@ -531,7 +531,7 @@ static const opt_t table[] = {
      .help = "what --webhook's deliveries are signed with (e2b-signature, X-Sandgate-Signature)"},
     {"volume-size", 0, "MIB", UINT(volume_mib, 16, 1048576, 1), .want = "16 to 1048576 (MiB)",
      .help = "the size of a new volume that names none, its file system's limit (1024); "
-             "docs/api.md#volumes"},
+             "docs/api.md#volumes-volumes"},
     {"help", 'h', NULL, NULL, .flags = OPT_CLI, .help = "show this help and exit"},
     {"version", 'V', NULL, NULL, .flags = OPT_CLI, .help = "show the version and exit"},
 };

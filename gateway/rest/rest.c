@@ -269,6 +269,8 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     }
     if (snap) /* a snapshot's context has its network, or none */
         internet = snap->internet;
+    if (snap && snap->mounts && self->volumes && volumes_check(self->volumes, snap->mounts, err) < 0)
+        return NULL;
     if (tenant_admit(t, internet, quota, err) < 0)
         return NULL;
     if (internet && !kmgr_has_egress(self->kmgr)) {

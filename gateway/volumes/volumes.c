@@ -367,6 +367,23 @@ json_t *volumes_mounts(volumes_t *self, const char *owner, const json_t *spec, b
     return out;
 }
 
+int volumes_check(const volumes_t *self, const json_t *mounts, sg_error_t **err)
+{
+    size_t i, j;
+    json_t *m;
+    json_array_foreach ((json_t *)mounts, i, m) {
+        const char *src = json_string_value(json_object_get(m, "source"));
+        bool found = false;
+        for (j = 0; j < self->n && !found; j++)
+            found = self->v[j]->ready && src && strcmp(self->v[j]->path, src) == 0;
+        if (!found)
+            return sg_error_set(err, SG_E_CONFLICT,
+                                "the volume mounted at %s has been deleted since the snapshot",
+                                json_string_value(json_object_get(m, "path")));
+    }
+    return 0;
+}
+
 /* --- a volume's own token ------------------------------------------------------------- */
 
 /* given names the volume of a /volumecontent/{id}/... path: its owner. */

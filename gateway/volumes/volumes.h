@@ -51,5 +51,9 @@ int volumes_register(volumes_t *self, http_server_t *http, sg_error_t **err);
  * *none: there are none (NULL is then no error). */
 json_t *volumes_mounts(volumes_t *self, const char *owner, const json_t *spec, bool *none,
                        sg_error_t **err);
+/* Whether every volume mounts names (kmgr_start_opts_t.mounts, a
+ * snapshot's) still exists: 0, or -1 with *err (SG_E_CONFLICT naming its
+ * mount path). */
+int volumes_check(const volumes_t *self, const json_t *mounts, sg_error_t **err);
 
 #endif

@@ -41,11 +41,11 @@ void launcher_op_workspace_open(launcher_t *L, const launcher_req_t *r)
 {
     cleanup_error sg_error_t *err = NULL;
     const char *uuid;
-    json_t *bytes = json_object_get(r->body, "bytes");
+    json_t *bytes = json_object_get(r->body, "bytes"); /* 0 or none: a workspace */
     json_int_t n = json_integer_value(bytes);
     bool volume = under(L->volumes, r->path, &uuid);
-    if (volume != (bytes != NULL) ||
-        (bytes && (!json_is_integer(bytes) || n < (16 << 20) || n > ((json_int_t)1 << 40)))) {
+    if ((bytes && !json_is_integer(bytes)) || volume != (n != 0) ||
+        (volume && (n < (16 << 20) || n > ((json_int_t)1 << 40)))) {
         launcher_refuse(L, r->seq,
                         "workspace_open: a volume's size (16 MiB to 1 TiB), and only a volume's");
         return;

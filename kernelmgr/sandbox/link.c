@@ -429,20 +429,13 @@ static int link_env_init(sandbox_env_t *env, sg_error_t **err)
 }
 
 /* Re-adopted sessions' workspaces, at start-up. */
-/* A workspace's or volume's open: bytes (> 0) only for a volume. */
-static json_t *open_body(const char *path, uint64_t bytes)
-{
-    json_t *body = json_pack("{s:s}", "path", path);
-    if (bytes)
-        json_object_set_new(body, "bytes", json_integer((json_int_t)bytes));
-    return body;
-}
-
-/* Re-adopted sessions' workspaces and the volumes, at start-up. */
+/* Re-adopted sessions' workspaces and the volumes, at start-up (bytes: a
+ * volume's size; 0 for a workspace). */
 static int link_workspace_open_startup(const sandbox_env_t *env, const char *path, uint64_t bytes,
                                        sg_error_t **err)
 {
-    return link_startup_do(LOP_WORKSPACE_OPEN, open_body(path, bytes), err);
+    return link_startup_do(LOP_WORKSPACE_OPEN,
+                           json_pack("{s:s, s:I}", "path", path, "bytes", (json_int_t)bytes), err);
 }
 
 /* A caller's callback and its argument (the link owns the pair). */
@@ -468,8 +461,9 @@ static void workspace_opened(json_t *reply, void *arg)
 static uint64_t link_workspace_open_async(const sandbox_env_t *env, const char *path,
                                           uint64_t bytes, sandbox_opened_fn *cb, void *arg)
 {
-    return link_async(LOP_WORKSPACE_OPEN, open_body(path, bytes), -1, workspace_opened,
-                      callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
+    return link_async(LOP_WORKSPACE_OPEN,
+                      json_pack("{s:s, s:I}", "path", path, "bytes", (json_int_t)bytes), -1,
+                      workspace_opened, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 static void workspace_closed(json_t *reply, void *arg)

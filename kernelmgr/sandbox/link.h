@@ -17,8 +17,8 @@
 
 /* The launcher's operations (the "op" of a request). */
 typedef enum {
-    LOP_ENV,               /* is the state directory ready? */
-    LOP_WORKSPACE_OPEN,    /* {path}: create/mount a workspace */
+    LOP_ENV,            /* is the state directory ready? */
+    LOP_WORKSPACE_OPEN, /* {path, bytes}: create/mount a workspace (bytes 0), a volume (its size) */
     LOP_WORKSPACE_CLOSE,   /* {path, remove} */
     LOP_NEW,               /* {id, kernelspec, workspace, internet, tenant, memory, cpu_quota,
                               snapshot, template, allow, deny}: bundle + connection -> {conn}
@@ -58,7 +58,7 @@ typedef enum {
  * daemon may call it (launcher_op_desc_t.flags). */
 enum {
     LOP_NEEDS_ENV = 1 << 0,     /* refused while the state directory is not ready */
-    LOP_TAKES_PATH = 1 << 1,    /* "path" is exactly STATE/workspaces/<uuid> */
+    LOP_TAKES_PATH = 1 << 1,    /* "path" is exactly STATE/workspaces/<uuid> or volumes/<uuid> */
     LOP_TAKES_ID = 1 << 2,      /* "id" is a sandbox id (UUID-N) */
     LOP_TAKES_SANDBOX = 1 << 3, /* ... of a sandbox the launcher holds (new/adopt made it) */
     LOP_TAKES_FD = 1 << 4,      /* exactly one file descriptor (give) */

@@ -310,6 +310,45 @@ try:
     ok(status == 200 and "42" in text_of(answer),
        "MCP: the session's kernel keeps a variable across tool calls", (status, answer))
 
+    # --- volumes: on the replica that made them; sandboxes mounting one placed there ------
+    vols = {}  # name -> (id, token, replica)
+    for i in range(3):
+        status, hdrs, data = p.request("POST", "/volumes", {"name": f"v{i}", "sizeMiB": 16},
+                                       token=ALICE)
+        v = json.loads(data) if status == 201 else {}
+        vols[f"v{i}"] = (v.get("volumeID", ""), v.get("token"), hdrs.get("X-Sandgate-Replica"))
+    ok(len({r for _, _, r in vols.values()}) == 3 and
+       all(i.startswith(tag(r) + "-") for i, _, r in vols.values()),
+       "POST /volumes: round robin, each id beginning with its replica's tag", vols)
+    status, listed_vols = p.json("GET", "/volumes", token=ALICE)
+    ok(status == 200 and sorted(v["name"] for v in listed_vols) == ["v0", "v1", "v2"],
+       "GET /volumes joins every replica's", (status, listed_vols))
+    placed = []
+    for name, (vid, vtok, replica) in vols.items():
+        st1, _, _ = p.request("PUT", f"/volumecontent/{vid}/file?path=/f", token=vtok,
+                              raw=f"in {name}".encode())
+        for body in ({"volumeMounts": [{"name": name, "path": "/mnt/v"}]},):
+            status, hdrs, data = p.request("POST", "/contexts", body, token=ALICE)
+            cid = json.loads(data).get("id", "") if status == 201 else ""
+            s2, _, out = execute(p, "print(open('/mnt/v/f').read())", cid) if cid else (0, 0, [])
+            placed.append((st1, status, cid[:8] == vid[:8], stdout(out) if s2 == 200 else out))
+        status, hdrs, data = p.request("POST", "/sandboxes", {
+            "templateID": "base", "volumeMounts": [{"name": name, "path": "/mnt/v"}]},
+            token=None, headers={"X-API-Key": ALICE})
+        sbx = json.loads(data).get("sandboxID", "") if status == 201 else ""
+        placed.append((st1, status, sbx[:8] == vid[:8], data[:200] if status != 201 else ""))
+        for c in (cid, sbx):
+            if c:
+                p.request("DELETE", f"/contexts/{c}", token=ALICE)
+    ok(placed == [(201, 201, True, f"in v{i}\n") if j == 0 else (201, 201, True, "")
+                  for i in range(3) for j in range(2)],
+       "POST /contexts and E2B's POST /sandboxes with volumeMounts: placed on the volume's "
+       "replica, which mounts it", placed)
+    status, answer = p.json("GET", f"/volumes/{UNKNOWN}", token=ALICE)
+    ok(status == 404, "a volume id no replica made: 404", (status, answer))
+    for vid, _, _ in vols.values():
+        p.request("DELETE", f"/volumes/{vid}", token=ALICE)
+
     # --- ids no replica made ---------------------------------------------------------------
     for method, path in (("GET", f"/contexts/{UNKNOWN}"), ("GET", f"/api/kernels/{UNKNOWN}"),
                          ("DELETE", f"/api/sessions/{UNKNOWN}"),

@@ -63,7 +63,7 @@ TIMEOUT = 20  # seconds a probe may take: a 404 is immediate; a leak may stream 
 # Kinds of id a tenant owns (http_param names in gateway/**/*.c), and the kind
 # whose id scopes them (a command's id is its number within its context).
 OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session", "sandbox",
-         "exposed", "webhook"}
+         "exposed", "webhook", "volume"}
 SCOPED = {"command": "context"}
 # Kinds that are the server's, the same for every tenant.
 SHARED = {"kernelspec", "template"}
@@ -261,8 +261,12 @@ try:
     st, wh = js(ALICE, "POST", "/events/webhooks", {"url": "http://127.0.0.1:9/alice"})
     ok(st == 201 and wh.get("id"), "alice makes a webhook", (st, wh))
     WH = wh.get("id", "")
+    st, vol = js(ALICE, "POST", "/volumes", {"name": "alices", "sizeMiB": 16})
+    ok(st == 201 and vol.get("volumeID"), "alice makes a volume", (st, vol))
+    VOL = vol.get("volumeID", "")
+    js(ALICE, "POST", f"/volumecontent/{VOL}/dir?path=/kept")
     ALICE_IDS = {"context": A, "snapshot": S, "command": CMD, "kernel": K, "session": JS,
-                 "mcp_session": MS, "sandbox": A, "exposed": A, "webhook": WH}
+                 "mcp_session": MS, "sandbox": A, "exposed": A, "webhook": WH, "volume": VOL}
     BOB_IDS = {"context": B, "session": BS, "mcp_session": BM}
     UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel", "sandbox", "exposed") else 0)
                for k, v in ALICE_IDS.items()}
@@ -288,6 +292,8 @@ try:
                             for e in view(ALICE, f"/contexts/{A}/files")[1]["entries"]),
             "tmp": sorted(e["path"] for e in
                           view(ALICE, f"/contexts/{A}/files?path=/tmp")[1]["entries"]),
+            "volume": sorted(e["path"] for e in
+                             view(ALICE, f"/volumecontent/{VOL}/dir?path=/")[1]),
         }
 
     def bob_state():
@@ -299,7 +305,7 @@ try:
     diag(f"alice's things: A {A}, S {S}, command {CMD}, K {K}, session {JS}, MCP {MS}")
 
     # --- bob's lists ------------------------------------------------------------------------
-    for path in ("/contexts", "/snapshots", "/api/kernels", "/api/sessions",
+    for path in ("/contexts", "/snapshots", "/api/kernels", "/api/sessions", "/volumes",
                  f"/contexts/{B}/snapshots", f"/contexts/{B}/commands"):
         st, _, data = send("GET", path)
         leaked = [k for k, v in ALICE_IDS.items() if k != "command" and v.encode() in data]
@@ -474,13 +480,28 @@ try:
     for p in ("/api/sessions", "/api/sessions/"):
         jupyter[("POST", p)] = [("kernel", lambda x, p=p: (
             "POST", p, {"path": "x.ipynb", "type": "notebook", "kernel": {"id": x}}, {}))]
+    # volumes (volumes/): a volume, and its files by E2B's content API.
+    jupyter[("GET", "/volumes/{volume}")] = [
+        ("volume", lambda x: ("GET", f"/volumes/{x}", None, {}))]
+    jupyter[("DELETE", "/volumes/{volume}")] = [
+        ("volume", lambda x: ("DELETE", f"/volumes/{x}", None, {}))]
+    for verb, what, body in (("GET", "path", None), ("PATCH", "path", {"mode": 0o777}),
+                             ("DELETE", "path", None), ("GET", "dir", None),
+                             ("POST", "dir", None), ("GET", "file", None),
+                             ("PUT", "file", b"overwritten")):
+        q = "?path=" + ("/kept" if what != "file" else "/evil.txt") + \
+            ("&force=true" if verb in ("PUT", "POST") else "")
+        jupyter[(verb, f"/volumecontent/{{volume}}/{what}")] = [
+            ("volume", lambda x, v=verb, w=what, b=body, q=q: (
+                v, f"/volumecontent/{x}/{w}{q}", b, {}))]
     no_id_routes = {
         ("GET", "/api"), ("GET", "/api/"), ("GET", "/api/status"), ("GET", "/api/kernels"),
         ("GET", "/api/kernels/"), ("POST", "/api/kernels"), ("POST", "/api/kernels/"),
         ("GET", "/api/sessions"), ("GET", "/api/sessions/"), ("GET", "/api/kernelspecs"),
         ("GET", "/api/kernelspecs/"), ("GET", "/api/kernelspecs/{kernelspec}"),
         ("GET", "/kernelspecs/{kernelspec}/*"), ("GET", "/events"),
-        ("POST", "/events/webhooks/*")}  # a list, a new webhook: no id
+        ("POST", "/events/webhooks/*"),  # a list, a new webhook: no id
+        ("GET", "/volumes"), ("POST", "/volumes")}
     ENVD_BODY = {
         "/filesystem.Filesystem/Stat": {"path": "/home/user/notes.txt"},
         "/filesystem.Filesystem/MakeDir": {"path": "/tmp/matrix-dir"},
