@@ -111,8 +111,8 @@ start_replica() { # id
     [ -d "$rdir" ] || die "no replica $id in $dir"
     alive "$rdir/pid" && die "replica $id is already running (pid $(cat "$rdir/pid"))"
     [ -f "$rdir/port" ] && port=$(cat "$rdir/port")
-    local args=()
-    [ -f "$dir/args" ] && mapfile -t args <"$dir/args"
+    local args=(--peers "@$dir/peers")
+    [ -f "$dir/args" ] && mapfile -t -O 2 args <"$dir/args"
     local from
     from=$(($(cat "$rdir/log" 2>/dev/null | wc -c) + 1))
     # The token goes through the environment: never on a command line ps shows.
@@ -197,6 +197,7 @@ cmd_up() {
         start_replica "$id"
         addrs+=("$id=127.0.0.1:$(cat "$dir/$id/port")")
     done
+    printf '%s\n' "${addrs[@]}" >"$dir/peers" # where a context moves (--peers @FILE)
     local tls=()
     [ -z "${SANDGATE_PROXY_TLS:-}" ] || tls=(--tls "${SANDGATE_PROXY_TLS%%=*}" --cert "${SANDGATE_PROXY_TLS#*=}")
     "$here/haproxy-config.sh" --listen "127.0.0.1:$port" "${tls[@]}" "${addrs[@]}" >"$dir/haproxy.cfg"

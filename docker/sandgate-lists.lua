@@ -296,3 +296,33 @@ core.register_service("sandgate_place", "http", function(applet)
     local ctype = res.headers and res.headers["content-type"] and res.headers["content-type"][0]
     answer(applet, res.status, res.body or "", ctype)
 end)
+
+-- Contexts that moved away from the replica that made them (POST
+-- /contexts/{id}/move): every half second each replica's public GET
+-- /cluster/routes lists the SHA-256 of the ids it holds that another
+-- replica made; a request naming one goes to it (the config's
+-- lua.sandgate_moved), never by its tag.  The ids themselves are never
+-- listed.
+local moved = {}
+core.register_task(function()
+    while true do
+        local now = {}
+        for _, r in ipairs(replicas) do
+            if up(r.id) then
+                local res = core.httpclient():get({ url = "http://" .. r.addr .. "/cluster/routes",
+                                                    timeout = 2000 })
+                for h in ((res and res.status == 200 and res.body) or ""):gmatch('"(%x+)"') do
+                    if #h == 64 then
+                        now[h] = r.id
+                    end
+                end
+            end
+        end
+        moved = now
+        core.msleep(500)
+    end
+end)
+
+core.register_converters("sandgate_moved", function(h)
+    return moved[h] or ""
+end)

@@ -15,6 +15,7 @@
 #include "common/proc.h"
 #include "config.h"
 #include "gateway/auth/auth.h"
+#include "gateway/cluster/cluster.h"
 #include "gateway/envd/envd.h"
 #include "gateway/events/events.h"
 #include "gateway/http/http.h"
@@ -44,6 +45,7 @@ typedef struct {
     ports_t *ports;
     events_t *events;
     volumes_t *volumes;
+    cluster_t *cluster;
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -307,10 +309,14 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
                                    d->http, err)))
         return -1;
     api_set_volumes(d->api, d->volumes);
+    if (!(d->cluster = cluster_new(loop, d->kmgr, d->api, s->k.state_dir, s->http.token, s->peers,
+                                   http_server_wake, d->http, err)))
+        return -1;
     /* The front ends' URLs are disjoint, so the order is free. */
     return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
                    events_register(d->events, d->http, err) < 0 ||
                    volumes_register(d->volumes, d->http, err) < 0 ||
+                   cluster_register(d->cluster, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
                    mcp_register(d->mcp, d->http, err) < 0 ||
                    envd_register(d->envd, d->http, err) < 0
@@ -326,6 +332,7 @@ static void daemon_stop(daemon_t *d)
     ports_destroy(&d->ports);
     events_destroy(&d->events);
     volumes_destroy(&d->volumes);
+    cluster_destroy(&d->cluster);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
     api_destroy(&d->api);

@@ -15,6 +15,7 @@
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "config.h"
+#include "gateway/cluster/cluster.h"
 #include "gateway/session/session.h"
 #include "kernelmgr/egress/egress.h"
 #include "kernelmgr/launcher/launcher.h"
@@ -191,6 +192,17 @@ static int set_nonempty(settings_t *s, const opt_t *o, const char *v)
     if (*v == 0)
         return bad(o, v, "a file name, or '-' for stderr");
     return set_str(s, o, v);
+}
+
+/* --peers: ID=HOST:PORT, space- or comma-separated, or @FILE. */
+static int set_peers(settings_t *s, const opt_t *o, const char *v)
+{
+    json_t *peers = json_object();
+    bool good = v[0] == '@' ? v[1] != 0
+                            : cluster_parse_peers(v, peers, NULL) == 0 && json_object_size(peers);
+    json_decref(peers);
+    return good ? set_str(s, o, v)
+                : bad(o, v, "ID=HOST:PORT entries (space- or comma-separated), or @FILE");
 }
 
 static int set_audit_code(settings_t *s, const opt_t *o, const char *v)
@@ -529,6 +541,10 @@ static const opt_t table[] = {
              "with E2B's /events/webhooks"},
     {"webhook-secret", 0, "SECRET", set_nonempty, AT(webhook_secret),
      .help = "what --webhook's deliveries are signed with (e2b-signature, X-Sandgate-Signature)"},
+    {"peers", 0, "ID=HOST:PORT...", set_peers, AT(peers),
+     .help = "the other replicas, by --replica-id and address (space- or comma-separated), "
+             "or @FILE holding them, read at each move: where POST /contexts/{id}/move sends a "
+             "context (docs/deploy-cluster.md)"},
     {"volume-size", 0, "MIB", UINT(volume_mib, 16, 1048576, 1), .want = "16 to 1048576 (MiB)",
      .help = "the size of a new volume that names none, its file system's limit (1024); "
              "docs/api.md#volumes-volumes"},

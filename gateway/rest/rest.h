@@ -52,6 +52,13 @@ void api_destroy(api_t **self_p);
 /* The commands of every context (commands.h), for other front ends that
  * run processes (borrowed; it lives as long as the API). */
 commands_t *api_commands(api_t *self);
+/* A context's record here (its language, cwd, E2B's record; borrowed), or
+ * NULL; and a context moved here from another replica (gateway/cluster/):
+ * started from snap (its own id, its tenant's quotas), its record meta as
+ * it was there. */
+const json_t *api_context_meta(api_t *self, const char *id);
+kernel_t *api_context_move_in(api_t *self, const kmgr_snapshot_t *snap, const json_t *meta,
+                              const audit_who_t *who, sg_error_t **err);
 /* The volumes new contexts and E2B sandboxes mount (volumeMounts). */
 void api_set_volumes(api_t *self, volumes_t *volumes);
 

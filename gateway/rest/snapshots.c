@@ -289,3 +289,40 @@ int api_snapshots_register(api_t *self, http_server_t *http, const http_front_t 
         return -1;
     return http_routes(http, front, routes, sizeof routes / sizeof routes[0], err);
 }
+
+/* --- contexts moving between replicas (gateway/cluster/) ------------------------------ */
+
+const json_t *api_context_meta(api_t *self, const char *id)
+{
+    return json_object_get(self->contexts, id);
+}
+
+kernel_t *api_context_move_in(api_t *self, const kmgr_snapshot_t *snap, const json_t *meta,
+                              const audit_who_t *who, sg_error_t **err)
+{
+    tenant_t t;
+    tenant_quota_t quota;
+    if (!tenant_by_name(snap->owner, &t)) {
+        sg_error_set(err, SG_E_NOTFOUND, "tenant '%s' has no key here", snap->owner);
+        return NULL;
+    }
+    if (tenant_admit(&t, snap->internet, &quota, err) < 0)
+        return NULL;
+    kmgr_start_opts_t so = tenant_start_opts(&t, snap->internet);
+    so.snapshot = snap->id;
+    so.id = snap->context_id;
+    kernel_t *k = kmgr_start_with(self->kmgr, snap->kernelspec, &so, NULL, NULL, err);
+    if (k == NULL)
+        return NULL;
+    json_t *m = json_is_object(meta)
+                    ? json_deep_copy(meta)
+                    : json_pack("{s:s, s:s}", "language", "python", "cwd", "/home/user");
+    json_object_set_new(m, "id", json_string(kernel_id(k)));
+    json_object_del(m, "sandbox"); /* a context with its own sandbox, here too */
+    json_object_set_new(self->contexts, kernel_id(k), m);
+    api_record_write(self, kernel_id(k));
+    audit_event(who, "context.move_in",
+                json_pack("{s:s, s:s, s:s}", "context", kernel_id(k), "snapshot", snap->id,
+                          "tenant", snap->owner));
+    return k;
+}

@@ -361,6 +361,7 @@ kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
     k->opts.egress_deny = k->opts.egress_deny ? xstrdup(k->opts.egress_deny) : NULL;
     k->opts.mounts = k->opts.mounts ? json_deep_copy(k->opts.mounts) : NULL;
     k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
+    k->generation = k->opts.generation;
     k->opts.snapshot = NULL; /* from_snapshot says it, until the kernel runs */
     k->ev = ev;
     k->ev_arg = ev_arg;

@@ -68,6 +68,9 @@ typedef struct {
                                                sandbox.h's sandbox_set_egress); NULL: none */
     const json_t *mounts; /* volumes in its sandboxes (sandbox_opts_t.mounts; copied); NULL:
                              none */
+    int generation;       /* its first sandbox is ID-(generation + 1): above 0 for a session
+                             moved from another replica, whose sandbox of the same id may be
+                             going there still (a host's cgroups are shared); 0: ID-1 */
     /* Asked before a paused or dead kernel runs again for a client
      * (kernel_resume, kernel_execute, kernel_restart): 0 to go ahead, else
      * -1 with *err, which those return (the gateway's tenants: max-live).

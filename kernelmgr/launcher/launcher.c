@@ -444,6 +444,14 @@ static void op_snapshot_save(launcher_t *L, const launcher_req_t *r)
         sandbox_snapshot_save(r->sb, sid, on_saved, later(L, r->seq));
 }
 
+static void op_snapshot_transfer(launcher_t *L, const launcher_req_t *r)
+{
+    const char *sid = snapshot_id(L, r);
+    if (sid)
+        sandbox_snapshot_transfer(L->env, sid, json_is_true(json_object_get(r->body, "import")),
+                                  on_saved, later(L, r->seq));
+}
+
 static void op_snapshot_delete(launcher_t *L, const launcher_req_t *r)
 {
     const char *sid = snapshot_id(L, r);
@@ -595,6 +603,7 @@ launcher_handler_fn *const launcher_handlers[LOP_COUNT] = {
     [LOP_SNAPSHOT_SAVE] = op_snapshot_save,
     [LOP_SNAPSHOT_DELETE] = op_snapshot_delete,
     [LOP_WORKSPACE_RESTORE] = op_workspace_restore,
+    [LOP_SNAPSHOT_TRANSFER] = op_snapshot_transfer,
 };
 
 /* Checks what op's flags ask of a request, then calls its handler. */
@@ -686,10 +695,10 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {{"sessions", 0700, true},    {"mcp", 0700, true},
-                {"contexts", 0700, true},    {"snapshots", 0700, true},
-                {"secrets", 0700, true},     {"snapshot-images", 0700, false},
-                {"workspaces", 0750, false}, {"volumes", 0750, false}};
+    } dirs[] = {
+        {"sessions", 0700, true},    {"mcp", 0700, true},      {"contexts", 0700, true},
+        {"snapshots", 0700, true},   {"secrets", 0700, true},  {"snapshot-images", 0700, false},
+        {"workspaces", 0750, false}, {"volumes", 0750, false}, {"transfers", 0700, true}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||

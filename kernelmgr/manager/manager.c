@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -262,7 +263,8 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
         e->snap_user = xstrdup(so->snapshot);
         if (!snap->template_of) { /* a template's own is no session's ancestor */
             e->lineage = json_array();
-            json_array_append_new(e->lineage, json_string(snap->context_id));
+            if (strcmp(snap->context_id, id) != 0) /* moved here: its own lineage */
+                json_array_append_new(e->lineage, json_string(snap->context_id));
             json_array_extend(e->lineage, snap->lineage);
         }
         e->opening = sandbox_workspace_restore_async(m->env, ws, so->snapshot, on_workspace, e);
@@ -303,6 +305,8 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     opts.egress_allow = so->egress_allow;
     opts.egress_deny = so->egress_deny;
     opts.mounts = so->mounts;
+    if (strncmp(id, replica_tag(), strlen(replica_tag())) != 0)
+        opts.generation = 1000 + (int)randombytes_uniform(800000); /* moved here */
     e->k = kernel_start(m->loop, m->env, spec, id, ws, &opts, on_kernel_event, e, err);
     if (e->k == NULL) {
         sandbox_cancel(e->opening);
@@ -507,7 +511,11 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     if (o->sandbox)
         return start_guest(m, spec, o, ev, ev_arg, err);
-    for (size_t i = 0; i < m->n; i++) {
+    if (o->id && (strlen(o->id) != 36 || entry_find(m, o->id))) {
+        sg_error_set(err, SG_E_CONFLICT, "a session %.64s exists here", o->id);
+        return NULL;
+    }
+    for (size_t i = 0; i < m->n && !o->id; i++) {
         entry_t *e = m->entries[i];
         if (!snap && !o->mounts && pool_fits(m, o) && e->pool && e->ready &&
             kernel_spec(e->k) == spec && e->template == (t ? t->name : NULL) &&
@@ -524,7 +532,10 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
         }
     }
     char id[37];
-    replica_uuid(id);
+    if (o->id)
+        memcpy(id, o->id, sizeof id);
+    else
+        replica_uuid(id);
     kmgr_start_opts_t so = *o;
     so.template = t ? t->name : NULL;
     if (snap)

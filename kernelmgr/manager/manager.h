@@ -122,6 +122,9 @@ typedef struct {
                                                (kmgr_set_egress); NULL: none */
     const json_t *mounts; /* volumes in its sandbox (sandbox_opts_t.mounts); never from the
                              pool.  With snapshot: the snapshot's, whatever is given */
+    const char *id;       /* the session's id (a session moved here from another replica,
+                             with the snapshot it was saved as): SG_E_CONFLICT if one has it;
+                             NULL: a new one (replica_uuid) */
 } kmgr_start_opts_t;
 
 /* The same for o's tenant.  A pool kernel is claimed only when its sandbox
@@ -206,6 +209,19 @@ const kmgr_snapshot_t *kmgr_snapshot_at(const kmgr_t *self, size_t i);
 /* Deletes it: gone at once for every caller; its files once the starts
  * restoring it have their own.  SG_E_NOTFOUND. */
 int kmgr_snapshot_delete(kmgr_t *self, const char *sid, sg_error_t **err);
+/* Moving a snapshot to another sandgate: export gives its record (a new
+ * object, STATE/snapshots/<sid>.json's) and makes STATE/transfers/<sid>.tar
+ * of its files (sandbox_snapshot_transfer); import takes such a record and
+ * that archive (placed there by the caller) and keeps the snapshot here
+ * as if taken here.  cb once: the archive's bytes, or why not.  SG_E_NOTFOUND
+ * (export: no such snapshot), SG_E_INVALID (import: not a record),
+ * SG_E_CONFLICT (import: it exists here, or it mounts volumes, which stay
+ * on their replica). */
+typedef void(kmgr_moved_fn)(uint64_t bytes, const sg_error_t *err, void *arg);
+int kmgr_snapshot_export(kmgr_t *self, const char *sid, json_t **record, kmgr_moved_fn *cb,
+                         void *arg, sg_error_t **err);
+int kmgr_snapshot_import(kmgr_t *self, const json_t *record, kmgr_moved_fn *cb, void *arg,
+                         sg_error_t **err);
 /* Session k goes back to snapshot sid (kernel_restore_snapshot): only a
  * snapshot of k itself or of a session k descends from (SG_E_INVALID). */
 int kmgr_restore(kmgr_t *self, kernel_t *k, const char *sid, sg_error_t **err);

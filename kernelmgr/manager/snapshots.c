@@ -57,7 +57,7 @@ static kmgr_snapshot_t *lookup(const kmgr_t *m, const char *sid)
     return NULL;
 }
 
-int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
+static json_t *snapshot_json(const kmgr_snapshot_t *s)
 {
     json_t *rec =
         json_pack("{s:s, s:s, s:s?, s:s, s:s, s:s?, s:I, s:I, s:O}", "id", s->id, "context_id",
@@ -73,6 +73,12 @@ int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
     if (s->template_of)
         json_object_set_new(rec, "template_of",
                             json_pack("{s:s, s:s}", "name", s->template_of, "key", s->key));
+    return rec;
+}
+
+int snapshot_write(kmgr_t *m, const kmgr_snapshot_t *s, sg_error_t **err)
+{
+    json_t *rec = snapshot_json(s);
     cleanup_free char *path = record_path(m, s->id);
     cleanup_free char *tmp = xasprintf("%s.tmp", path);
     int r = json_dump_file(rec, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0 ? -1 : 0;
@@ -99,10 +105,9 @@ void snapshot_drop(kmgr_t *m, kmgr_snapshot_t *s)
     snapshot_free(s);
 }
 
-static kmgr_snapshot_t *load_one(const char *path)
+/* A record's snapshot (rec borrowed), or NULL when it is not one. */
+static kmgr_snapshot_t *from_record(json_t *rec)
 {
-    json_error_t jerr;
-    json_t *rec = json_load_file(path, 0, &jerr);
     const char *id = NULL, *ctx = NULL, *owner = NULL, *spec = NULL;
     json_int_t created = 0, bytes = 0;
     json_t *lineage = NULL;
@@ -110,10 +115,8 @@ static kmgr_snapshot_t *load_one(const char *path)
         json_unpack(rec, "{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "id", &id, "context_id", &ctx,
                     "tenant", &owner, "kernelspec", &spec, "created_ms", &created, "bytes", &bytes,
                     "lineage", &lineage) < 0 ||
-        strlen(id) != 36 || strlen(ctx) != 36 || !json_is_array(lineage)) {
-        json_decref(rec);
+        strlen(id) != 36 || strlen(ctx) != 36 || !json_is_array(lineage))
         return NULL;
-    }
     kmgr_snapshot_t *s = xzalloc(sizeof *s);
     memcpy(s->id, id, 37);
     memcpy(s->context_id, ctx, 37);
@@ -136,6 +139,14 @@ static kmgr_snapshot_t *load_one(const char *path)
     s->created_ms = created;
     s->bytes = (uint64_t)bytes;
     s->lineage = json_incref(lineage);
+    return s;
+}
+
+static kmgr_snapshot_t *load_one(const char *path)
+{
+    json_error_t jerr;
+    json_t *rec = json_load_file(path, 0, &jerr);
+    kmgr_snapshot_t *s = rec ? from_record(rec) : NULL;
     json_decref(rec);
     return s;
 }
@@ -355,5 +366,69 @@ int kmgr_restore(kmgr_t *m, kernel_t *k, const char *sid, sg_error_t **err)
         return -1;
     snapshot_use(m, sid);
     e->snap_user = xstrdup(sid);
+    return 0;
+}
+
+/* --- moving snapshots between sandgates ------------------------------------------------ */
+
+typedef struct {
+    kmgr_t *m;
+    kmgr_snapshot_t *s; /* import: the snapshot, added once its files are here */
+    kmgr_moved_fn *cb;
+    void *arg;
+} moving_t;
+
+static void transferred(uint64_t bytes, const sg_error_t *err, void *arg)
+{
+    moving_t *t = arg;
+    cleanup_error sg_error_t *werr = NULL;
+    if (t->s && !err) {
+        snapshot_add(t->m, t->s);
+        if (snapshot_write(t->m, t->s, &werr) == 0)
+            log_info("kmgr: snapshot %s imported (%llu KiB)", t->s->id,
+                     (unsigned long long)(bytes >> 10));
+        else
+            snapshot_drop(t->m, t->s);
+        t->s = NULL;
+    }
+    if (t->s)
+        snapshot_free(t->s);
+    t->cb(bytes, err ? err : werr, t->arg);
+    free(t);
+}
+
+int kmgr_snapshot_export(kmgr_t *m, const char *sid, json_t **record, kmgr_moved_fn *cb, void *arg,
+                         sg_error_t **err)
+{
+    kmgr_snapshot_t *s = lookup(m, sid);
+    if (!s || s->deleted || s->template_of)
+        return sg_error_set(err, SG_E_NOTFOUND, "no snapshot '%s'", sid);
+    *record = snapshot_json(s);
+    moving_t *t = xzalloc(sizeof *t);
+    *t = (moving_t){.m = m, .cb = cb, .arg = arg};
+    sandbox_snapshot_transfer(m->env, sid, false, transferred, t);
+    return 0;
+}
+
+int kmgr_snapshot_import(kmgr_t *m, const json_t *record, kmgr_moved_fn *cb, void *arg,
+                         sg_error_t **err)
+{
+    kmgr_snapshot_t *s = from_record((json_t *)record);
+    if (!s || s->template_of) {
+        if (s)
+            snapshot_free(s);
+        return sg_error_set(err, SG_E_INVALID, "not a snapshot's record");
+    }
+    if (lookup(m, s->id) || s->mounts) {
+        sg_error_set(err, SG_E_CONFLICT,
+                     s->mounts ? "snapshot %s mounts volumes, which stay on their replica"
+                               : "snapshot %s exists here",
+                     s->id);
+        snapshot_free(s);
+        return -1;
+    }
+    moving_t *t = xzalloc(sizeof *t);
+    *t = (moving_t){.m = m, .s = s, .cb = cb, .arg = arg};
+    sandbox_snapshot_transfer(m->env, s->id, true, transferred, t);
     return 0;
 }

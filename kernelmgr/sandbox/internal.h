@@ -143,6 +143,9 @@ struct sandbox_ops {
      * NULL where sandboxes cannot be saved (pause is NULL). */
     void (*snapshot_save)(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg);
     void (*snapshot_delete)(sandbox_env_t *env, const char *sid);
+    /* sandbox_snapshot_transfer: the same contract as snapshot_save's cb. */
+    void (*snapshot_transfer)(sandbox_env_t *env, const char *sid, bool import,
+                              sandbox_saved_fn *cb, void *arg);
     uint64_t (*workspace_restore)(const sandbox_env_t *env, const char *path, const char *sid,
                                   sandbox_opened_fn *cb, void *arg);
     /* sandbox_exec: x is checked (sandbox_exec_check); calls cb exactly once
@@ -263,6 +266,8 @@ char *host_snapshot_dir(const sandbox_env_t *env, const char *sid);
 int snapshot_attach(sandbox_t *sb, sg_error_t **err);
 void runsc_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn *cb, void *arg);
 void host_snapshot_delete(sandbox_env_t *env, const char *sid);
+void host_snapshot_transfer(sandbox_env_t *env, const char *sid, bool import, sandbox_saved_fn *cb,
+                            void *arg);
 /* At start-up: snapshot files without a record in STATE/snapshots (a save
  * cut short) are removed. */
 void host_snapshot_sweep(sandbox_env_t *env);

@@ -52,6 +52,7 @@ const launcher_op_desc_t launcher_ops[LOP_COUNT] = {
     [LOP_SNAPSHOT_SAVE] = {"snapshot_save", SB | LOP_ASYNC},
     [LOP_SNAPSHOT_DELETE] = {"snapshot_delete", ENV | LOP_ASYNC},
     [LOP_WORKSPACE_RESTORE] = {"workspace_restore", ENV | LOP_TAKES_PATH | LOP_ASYNC},
+    [LOP_SNAPSHOT_TRANSFER] = {"snapshot_transfer", ENV | LOP_ASYNC},
 };
 #undef ENV
 #undef SB
@@ -583,16 +584,18 @@ static int link_pause(sandbox_t *sb, sg_error_t **err)
     return 0;
 }
 
-static void reattach_answered(json_t *reply, void *arg)
+/* An answer nothing waits for: an error is logged, arg saying what failed
+ * (a static string). */
+static void logged(json_t *reply, void *arg)
 {
     cleanup_error sg_error_t *err = reply_error(reply);
     if (err)
-        log_warn("sandbox: reattaching: %s", err->msg);
+        log_warn("sandbox: %s: %s", (const char *)arg, err->msg);
 }
 
 static void link_reattach(sandbox_t *sb)
 {
-    link_async(LOP_REATTACH, json_pack("{s:s}", "id", sb->id), -1, reattach_answered, NULL, 0);
+    link_async(LOP_REATTACH, json_pack("{s:s}", "id", sb->id), -1, logged, "reattaching", 0);
 }
 
 static int link_resume(sandbox_t *sb, sg_error_t **err)
@@ -616,17 +619,17 @@ static void link_snapshot_save(sandbox_t *sb, const char *sid, sandbox_saved_fn 
                saved_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
-static void snapshot_deleted(json_t *reply, void *arg)
+static void link_snapshot_transfer(sandbox_env_t *env, const char *sid, bool import,
+                                   sandbox_saved_fn *cb, void *arg)
 {
-    cleanup_error sg_error_t *err = reply_error(reply);
-    if (err)
-        log_warn("sandbox: deleting a snapshot: %s", err->msg);
+    link_async(LOP_SNAPSHOT_TRANSFER, json_pack("{s:s, s:b}", "snapshot", sid, "import", import),
+               -1, saved_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
 static void link_snapshot_delete(sandbox_env_t *env, const char *sid)
 {
-    link_async(LOP_SNAPSHOT_DELETE, json_pack("{s:s}", "snapshot", sid), -1, snapshot_deleted, NULL,
-               0);
+    link_async(LOP_SNAPSHOT_DELETE, json_pack("{s:s}", "snapshot", sid), -1, logged,
+               "deleting a snapshot", 0);
 }
 
 static uint64_t link_workspace_restore(const sandbox_env_t *env, const char *path, const char *sid,
@@ -636,13 +639,6 @@ static uint64_t link_workspace_restore(const sandbox_env_t *env, const char *pat
                       -1, workspace_opened, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 
-static void tenant_answered(json_t *reply, void *arg)
-{
-    cleanup_error sg_error_t *err = reply_error(reply);
-    if (err)
-        log_warn("sandbox: moving a sandbox to its tenant's cgroup: %s", err->msg);
-}
-
 /* The launcher moves it; the cgroup's name here is for the OOM report. */
 static void link_set_tenant(sandbox_t *sb, const char *tenant)
 {
@@ -650,8 +646,8 @@ static void link_set_tenant(sandbox_t *sb, const char *tenant)
     sb->tenant = xstrdup(tenant);
     free(sb->cgroup);
     sb->cgroup = sandbox_cgroup_name(sb->env, tenant, sb->id);
-    link_async(LOP_TENANT, json_pack("{s:s, s:s}", "id", sb->id, "tenant", tenant), -1,
-               tenant_answered, NULL, 0);
+    link_async(LOP_TENANT, json_pack("{s:s, s:s}", "id", sb->id, "tenant", tenant), -1, logged,
+               "moving a sandbox to its tenant's cgroup", 0);
 }
 
 static int link_signal(sandbox_t *sb, int sig, sg_error_t **err)
@@ -896,5 +892,6 @@ const sandbox_ops_t sandbox_link_ops = {
     .exec_pid = link_exec_pid,
     .snapshot_save = link_snapshot_save,
     .snapshot_delete = link_snapshot_delete,
+    .snapshot_transfer = link_snapshot_transfer,
     .workspace_restore = link_workspace_restore,
 };

@@ -51,6 +51,8 @@ typedef enum {
     LOP_SNAPSHOT_DELETE,   /* {snapshot}: its files removed */
     LOP_WORKSPACE_RESTORE, /* {path, snapshot}: the workspace becomes a copy of the
                               snapshot's, then opened */
+    LOP_SNAPSHOT_TRANSFER, /* {snapshot, import}: its files to or from STATE/transfers/<sid>.tar
+                              -> {bytes} (sandbox_snapshot_transfer) */
     LOP_COUNT
 } launcher_op_t;
 

@@ -752,5 +752,6 @@ const sandbox_ops_t sandbox_runsc_ops = {
     .give = host_give,
     .snapshot_save = runsc_snapshot_save,
     .snapshot_delete = host_snapshot_delete,
+    .snapshot_transfer = host_snapshot_transfer,
     .workspace_restore = host_workspace_restore,
 };

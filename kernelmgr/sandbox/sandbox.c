@@ -503,6 +503,18 @@ void sandbox_snapshot_delete(sandbox_env_t *env, const char *sid)
         env->ops->snapshot_delete(env, sid);
 }
 
+void sandbox_snapshot_transfer(sandbox_env_t *env, const char *sid, bool import,
+                               sandbox_saved_fn *cb, void *arg)
+{
+    if (!env->ops->snapshot_transfer) {
+        cleanup_error sg_error_t *err = NULL;
+        sg_error_set(&err, SG_E_CONFLICT, "snapshots need sandboxes (not --sandbox none)");
+        cb(0, err, arg);
+        return;
+    }
+    env->ops->snapshot_transfer(env, sid, import, cb, arg);
+}
+
 uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *path,
                                          const char *sid, sandbox_opened_fn *cb, void *arg)
 {

@@ -245,6 +245,14 @@ typedef void(sandbox_saved_fn)(uint64_t bytes, const sg_error_t *err, void *arg)
 void sandbox_snapshot_save(sandbox_t *self, const char *sid, sandbox_saved_fn *cb, void *arg);
 /* Removes snapshot sid's files (in the background through the launcher). */
 void sandbox_snapshot_delete(sandbox_env_t *env, const char *sid);
+/* A snapshot's files as one archive, to move it to another sandgate:
+ * STATE/transfers/<sid>.tar (sparse files kept sparse), owned as that
+ * directory is (by this daemon), which reads and writes it.  Export makes
+ * the archive of snapshot sid's files; import makes snapshot sid's files
+ * from it (sid must have none here; a failed import leaves none) and
+ * removes it.  cb as sandbox_snapshot_save's: the archive's bytes. */
+void sandbox_snapshot_transfer(sandbox_env_t *env, const char *sid, bool import,
+                               sandbox_saved_fn *cb, void *arg);
 /* The workspace at path becomes a copy of snapshot sid's (unmounted first
  * if mounted; what it held is gone) and is opened: as
  * sandbox_workspace_open_async otherwise. */

@@ -195,6 +195,41 @@ void host_snapshot_delete(sandbox_env_t *env, const char *sid)
     host_remove_tree(dir);
 }
 
+void host_snapshot_transfer(sandbox_env_t *env, const char *sid, bool import, sandbox_saved_fn *cb,
+                            void *arg)
+{
+    cleanup_error sg_error_t *err = NULL;
+    cleanup_free char *dir = host_snapshot_dir(env, sid);
+    cleanup_free char *tdir = xasprintf("%s/transfers", env->state_dir);
+    cleanup_free char *tar = xasprintf("%s/%s.tar", tdir, sid);
+    cleanup_free char *out = NULL;
+    struct stat st;
+    const char *pack[] = {"/bin/tar", "--sparse", "-C", dir, "-cf", tar, ".", NULL};
+    const char *unpack[] = {
+        "/bin/tar", "--no-same-owner", "--no-same-permissions", "-C", dir, "-xf", tar, NULL};
+    if (stat(tdir, &st) < 0) {
+        sg_error_errno(&err, errno, "no %s", tdir);
+    } else if (import ? access(dir, F_OK) == 0 : access(dir, F_OK) < 0) {
+        sg_error_set(&err, import ? SG_E_CONFLICT : SG_E_NOTFOUND,
+                     import ? "snapshot %s exists here" : "snapshot %s has no files here", sid);
+    } else if (import && host_make_dir(dir, 0700, &err) < 0) {
+    } else if (proc_run_sync(import ? unpack : pack, &out, &err) != 0) {
+        if (!err)
+            sg_error_set(&err, SG_E_INVALID, "%s snapshot %s: tar: %s",
+                         import ? "importing" : "exporting", sid, out ? out : "");
+        if (import)
+            host_remove_tree(dir);
+        unlink(tar);
+    } else if (!import && chown(tar, st.st_uid, st.st_gid) < 0) {
+        sg_error_errno(&err, errno, "chown %s", tar);
+    }
+    struct stat ts;
+    uint64_t bytes = stat(tar, &ts) == 0 ? (uint64_t)ts.st_size : 0;
+    if (import)
+        unlink(tar);
+    cb(bytes, err, arg);
+}
+
 void host_snapshot_sweep(sandbox_env_t *env)
 {
     cleanup_free char *records = xasprintf("%s/snapshots", env->state_dir);

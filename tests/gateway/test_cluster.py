@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 
-from sgd import Daemon, TOKEN, add_key, stdout
+from sgd import Daemon, TOKEN, add_key, free_port, stdout
 from tap import ok, diag, done, relay_checks
 from mcpraw import initialize, call, text_of, post, err_code
 from wsclient import WS
@@ -38,12 +38,6 @@ UNKNOWN = "00000000-0000-4000-8000-000000000000"  # a tag no replica here has
 
 def tag(replica):
     return hashlib.sha256(replica.encode()).hexdigest()[:8]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proxy:
@@ -348,6 +342,44 @@ try:
     ok(status == 404, "a volume id no replica made: 404", (status, answer))
     for vid, _, _ in vols.values():
         p.request("DELETE", f"/volumes/{vid}", token=ALICE)
+
+    # --- a context moves to another replica, its id kept ----------------------------------
+    status, hdrs, data = p.request("POST", "/contexts", {}, token=ALICE)
+    mid, home = json.loads(data)["id"], hdrs.get("X-Sandgate-Replica")
+    execute(p, "moved = 'kept'; open('m.txt', 'w').write('file kept')", mid)
+    there = next(x for x in REPLICAS if x != home)
+    status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": there}, token=ALICE)
+    ok(status == 403, "a tenant's key may not move a context (the operator's)", (status, answer))
+    status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": there}, token=BOB)
+    ok(status == 404, "another tenant's context is unknown to it", (status, answer))
+    status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": "nowhere"})
+    ok(status == 400 and "peers" in answer.get("message", ""), "an unknown replica: 400",
+       (status, answer))
+    status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": there})
+    ok(status == 200 and answer.get("replica") == there and answer.get("id") == mid,
+       f"POST /contexts/{{id}}/move: moved from {home} to {there} in {answer.get('ms')} ms",
+       (status, answer))
+    got = None
+    for _ in range(100):  # the proxy learns the route within half a second
+        status, replica, out = execute(p, "print(moved, open('m.txt').read())", mid)
+        got = (status, replica, stdout(out) if status == 200 else out)
+        if replica == there and status == 200:
+            break
+        time.sleep(0.05)
+    ok(got == (200, there, "kept file kept\n"), "the same id reaches it on its new replica, "
+       "its variables and files kept", got)
+    status, answer = p.json("GET", f"/contexts/{mid}", token=ALICE)
+    ok(status == 200 and answer.get("tenant") == "alice", "it is still alice's", (status, answer))
+    for _ in range(100):  # the old replica lets it go 1.5 s after the move
+        status, _, data = p.request("GET", "/contexts", token=ALICE)
+        ids = [c["id"] for c in json.loads(data)] if status == 200 else []
+        if ids.count(mid) == 1:
+            break
+        time.sleep(0.05)
+    ok(ids.count(mid) == 1, "the joined list shows it once (its old replica lets it go "
+       "1.5 s after the move)", ids)
+    status, answer = p.json("DELETE", f"/contexts/{mid}", token=ALICE)
+    ok(status in (200, 204), "it is deleted where it is now", (status, answer))
 
     # --- ids no replica made ---------------------------------------------------------------
     for method, path in (("GET", f"/contexts/{UNKNOWN}"), ("GET", f"/api/kernels/{UNKNOWN}"),

@@ -24,7 +24,7 @@ def names(err, name, where=""):
 # Values each kind of option refuses ("" for a path: an empty audit log; an
 # empty webhook URL or secret).
 REFUSED = {"BYTES": "lots", "SEC": "-1", "N": "many", "MIB": "12x", "UID": "0",
-           "HOST:PORT": "nonsense", "MODE": "bogus", "LEVEL": "loud", "ID": "bad id!",
+           "HOST:PORT": "nonsense", "ID=HOST:PORT...": "nonsense", "MODE": "bogus", "LEVEL": "loud", "ID": "bad id!",
            "TOKEN": "short", "KIB": "fast", "LIST": "not-a-cidr", "IP[,IP]": "not-an-ip",
            "PATH": "", "yes|no": "maybe", "NAME=SPEC": "nameonly", "N|NAME=N": "x=many",
            "TEMPLATE": "https://hub.example.org/lab", "URL": "", "SECRET": ""}

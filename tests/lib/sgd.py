@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -51,6 +52,13 @@ def read_int(path):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(pred, timeout=10, step=0.05):

@@ -494,6 +494,11 @@ try:
         jupyter[(verb, f"/volumecontent/{{volume}}/{what}")] = [
             ("volume", lambda x, v=verb, w=what, b=body, q=q: (
                 v, f"/volumecontent/{x}/{w}{q}", b, {}))]
+    # a context moved to another replica, a snapshot sent to one (cluster/).
+    jupyter[("POST", "/contexts/{context}/move")] = [
+        ("context", lambda x: ("POST", f"/contexts/{x}/move", {"to": "r1"}, {}))]
+    jupyter[("GET", "/cluster/snapshots/{snapshot}")] = [
+        ("snapshot", lambda x: ("GET", f"/cluster/snapshots/{x}", None, {}))]
     no_id_routes = {
         ("GET", "/api"), ("GET", "/api/"), ("GET", "/api/status"), ("GET", "/api/kernels"),
         ("GET", "/api/kernels/"), ("POST", "/api/kernels"), ("POST", "/api/kernels/"),
@@ -501,7 +506,9 @@ try:
         ("GET", "/api/kernelspecs/"), ("GET", "/api/kernelspecs/{kernelspec}"),
         ("GET", "/kernelspecs/{kernelspec}/*"), ("GET", "/events"),
         ("POST", "/events/webhooks/*"),  # a list, a new webhook: no id
-        ("GET", "/volumes"), ("POST", "/volumes")}
+        ("GET", "/volumes"), ("POST", "/volumes"),
+        # the operator's alone (403 for a tenant), and the proxy's routes
+        ("PUT", "/cluster/snapshots/*"), ("POST", "/cluster/contexts"), ("GET", "/cluster/routes")}
     ENVD_BODY = {
         "/filesystem.Filesystem/Stat": {"path": "/home/user/notes.txt"},
         "/filesystem.Filesystem/MakeDir": {"path": "/tmp/matrix-dir"},

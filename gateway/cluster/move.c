@@ -1,0 +1,429 @@
+/* move: a context moved to another replica with its memory, files, tenant
+ * and lineage, under the same id (cluster.h):
+ *
+ *   POST /contexts/{context}/move {"to": REPLICA}   (an admin's)
+ *     1. the context is closed to new work (503, "moving") and paused
+ *        (runsc checkpoint); an execution under way first ends;
+ *     2. it is saved as a snapshot and that snapshot's files archived;
+ *     3. the peer is sent the archive (PUT /cluster/snapshots/ID) and asked
+ *        to start the context from it under the same id (POST
+ *        /cluster/contexts), as this replica's admin (the replicas share
+ *        --token), with curl;
+ *     4. here the context and the snapshot go; 200 {"id", "replica", "ms"}.
+ *   A failure at any step leaves the context here, open again (paused: the
+ *   next request wakes it), and answers why (502 for the peer's refusal).
+ *   GET /cluster/routes (public): the SHA-256 of each context here that
+ *   another replica made, for the proxy, which routes their ids here
+ *   (docker/sandgate-lists.lua); the id itself is never shown.
+ *
+ * Not moved: a context with volumes (a volume stays on its replica), one
+ * holding or held in another's sandbox, E2B's timeout of a sandbox (the
+ * moved one keeps its record, not its timer). */
+#include "gateway/cluster/internal.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/replica.h"
+#include "common/xalloc.h"
+#include "gateway/observe/observe.h"
+#include "gateway/tenants/tenants.h"
+
+static const char MOVING[] = "this context is moving to another replica; retry in a moment";
+#define MOVED_GRACE_MS 1500
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+typedef enum { M_PAUSE, M_SNAPSHOT, M_EXPORT, M_SEND, M_START, M_DONE } step_t;
+
+typedef struct {
+    cluster_t *self;
+    struct MHD_Connection *conn; /* suspended while it moves; NULL: the client went */
+    kernel_t *k;
+    char cid[37], sid[37], to[64], addr[128];
+    json_t *record;
+    step_t step;
+    sg_error_t *err;
+    unsigned status; /* the answer's, on an error */
+    int64_t t0;
+    pid_t curl;
+    bool done, observing, gone; /* gone: the client went (finish frees it) */
+} move_t;
+
+static void step(move_t *mv);
+
+static void fail(move_t *mv, unsigned status, sg_errkind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail(move_t *mv, unsigned status, sg_errkind_t kind, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!mv->err)
+        sg_error_set(&mv->err, kind, "%s", msg);
+    mv->status = status;
+    mv->step = M_DONE;
+}
+
+static void on_kernel(kernel_t *k, kernel_event_t ev, const sg_error_t *err, void *arg)
+{
+    move_t *mv = arg;
+    (void)k;
+    if (ev == KERNEL_EV_GONE) { /* its handle goes: no more of it */
+        mv->k = NULL;
+        mv->observing = false;
+    }
+    if (mv->step == M_DONE)
+        return;
+    if (ev == KERNEL_EV_GONE || ev == KERNEL_EV_DEAD)
+        fail(mv, 409, SG_E_CONFLICT, "context %s ended while it was being moved", mv->cid);
+    else if (ev != KERNEL_EV_PAUSED || mv->step != M_PAUSE)
+        return;
+    else if (err)
+        fail(mv, 409, SG_E_CONFLICT, "the context could not be paused: %s", err->msg);
+    else
+        mv->step = M_SNAPSHOT;
+    if (mv->step == M_SNAPSHOT || !mv->curl) /* a curl under way reports by itself */
+        step(mv);
+}
+
+static void on_snapshot(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg)
+{
+    move_t *mv = arg;
+    if (err) {
+        fail(mv, 500, err->kind, "the context could not be saved: %s", err->msg);
+    } else {
+        snprintf(mv->sid, sizeof mv->sid, "%s", snap->id);
+        mv->step = M_EXPORT;
+    }
+    step(mv);
+}
+
+static void on_exported(uint64_t bytes, const sg_error_t *err, void *arg)
+{
+    move_t *mv = arg;
+    (void)bytes;
+    if (err)
+        fail(mv, 500, err->kind, "the snapshot could not be archived: %s", err->msg);
+    else
+        mv->step = M_SEND;
+    step(mv);
+}
+
+/* curl's output ends with "\n" and the HTTP status (-w). */
+static void on_curl(int status, const char *out, void *arg)
+{
+    move_t *mv = arg;
+    mv->curl = 0;
+    const char *nl = strrchr(out, '\n');
+    int code = nl ? atoi(nl + 1) : 0;
+    if (status != 0 || code != 201) {
+        cleanup_free char *body = xstrndup(out, nl ? (size_t)(nl - out) : strlen(out));
+        fail(mv, 502, SG_E_UNAVAILABLE, "the peer refused it: %s", body[0] ? body : "no answer");
+    } else {
+        mv->step = mv->step == M_SEND ? M_START : M_DONE;
+    }
+    step(mv);
+}
+
+static void curl(move_t *mv, const char *method, const char *path, const char *const *more)
+{
+    cleanup_free char *url = xasprintf("http://%s%s", mv->addr, path);
+    const char *argv[24] = {"/usr/bin/curl",  "-sS", "--max-time", "600", "-w",
+                            "\n%{http_code}", "-X",  method,       "-H",  NULL};
+    cleanup_free char *auth = xasprintf("@%s", mv->self->auth);
+    argv[9] = auth;
+    size_t n = 10;
+    for (; more && *more && n < 22; more++)
+        argv[n++] = *more;
+    argv[n++] = url;
+    argv[n] = NULL;
+    cleanup_error sg_error_t *err = NULL;
+    mv->curl = proc_exec_async(argv, on_curl, mv, &err);
+    if (mv->curl < 0) {
+        mv->curl = 0;
+        fail(mv, 500, err->kind, "cannot run curl: %s", err->msg);
+        step(mv);
+    }
+}
+
+static void send_archive(move_t *mv)
+{
+    cleanup_free char *path = xasprintf("/cluster/snapshots/%s", mv->sid);
+    cleanup_free char *file = xasprintf("%s/%s.tar", mv->self->transfers, mv->sid);
+    cleanup_free char *b64 = cluster_record_header(mv->record);
+    cleanup_free char *hdr = xasprintf(CLUSTER_RECORD_HEADER ": %s", b64);
+    const char *more[] = {"-H", hdr, "-H", "Content-Type: application/x-tar", "-T", file, NULL};
+    curl(mv, "PUT", path, more);
+}
+
+static void start_there(move_t *mv)
+{
+    cleanup_free char *tar = xasprintf("%s/%s.tar", mv->self->transfers, mv->sid);
+    unlink(tar);
+    const json_t *meta = api_context_meta(mv->self->api, mv->cid);
+    json_t *body = json_pack("{s:s, s:O?}", "snapshot", mv->sid, "meta", (json_t *)meta);
+    cleanup_free char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    const char *more[] = {"-H", "Content-Type: application/json", "--data-binary", text, NULL};
+    curl(mv, "POST", "/cluster/contexts", more);
+}
+
+static enum MHD_Result answer(move_t *mv, struct MHD_Connection *conn)
+{
+    if (mv->err) {
+        json_t *body = http_error_body(mv->err);
+        return http_reply_json(conn, mv->status ? mv->status : 500, body);
+    }
+    return http_reply_json(conn, 200,
+                           json_pack("{s:s, s:s, s:I}", "id", mv->cid, "replica", mv->to, "ms",
+                                     (json_int_t)(mono_ms() - mv->t0)));
+}
+
+typedef struct {
+    kmgr_t *kmgr;
+    char id[37];
+} gone_t;
+
+static void shut_down(loop_t *loop, int timer, void *arg)
+{
+    (void)loop, (void)timer;
+    gone_t *g = arg;
+    kmgr_shutdown(g->kmgr, g->id, NULL);
+    free(g);
+}
+
+static void finish(move_t *mv)
+{
+    cluster_t *self = mv->self;
+    if (mv->observing && mv->k)
+        kernel_unobserve(mv->k, on_kernel, mv);
+    mv->observing = false;
+    if (*mv->sid) /* its copy here goes, moved or not */
+        kmgr_snapshot_delete(self->kmgr, mv->sid, NULL);
+    cleanup_free char *tar = xasprintf("%s/%s.tar", self->transfers, mv->sid);
+    unlink(tar);
+    audit_who_t who = {0};
+    audit_who_set_tenant(&who, "admin");
+    if (mv->err) {
+        log_warn("cluster: context %s stays here: %s", mv->cid, mv->err->msg);
+        if (mv->k)
+            kernel_close(mv->k, NULL); /* open again; it wakes on the next request */
+    } else {
+        log_info("cluster: context %s moved to %s in %lld ms", mv->cid, mv->to,
+                 (long long)(mono_ms() - mv->t0));
+        audit_event(&who, "context.move",
+                    json_pack("{s:s, s:s}", "context", mv->cid, "replica", mv->to));
+        /* Kept closed (503, "moving") until the proxy has learnt the
+         * route (it asks every half second), then gone. */
+        gone_t *g = xzalloc(sizeof *g);
+        g->kmgr = self->kmgr;
+        memcpy(g->id, mv->cid, sizeof g->id);
+        loop_timer(self->loop, MOVED_GRACE_MS, 1, shut_down, g);
+        mv->k = NULL;
+    }
+    mv->done = true;
+    if (mv->conn) {
+        http_resume(mv->conn);
+        mv->conn = NULL;
+        self->wake(self->wake_arg);
+    }
+}
+
+static void move_free(move_t *mv)
+{
+    json_decref(mv->record);
+    sg_error_free(&mv->err);
+    free(mv);
+}
+
+static void step(move_t *mv)
+{
+    cleanup_error sg_error_t *err = NULL;
+    switch (mv->step) {
+    case M_PAUSE:
+        if (kernel_state(mv->k) == KERNEL_PAUSED)
+            mv->step = M_SNAPSHOT;
+        else if (kernel_state(mv->k) != KERNEL_PAUSING && kernel_pause(mv->k, &err) < 0)
+            fail(mv, 409, SG_E_CONFLICT, "the context could not be paused: %s", err->msg);
+        if (mv->step != M_PAUSE)
+            step(mv);
+        return;
+    case M_SNAPSHOT:
+        if (kmgr_snapshot(mv->self->kmgr, mv->k, NULL, on_snapshot, mv, &err) < 0) {
+            fail(mv, 409, err->kind, "the context could not be saved: %s", err->msg);
+            step(mv);
+        }
+        return;
+    case M_EXPORT:
+        if (kmgr_snapshot_export(mv->self->kmgr, mv->sid, &mv->record, on_exported, mv, &err) < 0) {
+            fail(mv, 500, err->kind, "the snapshot could not be archived: %s", err->msg);
+            step(mv);
+        }
+        return;
+    case M_SEND: send_archive(mv); return;
+    case M_START: start_there(mv); return;
+    case M_DONE:
+        finish(mv);
+        if (mv->gone)
+            move_free(mv);
+        return;
+    }
+}
+
+static enum MHD_Result context_move(void *ctx, http_req_t *req)
+{
+    cluster_t *self = ctx;
+    move_t *mv = req->state;
+    if (req->resumed)
+        return answer(mv, req->conn);
+    kernel_t *k = http_arg(req, "context");
+    json_error_t jerr;
+    json_t *body = json_loadb(req->body, req->len, 0, &jerr);
+    const char *to = json_string_value(json_object_get(body, "to"));
+    cleanup_error sg_error_t *perr = NULL;
+    if (self->peers_file) {
+        cleanup_free char *text = NULL;
+        size_t n = 0;
+        FILE *f = fopen(self->peers_file, "re");
+        if (f && getdelim(&text, &n, 0, f) >= 0)
+            cluster_parse_peers(text, self->peers, &perr);
+        if (f)
+            fclose(f);
+    }
+    const char *addr = to ? json_string_value(json_object_get(self->peers, to)) : NULL;
+    enum MHD_Result ret = MHD_NO;
+    if (perr)
+        ret = http_reply_error(req->conn, perr);
+    else if (!req->tenant || !req->tenant->admin)
+        ret = http_reply_errorf(req->conn, SG_E_FORBIDDEN,
+                                "moving a context is the operator's (an admin key's)");
+    else if (to && strcmp(to, replica_id()) == 0)
+        ret = http_reply_errorf(req->conn, SG_E_INVALID, "context %s is on replica %s already",
+                                kernel_id(k), to);
+    else if (!addr)
+        ret = http_reply_errorf(req->conn, SG_E_INVALID,
+                                "'to': one of this replica's peers (--peers), not '%.64s'",
+                                to ? to : "");
+    else if (!self->auth)
+        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
+                                "moves need --token, the admin key the replicas share");
+    else if (kernel_host(k) || kernel_guests(k) || kernel_opts(k)->mounts)
+        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
+                                "context %s shares a sandbox with other contexts or mounts "
+                                "volumes: it stays where it is",
+                                kernel_id(k));
+    else if (kernel_state(k) == KERNEL_BUSY || kernel_state(k) == KERNEL_STARTING ||
+             kernel_state(k) == KERNEL_DEAD)
+        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
+                                "context %s is %s: a context moves when idle or paused",
+                                kernel_id(k), kernel_status(k));
+    if (ret != MHD_NO) {
+        json_decref(body);
+        return ret;
+    }
+    mv = xzalloc(sizeof *mv);
+    *mv = (move_t){.self = self, .k = k, .t0 = mono_ms(), .conn = req->conn};
+    snprintf(mv->cid, sizeof mv->cid, "%s", kernel_id(k));
+    snprintf(mv->to, sizeof mv->to, "%s", to);
+    snprintf(mv->addr, sizeof mv->addr, "%s", addr);
+    json_decref(body);
+    req->state = mv;
+    kernel_close(k, MOVING);
+    kernel_observe(k, on_kernel, mv);
+    mv->observing = true;
+    http_suspend(req->conn);
+    step(mv);
+    return MHD_YES;
+}
+
+/* --- the peer's side ------------------------------------------------------------------ */
+
+static enum MHD_Result contexts_in(void *ctx, http_req_t *req)
+{
+    cluster_t *self = ctx;
+    json_error_t jerr;
+    json_t *body = json_loadb(req->body, req->len, 0, &jerr);
+    const char *sid = json_string_value(json_object_get(body, "snapshot"));
+    const kmgr_snapshot_t *snap = sid ? kmgr_snapshot_get(self->kmgr, sid) : NULL;
+    cleanup_error sg_error_t *err = NULL;
+    enum MHD_Result ret;
+    audit_who_t who;
+    http_who(req, "cluster", &who);
+    if (!req->tenant || !req->tenant->admin) {
+        ret = http_reply_errorf(req->conn, SG_E_FORBIDDEN,
+                                "moving a context is the operator's (an admin key's)");
+    } else if (!snap) {
+        ret =
+            http_reply_errorf(req->conn, SG_E_NOTFOUND, "no snapshot '%.64s' here", sid ? sid : "");
+    } else {
+        kernel_t *k =
+            api_context_move_in(self->api, snap, json_object_get(body, "meta"), &who, &err);
+        if (k) { /* its files are the session's from now on */
+            kmgr_snapshot_delete(self->kmgr, sid, NULL);
+            log_info("cluster: context %s moved here", kernel_id(k));
+        }
+        ret = k ? http_reply_json(req->conn, 201, json_pack("{s:s}", "id", kernel_id(k)))
+                : http_reply_error(req->conn, err);
+    }
+    json_decref(body);
+    return ret;
+}
+
+/* The contexts here that another replica made: their ids' SHA-256. */
+static enum MHD_Result routes(void *ctx, http_req_t *req)
+{
+    cluster_t *self = ctx;
+    json_t *out = json_array();
+    const char *tag = replica_tag();
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+        const char *id = kernel_id(kmgr_at(self->kmgr, i));
+        if (strncmp(id, tag, strlen(tag)) == 0)
+            continue;
+        unsigned char h[crypto_hash_sha256_BYTES];
+        char hex[2 * sizeof h + 1];
+        crypto_hash_sha256(h, (const unsigned char *)id, strlen(id));
+        json_array_append_new(out, json_string(sodium_bin2hex(hex, sizeof hex, h, sizeof h)));
+    }
+    return http_reply_json(req->conn, 200,
+                           json_pack("{s:s, s:o}", "replica", replica_id(), "here", out));
+}
+
+static void move_done(void *ctx, void *state, bool completed)
+{
+    (void)ctx, (void)completed;
+    move_t *mv = state;
+    mv->conn = NULL;
+    if (mv->done)
+        move_free(mv);
+    else
+        mv->gone = true; /* it goes on; finish() has no one to answer, and frees it */
+}
+
+int cluster_move_register(cluster_t *self, http_server_t *http, const http_front_t *front,
+                          sg_error_t **err)
+{
+    static const http_route_t table[] = {
+        {"POST", "/contexts/{context}/move", context_move, 0, NULL},
+        {"POST", "/cluster/contexts", contexts_in, 0, NULL},
+        {"GET", "/cluster/routes", routes, HTTP_ROUTE_PUBLIC, NULL},
+    };
+    http_front_t f = *front;
+    f.done = move_done;
+    return http_routes(http, &f, table, sizeof table / sizeof *table, err);
+}

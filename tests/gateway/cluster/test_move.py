@@ -1,0 +1,135 @@
+"""Replicas helping each other (gateway/cluster/), two sandgates on this host
+with real runsc, each the other's peer: a snapshot sent from one and taken
+in by the other (GET/PUT /cluster/snapshots), and a context moved with its
+memory, files and tenant under the same id (POST /contexts/{id}/move); an
+operator's alone; refusals that change nothing (a busy context, one with a
+volume, a bad archive, a peer that is down: the context stays and works);
+GET /cluster/routes for the proxy.  Through the proxy: test_cluster.py."""
+import base64
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+
+from sgd import Daemon, add_key, free_port
+from tap import ok, done
+
+tmp = tempfile.mkdtemp(prefix="sg-move-", dir="/tmp")
+keys = os.path.join(tmp, "keys")
+alice, bob = add_key(keys, "alice"), add_key(keys, "bob")
+
+
+pa, pb = free_port(), free_port()
+a = Daemon("--pool-size", "0", "--keys-file", keys, "--replica-id", "ra", "--peers",
+           f"rb=127.0.0.1:{pb},gone=127.0.0.1:{free_port()}", port=pa)
+b = Daemon("--pool-size", "0", "--keys-file", keys, "--replica-id", "rb", "--peers",
+           f"ra=127.0.0.1:{pa}", port=pb)
+
+
+def run(d, cid, code, key=None):
+    kw = {"token": key} if key else {}
+    st, _, out = d.request("POST", "/execute", {"context_id": cid, "code": code}, **kw)
+    lines = [json.loads(x) for x in out.decode().splitlines() if x.strip()] if st == 200 else []
+    return st, "".join(x.get("text", "") for x in lines if x.get("type") == "stdout")
+
+
+try:
+    st, c = a.json("POST", "/contexts", {}, token=alice)
+    cid = c["id"]
+    run(a, cid, "secret = 'alice-only'; open('notes.txt', 'w').write('hers')", alice)
+
+    # --- a snapshot out and in ----------------------------------------------------------
+    st, snap = a.json("POST", f"/contexts/{cid}/snapshots", {"name": "carried"}, token=alice)
+    sid = snap["id"]
+    refused = [a.request("GET", f"/cluster/snapshots/{sid}", token=alice)[0],
+               a.request("GET", f"/cluster/snapshots/{sid}", token=bob)[0]]
+    ok(refused == [403, 404], "GET /cluster/snapshots: alice's own key 403 (the operator's), "
+       "bob's 404", refused)
+    st, h, tar = a.request("GET", f"/cluster/snapshots/{sid}")
+    rec = h.get("Sandgate-Snapshot", "")
+    record = json.loads(base64.urlsafe_b64decode(rec + "=" * (-len(rec) % 4)))
+    ok(st == 200 and tar[257:262] == b"ustar" and record.get("id") == sid and
+       record.get("tenant") == "alice", "the admin gets its files as a tar, its record in "
+       "Sandgate-Snapshot", (st, len(tar), record))
+
+    def put(d, rid, body, header=rec, key=None):
+        kw = {"token": key} if key else {}
+        return d.request("PUT", f"/cluster/snapshots/{rid}", raw=body,
+                         headers={"Sandgate-Snapshot": header,
+                                  "Content-Type": "application/x-tar"}, **kw)
+
+    other = dict(record, id="5bce98f7-0000-4000-8000-00000000abcd")
+    other_h = base64.urlsafe_b64encode(json.dumps(other).encode()).decode()
+    bad = [put(b, sid, tar, key=alice)[0], put(b, sid, tar, header="bm90IGpzb24")[0],
+           put(b, other["id"], tar)[0], put(b, other["id"], b"not a tar" * 1000, other_h)[0]]
+    st, lst = b.json("GET", "/snapshots")
+    ok(bad == [403, 400, 400, 400] and lst == [] and
+       os.listdir(os.path.join(b.dir, "transfers")) == [],
+       "PUT refused: a tenant's key, a header that is no record, a path not its id, an archive "
+       "that is no tar — nothing kept", (bad, lst))
+    st, got, _ = put(b, sid, tar)[::1]
+    st2 = put(b, sid, tar)[0]
+    ok(st == 201 and st2 == 409, "the admin's PUT takes it in (201); again: 409", (st, st2))
+    st, f = b.json("POST", "/contexts", {"snapshot": sid}, token=alice)
+    st2, out = run(b, f.get("id"), "print(secret, open('notes.txt').read())", alice)
+    ok(st == 201 and out == "alice-only hers\n",
+       "alice makes a context from it on the other sandgate: her variable and file", (st, out))
+    b.json("DELETE", f"/contexts/{f['id']}", token=alice)
+
+    # --- a context moved ------------------------------------------------------------------
+    refused = [a.json("POST", f"/contexts/{cid}/move", {"to": "rb"}, token=alice)[0],
+               a.json("POST", f"/contexts/{cid}/move", {"to": "rb"}, token=bob)[0],
+               a.json("POST", f"/contexts/{cid}/move", {"to": "nowhere"})[0],
+               a.json("POST", f"/contexts/{cid}/move", {"to": "ra"})[0]]
+    ok(refused == [403, 404, 400, 400], "move refused: alice's key (the operator's), bob's "
+       "(unknown), an unknown replica, the one it is on", refused)
+    busy = threading.Thread(target=run, args=(a, cid, "import time; time.sleep(3)", alice))
+    busy.start()
+    for _ in range(100):
+        if a.json("GET", f"/api/kernels/{cid}", token=alice)[1].get("execution_state") == "busy":
+            break
+        time.sleep(0.05)
+    st, e = a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})
+    ok(st == 409 and "idle" in e.get("message", ""), "a context running code: 409", (st, e))
+    busy.join()
+    st, e = a.json("POST", f"/contexts/{cid}/move", {"to": "gone"})
+    st2, out = run(a, cid, "print(secret)", alice)
+    ok(st == 502 and out == "alice-only\n", "a peer that is down: 502, and the context stays, "
+       "woken by its next request", (st, e, out))
+    st, mv = a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})
+    ok(st == 200 and mv.get("id") == cid and mv.get("replica") == "rb",
+       f"moved to rb in {mv.get('ms')} ms", (st, mv))
+    st, out = run(b, cid, "print(secret, open('notes.txt').read())", alice)
+    st2, c2 = b.json("GET", f"/contexts/{cid}", token=alice)
+    ok(st == 200 and out == "alice-only hers\n" and c2.get("tenant") == "alice",
+       "on rb under the same id: alice's, her variable and file", (st, out, c2))
+    ok(b.json("GET", f"/contexts/{cid}", token=bob)[0] == 404, "bob: unknown there too")
+    h = hashlib.sha256(cid.encode()).hexdigest()
+    rb_routes = b.json("GET", "/cluster/routes", token=None)
+    ra_routes = a.json("GET", "/cluster/routes", token=None)
+    ok(rb_routes == (200, {"replica": "rb", "here": [h]}) and ra_routes[1].get("here") == [],
+       "GET /cluster/routes (public): rb lists the moved id's SHA-256, never the id", rb_routes)
+    for _ in range(100):
+        if a.json("GET", f"/contexts/{cid}", token=alice)[0] == 404:
+            break
+        time.sleep(0.05)
+    ok(a.json("GET", f"/contexts/{cid}", token=alice)[0] == 404, "ra let it go once moved")
+    left = [s["id"] for s in a.json("GET", "/snapshots", token=alice)[1]]
+    ok(left == [sid], "the move's own snapshot is gone from ra (alice's named one stays)", left)
+    st, mv = b.json("POST", f"/contexts/{cid}/move", {"to": "ra"})
+    st2, out = run(a, cid, "print(secret)", alice)
+    ok(st == 200 and out == "alice-only\n", "and back to ra", (st, mv, out))
+
+    # --- one with a volume stays ------------------------------------------------------------
+    st, vol = a.json("POST", "/volumes", {"name": "v", "sizeMiB": 16}, token=alice)
+    st, cv = a.json("POST", "/contexts", {"volumeMounts": [{"name": "v", "path": "/mnt/v"}]},
+                    token=alice)
+    st, e = a.json("POST", f"/contexts/{cv['id']}/move", {"to": "rb"})
+    ok(st == 409 and "volumes" in e.get("message", ""), "a context with a volume stays: 409",
+       (st, e))
+finally:
+    a.stop()
+    b.stop()
+done()
