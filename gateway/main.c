@@ -107,6 +107,7 @@ static void on_kmgr_notice(const char *event, json_t *fields, void *arg)
  * to disk, a second signal or the time limit cutting that short. */
 typedef struct {
     kmgr_t *kmgr;
+    cluster_t *cluster; /* with --drain-on-stop: contexts move to peers first */
     int pause_ms;
     bool draining;
     int64_t drain_began; /* zclock_mono() of the first SIGTERM */
@@ -147,17 +148,12 @@ static void on_drain_timeout(loop_t *loop, int timer_id, void *arg)
     loop_stop(loop);
 }
 
-static void on_stop_signal(loop_t *loop, int signo, void *arg)
+static void pause_all(stop_t *st)
 {
-    stop_t *st = arg;
-    log_info("%s received", strsignal(signo));
-    if (st->pause_ms <= 0 || st->kmgr == NULL || st->draining) {
-        loop_stop(loop);
+    if (st->pause_ms <= 0) {
+        on_drained(st);
         return;
     }
-    st->draining = true;
-    st->drain_began = zclock_mono();
-    st->loop = loop;
     size_t n = kmgr_pause_all(st->kmgr, on_drained, st);
     if (n == 0) {
         on_drained(st);
@@ -165,7 +161,29 @@ static void on_stop_signal(loop_t *loop, int signo, void *arg)
     }
     log_info("pausing %zu sessions before stopping (at most %d s; a second signal stops now)", n,
              st->pause_ms / 1000);
-    loop_timer(loop, st->pause_ms, 1, on_drain_timeout, NULL);
+    loop_timer(st->loop, st->pause_ms, 1, on_drain_timeout, NULL);
+}
+
+static void on_moved_away(const json_t *summary, void *arg)
+{
+    (void)summary;
+    pause_all(arg); /* what stayed */
+}
+
+static void on_stop_signal(loop_t *loop, int signo, void *arg)
+{
+    stop_t *st = arg;
+    log_info("%s received", strsignal(signo));
+    if ((st->pause_ms <= 0 && !st->cluster) || st->kmgr == NULL || st->draining) {
+        loop_stop(loop);
+        return;
+    }
+    st->draining = true;
+    st->drain_began = zclock_mono();
+    st->loop = loop;
+    kmgr_set_stopping(st->kmgr);
+    if (!st->cluster || cluster_drain(st->cluster, on_moved_away, st) == 0)
+        pause_all(st);
 }
 
 /* SIGHUP: the audit log was rotated; write to a new file of the same name. */
@@ -376,10 +394,46 @@ static void announce(const settings_t *s, const daemon_t *d, const char *token, 
     fflush(stdout);
 }
 
+/* `sandgate drain [URL]`: the sandgate at URL (the default --listen's)
+ * moves every context to its peers (POST /cluster/drain), asked as the
+ * admin (SANDGATE_TOKEN, given to curl on its stdin, never on a command
+ * line); prints what moved and what stayed. */
+static int drain_main(int argc, char **argv)
+{
+    const char *token = getenv("SANDGATE_TOKEN");
+    if (argc > 3 || (argc == 3 && strncmp(argv[2], "http", 4) != 0) || !token || !*token) {
+        fprintf(stderr, "usage: SANDGATE_TOKEN=KEY sandgate drain [http://HOST:PORT]\n"
+                        "moves every context of that sandgate to its --peers "
+                        "(docs/deploy-cluster.md)\n");
+        return 2;
+    }
+    cleanup_free char *url =
+        xasprintf("%s/cluster/drain", argc == 3 ? argv[2] : "http://127.0.0.1:49999");
+    int in[2];
+    if (pipe(in) < 0)
+        return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        close(in[1]);
+        execl("/usr/bin/curl", "curl", "-sS", "--fail-with-body", "-X", "POST", "-K", "-", url,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    dprintf(in[1], "header = \"Authorization: Bearer %s\"\n", token);
+    close(in[1]);
+    int status = 1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "keys") == 0)
         return keys_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "drain") == 0)
+        return drain_main(argc, argv);
     settings_t s;
     int rc = options_parse(&s, argc, argv);
     if (rc >= 0) {
@@ -425,6 +479,7 @@ int main(int argc, char **argv)
     if (daemon_start(&d, loop, &s, &err) < 0)
         goto out;
     stop.kmgr = d.kmgr;
+    stop.cluster = s.drain_on_stop ? d.cluster : NULL;
     announce(&s, &d, generated, show_token);
     if (loop_run(loop, &err) < 0) {
         log_error("%s", err->msg);

@@ -542,9 +542,10 @@ static const opt_t table[] = {
     {"webhook-secret", 0, "SECRET", set_nonempty, AT(webhook_secret),
      .help = "what --webhook's deliveries are signed with (e2b-signature, X-Sandgate-Signature)"},
     {"peers", 0, "ID=HOST:PORT...", set_peers, AT(peers),
-     .help = "the other replicas, by --replica-id and address (space- or comma-separated), "
-             "or @FILE holding them, read at each move: where POST /contexts/{id}/move sends a "
-             "context (docs/deploy-cluster.md)"},
+     .help = "the other replicas (ID=HOST:PORT, spaces or commas between; @FILE: read at "
+             "each move), where contexts move (docs/deploy-cluster.md)"},
+    {"drain-on-stop", 0, "yes|no", set_bool, AT(drain_on_stop),
+     .help = "at SIGTERM, move every context to --peers first (then --pause-on-stop; no)"},
     {"volume-size", 0, "MIB", UINT(volume_mib, 16, 1048576, 1), .want = "16 to 1048576 (MiB)",
      .help = "the size of a new volume that names none, its file system's limit (1024); "
              "docs/api.md#volumes-volumes"},

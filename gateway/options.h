@@ -51,6 +51,7 @@ typedef struct {
     int events_keep_ms;         /* --events-keep */
     int volume_mib;             /* --volume-size: a new volume's size when it names none */
     const char *peers;          /* --peers: the other replicas, "ID=HOST:PORT ..." */
+    bool drain_on_stop;         /* --drain-on-stop: SIGTERM moves every context to a peer */
     const char *webhook;        /* --webhook URL; NULL: none */
     const char *webhook_secret; /* --webhook-secret */
     sandbox_template_t templates[SETTINGS_MAX_TEMPLATES]; /* --template */

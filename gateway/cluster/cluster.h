@@ -35,4 +35,13 @@ cluster_t *cluster_new(loop_t *loop, kmgr_t *kmgr, api_t *api, const char *state
 void cluster_destroy(cluster_t **self_p);
 int cluster_register(cluster_t *self, http_server_t *http, sg_error_t **err);
 
+/* Moves every context of this replica to its peers, one at a time, each to
+ * the next peer in turn (POST /cluster/drain; --drain-on-stop's SIGTERM):
+ * done(summary, arg) once all have moved or stayed — {"moved": [{id,
+ * replica, ms}], "stayed": [{id, why}]} (borrowed).  Returns how many it
+ * began with; 0 (none, or no peers or --token): done is not called. */
+typedef struct drain drain_t;
+typedef void(cluster_drained_fn)(const json_t *summary, void *arg);
+size_t cluster_drain(cluster_t *self, cluster_drained_fn *done, void *arg);
+
 #endif

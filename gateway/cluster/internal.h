@@ -23,6 +23,22 @@ struct cluster {
  * new string). */
 char *cluster_record_header(const json_t *record);
 
+/* Moves k to peer to (move.c): cb once when it ends — err NULL (status
+ * 200) or why not (status the HTTP one; k stays here, open again) — and ms
+ * it took.  -1 with *err, nothing started: to is no peer, or k cannot move
+ * (busy, starting, sharing its sandbox, with volumes). */
+typedef void(cluster_moved_fn)(const sg_error_t *err, unsigned status, int64_t ms, void *arg);
+int cluster_move(cluster_t *self, kernel_t *k, const char *to, cluster_moved_fn *cb, void *arg,
+                 sg_error_t **err);
+
+/* --peers @FILE read again into self->peers (a no-op without a file). */
+int cluster_load_peers(cluster_t *self, sg_error_t **err);
+
+/* POST /cluster/drain (drain.c), and its request's end (state freed, or
+ * left to the drain under way). */
+enum MHD_Result cluster_drain_route(void *ctx, http_req_t *req);
+void cluster_drain_done(void *ctx, void *state, bool completed);
+
 /* POST /contexts/{context}/move, POST /cluster/contexts, GET /cluster/routes. */
 int cluster_move_register(cluster_t *self, http_server_t *http, const http_front_t *front,
                           sg_error_t **err);

@@ -51,7 +51,8 @@ typedef enum { M_PAUSE, M_SNAPSHOT, M_EXPORT, M_SEND, M_START, M_DONE } step_t;
 
 typedef struct {
     cluster_t *self;
-    struct MHD_Connection *conn; /* suspended while it moves; NULL: the client went */
+    cluster_moved_fn *cb;
+    void *arg;
     kernel_t *k;
     char cid[37], sid[37], to[64], addr[128];
     json_t *record;
@@ -60,7 +61,7 @@ typedef struct {
     unsigned status; /* the answer's, on an error */
     int64_t t0;
     pid_t curl;
-    bool done, observing, gone; /* gone: the client went (finish frees it) */
+    bool observing;
 } move_t;
 
 static void step(move_t *mv);
@@ -184,17 +185,6 @@ static void start_there(move_t *mv)
     curl(mv, "POST", "/cluster/contexts", more);
 }
 
-static enum MHD_Result answer(move_t *mv, struct MHD_Connection *conn)
-{
-    if (mv->err) {
-        json_t *body = http_error_body(mv->err);
-        return http_reply_json(conn, mv->status ? mv->status : 500, body);
-    }
-    return http_reply_json(conn, 200,
-                           json_pack("{s:s, s:s, s:I}", "id", mv->cid, "replica", mv->to, "ms",
-                                     (json_int_t)(mono_ms() - mv->t0)));
-}
-
 typedef struct {
     kmgr_t *kmgr;
     char id[37];
@@ -237,16 +227,7 @@ static void finish(move_t *mv)
         loop_timer(self->loop, MOVED_GRACE_MS, 1, shut_down, g);
         mv->k = NULL;
     }
-    mv->done = true;
-    if (mv->conn) {
-        http_resume(mv->conn);
-        mv->conn = NULL;
-        self->wake(self->wake_arg);
-    }
-}
-
-static void move_free(move_t *mv)
-{
+    mv->cb(mv->err, mv->err ? (mv->status ? mv->status : 500) : 200, mono_ms() - mv->t0, mv->arg);
     json_decref(mv->record);
     sg_error_free(&mv->err);
     free(mv);
@@ -278,77 +259,126 @@ static void step(move_t *mv)
         return;
     case M_SEND: send_archive(mv); return;
     case M_START: start_there(mv); return;
-    case M_DONE:
-        finish(mv);
-        if (mv->gone)
-            move_free(mv);
-        return;
+    case M_DONE: finish(mv); return;
     }
+}
+
+int cluster_load_peers(cluster_t *self, sg_error_t **err)
+{
+    if (!self->peers_file)
+        return 0;
+    cleanup_free char *text = NULL;
+    size_t n = 0;
+    FILE *f = fopen(self->peers_file, "re");
+    int r = f && getdelim(&text, &n, 0, f) >= 0 ? cluster_parse_peers(text, self->peers, err) : 0;
+    if (f)
+        fclose(f);
+    return r;
+}
+
+int cluster_move(cluster_t *self, kernel_t *k, const char *to, cluster_moved_fn *cb, void *arg,
+                 sg_error_t **err)
+{
+    if (cluster_load_peers(self, err) < 0)
+        return -1;
+    const char *addr = to ? json_string_value(json_object_get(self->peers, to)) : NULL;
+    if (to && strcmp(to, replica_id()) == 0)
+        return sg_error_set(err, SG_E_INVALID, "context %s is on replica %s already", kernel_id(k),
+                            to);
+    if (!addr)
+        return sg_error_set(err, SG_E_INVALID,
+                            "'to': one of this replica's peers (--peers), not '%.64s'",
+                            to ? to : "");
+    if (!self->auth)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "moves need --token, the admin key the replicas share");
+    if (kernel_host(k) || kernel_guests(k) || kernel_opts(k)->mounts)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "context %s shares a sandbox with other contexts or mounts volumes: "
+                            "it stays where it is",
+                            kernel_id(k));
+    if (kernel_state(k) == KERNEL_BUSY || kernel_state(k) == KERNEL_STARTING ||
+        kernel_state(k) == KERNEL_DEAD)
+        return sg_error_set(err, SG_E_CONFLICT,
+                            "context %s is %s: a context moves when idle or paused", kernel_id(k),
+                            kernel_status(k));
+    move_t *mv = xzalloc(sizeof *mv);
+    *mv = (move_t){.self = self, .k = k, .t0 = mono_ms(), .cb = cb, .arg = arg};
+    snprintf(mv->cid, sizeof mv->cid, "%s", kernel_id(k));
+    snprintf(mv->to, sizeof mv->to, "%s", to);
+    snprintf(mv->addr, sizeof mv->addr, "%s", addr);
+    kernel_close(k, MOVING);
+    kernel_observe(k, on_kernel, mv);
+    mv->observing = true;
+    step(mv);
+    return 0;
+}
+
+/* POST /contexts/{context}/move: answered when the move ends. */
+typedef struct {
+    cluster_t *self;
+    struct MHD_Connection *conn; /* suspended; NULL: the client went */
+    bool done, suspended;
+    sg_error_t *err;
+    unsigned status;
+    int64_t ms;
+    char id[37], to[64];
+} asked_t;
+
+static void asked_moved(const sg_error_t *err, unsigned status, int64_t ms, void *arg)
+{
+    asked_t *q = arg;
+    q->done = true;
+    q->status = status;
+    q->ms = ms;
+    if (err)
+        sg_error_set(&q->err, err->kind, "%s", err->msg);
+    if (q->conn && q->suspended) {
+        http_resume(q->conn);
+        q->conn = NULL;
+        q->self->wake(q->self->wake_arg);
+    } else if (!q->conn) { /* the client went */
+        sg_error_free(&q->err);
+        free(q);
+    }
+}
+
+static enum MHD_Result asked_answer(const asked_t *q, struct MHD_Connection *conn)
+{
+    return q->err ? http_reply_json(conn, q->status, http_error_body(q->err))
+                  : http_reply_json(conn, 200,
+                                    json_pack("{s:s, s:s, s:I}", "id", q->id, "replica", q->to,
+                                              "ms", (json_int_t)q->ms));
 }
 
 static enum MHD_Result context_move(void *ctx, http_req_t *req)
 {
     cluster_t *self = ctx;
-    move_t *mv = req->state;
+    asked_t *q = req->state;
     if (req->resumed)
-        return answer(mv, req->conn);
+        return asked_answer(q, req->conn);
+    if (!req->tenant || !req->tenant->admin)
+        return http_reply_errorf(req->conn, SG_E_FORBIDDEN,
+                                 "moving a context is the operator's (an admin key's)");
     kernel_t *k = http_arg(req, "context");
     json_error_t jerr;
     json_t *body = json_loadb(req->body, req->len, 0, &jerr);
     const char *to = json_string_value(json_object_get(body, "to"));
-    cleanup_error sg_error_t *perr = NULL;
-    if (self->peers_file) {
-        cleanup_free char *text = NULL;
-        size_t n = 0;
-        FILE *f = fopen(self->peers_file, "re");
-        if (f && getdelim(&text, &n, 0, f) >= 0)
-            cluster_parse_peers(text, self->peers, &perr);
-        if (f)
-            fclose(f);
-    }
-    const char *addr = to ? json_string_value(json_object_get(self->peers, to)) : NULL;
-    enum MHD_Result ret = MHD_NO;
-    if (perr)
-        ret = http_reply_error(req->conn, perr);
-    else if (!req->tenant || !req->tenant->admin)
-        ret = http_reply_errorf(req->conn, SG_E_FORBIDDEN,
-                                "moving a context is the operator's (an admin key's)");
-    else if (to && strcmp(to, replica_id()) == 0)
-        ret = http_reply_errorf(req->conn, SG_E_INVALID, "context %s is on replica %s already",
-                                kernel_id(k), to);
-    else if (!addr)
-        ret = http_reply_errorf(req->conn, SG_E_INVALID,
-                                "'to': one of this replica's peers (--peers), not '%.64s'",
-                                to ? to : "");
-    else if (!self->auth)
-        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
-                                "moves need --token, the admin key the replicas share");
-    else if (kernel_host(k) || kernel_guests(k) || kernel_opts(k)->mounts)
-        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
-                                "context %s shares a sandbox with other contexts or mounts "
-                                "volumes: it stays where it is",
-                                kernel_id(k));
-    else if (kernel_state(k) == KERNEL_BUSY || kernel_state(k) == KERNEL_STARTING ||
-             kernel_state(k) == KERNEL_DEAD)
-        ret = http_reply_errorf(req->conn, SG_E_CONFLICT,
-                                "context %s is %s: a context moves when idle or paused",
-                                kernel_id(k), kernel_status(k));
-    if (ret != MHD_NO) {
-        json_decref(body);
-        return ret;
-    }
-    mv = xzalloc(sizeof *mv);
-    *mv = (move_t){.self = self, .k = k, .t0 = mono_ms(), .conn = req->conn};
-    snprintf(mv->cid, sizeof mv->cid, "%s", kernel_id(k));
-    snprintf(mv->to, sizeof mv->to, "%s", to);
-    snprintf(mv->addr, sizeof mv->addr, "%s", addr);
+    q = xzalloc(sizeof *q);
+    *q = (asked_t){.self = self, .conn = req->conn};
+    snprintf(q->id, sizeof q->id, "%s", kernel_id(k));
+    snprintf(q->to, sizeof q->to, "%s", to ? to : "");
     json_decref(body);
-    req->state = mv;
-    kernel_close(k, MOVING);
-    kernel_observe(k, on_kernel, mv);
-    mv->observing = true;
+    cleanup_error sg_error_t *err = NULL;
+    if (cluster_move(self, k, q->to, asked_moved, q, &err) < 0) {
+        free(q);
+        return http_reply_error(req->conn, err);
+    }
+    req->state = q;
+    if (q->done) /* refused at once (asked_moved found conn not suspended) */
+        return asked_answer(q, req->conn);
     http_suspend(req->conn);
-    step(mv);
+    q->suspended = true;
     return MHD_YES;
 }
 
@@ -407,12 +437,13 @@ static enum MHD_Result routes(void *ctx, http_req_t *req)
 static void move_done(void *ctx, void *state, bool completed)
 {
     (void)ctx, (void)completed;
-    move_t *mv = state;
-    mv->conn = NULL;
-    if (mv->done)
-        move_free(mv);
-    else
-        mv->gone = true; /* it goes on; finish() has no one to answer, and frees it */
+    asked_t *q = state;
+    if (q->done) {
+        sg_error_free(&q->err);
+        free(q);
+    } else {
+        q->conn = NULL; /* the move goes on; asked_moved frees it */
+    }
 }
 
 int cluster_move_register(cluster_t *self, http_server_t *http, const http_front_t *front,
@@ -423,7 +454,14 @@ int cluster_move_register(cluster_t *self, http_server_t *http, const http_front
         {"POST", "/cluster/contexts", contexts_in, 0, NULL},
         {"GET", "/cluster/routes", routes, HTTP_ROUTE_PUBLIC, NULL},
     };
-    http_front_t f = *front;
+    static const http_route_t drain[] = {
+        {"POST", "/cluster/drain", cluster_drain_route, 0, NULL},
+    };
+    http_front_t f = *front, g = *front;
     f.done = move_done;
-    return http_routes(http, &f, table, sizeof table / sizeof *table, err);
+    g.done = cluster_drain_done;
+    return http_routes(http, &f, table, sizeof table / sizeof *table, err) < 0 ||
+                   http_routes(http, &g, drain, 1, err) < 0
+               ? -1
+               : 0;
 }

@@ -235,7 +235,10 @@ const json_t *kmgr_lineage(const kmgr_t *self, const kernel_t *k);
  * refilling.  Returns how many began to pause; drained(arg) is called once
  * the last of them is paused or has failed to (never when 0 is returned). */
 size_t kmgr_pause_all(kmgr_t *self, void (*drained)(void *arg), void *arg);
-/* Whether kmgr_pause_all was called: sandgate is stopping. */
+/* Whether kmgr_pause_all (or kmgr_set_stopping) was called: sandgate is
+ * stopping.  kmgr_set_stopping says so without pausing (a drain that moves
+ * the sessions away first: GET /health answers 503, the pool stops). */
 bool kmgr_stopping(const kmgr_t *self);
+void kmgr_set_stopping(kmgr_t *self);
 
 #endif

@@ -46,6 +46,11 @@ bool kmgr_stopping(const kmgr_t *m)
     return m->stopping;
 }
 
+void kmgr_set_stopping(kmgr_t *m)
+{
+    m->stopping = true;
+}
+
 /* Every session that can pause (not the pool, not one with a network) stops
  * taking work and pauses: an idle one now, a busy one once its running and
  * queued executions end (a tick checks), one resuming once it is up. */

@@ -508,7 +508,8 @@ try:
         ("POST", "/events/webhooks/*"),  # a list, a new webhook: no id
         ("GET", "/volumes"), ("POST", "/volumes"),
         # the operator's alone (403 for a tenant), and the proxy's routes
-        ("PUT", "/cluster/snapshots/*"), ("POST", "/cluster/contexts"), ("GET", "/cluster/routes")}
+        ("PUT", "/cluster/snapshots/*"), ("POST", "/cluster/contexts"), ("GET", "/cluster/routes"),
+        ("POST", "/cluster/drain")}
     ENVD_BODY = {
         "/filesystem.Filesystem/Stat": {"path": "/home/user/notes.txt"},
         "/filesystem.Filesystem/MakeDir": {"path": "/tmp/matrix-dir"},

@@ -9,11 +9,13 @@ import base64
 import hashlib
 import json
 import os
+import signal
+import subprocess
 import tempfile
 import threading
 import time
 
-from sgd import Daemon, add_key, free_port
+from sgd import SANDGATE, TOKEN, Daemon, add_key, free_port
 from tap import ok, done
 
 tmp = tempfile.mkdtemp(prefix="sg-move-", dir="/tmp")
@@ -129,6 +131,39 @@ try:
     st, e = a.json("POST", f"/contexts/{cv['id']}/move", {"to": "rb"})
     ok(st == 409 and "volumes" in e.get("message", ""), "a context with a volume stays: 409",
        (st, e))
+
+    # --- drains: `sandgate drain`, and SIGTERM with --drain-on-stop --------------------------
+    refused = [a.request("POST", "/cluster/drain", token=alice)[0],
+               b.request("POST", "/cluster/contexts", {"snapshot": sid}, token=alice)[0]]
+    ok(refused == [403, 403], "a tenant's key may not drain a replica nor start a moved "
+       "context", refused)
+    made = [a.json("POST", "/contexts", {}, token=alice)[1]["id"] for _ in range(2)]
+    for i, x in enumerate(made):
+        run(a, x, f"n = {i}", alice)
+    r = subprocess.run([SANDGATE, "drain", a.url], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SANDGATE_TOKEN=TOKEN))
+    summary = json.loads(r.stdout or "{}")
+    moved = sorted(m["id"] for m in summary.get("moved", []))
+    stayed = {s["id"]: s["why"] for s in summary.get("stayed", [])}
+    ok(r.returncode == 0 and moved == sorted(made + [cid]) and list(stayed) == [cv["id"]] and
+       "volumes" in stayed[cv["id"]], "`sandgate drain`: every context moved to the live peer "
+       "(the dead one tried first), the one with a volume stayed, saying why", (r, summary))
+    outs = [run(b, x, "print(n)", alice)[1] for x in made]
+    ok(outs == ["0\n", "1\n"] and a.request("GET", "/health", token=None)[0] == 503,
+       "on rb with their variables; the drained sandgate's /health says 503", outs)
+    a.stop()
+    a.cmd += ["--drain-on-stop", "yes"]
+    a.dir = tempfile.mkdtemp(prefix="sg-move-a2-", dir="/tmp")
+    a.cmd[a.cmd.index("--state-dir") + 1] = a.dir
+    os.chmod(a.dir, 0o711)
+    a._start()
+    st, c3 = a.json("POST", "/contexts", {}, token=alice)
+    run(a, c3["id"], "last = 'moved at stop'", alice)
+    a.proc.send_signal(signal.SIGTERM)
+    a.proc.wait(timeout=120)
+    st, out = run(b, c3["id"], "print(last)", alice)
+    ok(a.proc.returncode == 0 and out == "moved at stop\n", "SIGTERM with --drain-on-stop: the "
+       "context moves to its peer before sandgate stops", (a.proc.returncode, out))
 finally:
     a.stop()
     b.stop()
