@@ -145,7 +145,8 @@ cat <<EOF
 #   an E2B sandbox (/sandboxes/ID, /v2/sandboxes/ID, E2b-Sandbox-Id, a
 #     PORT-ID.DOMAIN Host) -> the replica whose tag begins the id
 #   an id that moved (POST /contexts/ID/move) -> the replica that has it
-#     now (each replica's GET /cluster/routes, asked every half second)
+#     now (each replica's GET /cluster/routes, asked every 200 ms); one on
+#     its way waits until it has arrived
 #   a volume (/volumes/ID, /volumecontent/ID) -> the replica whose tag
 #     begins the id
 #   POST /contexts, POST /sandboxes, POST /v2/sandboxes -> round robin over
@@ -225,8 +226,11 @@ ${resolvers}frontend sandgate
     http-request set-var(txn.sgid) req.body,json_query('\$.context_id') if execute execute_path
     acl has_id var(txn.sgid) -m reg .
     http-request set-var(txn.tag) var(txn.sgid),lower,regsub(-.*\$,) if has_id
-    # A context moved to another replica goes there (sandgate-lists.lua).
-    http-request set-var(txn.moved) var(txn.sgid),lower,sha2(256),hex,lower,lua.sandgate_moved if has_id
+    # A context on its way to another replica is waited for, one moved goes
+    # there (sandgate-lists.lua).
+    http-request set-var(txn.idsha) var(txn.sgid),lower,sha2(256),hex,lower if has_id
+    http-request lua.sandgate_wait_move if has_id
+    http-request set-var(txn.moved) var(txn.idsha),lua.sandgate_moved if has_id
 EOF
 printf '    acl known_tag var(txn.tag) -m str'
 for s in $servers; do

@@ -298,31 +298,44 @@ core.register_service("sandgate_place", "http", function(applet)
 end)
 
 -- Contexts that moved away from the replica that made them (POST
--- /contexts/{id}/move): every half second each replica's public GET
+-- /contexts/{id}/move): every 200 ms each replica's public GET
 -- /cluster/routes lists the SHA-256 of the ids it holds that another
--- replica made; a request naming one goes to it (the config's
--- lua.sandgate_moved), never by its tag.  The ids themselves are never
--- listed.
-local moved = {}
+-- replica made ("here") and of those leaving it ("moving"); a request
+-- naming one that is somewhere goes there (the config's
+-- lua.sandgate_moved), never by its tag, and one naming a context on its
+-- way waits (lua.sandgate_wait_move, 15 s at most) until it has arrived.
+-- The ids themselves are never listed.
+local moved, moving = {}, {}
 core.register_task(function()
     while true do
-        local now = {}
+        local here, leaving = {}, {}
         for _, r in ipairs(replicas) do
             if up(r.id) then
                 local res = core.httpclient():get({ url = "http://" .. r.addr .. "/cluster/routes",
                                                     timeout = 2000 })
-                for h in ((res and res.status == 200 and res.body) or ""):gmatch('"(%x+)"') do
-                    if #h == 64 then
-                        now[h] = r.id
-                    end
+                local body = (res and res.status == 200 and res.body) or ""
+                for h in (body:match('"here":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                    here[h] = r.id
+                end
+                for h in (body:match('"moving":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                    leaving[h] = true
                 end
             end
         end
-        moved = now
-        core.msleep(500)
+        moved, moving = here, leaving
+        core.msleep(200)
     end
 end)
 
 core.register_converters("sandgate_moved", function(h)
     return moved[h] or ""
+end)
+
+core.register_action("sandgate_wait_move", { "http-req" }, function(txn)
+    local h = txn:get_var("txn.idsha")
+    local waited = 0
+    while h and moving[h] and not moved[h] and waited < 15000 do
+        core.msleep(50)
+        waited = waited + 50
+    end
 end)

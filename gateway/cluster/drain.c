@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/replica.h"
 #include "common/xalloc.h"
 
 #define DRAIN_BUSY_MS 30000
@@ -136,7 +137,18 @@ size_t cluster_drain(cluster_t *self, cluster_drained_fn *done, void *arg)
     const char *name;
     json_t *v;
     json_object_foreach (self->peers, name, v)
-        json_array_append_new(d->peers, json_string(name));
+        if (strcmp(name, replica_id()) != 0) /* a peers file lists every replica */
+            json_array_append_new(d->peers, json_string(name));
+    if (!json_array_size(d->peers)) {
+        log_warn("cluster: drain: no peer but this replica: %zu contexts stay",
+                 json_array_size(ids));
+        json_decref(d->peers);
+        json_decref(d->moved);
+        json_decref(d->stayed);
+        json_decref(ids);
+        free(d);
+        return 0;
+    }
     log_info("cluster: draining %zu contexts to %zu peers", json_array_size(ids),
              json_array_size(d->peers));
     pump(d);

@@ -15,6 +15,7 @@ struct cluster {
     char *auth;       /* STATE/secrets/peer-auth: the header a peer is asked with; NULL: none */
     json_t *peers;    /* --peers: {ID: "HOST:PORT"} */
     char *peers_file; /* --peers @FILE: read into peers at each move; NULL: none */
+    json_t *moving;   /* {id: true}: contexts moving away (until their copy here goes) */
     void (*wake)(void *);
     void *wake_arg;
 };

@@ -186,7 +186,7 @@ static void start_there(move_t *mv)
 }
 
 typedef struct {
-    kmgr_t *kmgr;
+    cluster_t *self;
     char id[37];
 } gone_t;
 
@@ -194,7 +194,8 @@ static void shut_down(loop_t *loop, int timer, void *arg)
 {
     (void)loop, (void)timer;
     gone_t *g = arg;
-    kmgr_shutdown(g->kmgr, g->id, NULL);
+    kmgr_shutdown(g->self->kmgr, g->id, NULL);
+    json_object_del(g->self->moving, g->id);
     free(g);
 }
 
@@ -214,6 +215,7 @@ static void finish(move_t *mv)
         log_warn("cluster: context %s stays here: %s", mv->cid, mv->err->msg);
         if (mv->k)
             kernel_close(mv->k, NULL); /* open again; it wakes on the next request */
+        json_object_del(self->moving, mv->cid);
     } else {
         log_info("cluster: context %s moved to %s in %lld ms", mv->cid, mv->to,
                  (long long)(mono_ms() - mv->t0));
@@ -222,7 +224,7 @@ static void finish(move_t *mv)
         /* Kept closed (503, "moving") until the proxy has learnt the
          * route (it asks every half second), then gone. */
         gone_t *g = xzalloc(sizeof *g);
-        g->kmgr = self->kmgr;
+        g->self = self;
         memcpy(g->id, mv->cid, sizeof g->id);
         loop_timer(self->loop, MOVED_GRACE_MS, 1, shut_down, g);
         mv->k = NULL;
@@ -308,6 +310,7 @@ int cluster_move(cluster_t *self, kernel_t *k, const char *to, cluster_moved_fn 
     snprintf(mv->to, sizeof mv->to, "%s", to);
     snprintf(mv->addr, sizeof mv->addr, "%s", addr);
     kernel_close(k, MOVING);
+    json_object_set_new(self->moving, mv->cid, json_true());
     kernel_observe(k, on_kernel, mv);
     mv->observing = true;
     step(mv);
@@ -416,22 +419,32 @@ static enum MHD_Result contexts_in(void *ctx, http_req_t *req)
 }
 
 /* The contexts here that another replica made: their ids' SHA-256. */
+static json_t *hashed(const char *id)
+{
+    unsigned char h[crypto_hash_sha256_BYTES];
+    char hex[2 * sizeof h + 1];
+    crypto_hash_sha256(h, (const unsigned char *)id, strlen(id));
+    return json_string(sodium_bin2hex(hex, sizeof hex, h, sizeof h));
+}
+
+/* here: the contexts here that another replica made; moving: those leaving
+ * (the proxy holds their requests until they are somewhere). */
 static enum MHD_Result routes(void *ctx, http_req_t *req)
 {
     cluster_t *self = ctx;
-    json_t *out = json_array();
-    const char *tag = replica_tag();
+    json_t *here = json_array(), *moving = json_array();
+    const char *tag = replica_tag(), *id;
+    json_t *v;
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
-        const char *id = kernel_id(kmgr_at(self->kmgr, i));
-        if (strncmp(id, tag, strlen(tag)) == 0)
-            continue;
-        unsigned char h[crypto_hash_sha256_BYTES];
-        char hex[2 * sizeof h + 1];
-        crypto_hash_sha256(h, (const unsigned char *)id, strlen(id));
-        json_array_append_new(out, json_string(sodium_bin2hex(hex, sizeof hex, h, sizeof h)));
+        id = kernel_id(kmgr_at(self->kmgr, i));
+        if (strncmp(id, tag, strlen(tag)) != 0 && !json_object_get(self->moving, id))
+            json_array_append_new(here, hashed(id));
     }
-    return http_reply_json(req->conn, 200,
-                           json_pack("{s:s, s:o}", "replica", replica_id(), "here", out));
+    json_object_foreach (self->moving, id, v)
+        json_array_append_new(moving, hashed(id));
+    return http_reply_json(
+        req->conn, 200,
+        json_pack("{s:s, s:o, s:o}", "replica", replica_id(), "here", here, "moving", moving));
 }
 
 static void move_done(void *ctx, void *state, bool completed)

@@ -293,6 +293,7 @@ cluster_t *cluster_new(loop_t *loop, kmgr_t *kmgr, api_t *api, const char *state
                         .api = api,
                         .transfers = xasprintf("%s/transfers", state_dir),
                         .peers = json_object(),
+                        .moving = json_object(),
                         .wake = wake,
                         .wake_arg = wake_arg};
     mkdir(self->transfers, 0700);
@@ -325,6 +326,7 @@ void cluster_destroy(cluster_t **self_p)
     free(self->auth);
     free(self->peers_file);
     json_decref(self->peers);
+    json_decref(self->moving);
     free(self);
     *self_p = NULL;
 }

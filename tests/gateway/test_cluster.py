@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 from sgd import Daemon, TOKEN, add_key, free_port, stdout
@@ -355,10 +356,22 @@ try:
     status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": "nowhere"})
     ok(status == 400 and "peers" in answer.get("message", ""), "an unknown replica: 400",
        (status, answer))
-    status, answer = p.json("POST", f"/contexts/{mid}/move", {"to": there})
+    result = {}
+    mover = threading.Thread(target=lambda: result.update(
+        r=p.json("POST", f"/contexts/{mid}/move", {"to": there})))
+    mover.start()
+    time.sleep(0.4)  # the proxy knows it is moving (it asks every 200 ms)
+    during = []
+    while mover.is_alive() or len(during) < 3:
+        status, replica, out = execute(p, "print(moved)", mid)
+        during.append((status, stdout(out) if status == 200 else out))
+    mover.join()
+    status, answer = result["r"]
     ok(status == 200 and answer.get("replica") == there and answer.get("id") == mid,
        f"POST /contexts/{{id}}/move: moved from {home} to {there} in {answer.get('ms')} ms",
        (status, answer))
+    ok(all(d == (200, "kept\n") for d in during), f"{len(during)} executions sent while it "
+       "moved were held by the proxy and answered, none refused", during)
     got = None
     for _ in range(100):  # the proxy learns the route within half a second
         status, replica, out = execute(p, "print(moved, open('m.txt').read())", mid)

@@ -111,7 +111,8 @@ try:
     h = hashlib.sha256(cid.encode()).hexdigest()
     rb_routes = b.json("GET", "/cluster/routes", token=None)
     ra_routes = a.json("GET", "/cluster/routes", token=None)
-    ok(rb_routes == (200, {"replica": "rb", "here": [h]}) and ra_routes[1].get("here") == [],
+    ok(rb_routes == (200, {"replica": "rb", "here": [h], "moving": []}) and
+       ra_routes[1].get("here") == [],
        "GET /cluster/routes (public): rb lists the moved id's SHA-256, never the id", rb_routes)
     for _ in range(100):
         if a.json("GET", f"/contexts/{cid}", token=alice)[0] == 404:
