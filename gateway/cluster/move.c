@@ -190,11 +190,10 @@ typedef struct {
     char id[37];
 } gone_t;
 
-static void shut_down(loop_t *loop, int timer, void *arg)
+static void arrived(loop_t *loop, int timer, void *arg)
 {
     (void)loop, (void)timer;
     gone_t *g = arg;
-    kmgr_shutdown(g->self->kmgr, g->id, NULL);
     json_object_del(g->self->moving, g->id);
     free(g);
 }
@@ -221,13 +220,15 @@ static void finish(move_t *mv)
                  (long long)(mono_ms() - mv->t0));
         audit_event(&who, "context.move",
                     json_pack("{s:s, s:s}", "context", mv->cid, "replica", mv->to));
-        /* Kept closed (503, "moving") until the proxy has learnt the
-         * route (it asks every half second), then gone. */
+        /* Gone here at once (a restart of this replica cannot bring back a
+         * second copy); still listed as moving until the proxy has learnt
+         * its new route, so that its requests wait for it. */
+        kmgr_shutdown(self->kmgr, mv->cid, NULL);
+        mv->k = NULL;
         gone_t *g = xzalloc(sizeof *g);
         g->self = self;
         memcpy(g->id, mv->cid, sizeof g->id);
-        loop_timer(self->loop, MOVED_GRACE_MS, 1, shut_down, g);
-        mv->k = NULL;
+        loop_timer(self->loop, MOVED_GRACE_MS, 1, arrived, g);
     }
     mv->cb(mv->err, mv->err ? (mv->status ? mv->status : 500) : 200, mono_ms() - mv->t0, mv->arg);
     json_decref(mv->record);

@@ -389,8 +389,7 @@ try:
         if ids.count(mid) == 1:
             break
         time.sleep(0.05)
-    ok(ids.count(mid) == 1, "the joined list shows it once (its old replica lets it go "
-       "1.5 s after the move)", ids)
+    ok(ids.count(mid) == 1, "the joined list shows it once", ids)
     status, answer = p.json("DELETE", f"/contexts/{mid}", token=ALICE)
     ok(status in (200, 204), "it is deleted where it is now", (status, answer))
 

@@ -125,6 +125,25 @@ try:
     st2, out = run(a, cid, "print(secret)", alice)
     ok(st == 200 and out == "alice-only\n", "and back to ra", (st, mv, out))
 
+    # --- the peer killed during a move: the context stays, never two copies -----------------
+    result = {}
+    mover = threading.Thread(target=lambda: result.update(
+        r=a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})))
+    mover.start()
+    time.sleep(0.15)
+    b.proc.kill()
+    b.proc.wait(timeout=30)
+    mover.join()
+    st, e = result["r"]
+    st2, out = run(a, cid, "print(secret)", alice)
+    ok(st == 502 and out == "alice-only\n", "rb killed during the move: 502, and the context "
+       "stays on ra, whole", (st, e, out))
+    b._start()
+    st, _ = b.json("GET", f"/contexts/{cid}")
+    left = [s["id"] for s in b.json("GET", "/snapshots")[1]]
+    ok(st == 404 and sid in left and len(left) == 1, "rb, started again, has no copy of it "
+       "(only the snapshot sent to it before)", (st, left))
+
     # --- one with a volume stays ------------------------------------------------------------
     st, vol = a.json("POST", "/volumes", {"name": "v", "sizeMiB": 16}, token=alice)
     st, cv = a.json("POST", "/contexts", {"volumeMounts": [{"name": "v", "path": "/mnt/v"}]},
