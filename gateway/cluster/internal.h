@@ -15,7 +15,8 @@ struct cluster {
     char *auth;       /* STATE/secrets/peer-auth: the header a peer is asked with; NULL: none */
     json_t *peers;    /* --peers: {ID: "HOST:PORT"} */
     char *peers_file; /* --peers @FILE: read into peers at each move; NULL: none */
-    json_t *moving;   /* {id: true}: contexts moving away (until their copy here goes) */
+    json_t *moving;   /* contexts moving away: {id: true} while they move, then the
+                         monotonic ms until which they are listed (move.c) */
     void (*wake)(void *);
     void *wake_arg;
 };

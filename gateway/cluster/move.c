@@ -185,19 +185,6 @@ static void start_there(move_t *mv)
     curl(mv, "POST", "/cluster/contexts", more);
 }
 
-typedef struct {
-    cluster_t *self;
-    char id[37];
-} gone_t;
-
-static void arrived(loop_t *loop, int timer, void *arg)
-{
-    (void)loop, (void)timer;
-    gone_t *g = arg;
-    json_object_del(g->self->moving, g->id);
-    free(g);
-}
-
 static void finish(move_t *mv)
 {
     cluster_t *self = mv->self;
@@ -225,10 +212,8 @@ static void finish(move_t *mv)
          * its new route, so that its requests wait for it. */
         kmgr_shutdown(self->kmgr, mv->cid, NULL);
         mv->k = NULL;
-        gone_t *g = xzalloc(sizeof *g);
-        g->self = self;
-        memcpy(g->id, mv->cid, sizeof g->id);
-        loop_timer(self->loop, MOVED_GRACE_MS, 1, arrived, g);
+        json_object_set_new(self->moving, mv->cid,
+                            json_integer((json_int_t)(mono_ms() + MOVED_GRACE_MS)));
     }
     mv->cb(mv->err, mv->err ? (mv->status ? mv->status : 500) : 200, mono_ms() - mv->t0, mv->arg);
     json_decref(mv->record);
@@ -435,7 +420,10 @@ static enum MHD_Result routes(void *ctx, http_req_t *req)
     cluster_t *self = ctx;
     json_t *here = json_array(), *moving = json_array();
     const char *tag = replica_tag(), *id;
-    json_t *v;
+    json_t *v, *tmp;
+    json_object_foreach_safe(self->moving, tmp, id, v) /* arrived: their grace is over */
+        if (json_is_integer(v) && json_integer_value(v) < mono_ms())
+            json_object_del(self->moving, id);
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
         id = kernel_id(kmgr_at(self->kmgr, i));
         if (strncmp(id, tag, strlen(tag)) != 0 && !json_object_get(self->moving, id))

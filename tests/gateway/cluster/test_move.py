@@ -79,6 +79,14 @@ try:
     ok(st == 201 and out == "alice-only hers\n",
        "alice makes a context from it on the other sandgate: her variable and file", (st, out))
     b.json("DELETE", f"/contexts/{f['id']}", token=alice)
+    old = dict(record, id="5bce98f7-0000-4000-8000-00000000beef", runsc="release-20221219.0")
+    old_h = base64.urlsafe_b64encode(json.dumps(old).encode()).decode()
+    st = put(b, old["id"], tar, old_h)[0]
+    st2, e = b.json("POST", "/cluster/contexts", {"snapshot": old["id"]})
+    ok(st == 201 and st2 == 409 and "runsc" in e.get("message", ""), "an image another runsc "
+       "made is taken in, and starting a moved context from it is refused (409), so the move "
+       "that sent it leaves the context where it was", (st, st2, e))
+    b.json("DELETE", f"/snapshots/{old['id']}")
 
     # --- a context moved ------------------------------------------------------------------
     refused = [a.json("POST", f"/contexts/{cid}/move", {"to": "rb"}, token=alice)[0],
