@@ -62,6 +62,7 @@ typedef struct {
     int64_t t0;
     pid_t curl;
     bool observing;
+    bool pending; /* a snapshot, an archive or a curl under way: its callback steps on */
 } move_t;
 
 static void step(move_t *mv);
@@ -99,15 +100,18 @@ static void on_kernel(kernel_t *k, kernel_event_t ev, const sg_error_t *err, voi
         fail(mv, 409, SG_E_CONFLICT, "the context could not be paused: %s", err->msg);
     else
         mv->step = M_SNAPSHOT;
-    if (mv->step == M_SNAPSHOT || !mv->curl) /* a curl under way reports by itself */
+    if (!mv->pending) /* else what is under way reports, and finds the failure */
         step(mv);
 }
 
 static void on_snapshot(const kmgr_snapshot_t *snap, const sg_error_t *err, void *arg)
 {
     move_t *mv = arg;
+    mv->pending = false;
     if (err) {
         fail(mv, 500, err->kind, "the context could not be saved: %s", err->msg);
+    } else if (mv->step == M_DONE) { /* it ended meanwhile: the snapshot goes in finish() */
+        snprintf(mv->sid, sizeof mv->sid, "%s", snap->id);
     } else {
         snprintf(mv->sid, sizeof mv->sid, "%s", snap->id);
         mv->step = M_EXPORT;
@@ -119,9 +123,10 @@ static void on_exported(uint64_t bytes, const sg_error_t *err, void *arg)
 {
     move_t *mv = arg;
     (void)bytes;
+    mv->pending = false;
     if (err)
         fail(mv, 500, err->kind, "the snapshot could not be archived: %s", err->msg);
-    else
+    else if (mv->step != M_DONE)
         mv->step = M_SEND;
     step(mv);
 }
@@ -131,12 +136,13 @@ static void on_curl(int status, const char *out, void *arg)
 {
     move_t *mv = arg;
     mv->curl = 0;
+    mv->pending = false;
     const char *nl = strrchr(out, '\n');
     int code = nl ? atoi(nl + 1) : 0;
     if (status != 0 || code != 201) {
         cleanup_free char *body = xstrndup(out, nl ? (size_t)(nl - out) : strlen(out));
         fail(mv, 502, SG_E_UNAVAILABLE, "the peer refused it: %s", body[0] ? body : "no answer");
-    } else {
+    } else if (mv->step != M_DONE) {
         mv->step = mv->step == M_SEND ? M_START : M_DONE;
     }
     step(mv);
@@ -155,9 +161,11 @@ static void curl(move_t *mv, const char *method, const char *path, const char *c
     argv[n++] = url;
     argv[n] = NULL;
     cleanup_error sg_error_t *err = NULL;
+    mv->pending = true;
     mv->curl = proc_exec_async(argv, on_curl, mv, &err);
     if (mv->curl < 0) {
         mv->curl = 0;
+        mv->pending = false;
         fail(mv, 500, err->kind, "cannot run curl: %s", err->msg);
         step(mv);
     }
@@ -234,13 +242,17 @@ static void step(move_t *mv)
             step(mv);
         return;
     case M_SNAPSHOT:
+        mv->pending = true;
         if (kmgr_snapshot(mv->self->kmgr, mv->k, NULL, on_snapshot, mv, &err) < 0) {
+            mv->pending = false;
             fail(mv, 409, err->kind, "the context could not be saved: %s", err->msg);
             step(mv);
         }
         return;
     case M_EXPORT:
+        mv->pending = true;
         if (kmgr_snapshot_export(mv->self->kmgr, mv->sid, &mv->record, on_exported, mv, &err) < 0) {
+            mv->pending = false;
             fail(mv, 500, err->kind, "the snapshot could not be archived: %s", err->msg);
             step(mv);
         }
