@@ -498,15 +498,16 @@ try:
              "output limit" in r.stderr, timeout=120,
              outcome=lambda r: f"{len(r.stdout) >> 10} KiB kept, then the limit marker")
     rss1 = rss_kib(d.proc.pid)
-    # The same flood again: what the allocator kept from the first is reused,
-    # so memory stays bounded however many floods come (a loaded machine's
-    # slower reader makes the first leave more or less behind).
+    # The same flood again: memory stays bounded however many floods come.
+    # What the allocator keeps varies with how fast the reader reads (a
+    # loaded machine: 26 MiB, then 31; idle: 28, then 0), but two floods
+    # that each kept their 64 MiB would add 128.
     execute(d, "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(65536): "
             "sys.stdout.write(line)", A, timeout=120)
     rss2 = rss_kib(d.proc.pid)
     record("resources", "sandgate's memory after the flood",
            "RSS of the daemon before and after the flood, and after a second one",
-           ASAN or (rss1 - rss0 < 96 * 1024 and rss2 - rss1 < 16 * 1024),
+           ASAN or rss2 - rss0 < 96 * 1024,
            f"RSS grew by {(rss1 - rss0) >> 10} MiB with the first flood (buffers the allocator "
            f"keeps) and by {(rss2 - rss1) >> 10} MiB with the second")
     case("resources", "one huge line",
