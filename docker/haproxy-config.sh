@@ -132,7 +132,7 @@ tracking_servers() {
     for s in $servers; do
         id=${s%%=*}
         addr=${s##*=}
-        printf '    server %s %s track replica_%s/%s\n' "$id" "$addr" "$id" "$id"
+        printf '    server %s %s track health_%s/%s\n' "$id" "$addr" "$id" "$id"
     done
 }
 
@@ -145,7 +145,7 @@ cat <<EOF
 #   an E2B sandbox (/sandboxes/ID, /v2/sandboxes/ID, E2b-Sandbox-Id, a
 #     PORT-ID.DOMAIN Host) -> the replica whose tag begins the id
 #   an id that moved (POST /contexts/ID/move) -> the replica that has it
-#     now (each replica's GET /cluster/routes, asked every 200 ms); one on
+#     now (each replica's GET /cluster/routes, asked every 100 ms); one on
 #     its way waits until it has arrived
 #   a volume (/volumes/ID, /volumecontent/ID) -> the replica whose tag
 #     begins the id
@@ -240,6 +240,8 @@ done
 printf '\n'
 cat <<'EOF'
     acl hex_tag var(txn.tag) -m reg ^[0-9a-f]{8}$
+    # An id that moved is known wherever it was made.
+    acl known_tag var(txn.moved) -m reg .
     acl mcp path /mcp /mcp/
     # An id no replica handed out: say so, never guess a replica.
     http-request return status 404 content-type application/json lf-string '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found: no replica has the tag %[var(txn.tag)] this session id begins with"}}' if has_id !known_tag hex_tag mcp
@@ -316,17 +318,29 @@ for s in $servers; do
     addr=${s##*=}
     cat <<EOF
 
-# Replica $id: ids beginning $(tag_of "$id").  Its health check also checks
-# that the server there is $id, so a replica started with another id (whose
-# ids would all be unknown there) never gets these requests.
+# Replica $id: ids beginning $(tag_of "$id"), and those that moved there.
+# Its health check also checks that the server there is $id, so a replica
+# started with another id (whose ids would all be unknown there) never gets
+# these requests.  A draining replica (its contexts moving to its peers:
+# sandgate drain, --drain-on-stop) still serves those it holds.
 backend replica_$id
     option httpchk
     http-check send meth GET uri /health ver HTTP/1.1 hdr Host sandgate
-    http-check expect status 200
+    http-check expect rstatus ^(200|503)\$
     http-check expect hdr name X-Sandgate-Replica value $id
+    http-check expect rstring \"(ok|draining)\"
     http-error status 503 content-type application/json string '{"error":"unavailable","message":"replica $id, which holds this id, is down or unreachable: its contexts, kernels and sessions answer again once it is back"}'
     http-error status 502 content-type application/json string '{"error":"unavailable","message":"replica $id, which holds this id, closed the connection without an answer: it may have stopped"}'
     http-error status 504 content-type application/json string '{"error":"timeout","message":"replica $id, which holds this id, sent nothing for ${timeout} s"}'
     server $id $addr check observe layer4 error-limit 1 on-error mark-down
+
+# Replica $id for new work (the spread and pinned backends track it): up
+# while its GET /health answers 200, so a draining one takes none.
+backend health_$id
+    option httpchk
+    http-check send meth GET uri /health ver HTTP/1.1 hdr Host sandgate
+    http-check expect status 200
+    http-check expect hdr name X-Sandgate-Replica value $id
+    server $id $addr check
 EOF
 done

@@ -298,44 +298,80 @@ core.register_service("sandgate_place", "http", function(applet)
 end)
 
 -- Contexts that moved away from the replica that made them (POST
--- /contexts/{id}/move): every 200 ms each replica's public GET
+-- /contexts/{id}/move, a drain): every 100 ms each replica's public GET
 -- /cluster/routes lists the SHA-256 of the ids it holds that another
 -- replica made ("here") and of those leaving it ("moving"); a request
 -- naming one that is somewhere goes there (the config's
 -- lua.sandgate_moved), never by its tag, and one naming a context on its
 -- way waits (lua.sandgate_wait_move, 15 s at most) until it has arrived.
--- The ids themselves are never listed.
+-- The ids themselves are never listed.  What a replica said is kept until
+-- it answers again (one down keeps its contexts: their requests get its
+-- 503, not another replica's 404), and the tables are redrawn after each
+-- answer.  The proxy names itself (?poller=): a move waits until every
+-- proxy asking has heard of it before it stops the context.
 local moved, moving = {}, {}
+local said = {}
+local poller
+do
+    local now, seed = core.now(), 0
+    for c in (os.getenv("HOSTNAME") or ""):gmatch(".") do
+        seed = (seed * 31 + c:byte()) % 0x7fffffff
+    end
+    math.randomseed((seed + now.sec * 1000003 + now.usec) % 0x7fffffff)
+    poller = string.format("%08x%08x", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+end
+
+local function redraw()
+    local here, leaving = {}, {}
+    for _, r in ipairs(replicas) do
+        local s = said[r.id]
+        if s then
+            for h in pairs(s.here) do
+                here[h] = r.id
+            end
+            for h in pairs(s.moving) do
+                leaving[h] = r.id
+            end
+        end
+    end
+    moved, moving = here, leaving
+end
+
 core.register_task(function()
     while true do
-        local here, leaving = {}, {}
         for _, r in ipairs(replicas) do
             if up(r.id) then
-                local res = core.httpclient():get({ url = "http://" .. r.addr .. "/cluster/routes",
-                                                    timeout = 2000 })
-                local body = (res and res.status == 200 and res.body) or ""
-                for h in (body:match('"here":%[(.-)%]') or ""):gmatch('"(%x+)"') do
-                    here[h] = r.id
-                end
-                for h in (body:match('"moving":%[(.-)%]') or ""):gmatch('"(%x+)"') do
-                    leaving[h] = true
+                local res = core.httpclient():get({
+                    url = "http://" .. r.addr .. "/cluster/routes?poller=" .. poller,
+                    timeout = 2000 })
+                if res and res.status == 200 and res.body then
+                    local s = { here = {}, moving = {} }
+                    for h in (res.body:match('"here":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                        s.here[h] = true
+                    end
+                    for h in (res.body:match('"moving":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                        s.moving[h] = true
+                    end
+                    said[r.id] = s
+                    redraw()
                 end
             end
         end
-        moved, moving = here, leaving
-        core.msleep(200)
+        core.msleep(100)
     end
 end)
 
+-- Where the id is: the replica it moved to, or the one it is leaving (a
+-- request that waited its longest goes there).
 core.register_converters("sandgate_moved", function(h)
-    return moved[h] or ""
+    return moved[h] or moving[h] or ""
 end)
 
 core.register_action("sandgate_wait_move", { "http-req" }, function(txn)
     local h = txn:get_var("txn.idsha")
     local waited = 0
     while h and moving[h] and not moved[h] and waited < 15000 do
-        core.msleep(50)
-        waited = waited + 50
+        core.msleep(20)
+        waited = waited + 20
     end
 end)

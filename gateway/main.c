@@ -166,8 +166,10 @@ static void pause_all(stop_t *st)
 
 static void on_moved_away(const json_t *summary, void *arg)
 {
+    stop_t *st = arg;
     (void)summary;
-    pause_all(arg); /* what stayed */
+    kmgr_set_draining(st->kmgr, false); /* stopping now */
+    pause_all(st);                      /* what stayed */
 }
 
 static void on_stop_signal(loop_t *loop, int signo, void *arg)
@@ -182,8 +184,12 @@ static void on_stop_signal(loop_t *loop, int signo, void *arg)
     st->drain_began = zclock_mono();
     st->loop = loop;
     kmgr_set_stopping(st->kmgr);
-    if (!st->cluster || cluster_drain(st->cluster, on_moved_away, st) == 0)
+    if (st->cluster)
+        kmgr_set_draining(st->kmgr, true);
+    if (!st->cluster || cluster_drain(st->cluster, on_moved_away, st) == 0) {
+        kmgr_set_draining(st->kmgr, false);
         pause_all(st);
+    }
 }
 
 /* SIGHUP: the audit log was rotated; write to a new file of the same name. */

@@ -7,6 +7,10 @@
 
 #define CLUSTER_RECORD_HEADER "Sandgate-Snapshot"
 
+/* How long a context that moved away is still listed as moving (GET
+ * /cluster/routes): the proxies learn its new place meanwhile. */
+#define MOVED_GRACE_MS 1500
+
 struct cluster {
     loop_t *loop;
     kmgr_t *kmgr;
@@ -17,6 +21,8 @@ struct cluster {
     char *peers_file; /* --peers @FILE: read into peers at each move; NULL: none */
     json_t *moving;   /* contexts moving away: {id: true} while they move, then the
                          monotonic ms until which they are listed (move.c) */
+    json_t *pollers;  /* the proxies asking GET /cluster/routes?poller=NAME:
+                         {NAME: [times asked, monotonic ms of the last]} */
     void (*wake)(void *);
     void *wake_arg;
 };
@@ -32,6 +38,10 @@ char *cluster_record_header(const json_t *record);
 typedef void(cluster_moved_fn)(const sg_error_t *err, unsigned status, int64_t ms, void *arg);
 int cluster_move(cluster_t *self, kernel_t *k, const char *to, cluster_moved_fn *cb, void *arg,
                  sg_error_t **err);
+
+/* A proxy named poller asked GET /cluster/routes (move.c waits for the
+ * proxies to know of a move before it closes the context). */
+void cluster_polled(cluster_t *self, const char *poller);
 
 /* --peers @FILE read again into self->peers (a no-op without a file). */
 int cluster_load_peers(cluster_t *self, sg_error_t **err);

@@ -2,8 +2,13 @@
  * and lineage, under the same id (cluster.h):
  *
  *   POST /contexts/{context}/move {"to": REPLICA}   (an admin's)
+ *     0. it is listed as moving (GET /cluster/routes) until every proxy
+ *        asking has asked twice more (ANNOUNCE_MAX_MS at most), so that
+ *        from then on the proxies hold its requests; what they sent before
+ *        is served here, and the move waits for it (and for an execution
+ *        under way) to end, BUSY_MAX_MS at most;
  *     1. the context is closed to new work (503, "moving") and paused
- *        (runsc checkpoint); an execution under way first ends;
+ *        (runsc checkpoint);
  *     2. it is saved as a snapshot and that snapshot's files archived;
  *     3. the peer is sent the archive (PUT /cluster/snapshots/ID) and asked
  *        to start the context from it under the same id (POST
@@ -38,7 +43,6 @@
 #include "gateway/tenants/tenants.h"
 
 static const char MOVING[] = "this context is moving to another replica; retry in a moment";
-#define MOVED_GRACE_MS 1500
 
 static int64_t mono_ms(void)
 {
@@ -47,7 +51,15 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-typedef enum { M_PAUSE, M_SNAPSHOT, M_EXPORT, M_SEND, M_START, M_DONE } step_t;
+/* A proxy that asked GET /cluster/routes?poller=NAME within this is
+ * waited for by a move's announcement, for at most ANNOUNCE_MAX_MS; a
+ * request the proxies sent before they knew is waited for BUSY_MAX_MS. */
+#define POLLER_QUIET_MS 2000
+#define ANNOUNCE_MAX_MS 1500
+#define ANNOUNCE_TICK_MS 20
+#define BUSY_MAX_MS 30000
+
+typedef enum { M_ANNOUNCE, M_PAUSE, M_SNAPSHOT, M_EXPORT, M_SEND, M_START, M_DONE } step_t;
 
 typedef struct {
     cluster_t *self;
@@ -60,12 +72,15 @@ typedef struct {
     sg_error_t *err;
     unsigned status; /* the answer's, on an error */
     int64_t t0;
+    json_t *polls; /* M_ANNOUNCE: {poller: its count when the move began} */
+    int timer;     /* M_ANNOUNCE's tick */
     pid_t curl;
     bool observing;
     bool pending; /* a snapshot, an archive or a curl under way: its callback steps on */
 } move_t;
 
 static void step(move_t *mv);
+static void announced(loop_t *loop, int timer, void *arg);
 
 static void fail(move_t *mv, unsigned status, sg_errkind_t kind, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -196,6 +211,8 @@ static void start_there(move_t *mv)
 static void finish(move_t *mv)
 {
     cluster_t *self = mv->self;
+    loop_timer_end(self->loop, mv->timer);
+    json_decref(mv->polls);
     if (mv->observing && mv->k)
         kernel_unobserve(mv->k, on_kernel, mv);
     mv->observing = false;
@@ -233,6 +250,10 @@ static void step(move_t *mv)
 {
     cleanup_error sg_error_t *err = NULL;
     switch (mv->step) {
+    case M_ANNOUNCE:
+        if (!mv->timer)
+            mv->timer = loop_timer(mv->self->loop, ANNOUNCE_TICK_MS, 0, announced, mv);
+        return;
     case M_PAUSE:
         if (kernel_state(mv->k) == KERNEL_PAUSED)
             mv->step = M_SNAPSHOT;
@@ -261,6 +282,56 @@ static void step(move_t *mv)
     case M_START: start_there(mv); return;
     case M_DONE: finish(mv); return;
     }
+}
+
+/* Whether every proxy that was asking when the move began has asked twice
+ * since (the first answer may have crossed a request it was sending), or
+ * gone quiet. */
+static bool proxies_know(const move_t *mv, int64_t now)
+{
+    const char *name;
+    json_t *then;
+    json_object_foreach (mv->polls, name, then) {
+        json_t *p = json_object_get(mv->self->pollers, name);
+        if (json_integer_value(json_array_get(p, 0)) < json_integer_value(then) + 2 &&
+            json_integer_value(json_array_get(p, 1)) > now - POLLER_QUIET_MS)
+            return false;
+    }
+    return true;
+}
+
+/* M_ANNOUNCE's tick: on to M_PAUSE once the proxies know and what they
+ * sent before has ended. */
+static void announced(loop_t *loop, int timer, void *arg)
+{
+    move_t *mv = arg;
+    int64_t now = mono_ms();
+    (void)loop, (void)timer;
+    if (!proxies_know(mv, now) && now - mv->t0 < ANNOUNCE_MAX_MS)
+        return;
+    kernel_state_t st = kernel_state(mv->k);
+    if ((st == KERNEL_BUSY || st == KERNEL_STARTING) && now - mv->t0 < BUSY_MAX_MS)
+        return;
+    loop_timer_end(mv->self->loop, mv->timer);
+    mv->timer = 0;
+    if (st == KERNEL_BUSY || st == KERNEL_STARTING) {
+        fail(mv, 409, SG_E_CONFLICT, "context %s ran code for %d s: it stays where it is", mv->cid,
+             BUSY_MAX_MS / 1000);
+    } else {
+        kernel_close(mv->k, MOVING);
+        mv->step = M_PAUSE;
+    }
+    step(mv);
+}
+
+void cluster_polled(cluster_t *self, const char *poller)
+{
+    json_t *p = json_object_get(self->pollers, poller);
+    if (!p && json_object_size(self->pollers) >= 64) /* a bound: stale ones go first */
+        json_object_clear(self->pollers);
+    json_object_set_new(
+        self->pollers, poller,
+        json_pack("[I, I]", json_integer_value(json_array_get(p, 0)) + 1, (json_int_t)mono_ms()));
 }
 
 int cluster_load_peers(cluster_t *self, sg_error_t **err)
@@ -297,17 +368,21 @@ int cluster_move(cluster_t *self, kernel_t *k, const char *to, cluster_moved_fn 
                             "context %s shares a sandbox with other contexts or mounts volumes: "
                             "it stays where it is",
                             kernel_id(k));
-    if (kernel_state(k) == KERNEL_BUSY || kernel_state(k) == KERNEL_STARTING ||
-        kernel_state(k) == KERNEL_DEAD)
+    if (kernel_state(k) == KERNEL_STARTING || kernel_state(k) == KERNEL_DEAD)
         return sg_error_set(err, SG_E_CONFLICT,
-                            "context %s is %s: a context moves when idle or paused", kernel_id(k),
-                            kernel_status(k));
+                            "context %s is %s: a context moves when running or paused",
+                            kernel_id(k), kernel_status(k));
     move_t *mv = xzalloc(sizeof *mv);
     *mv = (move_t){.self = self, .k = k, .t0 = mono_ms(), .cb = cb, .arg = arg};
     snprintf(mv->cid, sizeof mv->cid, "%s", kernel_id(k));
     snprintf(mv->to, sizeof mv->to, "%s", to);
     snprintf(mv->addr, sizeof mv->addr, "%s", addr);
-    kernel_close(k, MOVING);
+    mv->polls = json_object();
+    const char *name;
+    json_t *p;
+    json_object_foreach (self->pollers, name, p)
+        if (json_integer_value(json_array_get(p, 1)) > mv->t0 - POLLER_QUIET_MS)
+            json_object_set(mv->polls, name, json_array_get(p, 0));
     json_object_set_new(self->moving, mv->cid, json_true());
     kernel_observe(k, on_kernel, mv);
     mv->observing = true;
@@ -425,11 +500,16 @@ static json_t *hashed(const char *id)
     return json_string(sodium_bin2hex(hex, sizeof hex, h, sizeof h));
 }
 
-/* here: the contexts here that another replica made; moving: those leaving
- * (the proxy holds their requests until they are somewhere). */
+/* here: the contexts here that another replica made;
+ * moving: those leaving (the proxy holds their requests until they are
+ * somewhere); contexts: how many are here (a drain's measure of load).
+ * ?poller=NAME: a proxy's name, for a move to know that it has asked. */
 static enum MHD_Result routes(void *ctx, http_req_t *req)
 {
     cluster_t *self = ctx;
+    const char *poller = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "poller");
+    if (poller && poller[0] && strlen(poller) <= 64)
+        cluster_polled(self, poller);
     json_t *here = json_array(), *moving = json_array();
     const char *tag = replica_tag(), *id;
     json_t *v, *tmp;
@@ -443,9 +523,10 @@ static enum MHD_Result routes(void *ctx, http_req_t *req)
     }
     json_object_foreach (self->moving, id, v)
         json_array_append_new(moving, hashed(id));
-    return http_reply_json(
-        req->conn, 200,
-        json_pack("{s:s, s:o, s:o}", "replica", replica_id(), "here", here, "moving", moving));
+    return http_reply_json(req->conn, 200,
+                           json_pack("{s:s, s:o, s:o, s:I}", "replica", replica_id(), "here", here,
+                                     "moving", moving, "contexts",
+                                     (json_int_t)kmgr_count(self->kmgr)));
 }
 
 static void move_done(void *ctx, void *state, bool completed)

@@ -294,6 +294,7 @@ cluster_t *cluster_new(loop_t *loop, kmgr_t *kmgr, api_t *api, const char *state
                         .transfers = xasprintf("%s/transfers", state_dir),
                         .peers = json_object(),
                         .moving = json_object(),
+                        .pollers = json_object(),
                         .wake = wake,
                         .wake_arg = wake_arg};
     mkdir(self->transfers, 0700);
@@ -327,6 +328,7 @@ void cluster_destroy(cluster_t **self_p)
     free(self->peers_file);
     json_decref(self->peers);
     json_decref(self->moving);
+    json_decref(self->pollers);
     free(self);
     *self_p = NULL;
 }

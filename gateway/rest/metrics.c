@@ -199,7 +199,10 @@ static enum MHD_Result health(void *arg, http_req_t *call)
     }
     bool stopping = kmgr_stopping(self->kmgr);
     unsigned status = stopping ? 503 : 200;
-    json_t *body = json_pack("{s:s}", "status", stopping ? "stopping" : "ok");
+    json_t *body = json_pack("{s:s}", "status",
+                             kmgr_draining(self->kmgr) ? "draining"
+                             : stopping                ? "stopping"
+                                                       : "ok");
     if (!call->tenant || !call->tenant->admin)
         return http_reply_json(call->conn, status, body);
     kmgr_stats_t st;

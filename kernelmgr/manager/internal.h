@@ -40,6 +40,7 @@ struct kmgr {
     kmgr_stats_t stats;
     size_t draining;            /* kmgr_pause_all: pauses not over yet */
     bool stopping;              /* kmgr_pause_all was called: no new pool kernels */
+    bool moving_away;           /* kmgr_set_draining: the sessions move away */
     void (*drained)(void *arg); /* called when draining reaches 0 */
     void *drained_arg;
     kmgr_snapshot_t **snaps; /* snapshots.c */

@@ -237,8 +237,12 @@ const json_t *kmgr_lineage(const kmgr_t *self, const kernel_t *k);
 size_t kmgr_pause_all(kmgr_t *self, void (*drained)(void *arg), void *arg);
 /* Whether kmgr_pause_all (or kmgr_set_stopping) was called: sandgate is
  * stopping.  kmgr_set_stopping says so without pausing (a drain that moves
- * the sessions away first: GET /health answers 503, the pool stops). */
+ * the sessions away first: GET /health answers 503, the pool stops).
+ * Draining (on: also stopping) says that this replica still serves the
+ * sessions it holds while they move away (GET /health: "draining"). */
 bool kmgr_stopping(const kmgr_t *self);
 void kmgr_set_stopping(kmgr_t *self);
+bool kmgr_draining(const kmgr_t *self);
+void kmgr_set_draining(kmgr_t *self, bool on);
 
 #endif

@@ -51,6 +51,17 @@ void kmgr_set_stopping(kmgr_t *m)
     m->stopping = true;
 }
 
+bool kmgr_draining(const kmgr_t *m)
+{
+    return m->moving_away;
+}
+
+void kmgr_set_draining(kmgr_t *m, bool on)
+{
+    m->stopping = true;
+    m->moving_away = on;
+}
+
 /* Every session that can pause (not the pool, not one with a network) stops
  * taking work and pauses: an idle one now, a busy one once its running and
  * queued executions end (a tick checks), one resuming once it is up. */

@@ -360,8 +360,7 @@ try:
     mover = threading.Thread(target=lambda: result.update(
         r=p.json("POST", f"/contexts/{mid}/move", {"to": there})))
     mover.start()
-    time.sleep(0.4)  # the proxy knows it is moving (it asks every 200 ms)
-    during = []
+    during = []  # from its first moment: the replica waits for the proxy to know
     while mover.is_alive() or len(during) < 3:
         status, replica, out = execute(p, "print(moved)", mid)
         during.append((status, stdout(out) if status == 200 else out))
@@ -371,7 +370,7 @@ try:
        f"POST /contexts/{{id}}/move: moved from {home} to {there} in {answer.get('ms')} ms",
        (status, answer))
     ok(all(d == (200, "kept\n") for d in during), f"{len(during)} executions sent while it "
-       "moved were held by the proxy and answered, none refused", during)
+       "moved (from its first moment) were answered, none refused", during)
     got = None
     for _ in range(100):  # the proxy learns the route within half a second
         status, replica, out = execute(p, "print(moved, open('m.txt').read())", mid)
@@ -526,6 +525,64 @@ try:
             for line in checks:
                 ok(line.startswith("ok "),
                    f"jlab_services.mjs {mode}: " + line.split(" - ", 1)[-1])
+
+    # --- a replica drains: its contexts move to the others, by load, none refused -------------
+    drainer, peers = "r2", ["r0", "r1"]
+
+    def direct(replica):
+        with open(os.path.join(RUN, replica, "port")) as f:
+            return Proxy(f"http://127.0.0.1:{int(f.read())}")
+
+    d2 = direct(drainer)
+    for c in d2.json("GET", "/contexts")[1]:
+        d2.request("DELETE", f"/contexts/{c['id']}")
+    mine = [d2.json("POST", "/contexts", {}, token=ALICE)[1]["id"] for _ in range(4)]
+    for c in mine:
+        execute(p, f"v = {c!r}", c)
+    def load(x):
+        return direct(x).json("GET", "/cluster/routes", token=None)[1].get("contexts", 0)
+
+    # r1 holds two more than r0 (after what earlier parts left): r0 gets three, r1 one
+    while load("r1") < load("r0") + 2:
+        direct("r1").json("POST", "/contexts", {}, token=ALICE)
+    while load("r0") + 2 < load("r1"):
+        direct("r0").json("POST", "/contexts", {}, token=ALICE)
+    loads = {x: load(x) for x in peers}
+    answers, stop_ = [], threading.Event()
+
+    def keep_asking(c):
+        while not stop_.is_set():
+            t0 = time.time()
+            status, _, out = execute(p, "print(v)", c, timeout=60)
+            answers.append((c, status, stdout(out) if status == 200 else out, time.time() - t0))
+
+    askers = [threading.Thread(target=keep_asking, args=(c,)) for c in mine]
+    for t in askers:
+        t.start()
+    status, summary = d2.json("POST", "/cluster/drain", timeout=300)
+    time.sleep(0.5)
+    stop_.set()
+    for t in askers:
+        t.join()
+    moved = summary.get("moved", []) if status == 200 else []
+    ok(status == 200 and sorted(m["id"] for m in moved) == sorted(mine) and
+       not summary.get("stayed"), f"POST /cluster/drain of {drainer}: its {len(mine)} contexts "
+       "moved", (status, summary))
+    greedy, at = True, dict(loads)
+    for m in moved:  # each went to the peer holding fewest then
+        greedy &= m["replica"] in at and at[m["replica"]] == min(at.values())
+        at[m.get("replica")] = at.get(m.get("replica"), 0) + 1
+    ok(greedy and len({m["replica"] for m in moved}) == 2, f"spread by load: {loads} before, then to "
+       f"{[m['replica'] for m in moved]}", (loads, moved))
+    wrong = [a for a in answers if a[1] != 200 or a[2] != a[0] + "\n"]
+    ok(answers and not wrong, f"{len(answers)} executions through the proxy during the drain: "
+       f"each answered with its variable, none refused (longest "
+       f"{max(a[3] for a in answers):.2f} s)", wrong[:5])
+    health = d2.json("GET", "/health", token=None)
+    placed = [p.request("POST", "/contexts", {}, token=ALICE)[1].get("X-Sandgate-Replica")
+              for _ in range(4)]
+    ok(health == (503, {"status": "draining"}) and drainer not in placed,
+       f"{drainer} says draining; new contexts go to the others {placed}", (health, placed))
 finally:
     domain_teardown(dnsmasq)
     r = cluster("down")

@@ -6,13 +6,14 @@ Run by tests/k8s/run.sh, not by `make check` (about half an hour).
 In order: 3 replicas Ready; 30 contexts through the proxy's Service, spread
 over them, each keeping its variables; the E2B SDK, the MCP SDK,
 @jupyterlab/services and JupyterLab 4 in headless Chromium through the
-proxy; `kubectl delete pod sandgate-1` (its sessions answer again, with
-their variables, once the pod is back on its volume; the others never stop
-answering); `kubectl rollout restart` (every session keeps its variables,
-clients see 503s for a bounded time, measured); scale 3 -> 4 (new contexts
-reach sandgate-3) and back; what a sandbox and a replica's pod can reach
-(the API server, the kubelet, the node, another pod, cloud metadata), with a
-pod outside the policies as the control.
+proxy; `kubectl delete pod sandgate-1` (its sessions move to the others
+as it stops, and answer with their variables; the others never stop
+answering); `kubectl rollout restart` (each replica drains as it stops:
+every session keeps its variables, no request fails, the longest a client
+waited is measured); scale 3 -> 4 (new contexts reach sandgate-3) and back
+(sandgate-3's sessions move to the others first); what a sandbox and a
+replica's pod can reach (the API server, the kubelet, the node, another
+pod, cloud metadata), with a pod outside the policies as the control.
 
 Figures go to stdout as "# figure NAME VALUE" and to SG_K8S_FIGURES (JSON)."""
 import concurrent.futures
@@ -90,11 +91,13 @@ class Watch:
     """Threads that run print(v) on contexts in turn for as long as it lasts,
     retrying a 503 (the proxy's answer while a replica is down) as a client
     would: each context's worst wait from a failed request to its next good
-    answer, and anything else than a 503 or a good answer, are kept."""
+    answer, the longest a request took, and anything else than a 503 or a
+    good answer, are kept."""
 
     def __init__(self, p, contexts, threads=4):
         self.p, self.contexts, self.stop_ = p, contexts, threading.Event()
         self.worst, self.bad, self.fails, self.calls = {}, [], 0, 0
+        self.longest = 0.0
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(contexts[i::threads],))
                         for i in range(threads)]
@@ -109,11 +112,15 @@ class Watch:
         while not self.stop_.is_set() or (down and time.time() < end):
             if self.stop_.is_set() and end is None:
                 end = time.time() + 180
+            if not mine:
+                time.sleep(0.1)
             for ctx in mine:
+                t0 = time.time()
                 status, _, lines = execute(self.p, "print(v)", ctx, timeout=300)
                 now = time.time()
                 with self.lock:
                     self.calls += 1
+                    self.longest = max(self.longest, now - t0)
                     if status == 200 and stdout(lines) == ctx + "\n":
                         if ctx in down:
                             wait = now - down.pop(ctx)
@@ -132,7 +139,7 @@ class Watch:
         self.stop_.set()
         for t in self.threads:
             t.join()
-        return max(self.worst.values(), default=0.0)
+        return max(max(self.worst.values(), default=0.0), self.longest)
 
 
 def new_context(p):
@@ -300,9 +307,11 @@ worst = watch.finish()
 figure("rollout_s", round(time.time() - t0, 1))
 figure("rollout_worst_client_wait_s", round(worst, 1))
 figure("rollout_503s", watch.fails)
-ok(not watch.bad, f"through the rollout every answer was the variable or a 503 while its "
-   f"replica restarted ({watch.calls} executions, {watch.fails} 503s, worst wait "
-   f"{worst:.1f} s)", watch.bad[:5])
+figure("rollout_executions", watch.calls)
+ok(not watch.bad and watch.fails == 0, f"through the rollout every execution answered the "
+   f"variable, none failed: each replica's sessions moved as it stopped ({watch.calls} "
+   f"executions, {watch.fails} 503s, the longest a client waited {worst:.1f} s)",
+   (watch.fails, watch.bad[:5]))
 with concurrent.futures.ThreadPoolExecutor(6) as pool:
     kept = list(pool.map(lambda c: keeps(p, c), contexts))
 ok(all(kept), "after the rollout every session keeps its variables",
@@ -335,18 +344,24 @@ for ctx, _ in new:
     if ctx:
         execute(p, f"v = {ctx!r}", ctx)
 ok(all(c and keeps(p, c) for c, _ in new), "the new contexts run, on whichever replica", new)
-# Back to 3: sandgate-3 stops (its idle sessions paused to its volume, which
-# the StatefulSet keeps); its ids answer 503 until it is scaled up again.
+# Back to 3: sandgate-3 drains as it stops, its sessions moving to the
+# others, which keep them under their ids.
+watch = Watch(p, on3, threads=max(1, min(2, len(on3))))
 r = k_ns("scale", "statefulset/sandgate", "--replicas=3")
 kubectl("apply", "-f", "-", input=rendered)  # the 3-replica proxy again
 r2, _ = wait_ready("statefulset/sandgate", 600)
 wait_ready("deployment/sandgate-proxy", 300)
 k_ns("wait", "--for=delete", "pod/sandgate-3", "--timeout=300s", timeout=330)
 wait_service(p)
-status, _, answer = execute(p, "print(v)", on3[0]) if on3 else (None, None, None)
-ok(r.returncode == 0 and r2.returncode == 0 and status in (404, 503),
-   "scaled back to 3: sandgate-3's sessions answer with an error, not another's state",
-   (status, answer))
+worst = watch.finish()
+figure("scale_down_503s", watch.fails)
+figure("scale_down_worst_client_wait_s", round(worst, 1))
+with concurrent.futures.ThreadPoolExecutor(6) as pool:
+    kept = list(pool.map(lambda c: keeps(p, c), on3))
+ok(r.returncode == 0 and r2.returncode == 0 and on3 and all(kept) and not watch.bad and
+   watch.fails == 0, f"scaled back to 3: sandgate-3's {len(on3)} sessions moved to the others "
+   f"first, keep their variables, and answered throughout ({watch.calls} executions, "
+   f"{watch.fails} failed)", (kept, watch.fails, watch.bad[:5]))
 pvc = k_ns("get", "pvc", "state-sandgate-3", "-o", "jsonpath={.status.phase}").stdout
 ok(pvc == "Bound", "sandgate-3's volume claim stays (its sessions are on it)", pvc)
 
@@ -367,12 +382,14 @@ reach = json.loads(stdout(lines)) if status == 200 and stdout(lines).strip() els
 ok(reach and "open" not in reach.values(),
    "sandboxed code reaches none of the API server, the kubelet, the node, another pod, "
    "the metadata service", reach)
-# The pod itself (outside gVisor), under the NetworkPolicies.
+# The pod itself (outside gVisor), under the NetworkPolicies: its peers'
+# port is open to it (sessions move that way), nothing else.
 r = k_ns("exec", "sandgate-0", "--", "python3", "-c", reach_code(targets))
 pod_reach = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else {}
-ok(pod_reach and "open" not in pod_reach.values(),
-   "a replica's pod itself reaches none of them (the NetworkPolicies hold)",
-   (pod_reach, r.stderr[-500:]))
+peer = pod_reach.pop(f"{other_pod}:49999", None)
+ok(pod_reach and "open" not in pod_reach.values() and peer == "open",
+   "a replica's pod itself reaches none of them but its peer's port (the NetworkPolicies "
+   "hold)", (pod_reach, peer, r.stderr[-500:]))
 # The control: a pod of the same image outside the policies reaches them,
 # so the checks above can fail.
 probe = """apiVersion: v1

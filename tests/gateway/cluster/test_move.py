@@ -95,19 +95,20 @@ try:
                a.json("POST", f"/contexts/{cid}/move", {"to": "ra"})[0]]
     ok(refused == [403, 404, 400, 400], "move refused: alice's key (the operator's), bob's "
        "(unknown), an unknown replica, the one it is on", refused)
-    busy = threading.Thread(target=run, args=(a, cid, "import time; time.sleep(3)", alice))
+    ran = {}
+    busy = threading.Thread(target=lambda: ran.update(
+        r=run(a, cid, "import time; time.sleep(2); print('slept')", alice)))
     busy.start()
     for _ in range(100):
         if a.json("GET", f"/api/kernels/{cid}", token=alice)[1].get("execution_state") == "busy":
             break
         time.sleep(0.05)
-    st, e = a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})
-    ok(st == 409 and "idle" in e.get("message", ""), "a context running code: 409", (st, e))
-    busy.join()
     st, e = a.json("POST", f"/contexts/{cid}/move", {"to": "gone"})
+    busy.join()
     st2, out = run(a, cid, "print(secret)", alice)
-    ok(st == 502 and out == "alice-only\n", "a peer that is down: 502, and the context stays, "
-       "woken by its next request", (st, e, out))
+    ok(st == 502 and ran.get("r") == (200, "slept\n") and out == "alice-only\n",
+       "a context running code: the move waits for it to end (its output whole); then a peer "
+       "that is down: 502, and the context stays, woken by its next request", (st, e, ran, out))
     st, mv = a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})
     ok(st == 200 and mv.get("id") == cid and mv.get("replica") == "rb",
        f"moved to rb in {mv.get('ms')} ms", (st, mv))
@@ -119,9 +120,10 @@ try:
     h = hashlib.sha256(cid.encode()).hexdigest()
     rb_routes = b.json("GET", "/cluster/routes", token=None)
     ra_routes = a.json("GET", "/cluster/routes", token=None)
-    ok(rb_routes == (200, {"replica": "rb", "here": [h], "moving": []}) and
+    ok(rb_routes == (200, {"replica": "rb", "here": [h], "moving": [], "contexts": 1}) and
        ra_routes[1].get("here") == [],
-       "GET /cluster/routes (public): rb lists the moved id's SHA-256, never the id", rb_routes)
+       "GET /cluster/routes (public): rb lists the moved id's SHA-256, never the id, and how "
+       "many it holds", rb_routes)
     for _ in range(100):
         if a.json("GET", f"/contexts/{cid}", token=alice)[0] == 404:
             break
@@ -132,6 +134,30 @@ try:
     st, mv = b.json("POST", f"/contexts/{cid}/move", {"to": "ra"})
     st2, out = run(a, cid, "print(secret)", alice)
     ok(st == 200 and out == "alice-only\n", "and back to ra", (st, mv, out))
+
+    # --- a move waits until the proxies asking know of it --------------------------------
+    a.json("GET", "/cluster/routes?poller=p1", token=None)
+    result = {}
+    mover = threading.Thread(target=lambda: result.update(
+        r=a.json("POST", f"/contexts/{cid}/move", {"to": "rb"})))
+    mover.start()
+    time.sleep(0.3)
+    st, out = run(a, cid, "print(secret)", alice)
+    _, told = a.json("GET", "/cluster/routes?poller=p1", token=None)
+    ok(st == 200 and out == "alice-only\n" and mover.is_alive() and told.get("moving") == [h],
+       "announced: listed as moving, it still runs on ra until the proxy p1 has asked twice "
+       "more", (st, out, told))
+    a.json("GET", "/cluster/routes?poller=p1", token=None)
+    mover.join()
+    st, mv = result["r"]
+    st2, out = run(b, cid, "print(secret)", alice)
+    ok(st == 200 and st2 == 200 and out == "alice-only\n",
+       "p1 asked again: the move goes on, to rb", (st, mv, out))
+    t0 = time.time()
+    st, mv = b.json("POST", f"/contexts/{cid}/move", {"to": "ra"})
+    ok(st == 200 and run(a, cid, "print(secret)", alice)[0] == 200,
+       f"no proxy asks rb: back to ra in {time.time() - t0:.2f} s, waiting for none", (st, mv))
+    time.sleep(2.1)  # p1 has gone quiet: no later move waits for it
 
     # --- the peer killed during a move: the context stays, never two copies -----------------
     result = {}
@@ -174,11 +200,17 @@ try:
     moved = sorted(m["id"] for m in summary.get("moved", []))
     stayed = {s["id"]: s["why"] for s in summary.get("stayed", [])}
     ok(r.returncode == 0 and moved == sorted(made + [cid]) and list(stayed) == [cv["id"]] and
-       "volumes" in stayed[cv["id"]], "`sandgate drain`: every context moved to the live peer "
-       "(the dead one tried first), the one with a volume stayed, saying why", (r, summary))
+       "volumes" in stayed[cv["id"]] and {m["replica"] for m in summary["moved"]} == {"rb"},
+       "`sandgate drain`: every context moved to the live peer (the dead one, which did not "
+       "say its load, left out), the one with a volume stayed, saying why", (r, summary))
     outs = [run(b, x, "print(n)", alice)[1] for x in made]
-    ok(outs == ["0\n", "1\n"] and a.request("GET", "/health", token=None)[0] == 503,
-       "on rb with their variables; the drained sandgate's /health says 503", outs)
+    health = a.json("GET", "/health", token=None)
+    ok(outs == ["0\n", "1\n"] and health == (503, {"status": "draining"}),
+       "on rb with their variables; the drained sandgate's /health says 503 draining (it "
+       "still serves what stayed)", (outs, health))
+    st, out = run(a, cv["id"], "print('still here')", alice)
+    ok(st == 200 and out == "still here\n", "the context that stayed still runs there",
+       (st, out))
     a.stop()
     a.cmd += ["--drain-on-stop", "yes"]
     a.dir = tempfile.mkdtemp(prefix="sg-move-a2-", dir="/tmp")
