@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,6 +48,21 @@ int records_put(records_t *self, const char *id, const json_t *rec)
         return -1;
     }
     return 0;
+}
+
+int records_write_file(const char *path, const json_t *doc)
+{
+    cleanup_free char *tmp = xasprintf("%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool written = fd >= 0 && json_dumpfd(doc, fd, JSON_COMPACT) == 0 && fsync(fd) == 0;
+    if (fd >= 0 && close(fd) < 0)
+        written = false;
+    if (written && rename(tmp, path) == 0)
+        return 0;
+    log_error("cannot write %s: %s", path, strerror(errno));
+    if (fd >= 0)
+        unlink(tmp);
+    return -1;
 }
 
 void records_remove(records_t *self, const char *id)

@@ -23,6 +23,11 @@ void records_close(records_t **self_p);
 int records_put(records_t *self, const char *id, const json_t *rec);
 void records_remove(records_t *self, const char *id);
 
+/* Writes doc (borrowed) to path, mode 0600, by a temporary file renamed
+ * into place (and synced), so a reader sees the old file or the new one;
+ * logs and returns -1 on failure.  For a list kept in one file. */
+int records_write_file(const char *path, const json_t *doc);
+
 /* Calls fn for each record whose "id" field names its file; removes the
  * others (malformed, or written by hand).  rec is borrowed for the call. */
 typedef void(records_fn)(const char *id, const json_t *rec, void *arg);

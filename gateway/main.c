@@ -1,8 +1,10 @@
 /* sandgate: the daemon's entry point — options, the event loop, shutdown. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "gateway/options.h"
 #include "gateway/ports/ports.h"
 #include "gateway/rest/rest.h"
+#include "gateway/secrets/secrets.h"
 #include "gateway/session/session.h"
 #include "gateway/tenants/tenants.h"
 #include "gateway/volumes/volumes.h"
@@ -46,6 +49,8 @@ typedef struct {
     events_t *events;
     volumes_t *volumes;
     cluster_t *cluster;
+    secrets_t *secrets;
+    unsigned char sealing_pk[crypto_box_PUBLICKEYBYTES]; /* read while still root */
 } daemon_t;
 
 /* SIGHUP: the keys file again.  A key added works from the next request, a
@@ -333,6 +338,8 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
                                    d->http, err)))
         return -1;
     api_set_volumes(d->api, d->volumes);
+    if (!(d->secrets = secrets_new(s->k.state_dir, d->sealing_pk, err)))
+        return -1;
     if (!(d->cluster = cluster_new(loop, d->kmgr, d->api, s->k.state_dir, s->http.token, s->peers,
                                    http_server_wake, d->http, err)))
         return -1;
@@ -340,6 +347,7 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     return api_register(d->api, d->http, err) < 0 || ports_register(d->ports, d->http, err) < 0 ||
                    events_register(d->events, d->http, err) < 0 ||
                    volumes_register(d->volumes, d->http, err) < 0 ||
+                   secrets_register(d->secrets, d->http, err) < 0 ||
                    cluster_register(d->cluster, d->http, err) < 0 ||
                    jupyter_register(d->jupyter, d->http, err) < 0 ||
                    mcp_register(d->mcp, d->http, err) < 0 ||
@@ -356,6 +364,7 @@ static void daemon_stop(daemon_t *d)
     ports_destroy(&d->ports);
     events_destroy(&d->events);
     volumes_destroy(&d->volumes);
+    secrets_destroy(&d->secrets);
     cluster_destroy(&d->cluster);
     mcp_destroy(&d->mcp);
     jupyter_destroy(&d->jupyter);
@@ -474,8 +483,12 @@ int main(int argc, char **argv)
     s.http.auth_fail_limit = s.auth_fail_limit;
     s.http.auth_block_ms = s.auth_block_ms;
     audit_rotate_at(s.audit_max_size, s.audit_keep);
-    if (replica_init(s.replica, &err) < 0 || separate(&s, &link, &launcher_pid, &err) < 0 ||
-        !(loop = loop_start(&stop, &d, &err)))
+    /* The secrets' sealing key is root's when sandgate starts as root. */
+    if (mkdir(s.k.state_dir, 0711) < 0 && errno != EEXIST)
+        log_warn("cannot make %s: %s", s.k.state_dir, strerror(errno));
+    if (replica_init(s.replica, &err) < 0 ||
+        secrets_sealing_key(s.k.state_dir, d.sealing_pk, &err) < 0 ||
+        separate(&s, &link, &launcher_pid, &err) < 0 || !(loop = loop_start(&stop, &d, &err)))
         goto out;
     if (link >= 0) {
         stop.loop = loop;

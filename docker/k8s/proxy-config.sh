@@ -109,6 +109,12 @@ spec:
         - name: haproxy
           image: haproxy:2.6
           args: ["-f", "/usr/local/etc/haproxy/haproxy.cfg"]
+          lifecycle:
+            # HAProxy stops listening at SIGTERM: first the Service stops
+            # sending here (the endpoint goes as the pod begins to stop).
+            preStop:
+              exec:
+                command: ["sleep", "5"]
           ports:
             - name: http
               containerPort: $port

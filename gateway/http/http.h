@@ -305,6 +305,11 @@ json_t *http_error_body(const sg_error_t *err);
 struct MHD_Response *http_code_error_response(void *ctx, const sg_error_t *err);
 /* Answers err in that shape (a quota's 429 also naming it: "quota", "limit"). */
 enum MHD_Result http_reply_code_error(struct MHD_Connection *conn, const sg_error_t *err);
+/* Same from a kind and a message. */
+enum MHD_Result http_reply_code_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
+                                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An empty answer (204, say). */
+enum MHD_Result http_reply_empty(struct MHD_Connection *conn, unsigned status);
 /* Queues http_error_body(err) with the status the kind maps to. */
 enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *err);
 /* Same from a kind and a message. */

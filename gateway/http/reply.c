@@ -100,16 +100,44 @@ enum MHD_Result http_reply_error(struct MHD_Connection *conn, const sg_error_t *
     return http_reply_json(conn, sg_error_http_status(err->kind), http_error_body(err));
 }
 
+/* An error of kind, its message formatted, answered by reply. */
+static enum MHD_Result reply_vf(struct MHD_Connection *conn, sg_errkind_t kind,
+                                enum MHD_Result (*reply)(struct MHD_Connection *,
+                                                         const sg_error_t *),
+                                const char *fmt, va_list ap)
+{
+    sg_error_t e = {.kind = kind};
+    if (vasprintf(&e.msg, fmt, ap) < 0)
+        abort();
+    enum MHD_Result r = reply(conn, &e);
+    free(e.msg);
+    return r;
+}
+
+enum MHD_Result http_reply_code_errorf(struct MHD_Connection *conn, sg_errkind_t kind,
+                                       const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = reply_vf(conn, kind, http_reply_code_error, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+enum MHD_Result http_reply_empty(struct MHD_Connection *conn, unsigned status)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = http_queue(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 enum MHD_Result http_reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
                                   ...)
 {
-    sg_error_t e = {.kind = kind};
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&e.msg, fmt, ap) < 0)
-        abort();
+    enum MHD_Result r = reply_vf(conn, kind, http_reply_error, fmt, ap);
     va_end(ap);
-    enum MHD_Result r = http_reply_error(conn, &e);
-    free(e.msg);
     return r;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/records.h"
 #include "common/replica.h"
 #include "common/xalloc.h"
 #include "gateway/observe/observe.h"
@@ -91,11 +92,7 @@ static void save(volumes_t *self)
                                                  "created_ms", (json_int_t)v->created_ms, "token",
                                                  v->token));
     }
-    cleanup_free char *tmp = xasprintf("%s.tmp", self->record);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || json_dumpfd(all, fd, JSON_COMPACT) < 0 || close(fd) < 0 ||
-        rename(tmp, self->record) < 0)
-        log_error("volumes: cannot write %s: %s", self->record, strerror(errno));
+    records_write_file(self->record, all);
     json_decref(all);
 }
 
@@ -130,21 +127,6 @@ static json_t *mounted_by(volumes_t *self, const volume_t *v)
 }
 
 /* --- E2B's Volume API ----------------------------------------------------------------- */
-
-static enum MHD_Result reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
-                                    ...) __attribute__((format(printf, 3, 4)));
-static enum MHD_Result reply_errorf(struct MHD_Connection *conn, sg_errkind_t kind, const char *fmt,
-                                    ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cleanup_error sg_error_t *err = NULL;
-    sg_error_set(&err, kind, "%s", msg);
-    return http_reply_code_error(conn, err);
-}
 
 /* VolumeAndToken, with sandgate's sizeMiB, usedBytes, createdAt and
  * mountedBy. */
@@ -228,24 +210,25 @@ static enum MHD_Result volume_create(void *ctx, http_req_t *req)
     const char *name = json_string_value(json_object_get(body, "name"));
     json_t *size = json_object_get(body, "sizeMiB");
     if (!json_is_object(body))
-        return reply_errorf(req->conn, SG_E_INVALID, "the body is not a JSON object: %s",
-                            jerr.text);
+        return http_reply_code_errorf(req->conn, SG_E_INVALID, "the body is not a JSON object: %s",
+                                      jerr.text);
     if (!name || !name_ok(name))
-        return reply_errorf(req->conn, SG_E_INVALID,
-                            "'name': 1 to 63 of a-z, A-Z, 0-9, '_' and '-'");
+        return http_reply_code_errorf(req->conn, SG_E_INVALID,
+                                      "'name': 1 to 63 of a-z, A-Z, 0-9, '_' and '-'");
     if (size && (!json_is_integer(size) || json_integer_value(size) < 16 ||
                  json_integer_value(size) > 1048576))
-        return reply_errorf(req->conn, SG_E_INVALID, "'sizeMiB': 16 to 1048576");
+        return http_reply_code_errorf(req->conn, SG_E_INVALID, "'sizeMiB': 16 to 1048576");
     const char *owner = req->tenant->name;
     if (find_name(self, owner, name))
-        return reply_errorf(req->conn, SG_E_CONFLICT, "a volume named '%s' exists already", name);
+        return http_reply_code_errorf(req->conn, SG_E_CONFLICT,
+                                      "a volume named '%s' exists already", name);
     size_t have = 0;
     for (size_t i = 0; i < self->n; i++)
         have += strcmp(self->v[i]->owner, owner) == 0;
     if (have >= VOLUMES_PER_TENANT)
-        return reply_errorf(req->conn, SG_E_LIMIT,
-                            "a tenant has %d volumes at most; delete one first",
-                            VOLUMES_PER_TENANT);
+        return http_reply_code_errorf(req->conn, SG_E_LIMIT,
+                                      "a tenant has %d volumes at most; delete one first",
+                                      VOLUMES_PER_TENANT);
     int mib = size ? (int)json_integer_value(size) : self->default_mib;
     cleanup_error sg_error_t *err = NULL;
     if (tenant_admit_more(owner, TENANT_VOLUME_MIB, mib, &err) < 0)
@@ -320,10 +303,7 @@ static enum MHD_Result volume_delete(void *ctx, http_req_t *req)
     sandbox_workspace_close(kmgr_sandbox_env(self->kmgr), v->path, true);
     volume_drop(self, v);
     save(self);
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = http_queue(req->conn, 204, r);
-    MHD_destroy_response(r);
-    return ret;
+    return http_reply_empty(req->conn, 204);
 }
 
 /* --- mounts --------------------------------------------------------------------------- */

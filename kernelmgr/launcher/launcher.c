@@ -695,10 +695,11 @@ static int prepare(launcher_t *L, sg_error_t **err)
         const char *name;
         mode_t mode;
         bool daemons;
-    } dirs[] = {
-        {"sessions", 0700, true},    {"mcp", 0700, true},      {"contexts", 0700, true},
-        {"snapshots", 0700, true},   {"secrets", 0700, true},  {"snapshot-images", 0700, false},
-        {"workspaces", 0750, false}, {"volumes", 0750, false}, {"transfers", 0700, true}};
+    } dirs[] = {{"sessions", 0700, true},    {"mcp", 0700, true},
+                {"contexts", 0700, true},    {"snapshots", 0700, true},
+                {"secrets", 0700, true},     {"snapshot-images", 0700, false},
+                {"workspaces", 0750, false}, {"volumes", 0750, false},
+                {"transfers", 0700, true},   {"sealing", 0700, false}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         cleanup_free char *p = xasprintf("%s/%s", L->cfg->state_dir, dirs[i].name);
         if ((mkdir(p, dirs[i].mode) < 0 && errno != EEXIST) ||

@@ -572,7 +572,8 @@ try:
     for m in moved:  # each went to the peer holding fewest then
         greedy &= m["replica"] in at and at[m["replica"]] == min(at.values())
         at[m.get("replica")] = at.get(m.get("replica"), 0) + 1
-    ok(greedy and len({m["replica"] for m in moved}) == 2, f"spread by load: {loads} before, then to "
+    ok(greedy and len({m["replica"] for m in moved}) == 2,
+       f"spread by load: {loads} before, then to "
        f"{[m['replica'] for m in moved]}", (loads, moved))
     wrong = [a for a in answers if a[1] != 200 or a[2] != a[0] + "\n"]
     ok(answers and not wrong, f"{len(answers)} executions through the proxy during the drain: "

@@ -63,7 +63,7 @@ TIMEOUT = 20  # seconds a probe may take: a 404 is immediate; a leak may stream 
 # Kinds of id a tenant owns (http_param names in gateway/**/*.c), and the kind
 # whose id scopes them (a command's id is its number within its context).
 OWNED = {"context", "snapshot", "command", "kernel", "session", "mcp_session", "sandbox",
-         "exposed", "webhook", "volume"}
+         "exposed", "webhook", "volume", "secret"}
 SCOPED = {"command": "context"}
 # Kinds that are the server's, the same for every tenant.
 SHARED = {"kernelspec", "template"}
@@ -265,8 +265,12 @@ try:
     ok(st == 201 and vol.get("volumeID"), "alice makes a volume", (st, vol))
     VOL = vol.get("volumeID", "")
     js(ALICE, "POST", f"/volumecontent/{VOL}/dir?path=/kept")
+    st, sec = js(ALICE, "POST", "/secrets", {"name": "alices-key", "value": "hers"})
+    ok(st == 201 and sec.get("secretID"), "alice makes a secret", (st, sec))
+    SEC = sec.get("secretID", "")
     ALICE_IDS = {"context": A, "snapshot": S, "command": CMD, "kernel": K, "session": JS,
-                 "mcp_session": MS, "sandbox": A, "exposed": A, "webhook": WH, "volume": VOL}
+                 "mcp_session": MS, "sandbox": A, "exposed": A, "webhook": WH, "volume": VOL,
+                 "secret": SEC}
     BOB_IDS = {"context": B, "session": BS, "mcp_session": BM}
     UNKNOWN = {k: lookalike(v, keep=9 if k in ("context", "kernel", "sandbox", "exposed") else 0)
                for k, v in ALICE_IDS.items()}
@@ -294,6 +298,7 @@ try:
                           view(ALICE, f"/contexts/{A}/files?path=/tmp")[1]["entries"]),
             "volume": sorted(e["path"] for e in
                              view(ALICE, f"/volumecontent/{VOL}/dir?path=/")[1]),
+            "secret": json.dumps(view(ALICE, f"/secrets/{SEC}")[1], sort_keys=True),
         }
 
     def bob_state():
@@ -306,7 +311,7 @@ try:
 
     # --- bob's lists ------------------------------------------------------------------------
     for path in ("/contexts", "/snapshots", "/api/kernels", "/api/sessions", "/volumes",
-                 f"/contexts/{B}/snapshots", f"/contexts/{B}/commands"):
+                 "/secrets", f"/contexts/{B}/snapshots", f"/contexts/{B}/commands"):
         st, _, data = send("GET", path)
         leaked = [k for k, v in ALICE_IDS.items() if k != "command" and v.encode() in data]
         ok(st == 200 and not leaked, f"bob's GET {path} shows nothing of alice's", (st, leaked))
@@ -494,6 +499,13 @@ try:
         jupyter[(verb, f"/volumecontent/{{volume}}/{what}")] = [
             ("volume", lambda x, v=verb, w=what, b=body, q=q: (
                 v, f"/volumecontent/{x}/{w}{q}", b, {}))]
+    # secrets (secrets/): by id; a name is looked up in the caller's own.
+    jupyter[("GET", "/secrets/{secret}")] = [
+        ("secret", lambda x: ("GET", f"/secrets/{x}", None, {}))]
+    jupyter[("POST", "/secrets/{secret}")] = [
+        ("secret", lambda x: ("POST", f"/secrets/{x}", {"value": "bob's now"}, {}))]
+    jupyter[("DELETE", "/secrets/{secret}")] = [
+        ("secret", lambda x: ("DELETE", f"/secrets/{x}", None, {}))]
     # a context moved to another replica, a snapshot sent to one (cluster/).
     jupyter[("POST", "/contexts/{context}/move")] = [
         ("context", lambda x: ("POST", f"/contexts/{x}/move", {"to": "r1"}, {}))]
@@ -506,7 +518,7 @@ try:
         ("GET", "/api/kernelspecs/"), ("GET", "/api/kernelspecs/{kernelspec}"),
         ("GET", "/kernelspecs/{kernelspec}/*"), ("GET", "/events"),
         ("POST", "/events/webhooks/*"),  # a list, a new webhook: no id
-        ("GET", "/volumes"), ("POST", "/volumes"),
+        ("GET", "/volumes"), ("POST", "/volumes"), ("GET", "/secrets"), ("POST", "/secrets"),
         # the operator's alone (403 for a tenant), and the proxy's routes
         ("PUT", "/cluster/snapshots/*"), ("POST", "/cluster/contexts"), ("GET", "/cluster/routes"),
         ("POST", "/cluster/drain")}
