@@ -300,15 +300,17 @@ end)
 -- Contexts that moved away from the replica that made them (POST
 -- /contexts/{id}/move, a drain): every 100 ms each replica's public GET
 -- /cluster/routes lists the SHA-256 of the ids it holds that another
--- replica made ("here") and of those leaving it ("moving"); a request
--- naming one that is somewhere goes there (the config's
--- lua.sandgate_moved), never by its tag, and one naming a context on its
--- way waits (lua.sandgate_wait_move, 15 s at most) until it has arrived.
--- The ids themselves are never listed.  What a replica said is kept until
--- it answers again (one down keeps its contexts: their requests get its
--- 503, not another replica's 404), and the tables are redrawn after each
--- answer.  The proxy names itself (?poller=): a move waits until every
--- proxy asking has heard of it before it stops the context.
+-- replica made ("here"), of those leaving it ("moving") and of those that
+-- left lately, with where to ("moved"); a request naming one that is
+-- somewhere goes there (the config's lua.sandgate_moved), never by its tag,
+-- and one naming a context on its way waits (lua.sandgate_wait_move, 15 s
+-- at most) until it has arrived.  The ids themselves are never listed.
+-- Each replica is asked by a task of its own, so a slow one delays no
+-- other.  What a replica said is kept until it answers again (one down
+-- keeps its contexts: their requests get its 503, not another replica's
+-- 404), and where two say otherwise the fresher wins ("here" over "moved"
+-- unless 5 s older).  The proxy names itself (?poller=): a move waits
+-- until every proxy asking has heard of it before it stops the context.
 local moved, moving = {}, {}
 local said = {}
 local poller
@@ -321,45 +323,63 @@ do
     poller = string.format("%08x%08x", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
 end
 
+local function now_ms()
+    local t = core.now()
+    return t.sec * 1000 + t.usec // 1000
+end
+
 local function redraw()
-    local here, leaving = {}, {}
-    for _, r in ipairs(replicas) do
-        local s = said[r.id]
-        if s then
-            for h in pairs(s.here) do
-                here[h] = r.id
+    local at, where, leaving = {}, {}, {}
+    local fresh = now_ms() - 5000
+    for id, s in pairs(said) do
+        for h in pairs(s.here) do
+            if not at[h] or s.at > at[h] then
+                at[h], where[h] = s.at, id
             end
+        end
+        for h, to in pairs(s.moved) do
+            if not at[h] or s.at - 5000 > at[h] then
+                at[h], where[h] = s.at - 5000, to
+            end
+        end
+        if s.at > fresh then
             for h in pairs(s.moving) do
-                leaving[h] = r.id
+                leaving[h] = id
             end
         end
     end
-    moved, moving = here, leaving
+    moved, moving = where, leaving
 end
 
-core.register_task(function()
+local function ask(r)
     while true do
-        for _, r in ipairs(replicas) do
-            if up(r.id) then
-                local res = core.httpclient():get({
-                    url = "http://" .. r.addr .. "/cluster/routes?poller=" .. poller,
-                    timeout = 2000 })
-                if res and res.status == 200 and res.body then
-                    local s = { here = {}, moving = {} }
-                    for h in (res.body:match('"here":%[(.-)%]') or ""):gmatch('"(%x+)"') do
-                        s.here[h] = true
-                    end
-                    for h in (res.body:match('"moving":%[(.-)%]') or ""):gmatch('"(%x+)"') do
-                        s.moving[h] = true
-                    end
-                    said[r.id] = s
-                    redraw()
+        if up(r.id) then
+            local res = core.httpclient():get({
+                url = "http://" .. r.addr .. "/cluster/routes?poller=" .. poller,
+                timeout = 1000 })
+            if res and res.status == 200 and res.body then
+                local s = { here = {}, moving = {}, moved = {}, at = now_ms() }
+                for h in (res.body:match('"here":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                    s.here[h] = true
                 end
+                for h in (res.body:match('"moving":%[(.-)%]') or ""):gmatch('"(%x+)"') do
+                    s.moving[h] = true
+                end
+                local m = res.body:match('"moved":(%b{})') or ""
+                for h, to in m:gmatch('"(%x+)":"([A-Za-z0-9._-]+)"') do
+                    s.moved[h] = to
+                end
+                said[r.id] = s
+                redraw()
             end
         end
         core.msleep(100)
     end
-end)
+end
+
+for _, r in ipairs(replicas) do
+    core.register_task(function() ask(r) end)
+end
 
 -- Where the id is: the replica it moved to, or the one it is leaving (a
 -- request that waited its longest goes there).
@@ -367,9 +387,25 @@ core.register_converters("sandgate_moved", function(h)
     return moved[h] or moving[h] or ""
 end)
 
+-- Whether every replica that is up has answered once (a proxy just
+-- started knows no route before).
+local function heard_all()
+    for _, r in ipairs(replicas) do
+        if not said[r.id] and up(r.id) then
+            return false
+        end
+    end
+    return true
+end
+
+local started = now_ms()
+
 core.register_action("sandgate_wait_move", { "http-req" }, function(txn)
     local h = txn:get_var("txn.idsha")
     local waited = 0
+    while now_ms() - started < 3000 and not heard_all() do
+        core.msleep(20)
+    end
     while h and moving[h] and not moved[h] and waited < 15000 do
         core.msleep(20)
         waited = waited + 20

@@ -7,8 +7,10 @@
 
 #define CLUSTER_RECORD_HEADER "Sandgate-Snapshot"
 
-/* How long a context that moved away is still listed as moving (GET
- * /cluster/routes): the proxies learn its new place meanwhile. */
+/* How long a context that moved away is still listed (GET /cluster/routes,
+ * "moved", with where to), and how long a drain waits after its last move
+ * before it ends: the proxies learn its new place meanwhile. */
+#define MOVED_LISTED_MS 10000
 #define MOVED_GRACE_MS 1500
 
 struct cluster {
@@ -19,8 +21,9 @@ struct cluster {
     char *auth;       /* STATE/secrets/peer-auth: the header a peer is asked with; NULL: none */
     json_t *peers;    /* --peers: {ID: "HOST:PORT"} */
     char *peers_file; /* --peers @FILE: read into peers at each move; NULL: none */
-    json_t *moving;   /* contexts moving away: {id: true} while they move, then the
-                         monotonic ms until which they are listed (move.c) */
+    json_t *moving;   /* contexts moving away: {id: true} while they move, then
+                         [monotonic ms until which they are listed, the replica
+                         they went to] (move.c) */
     json_t *pollers;  /* the proxies asking GET /cluster/routes?poller=NAME:
                          {NAME: [times asked, monotonic ms of the last]} */
     void (*wake)(void *);

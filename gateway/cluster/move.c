@@ -233,12 +233,13 @@ static void finish(move_t *mv)
         audit_event(&who, "context.move",
                     json_pack("{s:s, s:s}", "context", mv->cid, "replica", mv->to));
         /* Gone here at once (a restart of this replica cannot bring back a
-         * second copy); still listed as moving until the proxy has learnt
-         * its new route, so that its requests wait for it. */
+         * second copy); listed as moved, with where to, for MOVED_LISTED_MS,
+         * so that a proxy that has not yet heard it from the peer sends
+         * its requests there. */
         kmgr_shutdown(self->kmgr, mv->cid, NULL);
         mv->k = NULL;
         json_object_set_new(self->moving, mv->cid,
-                            json_integer((json_int_t)(mono_ms() + MOVED_GRACE_MS)));
+                            json_pack("[I, s]", (json_int_t)(mono_ms() + MOVED_LISTED_MS), mv->to));
     }
     mv->cb(mv->err, mv->err ? (mv->status ? mv->status : 500) : 200, mono_ms() - mv->t0, mv->arg);
     json_decref(mv->record);
@@ -500,9 +501,10 @@ static json_t *hashed(const char *id)
     return json_string(sodium_bin2hex(hex, sizeof hex, h, sizeof h));
 }
 
-/* here: the contexts here that another replica made;
- * moving: those leaving (the proxy holds their requests until they are
- * somewhere); contexts: how many are here (a drain's measure of load).
+/* here: the contexts here that another replica made; moving: those
+ * leaving (the proxy holds their requests until they are somewhere);
+ * moved: {SHA-256: replica} of those that left lately; contexts: how many
+ * are here (a drain's measure of load).
  * ?poller=NAME: a proxy's name, for a move to know that it has asked. */
 static enum MHD_Result routes(void *ctx, http_req_t *req)
 {
@@ -510,22 +512,29 @@ static enum MHD_Result routes(void *ctx, http_req_t *req)
     const char *poller = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "poller");
     if (poller && poller[0] && strlen(poller) <= 64)
         cluster_polled(self, poller);
-    json_t *here = json_array(), *moving = json_array();
+    json_t *here = json_array(), *moving = json_array(), *moved = json_object();
     const char *tag = replica_tag(), *id;
     json_t *v, *tmp;
-    json_object_foreach_safe(self->moving, tmp, id, v) /* arrived: their grace is over */
-        if (json_is_integer(v) && json_integer_value(v) < mono_ms())
+    json_object_foreach_safe(self->moving, tmp, id, v) /* listed long enough, or back */
+        if (json_is_array(v) && (json_integer_value(json_array_get(v, 0)) < mono_ms() ||
+                                 kmgr_get(self->kmgr, id)))
             json_object_del(self->moving, id);
     for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
         id = kernel_id(kmgr_at(self->kmgr, i));
         if (strncmp(id, tag, strlen(tag)) != 0 && !json_object_get(self->moving, id))
             json_array_append_new(here, hashed(id));
     }
-    json_object_foreach (self->moving, id, v)
-        json_array_append_new(moving, hashed(id));
+    json_object_foreach (self->moving, id, v) {
+        json_t *h = hashed(id);
+        if (json_is_array(v))
+            json_object_set(moved, json_string_value(h), json_array_get(v, 1));
+        else
+            json_array_append(moving, h);
+        json_decref(h);
+    }
     return http_reply_json(req->conn, 200,
-                           json_pack("{s:s, s:o, s:o, s:I}", "replica", replica_id(), "here", here,
-                                     "moving", moving, "contexts",
+                           json_pack("{s:s, s:o, s:o, s:o, s:I}", "replica", replica_id(), "here",
+                                     here, "moving", moving, "moved", moved, "contexts",
                                      (json_int_t)kmgr_count(self->kmgr)));
 }
 

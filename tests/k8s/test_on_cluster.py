@@ -384,7 +384,7 @@ status, _, lines = execute(p, reach_code(targets), ctx)
 reach = json.loads(stdout(lines)) if status == 200 and stdout(lines).strip() else {}
 ok(reach and "open" not in reach.values(),
    "sandboxed code reaches none of the API server, the kubelet, the node, another pod, "
-   "the metadata service", reach)
+   "the metadata service", (reach, status, str(lines)[:1000]))
 # The pod itself (outside gVisor), under the NetworkPolicies: its peers'
 # port is open to it (sessions move that way), nothing else.
 r = k_ns("exec", "sandgate-0", "--", "python3", "-c", reach_code(targets))

@@ -120,10 +120,11 @@ try:
     h = hashlib.sha256(cid.encode()).hexdigest()
     rb_routes = b.json("GET", "/cluster/routes", token=None)
     ra_routes = a.json("GET", "/cluster/routes", token=None)
-    ok(rb_routes == (200, {"replica": "rb", "here": [h], "moving": [], "contexts": 1}) and
-       ra_routes[1].get("here") == [],
+    ok(rb_routes == (200, {"replica": "rb", "here": [h], "moving": [], "moved": {},
+                           "contexts": 1}) and
+       ra_routes[1].get("here") == [] and ra_routes[1].get("moved") == {h: "rb"},
        "GET /cluster/routes (public): rb lists the moved id's SHA-256, never the id, and how "
-       "many it holds", rb_routes)
+       "many it holds; ra lists it as moved to rb", (rb_routes, ra_routes))
     for _ in range(100):
         if a.json("GET", f"/contexts/{cid}", token=alice)[0] == 404:
             break
