@@ -407,8 +407,14 @@ try:
     ok(status == 404 and err_code(answer) == -32001,
        "MCP with an unknown tag's session id: 404, JSON-RPC -32001", (status, answer))
 
-    # --- a replica dies -----------------------------------------------------------------------
+    # --- a replica dies (one of its peers moving a context to it) ---------------------------
     victim = "r1"
+    mover_ctx = next(c for c, x in contexts.items() if x == "r0")
+    result = {}
+    mover = threading.Thread(target=lambda: result.update(
+        r=p.json("POST", f"/contexts/{mover_ctx}/move", {"to": victim})))
+    mover.start()
+    time.sleep(0.1)
     os.kill(pid_of(victim), signal.SIGKILL)
     # SIGKILL is delivered on its way: until the process is gone its socket
     # may still take a request, which the proxy then answers 502 (a replica
@@ -443,6 +449,11 @@ try:
         after = dict(pool.map(lambda c: (c, execute(p, "print(v)", c)), live))
     wrong = {c: v for c, v in after.items() if v[0] != 200 or stdout(v[2]) != c + "\n"}
     ok(not wrong, "the other replicas' contexts keep their variables", wrong)
+    mover.join()
+    status, answer = result["r"]
+    ok(status == 502 and after[mover_ctx][1] == "r0",
+       f"a move to {victim}, killed meanwhile: 502, and the context stays on r0, whole",
+       (status, answer, after.get(mover_ctx)))
     status, answer = p.json("GET", "/contexts")
     listed = {c["id"] for c in answer} if status == 200 else set()
     ok(status == 200 and set(live) <= listed and not listed & set(dead),
@@ -463,6 +474,12 @@ try:
     wrong = {c: v for c, v in back.items()
              if v[0] != 200 or v[1] != victim or stdout(v[2]) != c + "\n"}
     ok(not wrong, f"{victim}'s contexts answer again, with their variables", wrong)
+    with open(os.path.join(RUN, victim, "port")) as f:
+        status, _ = Proxy(f"http://127.0.0.1:{int(f.read())}").json(
+            "GET", f"/contexts/{mover_ctx}")
+    status2, _, out = execute(p, "print(v)", mover_ctx)
+    ok(status == 404 and status2 == 200 and stdout(out) == mover_ctx + "\n",
+       f"{victim}, back, has no copy of it: one context, on r0", (status, status2, out))
 
     # --- the real clients, through the proxy -------------------------------------------------
     if not os.path.isdir(os.path.join(SRC, "tests/node_modules")):
