@@ -55,8 +55,7 @@ static bool join_list(json_t *network, const char *key, char **out, char **why)
     return true;
 }
 
-bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
-                     enum MHD_Result *ret)
+bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
 {
     *net = (e2b_net_t){0};
     json_t *ai = json_object_get(body, "allow_internet_access");
@@ -87,7 +86,8 @@ bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
     }
     if (why) {
         api_e2b_network_free(net);
-        *ret = net_reply(conn, 400, why);
+        *why_p = why;
+        why = NULL;
         return false;
     }
     net->private_ports = json_is_false(pub);
@@ -102,6 +102,16 @@ bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
      * let through. */
     net->internet = net->asked ? net->internet_access || net->allow : net->allow || net->deny;
     return true;
+}
+
+bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
+                     enum MHD_Result *ret)
+{
+    cleanup_free char *why = NULL;
+    if (api_network_parse(body, net, &why))
+        return true;
+    *ret = net_reply(conn, 400, why);
+    return false;
 }
 
 void api_e2b_network_free(e2b_net_t *net)
@@ -166,6 +176,19 @@ static void rules_set(const sg_error_t *err, void *arg)
                       err ? json_pack("{s:s}", "message", err->msg) : json_object());
 }
 
+/* Why not, in E2B's shape for its route, else sandgate's. */
+static enum MHD_Result refuse(http_req_t *call, unsigned status, const char *msg)
+{
+    if (strncmp(call->path, "/contexts/", 10) != 0)
+        return net_reply(call->conn, status, msg);
+    sg_errkind_t kind = status == 400   ? SG_E_INVALID
+                        : status == 404 ? SG_E_NOTFOUND
+                        : status == 409 ? SG_E_CONFLICT
+                        : status == 503 ? SG_E_UNAVAILABLE
+                                        : SG_E_INTERNAL;
+    return http_reply_errorf(call->conn, kind, "%s", msg);
+}
+
 /* The update's answer: 204, or why not; later when the launcher has not answered yet. */
 static enum MHD_Result rules_answer(http_req_t *call)
 {
@@ -173,22 +196,24 @@ static enum MHD_Result rules_answer(http_req_t *call)
     if (!s->done)
         return resp_wait(s->out);
     if (s->status >= 300)
-        return net_reply(call->conn, s->status,
-                         json_string_value(json_object_get(s->agg, "message")));
+        return refuse(call, s->status, json_string_value(json_object_get(s->agg, "message")));
     return reply_status(call->conn, 204);
 }
 
+/* PUT /sandboxes/{sandbox}/network (E2B's) and PUT /contexts/{context}/network
+ * (sandgate's): the same body, {allowOut, denyOut}, in their own shapes. */
 enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
 {
     api_t *self = arg;
     if (call->resumed)
         return rules_answer(call);
-    kernel_t *k = http_arg(call, "sandbox");
+    bool mine = strncmp(call->path, "/contexts/", 10) == 0;
+    kernel_t *k = http_arg(call, mine ? "context" : "sandbox");
     json_error_t jerr;
     json_t *body = call->len ? json_loadb(call->body, call->len, 0, &jerr) : NULL;
     if (!json_is_object(body)) {
         json_decref(body);
-        return net_reply(call->conn, 400, "the body must be a JSON object (E2B's network update)");
+        return refuse(call, 400, "the body must be a JSON object: {\"allowOut\", \"denyOut\"}");
     }
     /* The update's fields are the network's own (allowOut, denyOut, ...)
      * beside allow_internet_access: read as create's body. */
@@ -198,23 +223,23 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
         json_object_set(as_create, "allow_internet_access", ai);
     json_object_del(json_object_get(as_create, "network"), "allow_internet_access");
     e2b_net_t net;
-    enum MHD_Result ret = MHD_NO;
-    bool good = api_e2b_network(as_create, &net, call->conn, &ret);
+    cleanup_free char *why = NULL;
+    bool good = api_network_parse(as_create, &net, &why);
     json_decref(as_create);
     json_decref(body);
     if (!good)
-        return ret;
+        return refuse(call, 400, why);
     if (!kernel_internet(kernel_host(k) ? kernel_host(k) : k)) {
         bool allows = net.allow != NULL;
         api_e2b_network_free(&net);
         if (!allows) /* it reaches nothing, as asked */
             return reply_status(call->conn, 204);
-        return net_reply(call->conn, 409,
-                         "the sandbox has no network (made without internet access, or this "
-                         "server gives none): allowOut cannot give it one");
+        return refuse(call, 409,
+                      "the sandbox has no network (made without internet access, or this "
+                      "server gives none): allowOut cannot give it one");
     }
     audit_who_t who;
-    http_who(call, "e2b", &who);
+    http_who(call, mine ? "rest" : "e2b", &who);
     audit_event(&who, "context.network",
                 json_pack("{s:s, s:s?, s:s?}", "context", kernel_id(k), "allow", net.allow, "deny",
                           net.rules_deny));
@@ -231,6 +256,14 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     api_e2b_network_free(&net);
     call->state = s; /* the front end's done drops the request's reference */
     return rules_answer(call);
+}
+
+void api_network_json(json_t *context, const char *allow, const char *deny)
+{
+    if ((allow && *allow) || (deny && *deny))
+        json_object_set_new(
+            context, "network",
+            json_pack("{s:o, s:o}", "allowOut", split_list(allow), "denyOut", split_list(deny)));
 }
 
 void api_e2b_network_json(json_t *sandbox, const json_t *e2b)

@@ -151,12 +151,18 @@ typedef struct {
                              allow_internet_access is false; NULL: nothing */
     bool private_ports;   /* allowPublicTraffic false: its ports need a credential */
 } e2b_net_t;
+/* body's allow_internet_access and network ({allowOut, denyOut, ...}) into
+ * *net; false with *why (a new string) when they cannot be. */
+bool api_network_parse(json_t *body, e2b_net_t *net, char **why);
 bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret);
 void api_e2b_network_free(e2b_net_t *net);
 /* Into a sandbox's "e2b" record; onto a new sandbox (before it runs). */
 void api_e2b_network_record(json_t *e2b, const e2b_net_t *net);
 void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net);
+/* A context's own rules (kernel_opts' egress lists) as GET /contexts/{id}
+ * shows them: "network": {allowOut, denyOut}, when it has any. */
+void api_network_json(json_t *context, const char *allow, const char *deny);
 /* SandboxDetail's allowInternetAccess and network, from the record. */
 void api_e2b_network_json(json_t *sandbox, const json_t *e2b);
 /* PUT /sandboxes/{sandbox}/network (E2B's front end, e2b.c, registers it). */

@@ -140,6 +140,7 @@ json_t *api_context_json(api_t *self, kernel_t *k)
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
                           "state", context_state(k), "internet", kernel_internet(k));
     json_object_set_new(j, "tenant", json_string(kernel_owner(k)));
+    api_network_json(j, kernel_opts(k)->egress_allow, kernel_opts(k)->egress_deny);
     /* The sandbox it runs in: its own, or the context's whose sandbox it
      * shares (POST /contexts {"sandbox"}), E2B's sandbox id. */
     const char *sandbox = json_string_value(json_object_get(meta, "sandbox"));
@@ -269,7 +270,8 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     }
     if (snap) /* a snapshot's context has its network, or none */
         internet = snap->internet;
-    if (snap && snap->mounts && self->volumes && volumes_check(self->volumes, snap->mounts, err) < 0)
+    if (snap && snap->mounts && self->volumes &&
+        volumes_check(self->volumes, snap->mounts, err) < 0)
         return NULL;
     if (tenant_admit(t, internet, quota, err) < 0)
         return NULL;
@@ -703,6 +705,11 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
             ret = http_reply_errorf(conn, SG_E_INVALID,
                                     "a context made from a snapshot has the snapshot's language, "
                                     "cwd, template and network: give \"snapshot\" alone");
+        } else if (!json_is_null(json_object_get(req, "network") ?: json_null()) &&
+                   !json_is_true(internet)) {
+            ret = http_reply_errorf(conn, SG_E_INVALID,
+                                    "\"network\" (allowOut, denyOut) narrows a network: it goes "
+                                    "with \"internet\": true");
         } else if (template && lang) {
             ret = http_reply_errorf(conn, SG_E_INVALID,
                                     "a template names its kernel: give \"template\" or "
@@ -710,6 +717,15 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
         } else {
             tenant_quota_t quota = {0};
             bool none;
+            e2b_net_t net = {0};
+            cleanup_free char *why = NULL;
+            json_t *rules = json_pack("{s:O?}", "network", json_object_get(req, "network"));
+            bool good = api_network_parse(rules, &net, &why);
+            json_decref(rules);
+            if (!good) {
+                ret = http_reply_errorf(conn, SG_E_INVALID, "%s", why);
+                goto out;
+            }
             json_t *mounts = api_volume_mounts(self, call, json_object_get(req, "volumeMounts"),
                                                snap != NULL || host != NULL, &none, &err);
             kernel_t *k = !mounts && !none
@@ -720,10 +736,14 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
                                     json_is_true(internet), false, snap,
                                     json_string_value(template), host, mounts, &who, &quota, &err);
             json_decref(mounts);
+            if (k)
+                api_e2b_network_apply(self, k, &net); /* before it runs */
+            api_e2b_network_free(&net);
             ret = k ? api_context_created(self, conn, k, &call->state)
                     : api_reply_refused(conn, &quota, &err);
         }
     }
+out:
     sg_error_free(&err);
     json_decref(req);
     return ret;
@@ -815,6 +835,7 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err)
         {"POST", "/contexts", context_create, 0, NULL},
         {"GET", "/contexts/{context}", context_get, 0, NULL},
         {"DELETE", "/contexts/{context}", context_delete, 0, NULL},
+        {"PUT", "/contexts/{context}/network", api_e2b_network_put, 0, NULL},
         {"POST", "/contexts/{context}/pause", context_pause, 0, NULL},
         {"POST", "/contexts/{context}/resume", context_resume, 0, NULL},
         {"POST", "/contexts/{context}/restart", context_restart, 0, NULL},

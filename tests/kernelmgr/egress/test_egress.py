@@ -388,6 +388,37 @@ def main():
         st, g = d.json("GET", f"/contexts/{a['id']}")
         ok(g.get("internet") is True, "GET /contexts/{id} shows internet", g)
 
+        # sandgate's own rules: POST /contexts {"network"}, PUT /contexts/{id}/network.
+        rules = {"allowOut": [PUBLIC], "denyOut": ["0.0.0.0/0"]}
+        bad = [d.json("POST", "/contexts", {"network": rules})[0],
+               d.json("POST", "/contexts", {"internet": True,
+                                            "network": {"allowOut": ["example.org"]}})[0],
+               d.json("POST", "/contexts", {"internet": True, "network": "x"})[0]]
+        ok(bad == [400, 400, 400], "POST /contexts: network without internet, a host name, not "
+           "an object: 400", bad)
+        st, nc = d.json("POST", "/contexts", {"internet": True, "network": rules}, token=alice)
+        pair = {"one": [PUBLIC, 8080], "two": [PUBLIC2, 8080]}
+        r = probe(d, nc["id"], pair)
+        ok(st == 201 and nc.get("network") == rules and r.get("one") == "open" and
+           r.get("two") not in (None, "open"), "POST /contexts {\"internet\": true, \"network\": "
+           f"{{allowOut [{PUBLIC}], denyOut [0.0.0.0/0]}}}}: it reaches {PUBLIC}, not {PUBLIC2}",
+           (st, nc, r))
+        swapped = {"allowOut": [PUBLIC2], "denyOut": ["0.0.0.0/0"]}
+        st_bob, _ = d.json("PUT", f"/contexts/{nc['id']}/network", swapped, token=bob)
+        st_bad, e = d.json("PUT", f"/contexts/{nc['id']}/network", {"allowOut": ["a.example"]},
+                           token=alice)
+        st, _ = d.json("PUT", f"/contexts/{nc['id']}/network", swapped, token=alice)
+        r = probe(d, nc["id"], pair)
+        g = d.json("GET", f"/contexts/{nc['id']}", token=alice)[1]
+        ok(st_bob == 404 and st_bad == 400 and e.get("error") and st == 204 and
+           g.get("network") == swapped and r.get("two") == "open" and
+           r.get("one") not in (None, "open"),
+           f"PUT /contexts/{{id}}/network: bob's 404, a host name 400; alice's 204, then it "
+           f"reaches {PUBLIC2} and not {PUBLIC}", (st_bob, st_bad, e, st, g, r))
+        st, _ = d.json("PUT", f"/contexts/{plain['id']}/network", {"allowOut": [PUBLIC]})
+        ok(st == 409, "allowOut for a context without a network: 409", st)
+        d.request("DELETE", f"/contexts/{nc['id']}", token=alice)
+
         port = int(d.url.rsplit(":", 1)[1].rstrip("/"))
         targets = {"public": [PUBLIC, 8080], "metadata": [METADATA, 8080],
                    "private": [PRIVATE, 8080], "allowed-private": [ALLOWED, 8080],
