@@ -4,7 +4,7 @@
  * request on the link, a SOCK_SEQPACKET socket, named from launcher_ops.
  * While the daemon serves, every answer goes to a callback from the loop
  * (link_async, after OpenBSD's imsg): nothing waits for the launcher.  Only
- * start-up (and shutdown) may wait for an answer, link_startup_call, and
+ * start-up (and shutdown) may wait for an answer, link_startup_wait, and
  * only for the operations launcher_ops marks LOP_STARTUP. */
 #include "kernelmgr/sandbox/internal.h"
 
@@ -74,6 +74,7 @@ static struct {
     uint64_t seq;
     zlistx_t *waiting; /* async_t: requests whose answer has a callback */
     zlistx_t *early;   /* answers that came while a synchronous call waited */
+    zlistx_t *resends; /* exec_sig_t: signals to send again (the loop's timers hold them) */
     int early_timer;
     loop_io_t *io;
     int timeout_ms; /* how long a request waits for its answer */
@@ -368,6 +369,7 @@ void sandbox_set_launcher(loop_t *loop, int fd, int timeout_ms, sandbox_lost_fn 
     link_.loop = loop;
     link_.waiting = zlistx_new();
     link_.early = zlistx_new();
+    link_.resends = zlistx_new();
     /* A hang-up reaches on_link too (errors are always reported). */
     link_.io = loop_fd_add(loop, fd, LOOP_READ, on_link, NULL, NULL);
     if (link_.io == NULL)
@@ -402,15 +404,10 @@ static sg_error_t *reply_error(json_t *reply)
 
 /* --- the operations ------------------------------------------------------------ */
 
-static json_t *link_startup_call(launcher_op_t op, json_t *fields, sg_error_t **err)
-{
-    return link_startup_wait(op, fields, 0, err);
-}
-
 /* A start-up request whose answer says only "done". */
 static int link_startup_do(launcher_op_t op, json_t *fields, sg_error_t **err)
 {
-    json_t *ok = link_startup_call(op, fields, err);
+    json_t *ok = link_startup_wait(op, fields, 0, err);
     json_decref(ok);
     return ok ? 0 : -1;
 }
@@ -429,7 +426,6 @@ static int link_env_init(sandbox_env_t *env, sg_error_t **err)
     return ok ? 0 : -1;
 }
 
-/* Re-adopted sessions' workspaces, at start-up. */
 /* Re-adopted sessions' workspaces and the volumes, at start-up (bytes: a
  * volume's size; 0 for a workspace). */
 static int link_workspace_open_startup(const sandbox_env_t *env, const char *path, uint64_t bytes,
@@ -490,8 +486,8 @@ static int link_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
 
 static int link_adopt_startup(sandbox_t *sb, pid_t pid, sg_error_t **err)
 {
-    json_t *r =
-        link_startup_call(LOP_ADOPT, json_pack("{s:s, s:i}", "id", sb->id, "pid", (int)pid), err);
+    json_t *r = link_startup_wait(LOP_ADOPT, json_pack("{s:s, s:i}", "id", sb->id, "pid", (int)pid),
+                                  0, err);
     int rc = !r || conn_from(&sb->conn, r, err) < 0 ? -1 : 0;
     /* Where its bundle put it: the daemon cannot read the bundle. */
     const char *cgroup = json_string_value(json_object_get(r, "cgroup"));
@@ -667,14 +663,14 @@ static void link_remove_id(sandbox_env_t *env, const char *id, bool wait)
 {
     json_t *fields = json_pack("{s:s, s:b}", "id", id, "wait", wait);
     if (wait)
-        json_decref(link_startup_call(LOP_REMOVE, fields, NULL));
+        json_decref(link_startup_wait(LOP_REMOVE, fields, 0, NULL));
     else
         link_async(LOP_REMOVE, fields, -1, NULL, NULL, 0);
 }
 
 static json_t *link_list_startup(sandbox_env_t *env, sg_error_t **err)
 {
-    json_t *r = link_startup_call(LOP_LIST, NULL, err);
+    json_t *r = link_startup_wait(LOP_LIST, NULL, 0, err);
     json_t *ids = r ? json_incref(json_object_get(r, "ids")) : NULL;
     json_decref(r);
     if (r && !json_is_array(ids)) {
@@ -813,13 +809,16 @@ typedef struct {
     char *id;
     uint64_t exec;
     int sig, tries;
+    void *resend; /* its handle in link_.resends while a timer holds it */
 } exec_sig_t;
 
 static void exec_signal_send(exec_sig_t *s);
 
 static void exec_signal_again(loop_t *loop, int timer_id, void *arg)
 {
-    exec_signal_send(arg);
+    exec_sig_t *s = arg;
+    zlistx_delete(link_.resends, s->resend);
+    exec_signal_send(s);
 }
 
 static void exec_signalled(json_t *reply, void *arg)
@@ -828,6 +827,7 @@ static void exec_signalled(json_t *reply, void *arg)
     cleanup_error sg_error_t *err = reply_error(reply);
     if (err && err->kind == SG_E_CONFLICT && ++s->tries < EXEC_SIGNAL_TRIES && !link_.lost) {
         loop_timer(link_.loop, EXEC_SIGNAL_RETRY_MS, 1, exec_signal_again, s);
+        s->resend = zlistx_add_end(link_.resends, s);
         return;
     }
     if (err)

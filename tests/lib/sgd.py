@@ -144,7 +144,7 @@ class Daemon:
         self.proc.wait(timeout=30)
         self.drain.join(timeout=30)
         if self.sanitizer:
-            raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
+            raise RuntimeError(sanitizer_report(self.sanitizer))
         self._start()
 
     def wait_log(self, text, timeout=10):
@@ -213,7 +213,27 @@ class Daemon:
         # the test that ran the daemon.
         self.drain.join(timeout=30)
         if self.sanitizer:
-            raise RuntimeError("sandgate's sanitizer report:\n" + "".join(self.sanitizer[:200]))
+            raise RuntimeError(sanitizer_report(self.sanitizer))
+
+
+def sanitizer_report(lines):
+    """A sanitizer report with a summary first: each finding's own frames
+    (allocator and libc left out) on one line, so a CI log that keeps only
+    a report's first lines still says where."""
+    summary, frames, keep = [], [], False
+    for line in lines + ["ERROR"]:
+        if re.search(r"ERROR|Direct leak|Indirect leak|SUMMARY", line):
+            if frames:
+                summary.append(" < ".join(frames[:8]))
+            frames, keep = [], False
+        if re.search(r"Direct leak|ERROR: AddressSanitizer|runtime error", line):
+            summary.append(line.strip().lstrip("#= 0123456789"))
+            keep = True
+        m = keep and re.search(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S+\.[ch]:\d+)", line)
+        if m and "sanitizer" not in line:
+            frames.append(m.group(1) + " " + m.group(2).rsplit("/", 1)[-1])
+    return ("sandgate's sanitizer report:\n" + "\n".join(summary[:12]) + "\n--- whole:\n"
+            + "".join(lines[:200]))
 
 
 def add_key(keys_file, name, *opts):
