@@ -37,9 +37,10 @@ packages=(
   # ... what the Bash kernel (bash_kernel, from PyPI: below) imports besides
   # ipykernel
   python3-pexpect python3-filetype
-  # ... network egress for contexts that ask (--egress-allow), and pip and
-  # venv (`python -m venv`) for them
-  nftables iproute2 python3-pip python3-venv
+  # ... network egress for contexts that ask (--egress-allow), the egress
+  # proxy that lets their rules name hosts (haproxy), and pip, venv
+  # (`python -m venv`) and requests for them
+  nftables iproute2 haproxy python3-pip python3-venv python3-requests
   # ... the docs' shell examples (docs/api.md): HTTP and JSON from a shell
   curl jq
   # ... templates made from OCI images (--template NAME=image=PATH): umoci
@@ -54,10 +55,10 @@ test_packages=(
   clang libclang-rt-14-dev python3-notebook chromium strace
   # ... systemd-analyze, which checks the installed systemd unit
   systemd
-  # ... the proxy in front of several replicas (docker/local-cluster.sh), and
-  # for E2B_DOMAIN through it: a resolver answering a whole test domain
+  # ... for E2B_DOMAIN through the cluster's proxy (haproxy, above) and
+  # the egress tests' names: a resolver answering a whole test domain
   # (dnsmasq-base: the program, no service) and a test CA (openssl)
-  haproxy dnsmasq-base openssl
+  dnsmasq-base openssl
   # ... and the container image (docker/build-image.sh, tests/build/test_image.py):
   # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
   buildah podman mmdebstrap runc
@@ -91,7 +92,8 @@ else
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 # Debian's haproxy package enables a system service.  Its default
-# configuration listens nowhere, but the cluster test runs its own haproxy:
+# configuration listens nowhere, but sandgate runs its own (the egress
+# proxy), as does the cluster test:
 # keep the system one stopped and disabled.
 if [[ " ${missing[*]} " == *" haproxy "* ]]; then
   if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then

@@ -42,8 +42,8 @@ static bool join_list(json_t *network, const char *key, char **out, char **why)
     size_t len = 0;
     json_array_foreach (v, i, item) {
         if (!json_is_string(item) || strchr(json_string_value(item), ',')) {
-            *why =
-                xasprintf("network.%s must be an array of strings (addresses or CIDR ranges)", key);
+            *why = xasprintf(
+                "network.%s must be an array of strings (addresses, CIDR ranges, host names)", key);
             free(*out);
             *out = NULL;
             return false;
@@ -71,7 +71,7 @@ bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
         if (v && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
             !(json_is_array(v) && json_array_size(v) == 0))
             why = xasprintf("network.%s is not supported by sandgate (its sandboxes' rules are "
-                            "addresses and CIDR ranges: allowOut, denyOut)",
+                            "addresses, CIDR ranges and host names: allowOut, denyOut)",
                             unsupported[i]);
     }
     json_t *pub = json_object_get(network, "allowPublicTraffic");

@@ -1,6 +1,6 @@
 /* egress: network namespaces, veths and nftables rules for sandboxes whose
  * context opted in to the network (egress.h says what and why). */
-#include "kernelmgr/egress/egress.h"
+#include "kernelmgr/egress/internal.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -16,10 +16,11 @@
 #include "common/proc.h"
 #include "common/xalloc.h"
 
-#define POOL_NET 0x647f0000u /* 100.127.0.0/16: a /30 per sandbox */
 #define POOL_PREFIX 16
 #define POOL_SIZE (1u << (32 - POOL_PREFIX - 2))
 #define NETNS_DIR "/var/run/netns"
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const struct {
     const char *cidr;
@@ -69,7 +70,7 @@ static int parse_port(const char *s, const char *end, uint16_t *out)
 }
 
 /* One entry: ADDR[/PREFIX][:PORT[-PORT]] in [s, end). */
-static int parse_rule(const char *s, const char *end, egress_rule_t *r)
+int egress_parse_rule(const char *s, const char *end, egress_rule_t *r)
 {
     *r = (egress_rule_t){.prefix = 32};
     const char *colon = memchr(s, ':', (size_t)(end - s));
@@ -101,7 +102,7 @@ static int parse_rule(const char *s, const char *end, egress_rule_t *r)
 
 /* The next item of a comma-separated list, spaces trimmed: [*s, *e); false
  * at the end.  *rest moves past it. */
-static bool next_item(const char **rest, const char **s, const char **e)
+bool egress_next_item(const char **rest, const char **s, const char **e)
 {
     while (**rest == ',' || **rest == ' ')
         (*rest)++;
@@ -120,7 +121,7 @@ int egress_parse_allow(egress_policy_t *p, const char *list, sg_error_t **err)
 {
     p->nallow = 0;
     const char *rest = list ? list : "", *s, *e;
-    while (next_item(&rest, &s, &e)) {
+    while (egress_next_item(&rest, &s, &e)) {
         if (p->nallow == EGRESS_MAX_RULES)
             return sg_error_set(err, SG_E_INVALID, "--egress-allow: more than %d entries",
                                 EGRESS_MAX_RULES);
@@ -132,7 +133,7 @@ int egress_parse_allow(egress_policy_t *p, const char *list, sg_error_t **err)
                                 "--egress-allow: '%.*s': IPv6 is not supported (sandboxes get "
                                 "IPv4 only)",
                                 (int)(e - s), s);
-        if (parse_rule(s, e, &p->allow[p->nallow]) < 0)
+        if (egress_parse_rule(s, e, &p->allow[p->nallow]) < 0)
             return sg_error_set(err, SG_E_INVALID,
                                 "--egress-allow: '%.*s' is not CIDR[:PORT[-PORT]] (e.g. "
                                 "0.0.0.0/0, 203.0.113.0/24:443, 10.1.0.0/16:8000-8100)",
@@ -146,7 +147,7 @@ int egress_parse_dns(egress_policy_t *p, const char *list, sg_error_t **err)
 {
     p->ndns = 0;
     const char *rest = list ? list : "", *s, *e;
-    while (next_item(&rest, &s, &e)) {
+    while (egress_next_item(&rest, &s, &e)) {
         if (p->ndns == EGRESS_MAX_DNS)
             return sg_error_set(err, SG_E_INVALID, "--egress-dns: more than %d resolvers",
                                 EGRESS_MAX_DNS);
@@ -158,21 +159,48 @@ int egress_parse_dns(egress_policy_t *p, const char *list, sg_error_t **err)
     return 0;
 }
 
-static void put_addr(FILE *f, uint32_t a)
+void egress_put_addr(FILE *f, uint32_t a)
 {
     fprintf(f, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
 }
 
-static void put_rule(FILE *f, const egress_rule_t *r)
+static void put_rule(FILE *f, const egress_rule_t *r, const char *verdict)
 {
     fputs("\t\tip daddr ", f);
-    put_addr(f, r->net);
+    egress_put_addr(f, r->net);
     fprintf(f, "/%d", r->prefix);
     if (r->lo && r->lo == r->hi)
         fprintf(f, " meta l4proto { tcp, udp } th dport %u", r->lo);
     else if (r->lo)
         fprintf(f, " meta l4proto { tcp, udp } th dport %u-%u", r->lo, r->hi);
-    fputs(" goto allowed\n", f);
+    fprintf(f, " %s\n", verdict);
+}
+
+/* The operator's policy, after what comes before it: the always-blocked
+ * ranges refused (refuse: a chain) except the allow entries inside them,
+ * then the other allow entries (allowed: a verdict), then refuse. */
+static void put_policy(FILE *f, const egress_policy_t *p, const char *allowed, const char *refuse)
+{
+    for (size_t i = 0; i < p->nallow; i++)
+        if (p->allow[i].inside_blocked)
+            put_rule(f, &p->allow[i], allowed);
+    fputs("\t\tip daddr { ", f);
+    for (size_t i = 0; i < sizeof blocked / sizeof *blocked; i++)
+        fprintf(f, "%s%s", i ? ", " : "", blocked[i].cidr);
+    fprintf(f, " } jump %s\n", refuse);
+    for (size_t i = 0; i < p->nallow; i++)
+        if (!p->allow[i].inside_blocked)
+            put_rule(f, &p->allow[i], allowed);
+    fprintf(f, "\t\tjump %s\n\t}\n", refuse);
+}
+
+static void put_dns(FILE *f, const egress_policy_t *p, const char *verdict)
+{
+    for (size_t i = 0; i < p->ndns; i++) {
+        fputs("\t\tip daddr ", f);
+        egress_put_addr(f, p->dns[i]);
+        fprintf(f, " meta l4proto { tcp, udp } th dport 53 %s\n", verdict);
+    }
 }
 
 char *egress_ruleset(const egress_policy_t *p)
@@ -182,59 +210,78 @@ char *egress_ruleset(const egress_policy_t *p)
     FILE *f = open_memstream(&buf, &len);
     if (f == NULL)
         abort();
-    fputs("table inet sandgate\ndelete table inet sandgate\n"
-          "table inet sandgate {\n"
-          "\tcounter refused {\n\t}\n"
-          /* Per sandbox address: the connections it has open. */
-          "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
-          /* Refusals per host veth (sghN), besides the total above: an
-           * element appears with a sandbox's first refusal and goes with
-           * its veth (egress_sandbox_down), so a later sandbox on index N
-           * starts at 0. */
-          "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
-          /* Sandboxes with rules of their own (egress_sandbox_rules): host
-           * veth -> jump to its chain sbN. */
-          "\tmap sandboxes {\n\t\ttype ifname : verdict\n\t}\n"
-          /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
-          "\tchain refuse {\n\t\tcounter name \"refused\"\n"
-          "\t\tadd @refused_by { iifname }\n"
-          "\t\tmeta l4proto tcp reject with tcp reset\n"
-          "\t\treject with icmpx type admin-prohibited\n\t}\n"
-          /* Nothing from a sandbox reaches the host itself: none of its
-           * addresses, none of its ports (sandgate's API included). */
-          "\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n"
-          "\t\tiifname \"sgh*\" jump refuse\n\t}\n"
-          "\tchain forward {\n\t\ttype filter hook forward priority filter - 10; policy accept;\n"
-          "\t\tiifname \"sgh*\" jump egress\n"
-          "\t\toifname \"sgh*\" ct state established,related accept\n"
-          "\t\toifname \"sgh*\" drop\n\t}\n"
-          "\tchain egress {\n"
-          "\t\tct state established,related accept\n"
-          "\t\tmeta nfproto ipv6 drop\n"
-          "\t\tip daddr 100.127.0.0/16 jump refuse\n",
-          f);
-    for (size_t i = 0; i < p->ndns; i++) {
-        fputs("\t\tip daddr ", f);
-        put_addr(f, p->dns[i]);
-        fputs(" meta l4proto { tcp, udp } th dport 53 goto allowed\n", f);
-    }
+    fputs(
+        "table inet sandgate\ndelete table inet sandgate\n"
+        "table inet sandgate {\n"
+        "\tcounter refused {\n\t}\n"
+        /* Per sandbox address: the connections it has open. */
+        "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
+        /* Refusals per host veth (sghN), besides the total above: an
+         * element appears with a sandbox's first refusal and goes with
+         * its veth (egress_sandbox_down), so a later sandbox on index N
+         * starts at 0. */
+        "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
+        /* Sandboxes with rules of their own (egress_sandbox_rules): host
+         * veth -> jump to its chain sbN. */
+        "\tmap sandboxes {\n\t\ttype ifname : verdict\n\t}\n"
+        /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
+        "\tchain refuse {\n\t\tcounter name \"refused\"\n"
+        "\t\tadd @refused_by { iifname }\n"
+        "\t\tmeta l4proto tcp reject with tcp reset\n"
+        "\t\treject with icmpx type admin-prohibited\n\t}\n"
+        /* Nothing from a sandbox reaches the host itself: none of its
+         * addresses, none of its ports (sandgate's API included). */
+        /* Sandboxes whose rules name hosts: their TCP to ports 80 and 443
+         * goes to the egress proxy (proxy.c), on the host. */
+        "\tset named {\n\t\ttype ifname\n\t}\n"
+        "\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n"
+        "\t\tiifname @named tcp dport 80 redirect to :" STR(
+            PROXY_HTTP_PORT) "\n"
+                             "\t\tiifname @named tcp dport 443 redirect to :" STR(
+                                 PROXY_TLS_PORT) "\n\t}\n"
+                                                 "\tchain input {\n\t\ttype filter hook input "
+                                                 "priority filter - 10; policy accept;\n"
+                                                 "\t\tiifname @named ct status dnat tcp dport "
+                                                 "{ " STR(PROXY_HTTP_PORT) ", " STR(
+                                                     PROXY_TLS_PORT) " } accept\n"
+                                                                     "\t\tiifname \"sgh*\" jump "
+                                                                     "refuse\n\t}\n"
+                                                                     "\tchain forward {\n\t\ttype "
+                                                                     "filter hook forward priority "
+                                                                     "filter - 10; policy accept;\n"
+                                                                     "\t\tiifname \"sgh*\" jump "
+                                                                     "egress\n"
+                                                                     "\t\toifname \"sgh*\" ct "
+                                                                     "state established,related "
+                                                                     "accept\n"
+                                                                     "\t\toifname \"sgh*\" "
+                                                                     "drop\n\t}\n"
+                                                                     "\tchain egress {\n"
+                                                                     "\t\tct state "
+                                                                     "established,related accept\n"
+                                                                     "\t\tmeta nfproto ipv6 drop\n"
+                                                                     "\t\tip daddr 100.127.0.0/16 "
+                                                                     "jump refuse\n",
+        f);
+    put_dns(f, p, "goto allowed");
     /* A sandbox's own rules come before the operator's: they may refuse
      * more, never allow more (a sandbox's chain returns here). */
     fputs("\t\tiifname vmap @sandboxes\n", f);
-    for (size_t i = 0; i < p->nallow; i++)
-        if (p->allow[i].inside_blocked)
-            put_rule(f, &p->allow[i]);
-    fputs("\t\tip daddr { ", f);
-    for (size_t i = 0; i < sizeof blocked / sizeof *blocked; i++)
-        fprintf(f, "%s%s", i ? ", " : "", blocked[i].cidr);
-    fputs(" } jump refuse\n", f);
-    for (size_t i = 0; i < p->nallow; i++)
-        if (!p->allow[i].inside_blocked)
-            put_rule(f, &p->allow[i]);
-    fputs("\t\tjump refuse\n\t}\n"
-          /* What the policy lets through, within the connection limit. */
-          "\tchain allowed {\n",
-          f);
+    put_policy(f, p, "goto allowed", "refuse");
+    /* The egress proxy's own connections (proxy.c), for the sandboxes it
+     * serves: the operator's policy too (its per-sandbox limit is its own). */
+    fprintf(f,
+            "\tchain output {\n\t\ttype filter hook output priority filter - 10; policy accept;\n"
+            "\t\tmeta skuid %d ct state new jump proxied\n\t}\n"
+            "\tchain refuse_proxied {\n\t\tcounter name \"refused\"\n"
+            "\t\tmeta l4proto tcp reject with tcp reset\n"
+            "\t\treject with icmpx type admin-prohibited\n\t}\n"
+            "\tchain proxied {\n\t\tip daddr 100.127.0.0/16 jump refuse_proxied\n",
+            PROXY_UID);
+    put_dns(f, p, "accept");
+    put_policy(f, p, "accept", "refuse_proxied");
+    /* What the policy lets through, within the connection limit. */
+    fputs("\tchain allowed {\n", f);
     if (p->max_conns) /* counted by conntrack: closed connections leave the count */
         fprintf(f, "\t\tct state new add @conns { ip saddr ct count over %u } jump refuse\n",
                 p->max_conns);
@@ -248,7 +295,7 @@ char *egress_ruleset(const egress_policy_t *p)
 
 /* --- the launcher's side ---------------------------------------------------- */
 
-static const char *tool(const char *name)
+const char *egress_tool(const char *name)
 {
     static char path[64];
     const char *dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin"};
@@ -260,7 +307,7 @@ static const char *tool(const char *name)
     return NULL;
 }
 
-static int run(sg_error_t **err, const char *a0, const char *const *args)
+int egress_run(sg_error_t **err, const char *a0, const char *const *args)
 {
     const char *argv[16];
     size_t n = 0;
@@ -282,17 +329,17 @@ static int run(sg_error_t **err, const char *a0, const char *const *args)
 
 static int ip(sg_error_t **err, const char *const *args)
 {
-    const char *p = tool("ip");
+    const char *p = egress_tool("ip");
     if (!p)
         return sg_error_set(err, SG_E_UNAVAILABLE, "ip not found (apt-get install iproute2)");
     cleanup_free char *path = xstrdup(p);
-    return run(err, path, args);
+    return egress_run(err, path, args);
 }
 
 /* Runs nft with script (a file: nft -f). */
-static int nft_script(const char *script, sg_error_t **err)
+int egress_nft(const char *script, sg_error_t **err)
 {
-    const char *nft = tool("nft");
+    const char *nft = egress_tool("nft");
     if (nft == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE, "nft not found (apt-get install nftables)");
     cleanup_free char *nft_path = xstrdup(nft);
@@ -303,12 +350,12 @@ static int nft_script(const char *script, sg_error_t **err)
     ssize_t w = write(fd, script, strlen(script));
     close(fd);
     const char *args[] = {"-f", path, NULL};
-    int r = w == (ssize_t)strlen(script) ? run(err, nft_path, args) : -1;
+    int r = w == (ssize_t)strlen(script) ? egress_run(err, nft_path, args) : -1;
     unlink(path);
     return r;
 }
 
-static int index_of(const char *dir)
+int egress_index_of(const char *dir)
 {
     cleanup_free char *path = xasprintf("%s/net", dir);
     FILE *f = fopen(path, "re");
@@ -323,10 +370,10 @@ static int index_of(const char *dir)
 
 bool egress_sandbox_has(const char *dir)
 {
-    return index_of(dir) >= 0;
+    return egress_index_of(dir) >= 0;
 }
 
-static bool link_exists(int n)
+bool egress_link_exists(int n)
 {
     char path[64];
     snprintf(path, sizeof path, "/sys/class/net/sgh%d", n);
@@ -344,7 +391,7 @@ static void each_index(const char *kernels_dir, index_fn *fn, void *arg)
         if (e->d_name[0] == '.')
             continue;
         cleanup_free char *dir = xasprintf("%s/%s", kernels_dir, e->d_name);
-        int n = index_of(dir);
+        int n = egress_index_of(dir);
         if (n >= 0)
             fn(e->d_name, n, arg);
     }
@@ -365,7 +412,7 @@ static void claimed(const char *kernels_dir, bool *used)
 }
 
 #define RULES_FILE "egress-rules"
-static int apply_rules(const char *dir, int n, sg_error_t **err);
+int egress_apply_rules(const char *dir, int n, sg_error_t **err);
 static int own_rules(const char *dir, int n, sg_error_t **err);
 
 /* A re-adopted sandbox's own rules, into a new table. */
@@ -373,17 +420,17 @@ static void rules_again(const char *id, int n, void *arg)
 {
     cleanup_free char *dir = xasprintf("%s/%s", (const char *)arg, id);
     cleanup_error sg_error_t *err = NULL;
-    if (link_exists(n) && own_rules(dir, n, &err) < 0)
+    if (egress_link_exists(n) && own_rules(dir, n, &err) < 0)
         log_warn("egress: the rules of sandbox %s: %s", id, err->msg);
 }
 
 int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t **err)
 {
-    const char *nft = tool("nft");
+    const char *nft = egress_tool("nft");
     if (nft == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE,
                             "--egress-allow needs nft (apt-get install nftables)");
-    if (tool("ip") == NULL)
+    if (egress_tool("ip") == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE,
                             "--egress-allow needs ip (apt-get install iproute2)");
     int fd = open("/proc/sys/net/ipv4/ip_forward", O_WRONLY | O_CLOEXEC);
@@ -395,7 +442,7 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
     }
     close(fd);
     cleanup_free char *rules = egress_ruleset(p);
-    if (nft_script(rules, err) < 0)
+    if (egress_nft(rules, err) < 0)
         return sg_error_prefix(err, "installing the egress rules");
 
     /* A crash's leftovers: namespaces of sandboxes without a directory, and
@@ -428,6 +475,12 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
     }
     if (d)
         closedir(d);
+    cleanup_free char *state_dir = xstrdup(kernels_dir);
+    char *slash = strrchr(state_dir, '/');
+    if (slash)
+        *slash = 0;
+    if (egress_proxy_start(p, state_dir, err) < 0)
+        return -1;
     each_index(kernels_dir, rules_again, (void *)kernels_dir); /* the table was new */
     return 0;
 }
@@ -438,6 +491,7 @@ void egress_teardown(void)
      * running, a crash leaves everything), and without it their packets
      * would be forwarded unfiltered — to private ranges, to the metadata
      * address.  The next start replaces it as a whole. */
+    egress_proxy_stop();
     DIR *d = opendir(NETNS_DIR);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
@@ -462,7 +516,7 @@ static void addr_of(int n, int host, char *buf, size_t len)
 static int shape(const egress_policy_t *p, const char *ns, const char *host, const char *peer,
                  sg_error_t **err)
 {
-    const char *tc = tool("tc");
+    const char *tc = egress_tool("tc");
     if (!tc)
         return sg_error_set(err, SG_E_UNAVAILABLE, "tc not found (apt-get install iproute2)");
     cleanup_free char *path = xstrdup(tc);
@@ -476,19 +530,19 @@ static int shape(const egress_policy_t *p, const char *ns, const char *host, con
                          "rate", rate, "burst", burst,     "latency", "200ms", NULL};
     const char *in_off[] = {"qdisc", "del", "dev", host, "root", NULL};
     if (p->rate == 0) { /* a limit an earlier start set goes */
-        run(NULL, path, in_off);
+        egress_run(NULL, path, in_off);
         const char *out_off[] = {"-n", ns, "qdisc", "del", "dev", peer, "root", NULL};
-        run(NULL, path, out_off);
+        egress_run(NULL, path, out_off);
         return 0;
     }
-    return run(err, path, in) < 0 || run(err, path, out) < 0 ? -1 : 0;
+    return egress_run(err, path, in) < 0 || egress_run(err, path, out) < 0 ? -1 : 0;
 }
 
 /* Its own rules, when it has some (DIR/egress-rules). */
 static int own_rules(const char *dir, int n, sg_error_t **err)
 {
     cleanup_free char *file = xasprintf("%s/" RULES_FILE, dir);
-    return access(file, F_OK) == 0 ? apply_rules(dir, n, err) : 0;
+    return access(file, F_OK) == 0 ? egress_apply_rules(dir, n, err) : 0;
 }
 
 char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *dir, bool restoring,
@@ -499,7 +553,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
                      "this server gives sandboxes no network (start it with --egress-allow)");
         return NULL;
     }
-    int n = index_of(dir);
+    int n = egress_index_of(dir);
     if (n < 0) {
         static bool used[POOL_SIZE];
         memset(used, 0, sizeof used);
@@ -513,7 +567,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
             h = (h ^ (uint8_t)*c) * 16777619u;
         for (uint32_t i = 0; i < POOL_SIZE && n < 0; i++) {
             int m = (int)((h + i) % POOL_SIZE);
-            if (!used[m] && !link_exists(m))
+            if (!used[m] && !egress_link_exists(m))
                 n = m;
         }
         if (n < 0) {
@@ -535,7 +589,8 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
     addr_of(n, 0, saddr, sizeof saddr);
     snprintf(gw, sizeof gw, "%.*s", (int)strcspn(haddr, "/"), haddr);
     char *path = xasprintf("%s/%s", NETNS_DIR, ns);
-    if (access(path, F_OK) == 0 && link_exists(n)) { /* a resume, or a restart that re-adopts */
+    if (access(path, F_OK) == 0 &&
+        egress_link_exists(n)) { /* a resume, or a restart that re-adopts */
         const char *again[][12] = {
             {"-n", ns, "addr", "replace", saddr, "dev", peer, NULL},
             {"-n", ns, "route", "replace", "default", "via", gw, NULL},
@@ -551,7 +606,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
     const char *del_ns[] = {"netns", "delete", ns, NULL};
     const char *del_link[] = {"link", "delete", host, NULL};
     ip(NULL, del_ns);
-    if (link_exists(n))
+    if (egress_link_exists(n))
         ip(NULL, del_link);
     const char *steps[][12] = {
         {"netns", "add", ns, NULL},
@@ -568,7 +623,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
                 ? ip(err, steps[i]) < 0
                 : shape(p, ns, host, peer, err) < 0 || own_rules(dir, n, err) < 0) {
             ip(NULL, del_ns);
-            if (link_exists(n))
+            if (egress_link_exists(n))
                 ip(NULL, del_link);
             sg_error_prefix(err, "the network of sandbox %s", id);
             free(path);
@@ -579,7 +634,7 @@ char *egress_sandbox_up(const egress_policy_t *p, const char *id, const char *di
 
 void egress_sandbox_down(const char *id, const char *dir)
 {
-    int n = index_of(dir);
+    int n = egress_index_of(dir);
     if (n < 0)
         return;
     char ns[128], host[32];
@@ -590,140 +645,23 @@ void egress_sandbox_down(const char *id, const char *dir)
     cleanup_free char *path = xasprintf("%s/%s", NETNS_DIR, ns);
     if (access(path, F_OK) == 0)
         ip(NULL, del_ns);
-    if (link_exists(n))
+    if (egress_link_exists(n))
         ip(NULL, del_link);
     /* Its refusal count goes too, after the veth (no packet can add it
      * back), so a later sandbox on index N starts at 0.  A sandbox that
      * refused nothing has no element: nft says so, and that is all. */
-    const char *nft = tool("nft");
+    const char *nft = egress_tool("nft");
     if (nft) {
         char elem[48];
         snprintf(elem, sizeof elem, "{ %s }", host);
         cleanup_free char *nft_path = xstrdup(nft);
         const char *del_elem[] = {"delete",     "element", "inet", "sandgate",
                                   "refused_by", elem,      NULL};
-        run(NULL, nft_path, del_elem);
+        egress_run(NULL, nft_path, del_elem);
     }
     cleanup_free char *file = xasprintf("%s/" RULES_FILE, dir);
     if (access(file, F_OK) == 0 && unlink(file) == 0)
-        apply_rules(dir, n, NULL); /* without the file: its chain and entry go */
-}
-
-/* --- a sandbox's own rules ------------------------------------------------------ */
-
-/* A list of a sandbox's rules: addresses and CIDR ranges, no ports. */
-static int parse_list(const char *what, const char *list, egress_rule_t *out, size_t *n,
-                      sg_error_t **err)
-{
-    *n = 0;
-    const char *rest = list ? list : "", *s, *e;
-    while (next_item(&rest, &s, &e)) {
-        if (*n == EGRESS_MAX_RULES)
-            return sg_error_set(err, SG_E_INVALID, "%s: more than %d entries", what,
-                                EGRESS_MAX_RULES);
-        if (memchr(s, ':', (size_t)(e - s)) || parse_rule(s, e, &out[*n]) < 0)
-            return sg_error_set(err, SG_E_INVALID,
-                                "%s: '%.*s' is not an IPv4 address or CIDR range (e.g. 8.8.8.8, "
-                                "203.0.113.0/24, 0.0.0.0/0; host names are not supported)",
-                                what, (int)(e - s), s);
-        (*n)++;
-    }
-    return 0;
-}
-
-int egress_check_rules(const char *allow, const char *deny, sg_error_t **err)
-{
-    egress_rule_t r[EGRESS_MAX_RULES];
-    size_t n;
-    return parse_list("allowOut", allow, r, &n, err) < 0 ||
-                   parse_list("denyOut", deny, r, &n, err) < 0
-               ? -1
-               : 0;
-}
-
-static void put_list(FILE *f, const char *list, const char *verdict)
-{
-    egress_rule_t r[EGRESS_MAX_RULES];
-    size_t n = 0;
-    parse_list("", list, r, &n, NULL);
-    for (size_t i = 0; i < n; i++) {
-        fputs("\t\tip daddr ", f);
-        put_addr(f, r[i].net);
-        fprintf(f, "/%d %s\n", r[i].prefix, verdict);
-    }
-}
-
-/* The rules in DIR/egress-rules, as the chain sbN of the sandbox on index n
- * and its entry in the map; without the file, neither. */
-static int apply_rules(const char *dir, int n, sg_error_t **err)
-{
-    cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
-    cleanup_free char *text = NULL;
-    size_t len = 0;
-    FILE *in = fopen(path, "re");
-    if (in == NULL) { /* none (any more): both go, if they were there */
-        char chain[32], elem[48];
-        snprintf(chain, sizeof chain, "sb%d", n);
-        snprintf(elem, sizeof elem, "{ sgh%d }", n);
-        const char *nft = tool("nft");
-        cleanup_free char *nft_path = nft ? xstrdup(nft) : NULL;
-        const char *del_elem[] = {"delete", "element", "inet", "sandgate", "sandboxes", elem, NULL};
-        const char *del_chain[] = {"delete", "chain", "inet", "sandgate", chain, NULL};
-        if (nft_path) {
-            run(NULL, nft_path, del_elem);
-            run(NULL, nft_path, del_chain);
-        }
-        return 0;
-    }
-    char *allow = NULL, *deny = NULL, *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) {
-        line[strcspn(line, "\n")] = 0;
-        if (strncmp(line, "allow ", 6) == 0 && !allow)
-            allow = xstrdup(line + 6);
-        else if (strncmp(line, "deny ", 5) == 0 && !deny)
-            deny = xstrdup(line + 5);
-    }
-    free(line);
-    fclose(in);
-    FILE *f = open_memstream(&text, &len);
-    if (f == NULL)
-        abort();
-    /* Made if missing, then emptied and filled in one transaction. */
-    fprintf(f,
-            "table inet sandgate {\n\tchain sb%d {\n\t}\n}\n"
-            "flush chain inet sandgate sb%d\n"
-            "table inet sandgate {\n\tchain sb%d {\n",
-            n, n, n);
-    put_list(f, allow, "return"); /* allowOut wins over denyOut */
-    put_list(f, deny, "jump refuse");
-    fprintf(f, "\t}\n}\nadd element inet sandgate sandboxes { \"sgh%d\" : jump sb%d }\n", n, n);
-    fclose(f);
-    free(allow);
-    free(deny);
-    return nft_script(text, err);
-}
-
-int egress_sandbox_rules(const char *dir, const char *allow, const char *deny, sg_error_t **err)
-{
-    if (egress_check_rules(allow, deny, err) < 0)
-        return -1;
-    cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
-    if ((!allow || !*allow) && (!deny || !*deny)) {
-        if (unlink(path) < 0 && errno != ENOENT)
-            return sg_error_errno(err, errno, "cannot remove %s", path);
-    } else {
-        cleanup_free char *tmp = xasprintf("%s.new", path);
-        FILE *f = fopen(tmp, "we");
-        if (f == NULL ||
-            fprintf(f, "allow %s\ndeny %s\n", allow ? allow : "", deny ? deny : "") < 0 ||
-            fclose(f) != 0 || rename(tmp, path) < 0)
-            return sg_error_errno(err, errno, "cannot write %s", path);
-    }
-    int n = index_of(dir);
-    if (n < 0 || !link_exists(n)) /* applied when its network comes up */
-        return 0;
-    return apply_rules(dir, n, err);
+        egress_apply_rules(dir, n, NULL); /* without the file: its chain and entry go */
 }
 
 /* --- refusals per sandbox ------------------------------------------------------ */
@@ -870,7 +808,7 @@ static void set_listed(int status, const char *output, void *arg)
 
 int egress_refused(const char *kernels_dir, egress_refused_fn *cb, void *arg, sg_error_t **err)
 {
-    const char *nft = tool("nft");
+    const char *nft = egress_tool("nft");
     if (nft == NULL)
         return sg_error_set(err, SG_E_UNAVAILABLE, "nft not found (apt-get install nftables)");
     refusing_t *r = xzalloc(sizeof *r);

@@ -71,15 +71,18 @@ void egress_sandbox_down(const char *id, const char *dir);
 /* A sandbox's own rules (E2B's allowOut and denyOut), inside the
  * operator's policy: a destination in deny and not in allow is refused;
  * the rest goes on to the policy, which refuses what it refuses (a
- * sandbox's rules never allow more).  Lists of "ADDR[/PREFIX],..." (a
- * bare address is a /32; no ports, no names).  Both empty: none.  Kept in
- * DIR/egress-rules, so a resume, a re-adoption and a new table apply them
- * again (egress_sandbox_up, egress_setup); applied at once when the
- * sandbox's network is up — a chain sbN, entered from the map "sandboxes"
- * by its host veth.  Connections already open are not cut. */
+ * sandbox's rules never allow more).  Lists of "ENTRY,...": an address
+ * ("ADDR[/PREFIX]", a bare one is a /32; no ports) or a host name
+ * ("api.example.com", "*.example.com": any name under it).  Both empty:
+ * none.  Kept in DIR/egress-rules, so a resume, a re-adoption and a new
+ * table apply them again (egress_sandbox_up, egress_setup); applied at once
+ * when the sandbox's network is up — addresses as a chain sbN, entered from
+ * the map "sandboxes" by its host veth; names, when there are any, by the
+ * egress proxy (proxy.c), to which the set "named" sends the sandbox's TCP
+ * to ports 80 and 443.  Connections already open are not cut. */
 int egress_sandbox_rules(const char *dir, const char *allow, const char *deny, sg_error_t **err);
-/* Whether allow and deny are such lists (the error names allowOut or
- * denyOut and the entry). */
+/* Whether allow and deny are such lists: the number of host names in
+ * them, or -1 (the error names allowOut or denyOut and the entry). */
 int egress_check_rules(const char *allow, const char *deny, sg_error_t **err);
 /* Whether the sandbox in dir has a network (DIR/net exists). */
 bool egress_sandbox_has(const char *dir);

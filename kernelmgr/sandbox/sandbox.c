@@ -68,10 +68,15 @@ static char *runsc_version_of(const char *runsc)
     return xstrndup(v, strcspn(v, " \n"));
 }
 
+/* Whether --egress-dns names resolvers: host names in rules need one
+ * (sandbox_check_egress, in the daemon as in the launcher). */
+static bool egress_dns_set;
+
 sandbox_env_t *sandbox_env_new(const sandbox_config_t *cfg, const char *state_dir, sg_error_t **err)
 {
     sandbox_env_t *self = xzalloc(sizeof *self);
     self->cfg = *cfg;
+    egress_dns_set = cfg->egress_dns && *cfg->egress_dns;
     self->state_dir = xstrdup(state_dir);
     /* Mode none runs plain processes: nothing to ask the launcher for. */
     self->ops = mode_ops(cfg->mode);
@@ -529,7 +534,12 @@ uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *p
 
 int sandbox_check_egress(const char *allow, const char *deny, sg_error_t **err)
 {
-    return egress_check_rules(allow, deny, err);
+    int names = egress_check_rules(allow, deny, err);
+    if (names > 0 && !egress_dns_set)
+        return sg_error_set(err, SG_E_INVALID,
+                            "host names in egress rules need --egress-dns (the resolvers both "
+                            "the sandboxes and the egress proxy ask)");
+    return names < 0 ? -1 : 0;
 }
 
 void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny, sandbox_rules_fn *cb,
@@ -538,7 +548,7 @@ void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny, sa
     cleanup_error sg_error_t *err = NULL;
     if (!self->env->ops->set_egress)
         sg_error_set(&err, SG_E_CONFLICT, "sandboxes have no network with --sandbox none");
-    else if (egress_check_rules(allow, deny, &err) == 0) {
+    else if (sandbox_check_egress(allow, deny, &err) == 0) {
         self->env->ops->set_egress(self, allow, deny, cb, arg);
         return;
     }

@@ -206,7 +206,9 @@ class Daemon:
                        f"for i in 1 2 3; do grep -o '{self.dir}[^ ]*' /proc/mounts | "
                        f"xargs -r umount -l; done; "
                        # --sandbox none: the kernels are plain processes
-                       f"pkill -9 -f -- '{self.dir}/kernels/'",
+                       f"pkill -9 -f -- '{self.dir}/kernels/'; "
+                       # the egress proxy (haproxy), when a kill left it
+                       f"pkill -9 -f -- '{self.dir}/egress-proxy/'",
                        shell=True, capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
         # A sanitizer build reports leaks and errors on stderr at exit: fail

@@ -175,15 +175,15 @@ try:
     nid = json.loads(body).get("sandboxID")
     net = [d.request("PUT", f"/sandboxes/{nid}/network", b, headers=h, token=None)
            for b in ({"denyOut": ["0.0.0.0/0"]}, {"allowOut": ["198.51.100.7"]},
-                     {"allowOut": ["example.com"]}, {"denyOut": "all"},
+                     {"allowOut": ["exa_mple.com"]}, {"denyOut": "all"},
                      {"rules": {"api.example.com": [{}]}})]
     st2, _, raw = d.request("PUT", f"/sandboxes/{nid}/network", raw=b"{no", headers=h,
                             token=None)
     got = [(n[0], json.loads(n[2])["message"] if n[2] else "") for n in net]
     ok(st == 201 and [g[0] for g in got] == [204, 409, 400, 400, 400] and st2 == 400 and
-       "no network" in got[1][1] and "'example.com'" in got[2][1] and "rules" in got[4][1],
+       "no network" in got[1][1] and "'exa_mple.com'" in got[2][1] and "rules" in got[4][1],
        "PUT /sandboxes/{id}/network: denying all of a sandbox without a network is 204, "
-       "allowing is 409, a host name, a non-list, rules and a malformed body 400", (got, raw))
+       "allowing is 409, a malformed host name, a non-list, rules and a malformed body 400", (got, raw))
     st, _, body = d.request("GET", f"/sandboxes/{nid}", headers=h, token=None)
     info = json.loads(body)
     st2, _, body = d.request("POST", "/v2/sandboxes", {"network": {"allowOut": ["1.2.3.4"]}},

@@ -58,10 +58,33 @@ int main(void)
     sg_error_t *err = NULL;
     ok(egress_check_rules("8.8.8.8, 203.0.113.0/24", "0.0.0.0/0", NULL) == 0,
        "a sandbox's rules are addresses and CIDR ranges");
-    ok(egress_check_rules("example.com", NULL, &err) < 0 && strstr(err->msg, "allowOut") &&
-           strstr(err->msg, "'example.com'"),
-       "a host name is refused, naming the list and the entry");
-    sg_error_free(&err);
+    ok(egress_check_rules("api.example.com, *.example.org", "evil.example.com, 0.0.0.0/0", NULL) ==
+           0,
+       "host names, exact and *.NAME, may be in both lists");
+    const char *bad[] = {
+        "exa mple.com",    "*.",    "-a.example.com", "a..b", "a-.example.com", "example.com.*",
+        "*.*.example.com", "1.2.3", "ex_ample.com"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ok(egress_check_rules(bad[i], NULL, &err) < 0 && strstr(err->msg, "allowOut") &&
+               strstr(err->msg, bad[i]),
+           "'%s' is refused, naming the list and the entry", bad[i]);
+        sg_error_free(&err);
+    }
+    const char *named = strstr(rules, "\tset named {\n\t\ttype ifname\n");
+    const char *pre = strstr(rules, "type nat hook prerouting");
+    ok(named && pre && strstr(pre, "iifname @named tcp dport 80 redirect to :49080") &&
+           strstr(pre, "iifname @named tcp dport 443 redirect to :49443"),
+       "a sandbox whose rules name hosts has its ports 80 and 443 sent to the proxy");
+    const char *input = strstr(rules, "\tchain input {");
+    const char *take =
+        input ? strstr(input, "ct status dnat tcp dport { 49080, 49443 } accept") : NULL;
+    ok(take && take < strstr(input, "iifname \"sgh*\" jump refuse"),
+       "the proxy's ports take redirected connections only, before the host is refused");
+    const char *proxied = strstr(rules, "\tchain proxied {");
+    ok(strstr(rules, "meta skuid 64731 ct state new jump proxied") && proxied &&
+           strstr(proxied, "ip daddr 100.127.0.0/16 jump refuse_proxied") &&
+           strstr(proxied, "ip daddr { 0.0.0.0/8") && strstr(proxied, "ip daddr 0.0.0.0/0 accept"),
+       "the proxy's connections meet the operator's policy (blocked ranges, allow list)");
     ok(egress_check_rules(NULL, "10.1.2.3/8", &err) < 0 && strstr(err->msg, "denyOut"),
        "a range with host bits set is refused");
     sg_error_free(&err);

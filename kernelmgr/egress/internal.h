@@ -1,0 +1,47 @@
+/* egress's own: what egress.c (the table, the namespaces), rules.c (a
+ * sandbox's own rules) and proxy.c (the proxy that sees host names)
+ * share.  All of it runs as root, in the launcher. */
+#ifndef SG_EGRESS_INTERNAL_H
+#define SG_EGRESS_INTERNAL_H
+
+#include <stdio.h>
+
+#include "kernelmgr/egress/egress.h"
+
+#define RULES_FILE "egress-rules" /* in a sandbox's directory: "allow LIST\ndeny LIST\n" */
+#define POOL_NET 0x647f0000u      /* 100.127.0.0/16: a /30 per sandbox */
+#define PROXY_HTTP_PORT 49080     /* where a named sandbox's TCP to port 80 is redirected */
+#define PROXY_TLS_PORT 49443      /* ... and to port 443 */
+#define PROXY_UID 64731           /* the proxy's uid and gid: nftables knows its connections */
+
+/* An allow entry "CIDR[:PORT[-PORT]]" in [s, end). */
+int egress_parse_rule(const char *s, const char *end, egress_rule_t *r);
+/* The next item of a comma-separated list, spaces trimmed: [*s, *e); false
+ * at the end.  *rest moves past it. */
+bool egress_next_item(const char **rest, const char **s, const char **e);
+void egress_put_addr(FILE *f, uint32_t a);
+/* The path of a system tool (ip, nft, tc, haproxy), NULL if missing; a
+ * static buffer. */
+const char *egress_tool(const char *name);
+/* Runs a0 with args (NULL-ended, at most 14), its first line of output in
+ * the error. */
+int egress_run(sg_error_t **err, const char *a0, const char *const *args);
+/* Runs nft with script (a file: nft -f). */
+int egress_nft(const char *script, sg_error_t **err);
+/* The index N of the sandbox in dir (its veth sghN), -1 if none. */
+int egress_index_of(const char *dir);
+bool egress_link_exists(int n);
+/* DIR/egress-rules as the chain sbN, the map's entry and, when it names
+ * hosts, the proxy's rules; without the file, none of them. */
+int egress_apply_rules(const char *dir, int n, sg_error_t **err);
+
+/* The proxy (HAProxy, proxy.lua): started by egress_setup when haproxy is
+ * installed, in STATE/egress-proxy; a leftover one (its pid file) is
+ * stopped first.  proxy_rules gives it sandbox n's rules (both empty: it
+ * forgets them); proxy_up says whether it runs, and if not why (*err). */
+int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error_t **err);
+void egress_proxy_stop(void);
+bool egress_proxy_up(sg_error_t **err);
+int egress_proxy_rules(int n, const char *allow, const char *deny, sg_error_t **err);
+
+#endif

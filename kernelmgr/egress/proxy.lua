@@ -1,0 +1,136 @@
+-- The egress proxy's decisions (proxy.c writes the HAProxy configuration
+-- that loads this).  A sandbox whose rules name hosts has its TCP to ports
+-- 80 and 443 redirected here; HAProxy knows it by its source address.
+--
+-- sg_check decides a connection from the name it asks for (TLS: the
+-- ClientHello's SNI; HTTP: the Host header) and where it was going:
+--   "name"   the name is in allowOut: HAProxy resolves it with the
+--            sandboxes' DNS servers and connects there, whatever address
+--            the sandbox chose;
+--   "ip"     no name rule says anything: the original destination, if the
+--            sandbox's address rules allow it;
+--   "refuse" a denyOut entry (a name, or an address range) covers it.
+-- allowOut wins over denyOut, as in E2B.  The operator's policy applies to
+-- every connection the proxy makes (nftables, by the proxy's uid).
+--
+-- sg_rules (a unix socket only root opens) takes a sandbox's rules:
+--   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n" (no entries: forgotten)
+--   GET:  "SRC RULE COUNT" per line, the refusals counted per rule.
+
+local rules = {} -- source address -> {allow = {names, nets}, deny = {...}}
+local refused = {} -- "SRC RULE" -> count
+
+local function ip4(s)
+  local a, b, c, d = (s or ""):match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  if not a then
+    return nil
+  end
+  return ((tonumber(a) * 256 + tonumber(b)) * 256 + tonumber(c)) * 256 + tonumber(d)
+end
+
+local function entries(list)
+  local t = {names = {}, nets = {}}
+  for w in (list or ""):gmatch("%S+") do
+    local addr, len = w:match("^([%d.]+)/(%d+)$")
+    local a = ip4(addr or w)
+    if a then
+      local bits = tonumber(len or 32)
+      local mask = bits == 0 and 0 or (0xffffffff << (32 - bits)) & 0xffffffff
+      t.nets[#t.nets + 1] = {net = a & mask, mask = mask, rule = w}
+    else
+      t.names[#t.names + 1] = w:lower()
+    end
+  end
+  return t
+end
+
+local function name_rule(names, name)
+  for _, p in ipairs(names) do
+    if p == name or (p:sub(1, 2) == "*." and #name > #p - 1 and name:sub(-(#p - 1)) == p:sub(2)) then
+      return p
+    end
+  end
+end
+
+local function net_rule(nets, a)
+  for _, n in ipairs(a and nets or {}) do
+    if a & n.mask == n.net then
+      return n.rule
+    end
+  end
+end
+
+local function count(src, rule)
+  local k = src .. " " .. rule
+  refused[k] = (refused[k] or 0) + 1
+end
+
+core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
+  local src = txn.f:src()
+  local r = rules[src] or {allow = entries(""), deny = entries("")}
+  local name
+  if how == "tls" then
+    name = txn.f:req_ssl_sni()
+  else
+    name = txn.f:req_hdr("host")
+  end
+  name = (name or ""):lower():gsub(":%d+$", ""):gsub("%.$", "")
+  local dst = ip4(txn.f:dst())
+  txn:set_var("txn.sg_name", name)
+  local rule
+  if name ~= "" and name_rule(r.allow.names, name) then
+    txn:set_var("txn.sg_verdict", "name")
+    return
+  end
+  rule = name ~= "" and name_rule(r.deny.names, name)
+  if not rule and not net_rule(r.allow.nets, dst) then
+    rule = net_rule(r.deny.nets, dst)
+  end
+  if rule then
+    count(src, "denyOut " .. rule)
+    txn:set_var("txn.sg_rule", "denyOut " .. rule)
+    txn:set_var("txn.sg_verdict", "refuse")
+  else
+    txn:set_var("txn.sg_verdict", "ip")
+  end
+end, 1)
+
+-- A name allowed but not resolved: counted as the name's failure.
+core.register_action("sg_unresolved", {"tcp-req", "http-req"}, function(txn)
+  count(txn.f:src(), "unresolved " .. (txn:get_var("txn.sg_name") or ""))
+end, 0)
+
+core.register_service("sg_rules", "http", function(applet)
+  if applet.method == "GET" then
+    local out = {}
+    for k, n in pairs(refused) do
+      out[#out + 1] = k .. " " .. n .. "\n"
+    end
+    local body = table.concat(out)
+    applet:set_status(200)
+    applet:add_header("content-length", tostring(#body))
+    applet:start_response()
+    applet:send(body)
+    return
+  end
+  local body = applet:receive() or ""
+  local src = body:match("^(%S+)\n")
+  local allow = body:match("\nallow ([^\n]*)") or ""
+  local deny = body:match("\ndeny ([^\n]*)") or ""
+  if not ip4(src) then
+    applet:set_status(400)
+  elseif allow:match("%S") or deny:match("%S") then
+    rules[src] = {allow = entries(allow), deny = entries(deny)}
+    applet:set_status(204)
+  else
+    rules[src] = nil
+    for k in pairs(refused) do
+      if k:sub(1, #src + 1) == src .. " " then
+        refused[k] = nil
+      end
+    end
+    applet:set_status(204)
+  end
+  applet:add_header("content-length", "0")
+  applet:start_response()
+end)
