@@ -36,6 +36,18 @@ static void egress(FILE *f, const json_t *counts)
     if (json_is_integer(total))
         fprintf(f, "sandgate_egress_refused_all_total %lld\n",
                 (long long)json_integer_value(total));
+    metrics_family(
+        f, "sandgate_egress_proxy_refused_total", "counter",
+        "Connections the egress proxy refused (contexts whose rules name hosts), per "
+        "live context and rule (\"denyOut ENTRY\", or \"unresolved allowOut ENTRY\"), since "
+        "the proxy started.");
+    json_t *rules;
+    json_object_foreach (json_object_get(counts, "rules"), id, rules) {
+        const char *rule;
+        json_object_foreach (rules, rule, n)
+            fprintf(f, "sandgate_egress_proxy_refused_total{context=\"%s\",rule=\"%s\"} %lld\n", id,
+                    rule, (long long)json_integer_value(n));
+    }
 }
 
 /* The page (malloc'd, NUL-terminated): the kernel manager's gauges and

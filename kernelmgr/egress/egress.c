@@ -743,7 +743,12 @@ json_t *egress_refused_parse(const char *out, const char *kernels_dir, sg_error_
     if (json_object_size(by_if) > 0)
         each_index(kernels_dir, name_sandbox, both);
     json_decref(by_if);
-    return json_pack("{s:I, s:o}", "total", total, "sandboxes", both[1]);
+    /* The proxy's refusals (host names' sandboxes), per rule. */
+    json_t *rules[2] = {egress_proxy_refused(), json_object()};
+    if (json_object_size(rules[0]) > 0)
+        each_index(kernels_dir, name_sandbox, rules);
+    json_decref(rules[0]);
+    return json_pack("{s:I, s:o, s:o}", "total", total, "sandboxes", both[1], "rules", rules[1]);
 }
 
 /* Two commands, not one with two lists: nft 1.0.6 then loads only part of

@@ -43,5 +43,9 @@ int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error
 void egress_proxy_stop(void);
 bool egress_proxy_up(sg_error_t **err);
 int egress_proxy_rules(int n, const char *allow, const char *deny, sg_error_t **err);
+/* The connections the proxy refused, {"sghN": {RULE: COUNT}} (RULE:
+ * "denyOut ENTRY", or "unresolved allowOut ENTRY"); NULL when it does not
+ * run or answer. */
+json_t *egress_proxy_refused(void);
 
 #endif

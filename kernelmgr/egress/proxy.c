@@ -264,3 +264,32 @@ int egress_proxy_rules(int n, const char *allow, const char *deny, sg_error_t **
                             "the egress proxy did not take sandbox %d's rules (%d)", n, status);
     return 0;
 }
+
+json_t *egress_proxy_refused(void)
+{
+    char answer[65536];
+    if (proxy_.pid <= 0 || ask("GET", "", answer, sizeof answer) != 200)
+        return NULL;
+    json_t *by_if = json_object();
+    const char *body = strstr(answer, "\r\n\r\n");
+    for (char *line = body ? (char *)body + 4 : NULL, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        /* "SRC RULE COUNT": the rule holds spaces, the others none */
+        char *sp = strchr(line, ' '), *last = strrchr(line, ' ');
+        unsigned a, b, c, d;
+        if (!sp || last == sp || sscanf(line, "%u.%u.%u.%u ", &a, &b, &c, &d) != 4)
+            continue;
+        uint32_t addr = a << 24 | b << 16 | c << 8 | d;
+        char ifname[32];
+        snprintf(ifname, sizeof ifname, "sgh%u", (addr - POOL_NET) / 4);
+        json_t *rules = json_object_get(by_if, ifname);
+        if (!rules)
+            json_object_set_new(by_if, ifname, rules = json_object());
+        *last = 0;
+        if (!strpbrk(sp + 1, "\"\\")) /* a metric's label: rules are checked entries */
+            json_object_set_new(rules, sp + 1, json_integer(strtoll(last + 1, NULL, 10)));
+    }
+    return by_if;
+}

@@ -15,7 +15,8 @@
 --
 -- sg_rules (a unix socket only root opens) takes a sandbox's rules:
 --   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n" (no entries: forgotten)
---   GET:  "SRC RULE COUNT" per line, the refusals counted per rule.
+--   GET:  "SRC RULE COUNT" per line, the refusals counted per rule
+--         ("denyOut ENTRY", "unresolved allowOut ENTRY").
 
 local rules = {} -- source address -> {allow = {names, nets}, deny = {...}}
 local refused = {} -- "SRC RULE" -> count
@@ -77,8 +78,9 @@ core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
   name = (name or ""):lower():gsub(":%d+$", ""):gsub("%.$", "")
   local dst = ip4(txn.f:dst())
   txn:set_var("txn.sg_name", name)
-  local rule
-  if name ~= "" and name_rule(r.allow.names, name) then
+  local rule = name ~= "" and name_rule(r.allow.names, name)
+  if rule then
+    txn:set_var("txn.sg_rule", "allowOut " .. rule)
     txn:set_var("txn.sg_verdict", "name")
     return
   end
@@ -95,9 +97,11 @@ core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
   end
 end, 1)
 
--- A name allowed but not resolved: counted as the name's failure.
+-- A name allowed but not resolved: counted under the rule that allowed it
+-- (rules are the sandbox's own, checked entries; names are what its code
+-- sent).
 core.register_action("sg_unresolved", {"tcp-req", "http-req"}, function(txn)
-  count(txn.f:src(), "unresolved " .. (txn:get_var("txn.sg_name") or ""))
+  count(txn.f:src(), "unresolved " .. (txn:get_var("txn.sg_rule") or "allowOut ?"))
 end, 0)
 
 core.register_service("sg_rules", "http", function(applet)

@@ -598,6 +598,7 @@ static void refused_counted(const json_t *counts, const sg_error_t *err, void *a
     json_t *mine = NULL;
     if (counts) {
         json_t *by_sandbox = json_object_get(counts, "sandboxes"), *sessions = json_object();
+        json_t *rules = json_object_get(counts, "rules"), *by_rule = json_object();
         for (size_t i = 0; i < r->m->n; i++) {
             kernel_t *k = r->m->entries[i]->k;
             if (r->m->entries[i]->pool || !kernel_internet(k))
@@ -605,9 +606,12 @@ static void refused_counted(const json_t *counts, const sg_error_t *err, void *a
             json_t *n = json_object_get(by_sandbox, kernel_sandbox_id(k));
             json_object_set_new(sessions, kernel_id(k),
                                 json_integer(json_is_integer(n) ? json_integer_value(n) : 0));
+            json_t *its = json_object_get(rules, kernel_sandbox_id(k));
+            if (its)
+                json_object_set(by_rule, kernel_id(k), its);
         }
-        mine = json_pack("{s:O, s:o}", "total", json_object_get(counts, "total"), "sessions",
-                         sessions);
+        mine = json_pack("{s:O, s:o, s:o}", "total", json_object_get(counts, "total"), "sessions",
+                         sessions, "rules", by_rule);
     }
     r->cb(mine, err, r->arg);
     json_decref(mine);

@@ -181,7 +181,7 @@ def main():
                    "--egress-dns", DNS, "--keys-file", keys_file)
         ok(d.wait_log("egress: the proxy for host names runs"), "the egress proxy starts")
         rules = {"allowOut": ["api.example.test", "*.cdn.example.test", "pypi.example.test",
-                              "inside.example.test"],
+                              "inside.example.test", "missing.example.test"],
                  "denyOut": ["0.0.0.0/0"]}
         st, c = d.json("POST", "/contexts", {"internet": True, "network": rules}, token=alice)
         cid = c.get("id")
@@ -223,6 +223,16 @@ def main():
         rc, out = shell(d, cid, f"curl -sS --max-time 20 http://{API}:8080/", alice)
         ok(rc not in (0, 28, None), "other ports still meet the address rules (denyOut all)",
            (rc, out))
+        rc, out = shell(d, cid, CURL + f"--resolve missing.example.test:80:{API} "
+                        "http://missing.example.test/", alice)
+        ok(rc == 0 and "missing.example.test does not resolve" in out,
+           "an allowed name the DNS server does not know: 502 saying so", (rc, out))
+        page = d.request("GET", "/metrics")[2].decode()
+        mine = {l.split('rule="')[1].split('"')[0]: l.rsplit(" ", 1)[1]
+                for l in page.splitlines()
+                if l.startswith(f'sandgate_egress_proxy_refused_total{{context="{cid}"')}
+        ok(mine == {"denyOut 0.0.0.0/0": "4", "unresolved allowOut missing.example.test": "1"},
+           "/metrics counts the proxy's refusals per context and rule", (mine, page[-800:]))
         rc, out = shell(d, cid, "getent hosts api.example.test", alice)
         ok(rc == 0 and API in out, "the sandbox resolves names with the allowed DNS server",
            (rc, out))
