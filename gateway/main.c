@@ -340,6 +340,8 @@ static int daemon_start(daemon_t *d, loop_t *loop, settings_t *s, sg_error_t **e
     api_set_volumes(d->api, d->volumes);
     if (!(d->secrets = secrets_new(s->k.state_dir, d->sealing_pk, err)))
         return -1;
+    api_network_secrets(secrets_known, d->secrets);
+    secrets_on_change(d->secrets, api_network_secret_changed, d->api);
     if (!(d->cluster = cluster_new(loop, d->kmgr, d->api, s->k.state_dir, s->http.token, s->peers,
                                    http_server_wake, d->http, err)))
         return -1;

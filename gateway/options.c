@@ -154,12 +154,15 @@ static int set_sandbox(settings_t *s, const opt_t *o, const char *v)
     return 0;
 }
 
-/* --egress-allow and --egress-dns: checked now, parsed again where used. */
+/* --egress-allow, --egress-dns, --egress-ca-file: checked now, parsed again
+ * where used. */
 static int set_egress(settings_t *s, const opt_t *o, const char *v)
 {
     egress_policy_t p;
     sg_error_t *err = NULL;
     bool allow = o->off == offsetof(settings_t, k.sandbox.egress_allow);
+    if (o->off == offsetof(settings_t, k.sandbox.egress_ca_file))
+        return access(v, R_OK) == 0 ? set_str(s, o, v) : bad(o, v, "a readable file");
     if ((allow ? egress_parse_allow(&p, v, &err) : egress_parse_dns(&p, v, &err)) < 0) {
         fprintf(stderr, "sandgate: %s%s%s\nTry 'sandgate --help'.\n", origin, *origin ? ": " : "",
                 err->msg);
@@ -414,10 +417,9 @@ static const opt_t table[] = {
      .help = "this sandgate's name among replicas behind one proxy (default: the host name); the "
              "ids it hands out carry it (docs/deploy-cluster.md)"},
     {"notebook-url", 0, "TEMPLATE", set_notebook_url,
-     .help = "a JupyterLab that opens a session's kernel, {kernel_id} standing for its id (e.g. "
-             "https://hub.example.org/user/alice/lab?kernel={kernel_id}, a Jupyter server with "
-             "--gateway-url pointing here): contexts and MCP's executions then carry it as "
-             "notebook_url, so an agent can hand its session to a person (docs/api.md)"},
+     .help = "a JupyterLab that opens a session's kernel, {kernel_id} its id (e.g. https://hub"
+             ".example.org/user/alice/lab?kernel={kernel_id}): contexts and MCP's executions "
+             "carry it as notebook_url, for an agent to hand its session to a person (api.md)"},
     {"rich-formats", 0, "yes|no", set_bool, AT(exec.rich_formats),
      .help = "Python results of the REST API, E2B's /execute and MCP carry E2B's chart and "
              "DataFrame data (chart, data) when the request does not say (\"rich_formats\"; "
@@ -452,11 +454,13 @@ static const opt_t table[] = {
      .help = "image directory to use as the sandbox's / (default: host /usr, generated /etc)"},
     {"egress-allow", 0, "LIST", set_egress, AT(k.sandbox.egress_allow),
      .help = "what sandboxes that ask for the network ({\"internet\": true}) may reach: "
-             "CIDR[:PORT[-PORT]],... (default empty: no network for anyone); private, loopback, "
-             "link-local (metadata) and multicast ranges, the host and other sandboxes stay "
-             "blocked unless an entry lies inside one (docs/security.md)"},
+             "CIDR[:PORT[-PORT]],... (default empty: none); private, loopback, link-local, "
+             "multicast ranges, the host, other sandboxes stay blocked unless named (security.md)"},
     {"egress-dns", 0, "IP[,IP]", set_egress, AT(k.sandbox.egress_dns),
      .help = "resolvers those sandboxes use (port 53; their /etc/resolv.conf)"},
+    {"egress-ca-file", 0, "FILE", set_egress, AT(k.sandbox.egress_ca_file),
+     .help = "the CA certificates the egress proxy trusts when it opens a sandbox's TLS to set "
+             "a rule's headers (default: the system's, /etc/ssl/certs/ca-certificates.crt)"},
     {"egress-max-conns", 0, "N", UINT(k.sandbox.egress_max_conns, 0, 1 << 20, 1),
      .help = "open connections per sandbox with a network (256; 0: no limit)"},
     {"egress-rate", 0, "KIB", UINT(k.sandbox.egress_rate, 0, 1ull << 30, 1024),
@@ -465,10 +469,9 @@ static const opt_t table[] = {
      .want = "at least 64 (MiB)", .help = "memory per sandbox (1024)"},
     {"cpus", 0, "N", set_cpus, .help = "CPUs per sandbox (1.0)"},
     {"tenant-cgroups", 0, "yes|no", set_bool, AT(k.sandbox.tenant_cgroups),
-     .help = "each tenant's sandboxes in a cgroup of its own, all tenants with the same CPU "
-             "weight, so the kernel shares the CPU between tenants first (yes, the default); "
-             "no: every sandbox is a cgroup of its own, a tenant with more busy sandboxes gets "
-             "more CPU (docs/operations.md)"},
+     .help = "each tenant's sandboxes in a cgroup of its own, all with the same CPU weight, "
+             "so the CPU is shared between tenants first (yes, the default); no: a cgroup per "
+             "sandbox, more busy sandboxes get more CPU (docs/operations.md)"},
     {"processes", 0, "N", UINT(k.sandbox.nproc, 0, 1 << 20, 1),
      .help = "processes per sandbox (64)"},
     {"open-files", 0, "N", UINT(k.sandbox.nofile, 0, 1 << 20, 1),
@@ -503,10 +506,9 @@ static const opt_t table[] = {
     {"template", 0, "NAME=SPEC", set_template,
      .help = "a template for new sessions (POST /contexts {\"template\": NAME}; a kernelspec "
              "NAME in the Jupyter API), repeatable; SPEC is KEY=VALUE pairs split at commas: "
-             "root=/DIR (a root file system), image=/PATH[:TAG] (an OCI image layout directory "
-             "or archive, unpacked once with umoci), kernelspec=NAME (python3), "
-             "preload-file=/FILE, preload=CODE (run by each new kernel before use; it takes "
-             "the rest of SPEC, so it comes last). docs/operations.md#templates"},
+             "root=/DIR (a root file system), image=/PATH[:TAG] (an OCI image layout, unpacked "
+             "once with umoci), kernelspec=NAME (python3), preload-file=/FILE, preload=CODE "
+             "(run by each new kernel before use; the rest of SPEC, so last). operations.md"},
     {"preload", 0, "CODE", set_str, AT(k.pool_preload),
      .help = "code pool kernels run before use (e.g. 'import pandas, matplotlib')"},
     {"user", 0, "UID", UINT(uid, 1, 0xfffffffe, 1), .want = "a uid other than 0",
@@ -514,14 +516,12 @@ static const opt_t table[] = {
              "launcher keeps root for runsc and workspaces only"},
     {"launcher-timeout", 0, "SEC", SECONDS_MS(launcher_timeout_ms, 1, 3600),
      .want = "a positive number of seconds",
-     .help = "how long a request to the launcher may wait for its answer (10); past it the "
-             "request that needed it fails with 504"},
+     .help = "how long a request to the launcher may wait for its answer (10), then 504"},
     {"log-level", 0, "LEVEL", set_log_level, .help = "debug, info, warn or error (info)"},
     {"audit-log", 0, "PATH", set_nonempty, AT(audit_log),
-     .help = "append one JSON line per event (executions and their outcomes, commands, file "
-             "writes and deletes, context, kernel and session changes, refused requests) to "
-             "PATH, or '-' for stderr; never the token, file contents or output; SIGHUP reopens "
-             "it (logrotate: docs/operations.md)"},
+     .help = "append one JSON line per event (executions and outcomes, commands, file writes "
+             "and deletes, context, kernel, session changes, refused requests) to PATH, or '-': "
+             "stderr; never the token, contents or output; SIGHUP reopens it (operations.md)"},
     {"audit-code", 0, "MODE", set_audit_code,
      .help = "full: code and commands as sent, the first 64 KiB of each (the default); hash: "
              "their SHA-256 only"},

@@ -38,9 +38,9 @@ packages=(
   # ipykernel
   python3-pexpect python3-filetype
   # ... network egress for contexts that ask (--egress-allow), the egress
-  # proxy that lets their rules name hosts (haproxy), and pip, venv
-  # (`python -m venv`) and requests for them
-  nftables iproute2 haproxy python3-pip python3-venv python3-requests
+  # proxy that lets their rules name hosts and set headers (haproxy; openssl
+  # makes its CA), and pip, venv (`python -m venv`) and requests for them
+  nftables iproute2 haproxy openssl python3-pip python3-venv python3-requests
   # ... the docs' shell examples (docs/api.md): HTTP and JSON from a shell
   curl jq
   # ... templates made from OCI images (--template NAME=image=PATH): umoci
@@ -57,8 +57,8 @@ test_packages=(
   systemd
   # ... for E2B_DOMAIN through the cluster's proxy (haproxy, above) and
   # the egress tests' names: a resolver answering a whole test domain
-  # (dnsmasq-base: the program, no service) and a test CA (openssl)
-  dnsmasq-base openssl
+  # (dnsmasq-base: the program, no service); openssl (above) makes test CAs
+  dnsmasq-base
   # ... and the container image (docker/build-image.sh, tests/build/test_image.py):
   # buildah builds it from a base mmdebstrap makes, podman runs it, with runc
   buildah podman mmdebstrap runc

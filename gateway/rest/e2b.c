@@ -291,7 +291,7 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     if (!api_field(body, "templateID", JSON_STRING, &tpl, call->conn, &ret) ||
         !api_field(body, "autoPause", JSON_TRUE, &pause, call->conn, &ret) ||
         !api_field(body, "autoPauseMemory", JSON_TRUE, &pmem, call->conn, &ret) ||
-        !api_e2b_network(body, &net, call->conn, &ret) ||
+        !api_e2b_network(body, call->tenant ? call->tenant->name : NULL, &net, call->conn, &ret) ||
         !strings_field(body, "metadata", &metadata, call->conn, &ret) ||
         !strings_field(body, "envVars", &envs, call->conn, &ret) ||
         !timeout_field(body, "timeout", E2B_DEFAULT_TIMEOUT_S, &timeout, call->conn, &ret))

@@ -18,8 +18,98 @@
 #include "gateway/rest/internal.h"
 
 /* What E2B's SandboxNetworkConfig holds that sandgate does not do. */
-static const char *const unsupported[] = {"rules", "egressProxy", "maskRequestHost", "dnsServers",
+static const char *const unsupported[] = {"egressProxy", "maskRequestHost", "dnsServers",
                                           "httpsPorts"};
+
+static bool (*secret_known)(void *ctx, const char *tenant, const char *name);
+static void *secret_ctx;
+
+void api_network_secrets(bool (*known)(void *ctx, const char *tenant, const char *name), void *ctx)
+{
+    secret_known = known;
+    secret_ctx = ctx;
+}
+
+static void reapplied(const sg_error_t *err, void *arg)
+{
+    char *id = arg;
+    if (err)
+        log_warn("e2b: context %s: its network rules with a changed secret: %s", id, err->msg);
+    free(id);
+}
+
+void api_network_secret_changed(void *api, const char *tenant)
+{
+    api_t *self = api;
+    for (size_t i = 0; i < kmgr_count(self->kmgr); i++) {
+        kernel_t *k = kmgr_at(self->kmgr, i);
+        const kernel_opts_t *o = kernel_opts(k);
+        if (!o->egress_transforms || !strstr(o->egress_transforms, "${e2b.secrets.") ||
+            strcmp(kernel_owner(k), tenant) != 0)
+            continue;
+        /* copies: setting them frees the kernel's own */
+        cleanup_free char *allow = xstrdup(o->egress_allow ?: "");
+        cleanup_free char *deny = xstrdup(o->egress_deny ?: "");
+        cleanup_free char *transforms = xstrdup(o->egress_transforms);
+        kmgr_set_egress(self->kmgr, k, allow, deny, transforms, reapplied, xstrdup(kernel_id(k)));
+    }
+}
+
+/* The first ${e2b.secrets.NAME} in transforms that is not tenant's: a new
+ * string saying so, or NULL. */
+static char *unknown_secret(const char *transforms, const char *tenant)
+{
+    static const char mark[] = "${e2b.secrets.";
+    for (const char *p = transforms; secret_known && p && (p = strstr(p, mark)); p++) {
+        const char *name = p + sizeof mark - 1;
+        size_t n = strcspn(name, "}\"");
+        cleanup_free char *copy = xstrndup(name, n);
+        if (name[n] == '}' && !secret_known(secret_ctx, tenant, copy))
+            return xasprintf("network.rules: no secret '%s' (POST /secrets makes one)", copy);
+    }
+    return NULL;
+}
+
+/* network.rules, E2B's {"HOST": [{"transform": {"headers": {NAME: VALUE}}}]},
+ * into *transforms: {"HOST": {NAME: VALUE}} as JSON text (a host's rules'
+ * headers merged, the later winning); NULL when none.  false with *why. */
+static bool take_rules(json_t *network, char **transforms, char **why)
+{
+    json_t *rules = json_object_get(network, "rules"), *list, *rule;
+    const char *host;
+    size_t i;
+    *transforms = NULL;
+    if (rules == NULL || json_is_null(rules) || json_object_size(rules) == 0)
+        return true;
+    if (!json_is_object(rules)) {
+        *why = xstrdup("network.rules must be an object: {\"HOST\": [{\"transform\": "
+                       "{\"headers\": {...}}}]}");
+        return false;
+    }
+    json_t *out = json_object();
+    json_object_foreach (rules, host, list) {
+        json_t *headers = json_object();
+        json_object_set_new(out, host, headers);
+        json_array_foreach (list, i, rule) {
+            json_t *h = json_object_get(json_object_get(rule, "transform"), "headers");
+            if (!json_is_object(rule) || (h && !json_is_object(h))) {
+                *why = xasprintf("network.rules.%s: each rule is {\"transform\": {\"headers\": "
+                                 "{NAME: VALUE}}}",
+                                 host);
+                break;
+            }
+            json_object_update(headers, h);
+        }
+        if (!json_is_array(list) && !*why)
+            *why = xasprintf("network.rules.%s must be a list of rules", host);
+        if (*why)
+            break;
+    }
+    if (!*why)
+        *transforms = json_dumps(out, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(out);
+    return *why == NULL;
+}
 
 static enum MHD_Result net_reply(struct MHD_Connection *conn, unsigned status, const char *msg)
 {
@@ -55,7 +145,7 @@ static bool join_list(json_t *network, const char *key, char **out, char **why)
     return true;
 }
 
-bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
+bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **why_p)
 {
     *net = (e2b_net_t){0};
     json_t *ai = json_object_get(body, "allow_internet_access");
@@ -77,13 +167,16 @@ bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
     json_t *pub = json_object_get(network, "allowPublicTraffic");
     if (!why && pub && !json_is_null(pub) && !json_is_boolean(pub))
         why = xstrdup("network.allowPublicTraffic must be a boolean");
-    if (!why && join_list(network, "allowOut", &net->allow, &why))
-        join_list(network, "denyOut", &net->deny, &why);
+    if (!why && join_list(network, "allowOut", &net->allow, &why) &&
+        join_list(network, "denyOut", &net->deny, &why))
+        take_rules(network, &net->transforms, &why);
     sg_error_t *err = NULL;
-    if (!why && kmgr_check_egress(net->allow, net->deny, &err) < 0) {
+    if (!why && kmgr_check_egress(net->allow, net->deny, net->transforms, &err) < 0) {
         why = xstrdup(err->msg);
         sg_error_free(&err);
     }
+    if (!why && net->transforms)
+        why = unknown_secret(net->transforms, tenant);
     if (why) {
         api_e2b_network_free(net);
         *why_p = why;
@@ -91,6 +184,8 @@ bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
         return false;
     }
     net->private_ports = json_is_false(pub);
+    if (net->transforms)
+        net->rules = json_deep_copy(json_object_get(network, "rules"));
     net->asked = ai && json_is_boolean(ai);
     net->internet_access = json_is_true(ai);
     if (net->asked && !net->internet_access) /* E2B's denyOut 0.0.0.0/0, before the rest */
@@ -100,15 +195,16 @@ bool api_network_parse(json_t *body, e2b_net_t *net, char **why_p)
     /* A network when asked for, or when rules were given without saying
      * (E2B's default is the internet); not when refused and nothing is
      * let through. */
-    net->internet = net->asked ? net->internet_access || net->allow : net->allow || net->deny;
+    net->internet = net->asked ? net->internet_access || net->allow || net->transforms
+                               : net->allow || net->deny || net->transforms;
     return true;
 }
 
-bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
+bool api_e2b_network(json_t *body, const char *tenant, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret)
 {
     cleanup_free char *why = NULL;
-    if (api_network_parse(body, net, &why))
+    if (api_network_parse(body, tenant, net, &why))
         return true;
     *ret = net_reply(conn, 400, why);
     return false;
@@ -119,6 +215,8 @@ void api_e2b_network_free(e2b_net_t *net)
     free(net->allow);
     free(net->deny);
     free(net->rules_deny);
+    free(net->transforms);
+    json_decref(net->rules);
     *net = (e2b_net_t){0};
 }
 
@@ -140,10 +238,10 @@ void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
         json_object_set_new(e2b, "allowInternetAccess", json_boolean(net->internet_access));
     if (net->private_ports) /* public unless made private (gateway/ports/) */
         json_object_set_new(e2b, "allowPublicTraffic", json_false());
-    if (net->allow || net->deny)
+    if (net->allow || net->deny || net->rules)
         json_object_set_new(e2b, "network",
-                            json_pack("{s:o, s:o}", "allowOut", split_list(net->allow), "denyOut",
-                                      split_list(net->deny)));
+                            json_pack("{s:o, s:o, s:O*}", "allowOut", split_list(net->allow),
+                                      "denyOut", split_list(net->deny), "rules", net->rules));
     else
         json_object_del(e2b, "network");
 }
@@ -158,9 +256,9 @@ static void initial_rules_set(const sg_error_t *err, void *arg)
 
 void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net)
 {
-    if (net->internet && (net->allow || net->rules_deny))
-        kmgr_set_egress(self->kmgr, k, net->allow, net->rules_deny, initial_rules_set,
-                        xstrdup(kernel_id(k)));
+    if (net->internet && (net->allow || net->rules_deny || net->transforms))
+        kmgr_set_egress(self->kmgr, k, net->allow, net->rules_deny, net->transforms,
+                        initial_rules_set, xstrdup(kernel_id(k)));
 }
 
 /* --- PUT /sandboxes/{id}/network ------------------------------------------------ */
@@ -224,13 +322,13 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     json_object_del(json_object_get(as_create, "network"), "allow_internet_access");
     e2b_net_t net;
     cleanup_free char *why = NULL;
-    bool good = api_network_parse(as_create, &net, &why);
+    bool good = api_network_parse(as_create, call->tenant ? call->tenant->name : NULL, &net, &why);
     json_decref(as_create);
     json_decref(body);
     if (!good)
         return refuse(call, 400, why);
     if (!kernel_internet(kernel_host(k) ? kernel_host(k) : k)) {
-        bool allows = net.allow != NULL;
+        bool allows = net.allow != NULL || net.transforms != NULL;
         api_e2b_network_free(&net);
         if (!allows) /* it reaches nothing, as asked */
             return reply_status(call->conn, 204);
@@ -240,9 +338,14 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     }
     audit_who_t who;
     http_who(call, mine ? "rest" : "e2b", &who);
+    json_t *hosts = json_array(); /* the hosts that get headers, not the headers */
+    const char *host;
+    json_t *v;
+    json_object_foreach (net.rules, host, v)
+        json_array_append_new(hosts, json_string(host));
     audit_event(&who, "context.network",
-                json_pack("{s:s, s:s?, s:s?}", "context", kernel_id(k), "allow", net.allow, "deny",
-                          net.rules_deny));
+                json_pack("{s:s, s:s?, s:s?, s:o}", "context", kernel_id(k), "allow", net.allow,
+                          "deny", net.rules_deny, "headers_for", hosts));
     json_t *meta = json_object_get(self->contexts, kernel_id(k));
     json_t *e2b = json_object_get(meta, "e2b");
     if (e2b) {
@@ -252,18 +355,25 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     }
     stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
     s->json_mode = s->snapshot_wait = true;
-    kmgr_set_egress(self->kmgr, k, net.allow ?: "", net.rules_deny ?: "", rules_set, s);
+    kmgr_set_egress(self->kmgr, k, net.allow ?: "", net.rules_deny ?: "", net.transforms ?: "",
+                    rules_set, s);
     api_e2b_network_free(&net);
     call->state = s; /* the front end's done drops the request's reference */
     return rules_answer(call);
 }
 
-void api_network_json(json_t *context, const char *allow, const char *deny)
+void api_network_json(json_t *context, const char *allow, const char *deny, const char *transforms)
 {
-    if ((allow && *allow) || (deny && *deny))
-        json_object_set_new(
-            context, "network",
-            json_pack("{s:o, s:o}", "allowOut", split_list(allow), "denyOut", split_list(deny)));
+    json_t *t = transforms ? json_loads(transforms, 0, NULL) : NULL, *headers;
+    json_t *rules = t ? json_object() : NULL;
+    const char *host;
+    json_object_foreach (t, host, headers) /* E2B's shape again: one rule a host */
+        json_object_set_new(rules, host, json_pack("[{s:{s:O}}]", "transform", "headers", headers));
+    json_decref(t);
+    if ((allow && *allow) || (deny && *deny) || rules)
+        json_object_set_new(context, "network",
+                            json_pack("{s:o, s:o, s:o*}", "allowOut", split_list(allow), "denyOut",
+                                      split_list(deny), "rules", rules));
 }
 
 void api_e2b_network_json(json_t *sandbox, const json_t *e2b)

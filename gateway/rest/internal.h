@@ -150,19 +150,23 @@ typedef struct {
     char *rules_deny;     /* what the sandbox refuses: denyOut, after 0.0.0.0/0 when
                              allow_internet_access is false; NULL: nothing */
     bool private_ports;   /* allowPublicTraffic false: its ports need a credential */
+    char *transforms;     /* rules' headers, {"HOST": {"HEADER": "VALUE"}} as JSON text; NULL */
+    json_t *rules;        /* rules as given (E2B's shape, for GET); NULL: none */
 } e2b_net_t;
-/* body's allow_internet_access and network ({allowOut, denyOut, ...}) into
- * *net; false with *why (a new string) when they cannot be. */
-bool api_network_parse(json_t *body, e2b_net_t *net, char **why);
-bool api_e2b_network(json_t *body, e2b_net_t *net, struct MHD_Connection *conn,
+/* body's allow_internet_access and network ({allowOut, denyOut, rules,
+ * ...}) into *net; false with *why (a new string) when they cannot be — a
+ * rule's ${e2b.secrets.NAME} that is not one of tenant's among them. */
+bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **why);
+bool api_e2b_network(json_t *body, const char *tenant, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret);
 void api_e2b_network_free(e2b_net_t *net);
 /* Into a sandbox's "e2b" record; onto a new sandbox (before it runs). */
 void api_e2b_network_record(json_t *e2b, const e2b_net_t *net);
 void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net);
-/* A context's own rules (kernel_opts' egress lists) as GET /contexts/{id}
- * shows them: "network": {allowOut, denyOut}, when it has any. */
-void api_network_json(json_t *context, const char *allow, const char *deny);
+/* A context's own rules (kernel_opts' egress lists and transforms) as GET
+ * /contexts/{id} shows them: "network": {allowOut, denyOut, rules?}, when
+ * it has any. */
+void api_network_json(json_t *context, const char *allow, const char *deny, const char *transforms);
 /* SandboxDetail's allowInternetAccess and network, from the record. */
 void api_e2b_network_json(json_t *sandbox, const json_t *e2b);
 /* PUT /sandboxes/{sandbox}/network (E2B's front end, e2b.c, registers it). */

@@ -140,7 +140,8 @@ json_t *api_context_json(api_t *self, kernel_t *k)
                           lang ? lang : kernel_spec(k)->language, "cwd", cwd ? cwd : "/home/user",
                           "state", context_state(k), "internet", kernel_internet(k));
     json_object_set_new(j, "tenant", json_string(kernel_owner(k)));
-    api_network_json(j, kernel_opts(k)->egress_allow, kernel_opts(k)->egress_deny);
+    api_network_json(j, kernel_opts(k)->egress_allow, kernel_opts(k)->egress_deny,
+                     kernel_opts(k)->egress_transforms);
     /* The sandbox it runs in: its own, or the context's whose sandbox it
      * shares (POST /contexts {"sandbox"}), E2B's sandbox id. */
     const char *sandbox = json_string_value(json_object_get(meta, "sandbox"));
@@ -720,7 +721,8 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
             e2b_net_t net = {0};
             cleanup_free char *why = NULL;
             json_t *rules = json_pack("{s:O?}", "network", json_object_get(req, "network"));
-            bool good = api_network_parse(rules, &net, &why);
+            bool good =
+                api_network_parse(rules, call->tenant ? call->tenant->name : NULL, &net, &why);
             json_decref(rules);
             if (!good) {
                 ret = http_reply_errorf(conn, SG_E_INVALID, "%s", why);

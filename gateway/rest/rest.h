@@ -61,6 +61,14 @@ kernel_t *api_context_move_in(api_t *self, const kmgr_snapshot_t *snap, const js
                               const audit_who_t *who, sg_error_t **err);
 /* The volumes new contexts and E2B sandboxes mount (volumeMounts). */
 void api_set_volumes(api_t *self, volumes_t *volumes);
+/* Whether a tenant has a secret (secrets.h's secrets_known), for the
+ * ${e2b.secrets.NAME} of network rules; unset: any name goes (the launcher
+ * still checks it when the rules are applied). */
+void api_network_secrets(bool (*known)(void *ctx, const char *tenant, const char *name), void *ctx);
+/* tenant's secrets changed: each of its contexts whose rules name one
+ * (${e2b.secrets.}) has them applied again, so the proxy holds the new
+ * values (api is the api_t; for secrets_on_change). */
+void api_network_secret_changed(void *api, const char *tenant);
 
 /* Registers the routes above with http (self borrowed: it must outlive
  * http).  File uploads are streamed to disk as they arrive (http.h's

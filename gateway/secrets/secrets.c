@@ -37,7 +37,9 @@ typedef struct {
 } secret_t;
 
 struct secrets {
-    char *record; /* STATE/secrets/secrets.json */
+    char *record;                                   /* STATE/secrets/secrets.json */
+    void (*changed)(void *ctx, const char *tenant); /* secrets_on_change */
+    void *changed_ctx;
     unsigned char pk[crypto_box_PUBLICKEYBYTES];
     secret_t **s;
     size_t n, cap;
@@ -118,6 +120,17 @@ static secret_t *find_name(const secrets_t *self, const char *owner, const char 
         if (strcmp(self->s[i]->owner, owner) == 0 && strcasecmp(self->s[i]->name, name) == 0)
             return self->s[i];
     return NULL;
+}
+
+bool secrets_known(void *self, const char *tenant, const char *name)
+{
+    return tenant && find_name(self, tenant, name) != NULL;
+}
+
+void secrets_on_change(secrets_t *self, void (*changed)(void *ctx, const char *tenant), void *ctx)
+{
+    self->changed = changed;
+    self->changed_ctx = ctx;
 }
 
 static void save(secrets_t *self)
@@ -265,6 +278,8 @@ static enum MHD_Result secret_create(void *ctx, http_req_t *req)
     http_who(req, "secrets", &who);
     audit_event(&who, "secret.create", json_pack("{s:s, s:s}", "secret", s->id, "name", s->name));
     log_info("secrets: secret %s (%s) created for %s", s->id, s->name, owner);
+    if (self->changed)
+        self->changed(self->changed_ctx, owner);
     return http_reply_json(req->conn, 201, secret_json(s));
 }
 
@@ -346,6 +361,8 @@ static enum MHD_Result secret_update(void *ctx, http_req_t *req)
         &who, "secret.update",
         json_pack("{s:s, s:s, s:I}", "secret", s->id, "name", s->name, "version", s->version));
     log_info("secrets: secret %s (%s) is at version %lld", s->id, s->name, (long long)s->version);
+    if (self->changed)
+        self->changed(self->changed_ctx, s->owner);
     return http_reply_json(req->conn, 200, secret_json(s));
 }
 
@@ -362,8 +379,11 @@ static enum MHD_Result secret_delete(void *ctx, http_req_t *req)
             self->s[i] = self->s[--self->n];
             break;
         }
+    cleanup_free char *owner = xstrdup(s->owner);
     secret_free(s);
     save(self);
+    if (self->changed)
+        self->changed(self->changed_ctx, owner);
     return http_reply_empty(req->conn, 204);
 }
 

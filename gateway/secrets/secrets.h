@@ -36,5 +36,11 @@ secrets_t *secrets_new(const char *state_dir, const unsigned char pk[crypto_box_
                        sg_error_t **err);
 void secrets_destroy(secrets_t **self_p);
 int secrets_register(secrets_t *self, http_server_t *http, sg_error_t **err);
+/* Whether tenant has a secret named name (any case), as a network rule's
+ * ${e2b.secrets.NAME} asks (api_network_secrets: self is the secrets_t). */
+bool secrets_known(void *self, const char *tenant, const char *name);
+/* changed(ctx, tenant) after each of tenant's secrets is made, updated or
+ * deleted (the network rules that use them are applied again). */
+void secrets_on_change(secrets_t *self, void (*changed)(void *ctx, const char *tenant), void *ctx);
 
 #endif

@@ -38,8 +38,10 @@ typedef struct {
     size_t nallow;
     uint32_t dns[EGRESS_MAX_DNS];
     size_t ndns;
-    unsigned max_conns; /* connections open at once per sandbox; 0: no limit */
-    uint64_t rate;      /* bytes per second per sandbox, each way (tc tbf); 0: no limit */
+    unsigned max_conns;  /* connections open at once per sandbox; 0: no limit */
+    uint64_t rate;       /* bytes per second per sandbox, each way (tc tbf); 0: no limit */
+    const char *ca_file; /* what the egress proxy trusts of the servers it re-encrypts to; NULL:
+                            the system's */
 } egress_policy_t;
 
 /* "CIDR[:PORT[-PORT]],..." (a bare address is a /32); "" allows nothing. */
@@ -80,10 +82,24 @@ void egress_sandbox_down(const char *id, const char *dir);
  * the map "sandboxes" by its host veth; names, when there are any, by the
  * egress proxy (proxy.c), to which the set "named" sends the sandbox's TCP
  * to ports 80 and 443.  Connections already open are not cut. */
-int egress_sandbox_rules(const char *dir, const char *allow, const char *deny, sg_error_t **err);
+typedef struct {
+    const char *allow, *deny; /* "ENTRY,...": addresses, CIDR ranges, host names */
+    const char *transforms;   /* {"HOST": {"HEADER": "VALUE"}} as JSON text: headers the proxy
+                                 sets on the sandbox's requests to HOST, a value's
+                                 ${e2b.secrets.NAME} the tenant's secret; NULL: none */
+    const char *tenant;       /* whose secrets those are */
+} egress_own_t;
+int egress_sandbox_rules(const char *dir, const egress_own_t *own, sg_error_t **err);
 /* Whether allow and deny are such lists: the number of host names in
  * them, or -1 (the error names allowOut or denyOut and the entry). */
 int egress_check_rules(const char *allow, const char *deny, sg_error_t **err);
+/* Whether transforms is such an object: the number of hosts in it, or -1
+ * (the error names the host, the header or the placeholder). */
+int egress_check_transforms(const char *transforms, sg_error_t **err);
+/* The egress proxy's CA certificate (PEM, to free), which a sandbox trusts
+ * to reach a host whose rules set headers over TLS; NULL when no proxy
+ * runs. */
+char *egress_proxy_ca(void);
 /* Whether the sandbox in dir has a network (DIR/net exists). */
 bool egress_sandbox_has(const char *dir);
 

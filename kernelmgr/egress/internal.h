@@ -37,12 +37,44 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err);
 
 /* The proxy (HAProxy, proxy.lua): started by egress_setup when haproxy is
  * installed, in STATE/egress-proxy; a leftover one (its pid file) is
- * stopped first.  proxy_rules gives it sandbox n's rules (both empty: it
- * forgets them); proxy_up says whether it runs, and if not why (*err). */
+ * stopped first.  proxy_rules gives it sandbox n's rules and header lines
+ * (egress_transform_lines; all empty: it forgets the sandbox); proxy_up
+ * says whether it runs, and if not why (*err). */
 int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error_t **err);
 void egress_proxy_stop(void);
 bool egress_proxy_up(sg_error_t **err);
-int egress_proxy_rules(int n, const char *allow, const char *deny, sg_error_t **err);
+int egress_proxy_rules(int n, const char *allow, const char *deny, const char *headers,
+                       sg_error_t **err);
+/* STATE, once egress_proxy_start has run (the secrets' record and key);
+ * STATE/egress-proxy. */
+const char *egress_state_dir(void);
+const char *egress_proxy_dir(void);
+/* One request to the proxy's unix socket socket_name (rules.sock: proxy.lua;
+ * admin.sock: HAProxy's runtime API), its whole answer in answer; -1 if it
+ * could not be sent. */
+int egress_proxy_say(const char *socket_name, const char *request, char *answer, size_t size);
+
+/* certs.c.  egress_make_ca: the proxy's CA in dir (ca.crt, ca.key, made
+ * once), the key its own certificate has (default.pem), and certs.list,
+ * the certificates HAProxy loads at its start.  egress_proxy_cert: a
+ * certificate for host ("*.example.com" too) signed by the CA, made once
+ * and given to the running proxy, which shows it to a sandbox whose TLS to
+ * host it opens (a rule's headers). */
+int egress_make_ca(const char *dir, sg_error_t **err);
+int egress_proxy_cert(const char *host, sg_error_t **err);
+
+/* A host name in [s, e): letters, digits and '-' in labels, or "*." and
+ * one (any name under it). */
+bool egress_name_ok(const char *s, const char *e);
+/* The proxy's "header HOST\tNAME\tVALUE" lines for transforms (JSON text,
+ * egress_check_transforms's), each ${e2b.secrets.NAME} replaced by tenant's
+ * secret, opened with the sealing key (the caller wipes and frees them).
+ * strict: a secret that is not there is an error; else its header is left
+ * out (a secret deleted since the rules were set). */
+char *egress_transform_lines(const char *transforms, const char *tenant, bool strict,
+                             sg_error_t **err);
+/* egress_proxy_cert for each host of transforms. */
+int egress_transform_certs(const char *transforms, sg_error_t **err);
 /* The connections the proxy refused, {"sghN": {RULE: COUNT}} (RULE:
  * "denyOut ENTRY", or "unresolved allowOut ENTRY"); NULL when it does not
  * run or answer. */

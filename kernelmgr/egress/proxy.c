@@ -21,13 +21,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/xalloc.h"
 #include "kernelmgr/egress/internal.h"
 
 extern const char egress_proxy_lua[]; /* proxy.lua, compiled in (egress_proxy_lua.c) */
 
 static struct {
+    char *state;       /* STATE */
     char *dir;         /* STATE/egress-proxy */
     pid_t pid;         /* 0: not running */
     char why[256];     /* why not, for a rule that names a host */
@@ -89,10 +93,11 @@ static char *config(const egress_policy_t *p, const char *dir)
     fprintf(f,
             "global\n\tlua-load %s/proxy.lua\n\tuid %d\n\tgid %d\n\tchroot %s/empty\n"
             "\tpidfile %s/pid\n\tnoreuseport\n\tlog stderr format short local0 warning\n"
+            "\tstats socket %s/admin.sock mode 600 level admin\n"
             "defaults\n\tlog global\n\ttimeout connect 10s\n\ttimeout client 1h\n"
             "\ttimeout server 1h\n\ttimeout http-request 30s\n\ttimeout tunnel 1h\n"
             "resolvers sandboxes\n",
-            dir, PROXY_UID, PROXY_UID, dir, dir);
+            dir, PROXY_UID, PROXY_UID, dir, dir, dir);
     for (size_t i = 0; i < p->ndns; i++) {
         fprintf(f, "\tnameserver dns%zu ", i);
         egress_put_addr(f, p->dns[i]);
@@ -111,45 +116,52 @@ static char *config(const egress_policy_t *p, const char *dir)
     if (p->max_conns)
         fprintf(f, "backend per_source\n\tstick-table type ip size 64k store conn_cur\n");
 #define NAME "{ var(txn.sg_verdict) -m str name }"
-#define IS(v) "{ var(txn.sg_verdict) -m str " v " }"
+#define REFUSE "{ var(txn.sg_verdict) -m str refuse }"
 #define RESOLVED "{ var(txn.sg_ip) -m found }"
     fprintf(f, "frontend tls\n\tmode tcp\n\tbind 0.0.0.0:%d\n%s", PROXY_TLS_PORT, limit);
     if (p->max_conns)
         fprintf(f, "\ttcp-request connection reject if { sc0_conn_cur gt %u }\n", p->max_conns);
-    fputs("\ttcp-request inspect-delay 10s\n"
-          "\ttcp-request content reject unless { req.ssl_hello_type 1 }\n"
-          "\ttcp-request content lua.sg_check tls\n"
-          "\ttcp-request content reject if " IS(
-              "refuse") "\n"
-                        "\ttcp-request content do-resolve(txn.sg_ip,sandboxes,ipv4) "
-                        "var(txn.sg_name) if " NAME "\n"
-                        "\ttcp-request content lua.sg_unresolved if " NAME " !" RESOLVED "\n"
-                        "\ttcp-request content reject if " NAME " !" RESOLVED "\n"
-                        "\ttcp-request content set-dst var(txn.sg_ip) if " NAME "\n"
-                        "\tdefault_backend out\n",
-          f);
+    static const char tls[] =
+        "\ttcp-request inspect-delay 10s\n"
+        "\ttcp-request content reject unless { req.ssl_hello_type 1 }\n"
+        "\ttcp-request content lua.sg_check tls\n"
+        "\ttcp-request content reject if " REFUSE "\n"
+        "\ttcp-request content do-resolve(txn.sg_ip,sandboxes,ipv4) var(txn.sg_name) if " NAME "\n"
+        "\ttcp-request content lua.sg_unresolved if " NAME " !" RESOLVED "\n"
+        "\ttcp-request content reject if " NAME " !" RESOLVED "\n"
+        "\ttcp-request content set-dst var(txn.sg_ip) if " NAME "\n"
+        /* A name with headers to set: opened (below), then encrypted again. */
+        "\tuse_backend opened if { var(txn.sg_open) -m str 1 }\n"
+        "\tdefault_backend out\n";
+    fputs(tls, f);
+    fprintf(f,
+            "backend opened\n\tmode tcp\n\tserver o abns@sandgate-egress-opened send-proxy-v2\n"
+            "frontend opened\n\tmode http\n\tbind abns@sandgate-egress-opened accept-proxy ssl "
+            "crt-list %s/certs.list\n"
+            "\thttp-request lua.sg_headers\n\tdefault_backend out_tls\n"
+            "backend out_tls\n\tmode http\n\tserver s 0.0.0.0:0 ssl verify required ca-file %s "
+            "sni ssl_fc_sni\n",
+            dir, p->ca_file ? p->ca_file : "/etc/ssl/certs/ca-certificates.crt");
     fprintf(f, "frontend http\n\tmode http\n\tbind 0.0.0.0:%d\n%s", PROXY_HTTP_PORT, limit);
     if (p->max_conns)
         fprintf(f, "\ttcp-request connection reject if { sc0_conn_cur gt %u }\n", p->max_conns);
-    fputs("\thttp-request lua.sg_check http\n"
-          "\thttp-request return status 403 content-type text/plain lf-string \"sandgate: "
-          "egress to %[var(txn.sg_name)] refused by %[var(txn.sg_rule)]\\n\" if " IS(
-              "refuse") "\n"
-                        "\thttp-request do-resolve(txn.sg_ip,sandboxes,ipv4) var(txn.sg_name) "
-                        "if " NAME "\n"
-                        "\thttp-request lua.sg_unresolved if " NAME " !" RESOLVED "\n"
-                        "\thttp-request return status 502 content-type text/plain lf-string "
-                        "\"sandgate: "
-                        "%[var(txn.sg_name)] does not resolve\\n\" if " NAME " !" RESOLVED "\n"
-                        "\thttp-request set-dst var(txn.sg_ip) if " NAME "\n"
-                        "\tdefault_backend out_http\n"
-                        /* 0.0.0.0:0: where the connection was going (SO_ORIGINAL_DST), or
-                         * set-dst's address, on the same port. */
-                        "backend out\n\tmode tcp\n\tserver s 0.0.0.0:0\n"
-                        "backend out_http\n\tmode http\n\tserver s 0.0.0.0:0\n",
-          f);
+    static const char http[] =
+        "\thttp-request lua.sg_check http\n"
+        "\thttp-request return status 403 content-type text/plain lf-string \"sandgate: egress "
+        "to %[var(txn.sg_name)] refused by %[var(txn.sg_rule)]\\n\" if " REFUSE "\n"
+        "\thttp-request do-resolve(txn.sg_ip,sandboxes,ipv4) var(txn.sg_name) if " NAME "\n"
+        "\thttp-request lua.sg_unresolved if " NAME " !" RESOLVED "\n"
+        "\thttp-request return status 502 content-type text/plain lf-string \"sandgate: "
+        "%[var(txn.sg_name)] does not resolve\\n\" if " NAME " !" RESOLVED "\n"
+        "\thttp-request set-dst var(txn.sg_ip) if " NAME "\n"
+        "\tdefault_backend out_http\n"
+        /* 0.0.0.0:0: where the connection was going (SO_ORIGINAL_DST), or
+         * set-dst's address, on the same port. */
+        "backend out\n\tmode tcp\n\tserver s 0.0.0.0:0\n"
+        "backend out_http\n\tmode http\n\tserver s 0.0.0.0:0\n";
+    fputs(http, f);
 #undef NAME
-#undef IS
+#undef REFUSE
 #undef RESOLVED
     fclose(f);
     return buf;
@@ -158,6 +170,8 @@ static char *config(const egress_policy_t *p, const char *dir)
 int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error_t **err)
 {
     free(proxy_.dir);
+    free(proxy_.state);
+    proxy_.state = xstrdup(state_dir);
     proxy_.dir = xasprintf("%s/egress-proxy", state_dir);
     stop(running(proxy_.dir)); /* an earlier start's */
     proxy_.pid = 0;
@@ -185,7 +199,8 @@ int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error
     if ((mkdir(proxy_.dir, 0700) < 0 && errno != EEXIST) || chmod(proxy_.dir, 0700) < 0 ||
         (mkdir(empty, 0755) < 0 && errno != EEXIST))
         return sg_error_errno(err, errno, "cannot create %s", proxy_.dir);
-    if (write_file(lua, egress_proxy_lua, err) < 0 || write_file(cfg_path, cfg, err) < 0)
+    if (write_file(lua, egress_proxy_lua, err) < 0 || write_file(cfg_path, cfg, err) < 0 ||
+        egress_make_ca(proxy_.dir, err) < 0)
         return -1;
     const char *args[] = {"-D", "-f", cfg_path, NULL};
     cleanup_error sg_error_t *e = NULL;
@@ -219,9 +234,9 @@ bool egress_proxy_up(sg_error_t **err)
 }
 
 /* One request to the rules socket; its answer's status, or -1. */
-static int ask(const char *method, const char *body, char *answer, size_t size)
+int egress_proxy_say(const char *socket_name, const char *request, char *answer, size_t size)
 {
-    cleanup_free char *path = xasprintf("%s/rules.sock", proxy_.dir);
+    cleanup_free char *path = xasprintf("%s/%s", proxy_.dir, socket_name);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path)
         return -1;
@@ -232,33 +247,62 @@ static int ask(const char *method, const char *body, char *answer, size_t size)
         return -1;
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    cleanup_free char *req =
-        xasprintf("%s / HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", method, strlen(body), body);
     size_t got = 0;
+    int rc = -1;
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+        write(fd, request, strlen(request)) == (ssize_t)strlen(request)) {
         ssize_t r;
         while (got + 1 < size && (r = read(fd, answer + got, size - 1 - got)) > 0)
             got += (size_t)r;
+        rc = 0;
     }
     close(fd);
     answer[got] = 0;
-    int status;
-    return sscanf(answer, "HTTP/1.%*d %d", &status) == 1 ? status : -1;
+    return rc;
 }
 
-int egress_proxy_rules(int n, const char *allow, const char *deny, sg_error_t **err)
+/* One HTTP request to the rules socket; its answer's status, or -1. */
+static int ask(const char *method, const char *body, char *answer, size_t size)
+{
+    cleanup_free char *req =
+        xasprintf("%s / HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s", method, strlen(body), body);
+    int status;
+    return egress_proxy_say("rules.sock", req, answer, size) == 0 &&
+                   sscanf(answer, "HTTP/1.%*d %d", &status) == 1
+               ? status
+               : -1;
+}
+
+const char *egress_state_dir(void)
+{
+    return proxy_.state;
+}
+
+const char *egress_proxy_dir(void)
+{
+    return proxy_.dir;
+}
+
+int egress_proxy_rules(int n, const char *allow, const char *deny, const char *headers,
+                       sg_error_t **err)
 {
     if (!egress_proxy_up(err))
         return -1;
     uint32_t a = POOL_NET + (uint32_t)n * 4 + 2; /* the sandbox's end of its veth */
-    cleanup_free char *body = xasprintf("%u.%u.%u.%u\nallow %s\ndeny %s\n", a >> 24,
-                                        (a >> 16) & 255, (a >> 8) & 255, a & 255, allow, deny);
+    char *body = xasprintf("%u.%u.%u.%u\nallow %s\ndeny %s\n", a >> 24, (a >> 16) & 255,
+                           (a >> 8) & 255, a & 255, allow ? allow : "", deny ? deny : "");
     for (char *c = strchr(body, '\n'); c && *c; c++) /* the lists' commas: spaces */
         if (*c == ',')
             *c = ' ';
+    if (headers && *headers) { /* secrets' values among them: wiped after */
+        char *all = xasprintf("%s%s", body, headers);
+        free(body);
+        body = all;
+    }
     char answer[512];
     int status = ask("POST", body, answer, sizeof answer);
+    sodium_memzero(body, strlen(body));
+    free(body);
     if (status != 204)
         return sg_error_set(err, SG_E_UNAVAILABLE,
                             "the egress proxy did not take sandbox %d's rules (%d)", n, status);
@@ -292,4 +336,21 @@ json_t *egress_proxy_refused(void)
             json_object_set_new(rules, sp + 1, json_integer(strtoll(last + 1, NULL, 10)));
     }
     return by_if;
+}
+
+char *egress_proxy_ca(void)
+{
+    if (proxy_.pid <= 0)
+        return NULL;
+    cleanup_free char *path = xasprintf("%s/ca.crt", proxy_.dir);
+    FILE *f = fopen(path, "re");
+    char *text = NULL;
+    size_t len = 0;
+    if (f && getdelim(&text, &len, 0, f) < 0) {
+        free(text);
+        text = NULL;
+    }
+    if (f)
+        fclose(f);
+    return text;
 }

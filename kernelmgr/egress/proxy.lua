@@ -1,6 +1,7 @@
 -- The egress proxy's decisions (proxy.c writes the HAProxy configuration
--- that loads this).  A sandbox whose rules name hosts has its TCP to ports
--- 80 and 443 redirected here; HAProxy knows it by its source address.
+-- that loads this).  A sandbox whose rules name hosts or set headers has
+-- its TCP to ports 80 and 443 redirected here; HAProxy knows it by its
+-- source address.
 --
 -- sg_check decides a connection from the name it asks for (TLS: the
 -- ClientHello's SNI; HTTP: the Host header) and where it was going:
@@ -14,11 +15,13 @@
 -- every connection the proxy makes (nftables, by the proxy's uid).
 --
 -- sg_rules (a unix socket only root opens) takes a sandbox's rules:
---   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n" (no entries: forgotten)
+--   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n" and "header HOST\tNAME\tVALUE\n"
+--         lines, the headers a rule sets (secrets' values in them: they
+--         live in this process's memory only); nothing: forgotten
 --   GET:  "SRC RULE COUNT" per line, the refusals counted per rule
 --         ("denyOut ENTRY", "unresolved allowOut ENTRY").
 
-local rules = {} -- source address -> {allow = {names, nets}, deny = {...}}
+local rules = {} -- source address -> {allow = {names, nets}, deny = {...}, headers}
 local refused = {} -- "SRC RULE" -> count
 
 local function ip4(s)
@@ -68,7 +71,7 @@ end
 
 core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
   local src = txn.f:src()
-  local r = rules[src] or {allow = entries(""), deny = entries("")}
+  local r = rules[src] or {allow = entries(""), deny = entries(""), headers = {}}
   local name
   if how == "tls" then
     name = txn.f:req_ssl_sni()
@@ -78,24 +81,55 @@ core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
   name = (name or ""):lower():gsub(":%d+$", ""):gsub("%.$", "")
   local dst = ip4(txn.f:dst())
   txn:set_var("txn.sg_name", name)
+  -- The headers of the rules for this name: set on an HTTP request, or
+  -- (TLS) the connection is opened to set them (txn.sg_open: the frontend
+  -- "opened", sg_headers).
+  local transforms = {}
+  for _, h in ipairs(name ~= "" and r.headers or {}) do
+    if name_rule({h.host}, name) then
+      transforms[#transforms + 1] = h
+    end
+  end
   local rule = name ~= "" and name_rule(r.allow.names, name)
+  local verdict
   if rule then
     txn:set_var("txn.sg_rule", "allowOut " .. rule)
-    txn:set_var("txn.sg_verdict", "name")
-    return
-  end
-  rule = name ~= "" and name_rule(r.deny.names, name)
-  if not rule and not net_rule(r.allow.nets, dst) then
-    rule = net_rule(r.deny.nets, dst)
-  end
-  if rule then
-    count(src, "denyOut " .. rule)
-    txn:set_var("txn.sg_rule", "denyOut " .. rule)
-    txn:set_var("txn.sg_verdict", "refuse")
+    verdict = "name"
   else
-    txn:set_var("txn.sg_verdict", "ip")
+    rule = name ~= "" and name_rule(r.deny.names, name)
+    if not rule and not net_rule(r.allow.nets, dst) then
+      rule = net_rule(r.deny.nets, dst)
+    end
+    if rule then
+      count(src, "denyOut " .. rule)
+      txn:set_var("txn.sg_rule", "denyOut " .. rule)
+      txn:set_var("txn.sg_verdict", "refuse")
+      return
+    end
+    verdict = "ip"
   end
+  if #transforms > 0 and how == "http" then
+    for _, h in ipairs(transforms) do
+      txn.http:req_set_header(h.name, h.value)
+    end
+  end
+  if #transforms > 0 and how == "tls" then
+    txn:set_var("txn.sg_open", "1")
+  end
+  txn:set_var("txn.sg_verdict", verdict)
 end, 1)
+
+-- The same for a request inside a TLS connection the proxy opened
+-- (txn.sg_open): the headers of the rules for its SNI.
+core.register_action("sg_headers", {"http-req"}, function(txn)
+  local r = rules[txn.f:src()]
+  local name = (txn.f:ssl_fc_sni() or ""):lower()
+  for _, h in ipairs(r and name ~= "" and r.headers or {}) do
+    if name_rule({h.host}, name) then
+      txn.http:req_set_header(h.name, h.value)
+    end
+  end
+end, 0)
 
 -- A name allowed but not resolved: counted under the rule that allowed it
 -- (rules are the sandbox's own, checked entries; names are what its code
@@ -121,10 +155,14 @@ core.register_service("sg_rules", "http", function(applet)
   local src = body:match("^(%S+)\n")
   local allow = body:match("\nallow ([^\n]*)") or ""
   local deny = body:match("\ndeny ([^\n]*)") or ""
+  local headers = {}
+  for host, name, value in body:gmatch("\nheader ([^\t\n]+)\t([^\t\n]+)\t([^\n]*)") do
+    headers[#headers + 1] = {host = host:lower(), name = name, value = value}
+  end
   if not ip4(src) then
     applet:set_status(400)
-  elseif allow:match("%S") or deny:match("%S") then
-    rules[src] = {allow = entries(allow), deny = entries(deny)}
+  elseif allow:match("%S") or deny:match("%S") or #headers > 0 then
+    rules[src] = {allow = entries(allow), deny = entries(deny), headers = headers}
     applet:set_status(204)
   else
     rules[src] = nil

@@ -7,12 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "common/xalloc.h"
 #include "kernelmgr/egress/internal.h"
 
 /* A host name, or "*." and one (any name under it): letters, digits and
  * '-' in labels of 1..63, 253 at most. */
-static bool name_ok(const char *s, const char *e)
+bool egress_name_ok(const char *s, const char *e)
 {
     if (e - s > 2 && s[0] == '*' && s[1] == '.')
         s += 2;
@@ -49,7 +51,7 @@ static int parse_list(const char *what, const char *list, egress_rule_t *out, si
                                 EGRESS_MAX_RULES);
         if (!memchr(s, ':', (size_t)(e - s)) && egress_parse_rule(s, e, &out[*n]) == 0)
             (*n)++;
-        else if (name_ok(s, e))
+        else if (egress_name_ok(s, e))
             (*names)++;
         else
             return sg_error_set(err, SG_E_INVALID,
@@ -127,30 +129,41 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
             named(n, false, NULL);
         }
         if (egress_proxy_up(NULL))
-            egress_proxy_rules(n, "", "", NULL);
+            egress_proxy_rules(n, "", "", "", NULL);
         return 0;
     }
-    cleanup_free char *allow = NULL, *deny = NULL, *line = NULL;
+    cleanup_free char *allow = NULL, *deny = NULL, *transforms = NULL, *tenant = NULL;
+    cleanup_free char *line = NULL;
     size_t cap = 0;
+    char **fields[] = {&allow, &deny, &transforms, &tenant};
+    const char *keys[] = {"allow ", "deny ", "transforms ", "tenant "};
     while (getline(&line, &cap, in) > 0) {
         line[strcspn(line, "\n")] = 0;
-        if (strncmp(line, "allow ", 6) == 0 && !allow)
-            allow = xstrdup(line + 6);
-        else if (strncmp(line, "deny ", 5) == 0 && !deny)
-            deny = xstrdup(line + 5);
+        for (size_t i = 0; i < 4; i++)
+            if (strncmp(line, keys[i], strlen(keys[i])) == 0 && !*fields[i])
+                *fields[i] = xstrdup(line + strlen(keys[i]));
     }
     fclose(in);
-    int names = names_in(allow, deny, err);
-    if (names < 0)
+    int names = names_in(allow, deny, err), hosts = egress_check_transforms(transforms, err);
+    if (names < 0 || hosts < 0)
         return -1;
     /* Names first: the proxy knows them before the redirect sends it
-     * anything; without any, it forgets the sandbox after. */
-    if (names > 0 && (egress_proxy_rules(n, allow, deny, err) < 0 || named(n, true, err) < 0))
-        return -1;
-    if (names == 0) {
+     * anything; without any, it forgets the sandbox after.  A secret
+     * deleted since leaves its header out (strict: false). */
+    if (names + hosts > 0) {
+        if (egress_transform_certs(transforms, err) < 0)
+            return -1;
+        char *headers = egress_transform_lines(transforms, tenant, false, NULL);
+        int rc = egress_proxy_rules(n, allow, deny, headers, err);
+        if (headers)
+            sodium_memzero(headers, strlen(headers));
+        free(headers);
+        if (rc < 0 || named(n, true, err) < 0)
+            return -1;
+    } else {
         named(n, false, NULL);
         if (egress_proxy_up(NULL))
-            egress_proxy_rules(n, "", "", NULL);
+            egress_proxy_rules(n, "", "", "", NULL);
     }
     FILE *f = open_memstream(&text, &len);
     if (f == NULL)
@@ -168,20 +181,30 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
     return egress_nft(text, err);
 }
 
-int egress_sandbox_rules(const char *dir, const char *allow, const char *deny, sg_error_t **err)
+int egress_sandbox_rules(const char *dir, const egress_own_t *own, sg_error_t **err)
 {
-    int names = names_in(allow, deny, err);
-    if (names < 0 || (names > 0 && !egress_proxy_up(err)))
+    const char *allow = own->allow, *deny = own->deny, *transforms = own->transforms;
+    int names = names_in(allow, deny, err), hosts = egress_check_transforms(transforms, err);
+    if (names < 0 || hosts < 0 || (names + hosts > 0 && !egress_proxy_up(err)))
         return -1;
+    if (hosts > 0) { /* each secret named is the tenant's */
+        char *headers = egress_transform_lines(transforms, own->tenant, true, err);
+        if (headers == NULL)
+            return -1;
+        sodium_memzero(headers, strlen(headers));
+        free(headers);
+    }
     cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
-    if ((!allow || !*allow) && (!deny || !*deny)) {
+    if ((!allow || !*allow) && (!deny || !*deny) && hosts == 0) {
         if (unlink(path) < 0 && errno != ENOENT)
             return sg_error_errno(err, errno, "cannot remove %s", path);
     } else {
         cleanup_free char *tmp = xasprintf("%s.new", path);
         FILE *f = fopen(tmp, "we");
         if (f == NULL ||
-            fprintf(f, "allow %s\ndeny %s\n", allow ? allow : "", deny ? deny : "") < 0 ||
+            fprintf(f, "allow %s\ndeny %s\ntransforms %s\ntenant %s\n", allow ? allow : "",
+                    deny ? deny : "", hosts ? transforms : "",
+                    own->tenant ? own->tenant : "") < 0 ||
             fclose(f) != 0 || rename(tmp, path) < 0)
             return sg_error_errno(err, errno, "cannot write %s", path);
     }

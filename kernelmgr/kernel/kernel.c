@@ -321,6 +321,7 @@ int launch_now(kernel_t *k, sg_error_t **err)
                          .template = k->opts.template,
                          .egress_allow = k->opts.egress_allow,
                          .egress_deny = k->opts.egress_deny,
+                         .egress_transforms = k->opts.egress_transforms,
                          .mounts = k->opts.mounts};
     k->sb = sandbox_new(k->env, sbid, k->spec, &so, k->workspace, err);
     if (k->sb == NULL) {
@@ -359,6 +360,8 @@ kernel_t *kernel_alloc(loop_t *loop, sandbox_env_t *env, const kspec_t *spec, co
     k->opts.template = k->opts.template ? xstrdup(k->opts.template) : NULL;
     k->opts.egress_allow = k->opts.egress_allow ? xstrdup(k->opts.egress_allow) : NULL;
     k->opts.egress_deny = k->opts.egress_deny ? xstrdup(k->opts.egress_deny) : NULL;
+    k->opts.egress_transforms =
+        k->opts.egress_transforms ? xstrdup(k->opts.egress_transforms) : NULL;
     k->opts.mounts = k->opts.mounts ? json_deep_copy(k->opts.mounts) : NULL;
     k->from_snapshot = k->opts.snapshot ? xstrdup(k->opts.snapshot) : NULL;
     k->generation = k->opts.generation;
@@ -382,6 +385,7 @@ static void kernel_free(void *arg)
     free((char *)k->opts.template);
     free((char *)k->opts.egress_allow);
     free((char *)k->opts.egress_deny);
+    free((char *)k->opts.egress_transforms);
     json_decref((json_t *)k->opts.mounts);
     free(k->from_snapshot);
     free(k->observers);
@@ -703,11 +707,11 @@ void kernel_set_username(kernel_t *k, const char *username)
     k->opts.username = username && *username ? xstrdup(username) : NULL;
 }
 
-void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, sandbox_rules_fn *cb,
-                       void *arg)
+void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, const char *transforms,
+                       sandbox_rules_fn *cb, void *arg)
 {
     if (k->host) {
-        kernel_set_egress(k->host, allow, deny, cb, arg);
+        kernel_set_egress(k->host, allow, deny, transforms, cb, arg);
         return;
     }
     cleanup_error sg_error_t *err = NULL;
@@ -719,16 +723,18 @@ void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, sandbox
         cb(err, arg);
         return;
     }
-    if (sandbox_check_egress(allow, deny, &err) < 0) {
+    if (sandbox_check_egress(allow, deny, transforms, &err) < 0) {
         cb(err, arg);
         return;
     }
     free((char *)k->opts.egress_allow);
     free((char *)k->opts.egress_deny);
+    free((char *)k->opts.egress_transforms);
     k->opts.egress_allow = allow && *allow ? xstrdup(allow) : NULL;
     k->opts.egress_deny = deny && *deny ? xstrdup(deny) : NULL;
+    k->opts.egress_transforms = transforms && *transforms ? xstrdup(transforms) : NULL;
     if (k->sb)
-        sandbox_set_egress(k->sb, allow, deny, cb, arg);
+        sandbox_set_egress(k->sb, allow, deny, transforms, cb, arg);
     else /* its next sandbox gets them */
         cb(NULL, arg);
 }

@@ -66,6 +66,7 @@ typedef struct {
                                NULL: the server's */
     const char *egress_allow, *egress_deny; /* with internet: its sandboxes' own rules (copied;
                                                sandbox.h's sandbox_set_egress); NULL: none */
+    const char *egress_transforms;          /* and headers (the same) */
     const json_t *mounts; /* volumes in its sandboxes (sandbox_opts_t.mounts; copied); NULL:
                              none */
     int generation;       /* its first sandbox is ID-(generation + 1): above 0 for a session
@@ -269,8 +270,8 @@ void kernel_set_username(kernel_t *k, const char *username);
 /* Its sandbox's own egress rules from now on, its next sandboxes' too (a
  * restart): sandbox_set_egress's lists and contract.  A kernel inside
  * another's sandbox changes that sandbox's. */
-void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, sandbox_rules_fn *cb,
-                       void *arg);
+void kernel_set_egress(kernel_t *k, const char *allow, const char *deny, const char *transforms,
+                       sandbox_rules_fn *cb, void *arg);
 kernel_state_t kernel_state(const kernel_t *k);
 /* Whether k was shut down (deleted; not a kernel that died): its last
  * callbacks are under way. */

@@ -169,17 +169,19 @@ static void on_done(const sg_error_t *err, void *arg)
         launcher_reply_ok(st->L, st->seq, NULL);
 }
 
-/* {id, allow, deny}: a sandbox's own egress rules (sandbox_set_egress
- * checks the lists and that it has a network). */
+/* {id, allow, deny, transforms?}: a sandbox's own egress rules
+ * (sandbox_set_egress checks them and that it has a network). */
 static void op_egress_rules(launcher_t *L, const launcher_req_t *r)
 {
     json_t *allow = json_object_get(r->body, "allow"), *deny = json_object_get(r->body, "deny");
-    if (!json_is_string(allow) || !json_is_string(deny)) {
-        launcher_refuse(L, r->seq, "egress_rules: allow and deny must be strings");
+    json_t *transforms = json_object_get(r->body, "transforms");
+    if (!json_is_string(allow) || !json_is_string(deny) ||
+        (transforms && !json_is_string(transforms))) {
+        launcher_refuse(L, r->seq, "egress_rules: allow, deny and transforms must be strings");
         return;
     }
-    sandbox_set_egress(r->sb, json_string_value(allow), json_string_value(deny), on_done,
-                       later(L, r->seq));
+    sandbox_set_egress(r->sb, json_string_value(allow), json_string_value(deny),
+                       json_string_value(transforms), on_done, later(L, r->seq));
 }
 
 static void op_env(launcher_t *L, const launcher_req_t *r)
@@ -268,7 +270,8 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
     cleanup_error sg_error_t *err = NULL;
     const char *allow = json_string_value(json_object_get(r->body, "allow"));
     const char *deny = json_string_value(json_object_get(r->body, "deny"));
-    if (sandbox_check_egress(allow, deny, &err) < 0) {
+    const char *transforms = json_string_value(json_object_get(r->body, "transforms"));
+    if (sandbox_check_egress(allow, deny, transforms, &err) < 0) {
         launcher_reply_err(L, r->seq, err);
         return;
     }
@@ -281,6 +284,7 @@ static void op_new(launcher_t *L, const launcher_req_t *r)
                         .template = json_string_value(template),
                         .egress_allow = allow,
                         .egress_deny = deny,
+                        .egress_transforms = transforms,
                         .mounts = json_is_null(mounts) ? NULL : mounts};
     sandbox_t *sb = sandbox_new(L->env, r->id, spec, &o, ws, &err);
     made(L, r, sb, err); /* not in one call: err is read after sandbox_new sets it */

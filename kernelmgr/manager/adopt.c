@@ -98,6 +98,7 @@ static void adopt_one(kmgr_t *m, const char *file, json_t *live_ids)
     opts.username = username;
     opts.egress_allow = json_string_value(json_object_get(rec, "egress_allow"));
     opts.egress_deny = json_string_value(json_object_get(rec, "egress_deny"));
+    opts.egress_transforms = json_string_value(json_object_get(rec, "egress_transforms"));
     opts.mounts = json_object_get(rec, "mounts");
     json_int_t bytes = json_integer_value(json_object_get(rec, "checkpoint_bytes"));
     json_t *lineage = json_object_get(rec, "lineage");

@@ -70,6 +70,8 @@ void session_record(kmgr_t *m, entry_t *e)
         json_object_set_new(rec, "egress_allow", json_string(o->egress_allow));
     if (o->egress_deny)
         json_object_set_new(rec, "egress_deny", json_string(o->egress_deny));
+    if (o->egress_transforms)
+        json_object_set_new(rec, "egress_transforms", json_string(o->egress_transforms));
     if (o->mounts)
         json_object_set_new(rec, "mounts", json_deep_copy(o->mounts));
     cleanup_free char *path = record_path(m, kernel_id(k));
@@ -304,6 +306,7 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     opts.snapshot = so->snapshot;
     opts.egress_allow = so->egress_allow;
     opts.egress_deny = so->egress_deny;
+    opts.egress_transforms = so->egress_transforms;
     opts.mounts = so->mounts;
     if (strncmp(id, replica_tag(), strlen(replica_tag())) != 0)
         opts.generation = 1000 + (int)randombytes_uniform(800000); /* moved here */
@@ -560,17 +563,17 @@ void kmgr_set_username(kmgr_t *m, kernel_t *k, const char *username)
 }
 
 void kmgr_set_egress(kmgr_t *m, kernel_t *k, const char *allow, const char *deny,
-                     sandbox_rules_fn *cb, void *arg)
+                     const char *transforms, sandbox_rules_fn *cb, void *arg)
 {
     entry_t *e = entry_find(m, kernel_id(k));
-    kernel_set_egress(k, allow, deny, cb, arg);
+    kernel_set_egress(k, allow, deny, transforms, cb, arg);
     if (e && e->ready) /* else its record is written once it is */
         session_record(m, e);
 }
 
-int kmgr_check_egress(const char *allow, const char *deny, sg_error_t **err)
+int kmgr_check_egress(const char *allow, const char *deny, const char *transforms, sg_error_t **err)
 {
-    return sandbox_check_egress(allow, deny, err);
+    return sandbox_check_egress(allow, deny, transforms, err);
 }
 
 bool kmgr_saves_network(const kmgr_t *m)

@@ -120,6 +120,7 @@ typedef struct {
     const json_t *env;    /* with sandbox: NAME -> string, added to the kernel's environment */
     const char *egress_allow, *egress_deny; /* with internet: the sandbox's own rules
                                                (kmgr_set_egress); NULL: none */
+    const char *egress_transforms;          /* and headers (the same) */
     const json_t *mounts; /* volumes in its sandbox (sandbox_opts_t.mounts); never from the
                              pool.  With snapshot: the snapshot's, whatever is given */
     const char *id;       /* the session's id (a session moved here from another replica,
@@ -140,10 +141,11 @@ void kmgr_set_username(kmgr_t *self, kernel_t *k, const char *username);
  * a restart keeps them: kernel_set_egress's lists and contract (cb once,
  * perhaps before this returns). */
 void kmgr_set_egress(kmgr_t *self, kernel_t *k, const char *allow, const char *deny,
-                     sandbox_rules_fn *cb, void *arg);
-/* Whether allow and deny are lists kmgr_set_egress takes (the error names
- * the one that is not, and its entry). */
-int kmgr_check_egress(const char *allow, const char *deny, sg_error_t **err);
+                     const char *transforms, sandbox_rules_fn *cb, void *arg);
+/* Whether allow, deny and transforms are what kmgr_set_egress takes (the
+ * error names the one that is not, and its entry). */
+int kmgr_check_egress(const char *allow, const char *deny, const char *transforms,
+                      sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);
 /* Whether sandboxes may have a network here (--egress-allow was given). */
 bool kmgr_has_egress(const kmgr_t *self);

@@ -33,6 +33,7 @@ struct sandbox_env {
     char *preload;     /* sandgate-preload.so beside init; NULL: none */
     char *launcher_py; /* sandgate-kernel.py beside init; NULL: none */
     bool mask_debugpy;
+    bool trusts_proxy;       /* the sandboxes' /etc trusts the egress proxy's CA (runsc.c) */
     char **template_roots;   /* local: each template's root directory (cfg.templates' order),
                                 NULL where it has none (template.c) */
     egress_policy_t *egress; /* --egress-allow given; NULL: no network at all */
@@ -48,6 +49,7 @@ struct sandbox {
     char *snapshot; /* sandbox_opts_t's: started from it (NULL: fresh); sent with "new" */
     char *template; /* sandbox_opts_t's: its root is the template's (NULL: the server's) */
     char *egress_allow, *egress_deny;    /* sandbox_opts_t's, then sandbox_set_egress's */
+    char *egress_transforms;             /* the same */
     json_t *mounts;                      /* sandbox_opts_t's (checked, a copy); NULL: none */
     uint64_t memory_bytes, cpu_quota_us; /* its limits: the server's, or its tenant's if lower */
     char *cgroup; /* runsc's cgroupsPath (/sandgate/[t-TENANT/]ID): set by sandbox_new; for
@@ -119,8 +121,8 @@ struct sandbox_ops {
     void (*set_tenant)(sandbox_t *sb, const char *tenant);
     /* sandbox_set_egress (the lists checked): the same contract; a
      * sandbox without a network is refused.  NULL in mode none. */
-    void (*set_egress)(sandbox_t *sb, const char *allow, const char *deny, sandbox_rules_fn *cb,
-                       void *arg);
+    void (*set_egress)(sandbox_t *sb, const char *allow, const char *deny, const char *transforms,
+                       sandbox_rules_fn *cb, void *arg);
     /* sandbox_signal: delivery is asynchronous. */
     int (*signal)(sandbox_t *sb, int sig, sg_error_t **err);
     /* sandbox_remove, before remove_id: no start under way may create the

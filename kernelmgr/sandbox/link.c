@@ -544,12 +544,12 @@ static int link_start(sandbox_t *sb, sg_error_t **err)
 {
     sb->start_seq = link_async(
         LOP_NEW,
-        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?, s:s?, s:s?, s:O?}", "id",
+        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:I, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?}", "id",
                   sb->id, "kernelspec", sb->kernelspec, "workspace", sb->workspace, "internet",
                   sb->internet, "tenant", sb->tenant, "memory", (json_int_t)sb->memory_bytes,
                   "cpu_quota", (json_int_t)sb->cpu_quota_us, "snapshot", sb->snapshot, "template",
-                  sb->template, "allow", sb->egress_allow, "deny", sb->egress_deny, "mounts",
-                  sb->mounts),
+                  sb->template, "allow", sb->egress_allow, "deny", sb->egress_deny, "transforms",
+                  sb->egress_transforms, "mounts", sb->mounts),
         -1, new_answered, sb, 0);
     return 0;
 }
@@ -723,11 +723,11 @@ static void rules_answered(json_t *reply, void *arg)
 }
 
 static void link_set_egress(sandbox_t *sb, const char *allow, const char *deny,
-                            sandbox_rules_fn *cb, void *arg)
+                            const char *transforms, sandbox_rules_fn *cb, void *arg)
 {
     link_async(LOP_EGRESS_RULES,
-               json_pack("{s:s, s:s, s:s}", "id", sb->id, "allow", allow ? allow : "", "deny",
-                         deny ? deny : ""),
+               json_pack("{s:s, s:s, s:s, s:s}", "id", sb->id, "allow", allow ?: "", "deny",
+                         deny ?: "", "transforms", transforms ?: ""),
                -1, rules_answered, callback((void (*)(void))cb, arg), ASYNC_OWNS_ARG);
 }
 

@@ -125,6 +125,7 @@ static int egress_init(sandbox_env_t *env, const char *kernels, sg_error_t **err
         return -1;
     p->max_conns = cfg->egress_max_conns;
     p->rate = cfg->egress_rate;
+    p->ca_file = cfg->egress_ca_file;
     if (egress_setup(p, kernels, err) < 0)
         return -1;
     env->egress = p;
@@ -162,6 +163,35 @@ static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
     return r;
 }
 
+/* The sandboxes' CA bundle: the host's, and the egress proxy's CA when it
+ * runs (it opens the TLS of hosts whose rules set headers: proxy.c), also
+ * alone in ssl/certs/sandgate-egress-ca.crt for NODE_EXTRA_CA_CERTS.  Made
+ * at every start, from the host's bundle of the day. */
+static int trust_proxy(sandbox_env_t *env, sg_error_t **err)
+{
+    cleanup_free char *ca = egress_proxy_ca();
+    cleanup_free char *bundle = xasprintf("%s/ssl/certs/ca-certificates.crt", env->etc_dir);
+    cleanup_free char *alone = xasprintf("%s/ssl/certs/sandgate-egress-ca.crt", env->etc_dir);
+    env->trusts_proxy = false;
+    if (ca == NULL || access(bundle, F_OK) != 0)
+        return 0;
+    cleanup_free char *host = NULL;
+    size_t len = 0;
+    FILE *f = fopen("/etc/ssl/certs/ca-certificates.crt", "re");
+    if (f && getdelim(&host, &len, 0, f) < 0) {
+        free(host);
+        host = NULL;
+    }
+    if (f)
+        fclose(f);
+    cleanup_free char *both = xasprintf("%s%s", host ? host : "", ca);
+    if (host_write_file(bundle, both, err) < 0 || host_write_file(alone, ca, err) < 0 ||
+        chmod(bundle, 0644) < 0 || chmod(alone, 0644) < 0)
+        return -1;
+    env->trusts_proxy = true;
+    return 0;
+}
+
 static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
 {
     const sandbox_config_t *cfg = &env->cfg;
@@ -187,7 +217,7 @@ static int runsc_env_init(sandbox_env_t *env, sg_error_t **err)
     if (egress_init(env, kernels, err) < 0)
         goto fail;
     if (build_etc(env->etc_dir, err) < 0 || write_resolver(env, err) < 0 ||
-        (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0) ||
+        trust_proxy(env, err) < 0 || (!cfg->rootfs && build_rootfs(env->rootfs_dir, err) < 0) ||
         template_roots_init(env, err) < 0)
         goto fail;
     env->mask_debugpy = access("/usr/lib/python3/dist-packages/debugpy", F_OK) == 0;
@@ -238,6 +268,9 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
     if (preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
+    if (sb->internet && sb->env->trusts_proxy) /* Node has a store of its own */
+        json_array_append_new(
+            env, json_string("NODE_EXTRA_CA_CERTS=/etc/ssl/certs/sandgate-egress-ca.crt"));
     /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
      * relays the host's sockets in /conn to them (guest/init.c). */
     const int *p = sb->conn.ports;
@@ -399,8 +432,9 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
                          "this server gives sandboxes no network (start it with --egress-allow)");
             goto fail;
         }
-        if ((sb->egress_allow || sb->egress_deny) && /* in place before it runs */
-            egress_sandbox_rules(sb->dir, sb->egress_allow, sb->egress_deny, err) < 0)
+        egress_own_t own = {sb->egress_allow, sb->egress_deny, sb->egress_transforms, sb->tenant};
+        if ((own.allow || own.deny || own.transforms) && /* in place before it runs */
+            egress_sandbox_rules(sb->dir, &own, err) < 0)
             goto fail;
         cleanup_free char *ns =
             egress_sandbox_up(sb->env->egress, sb->id, sb->dir, sb->snapshot != NULL, err);
@@ -675,7 +709,7 @@ static void runsc_set_tenant(sandbox_t *sb, const char *tenant)
 }
 
 static void runsc_set_egress(sandbox_t *sb, const char *allow, const char *deny,
-                             sandbox_rules_fn *cb, void *arg)
+                             const char *transforms, sandbox_rules_fn *cb, void *arg)
 {
     cleanup_error sg_error_t *err = NULL;
     if (!sb->internet)
@@ -683,13 +717,17 @@ static void runsc_set_egress(sandbox_t *sb, const char *allow, const char *deny,
                      "sandbox %s has no network, so it has no rules to change (a sandbox made "
                      "with internet access has them)",
                      sb->id);
-    else if (egress_sandbox_rules(sb->dir, allow, deny, &err) == 0) {
+    else if (egress_sandbox_rules(sb->dir, &(egress_own_t){allow, deny, transforms, sb->tenant},
+                                  &err) == 0) {
         free(sb->egress_allow);
         free(sb->egress_deny);
+        free(sb->egress_transforms);
         sb->egress_allow = allow && *allow ? xstrdup(allow) : NULL;
         sb->egress_deny = deny && *deny ? xstrdup(deny) : NULL;
-        log_info("egress: sandbox %s: allow %s, deny %s", sb->id, allow && *allow ? allow : "-",
-                 deny && *deny ? deny : "-");
+        sb->egress_transforms = transforms && *transforms ? xstrdup(transforms) : NULL;
+        log_info("egress: sandbox %s: allow %s, deny %s%s", sb->id, allow && *allow ? allow : "-",
+                 deny && *deny ? deny : "-",
+                 transforms && *transforms ? ", headers for some hosts" : "");
     }
     cb(err, arg);
 }

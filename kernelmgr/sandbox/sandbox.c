@@ -303,6 +303,8 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
     self->template = opts && opts->template ? xstrdup(opts->template) : NULL;
     self->egress_allow = opts && opts->egress_allow ? xstrdup(opts->egress_allow) : NULL;
     self->egress_deny = opts && opts->egress_deny ? xstrdup(opts->egress_deny) : NULL;
+    self->egress_transforms =
+        opts && opts->egress_transforms ? xstrdup(opts->egress_transforms) : NULL;
     if (opts && opts->mounts) {
         if (sandbox_check_mounts(env, opts->mounts, err) < 0) {
             sandbox_free(&self);
@@ -352,6 +354,7 @@ void sandbox_free(sandbox_t **self_p)
     free(self->tenant);
     free(self->egress_allow);
     free(self->egress_deny);
+    free(self->egress_transforms);
     free(self->snapshot);
     free(self->template);
     json_decref(self->mounts);
@@ -532,24 +535,28 @@ uint64_t sandbox_workspace_restore_async(const sandbox_env_t *env, const char *p
     return env->ops->workspace_restore(env, path, sid, cb, arg);
 }
 
-int sandbox_check_egress(const char *allow, const char *deny, sg_error_t **err)
+int sandbox_check_egress(const char *allow, const char *deny, const char *transforms,
+                         sg_error_t **err)
 {
-    int names = egress_check_rules(allow, deny, err);
-    if (names > 0 && !egress_dns_set)
+    int hosts = egress_check_transforms(transforms, err);
+    int names = hosts < 0 ? -1 : egress_check_rules(allow, deny, err);
+    if (names < 0)
+        return -1;
+    if (names + hosts > 0 && !egress_dns_set)
         return sg_error_set(err, SG_E_INVALID,
                             "host names in egress rules need --egress-dns (the resolvers both "
                             "the sandboxes and the egress proxy ask)");
-    return names < 0 ? -1 : 0;
+    return 0;
 }
 
-void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny, sandbox_rules_fn *cb,
-                        void *arg)
+void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny,
+                        const char *transforms, sandbox_rules_fn *cb, void *arg)
 {
     cleanup_error sg_error_t *err = NULL;
     if (!self->env->ops->set_egress)
         sg_error_set(&err, SG_E_CONFLICT, "sandboxes have no network with --sandbox none");
-    else if (sandbox_check_egress(allow, deny, &err) == 0) {
-        self->env->ops->set_egress(self, allow, deny, cb, arg);
+    else if (sandbox_check_egress(allow, deny, transforms, &err) == 0) {
+        self->env->ops->set_egress(self, allow, deny, transforms, cb, arg);
         return;
     }
     cb(err, arg);

@@ -54,23 +54,25 @@ typedef struct {
 
 typedef struct {
     sandbox_mode_t mode;
-    const char *runsc;         /* runsc binary (default /usr/local/bin/runsc) */
-    const char *platform;      /* runsc --platform (default systrap) */
-    const char *rootfs;        /* image directory to use as /; NULL: minimal host /usr */
-    uint64_t memory_bytes;     /* linux.resources.memory.limit */
-    uint64_t cpu_quota_us;     /* CPU time per 100 ms period */
-    int64_t pids;              /* linux.resources.pids.limit (counts runsc's own tasks) */
-    uint64_t nproc;            /* RLIMIT_NPROC: processes inside the sandbox */
-    uint64_t nofile;           /* RLIMIT_NOFILE */
-    uint64_t workspace_bytes;  /* size of each workspace filesystem; 0: no limit */
-    uint64_t tmp_bytes;        /* size of the /tmp tmpfs */
-    const char *init;          /* sandgate-init binary; NULL: the installed one */
-    const char *egress_allow;  /* --egress-allow (egress.h); NULL or "": no network for anyone */
-    const char *egress_dns;    /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
-    unsigned egress_max_conns; /* --egress-max-conns: open connections per sandbox; 0: any */
-    uint64_t egress_rate;      /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
-    bool tenant_cgroups;       /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
-                                  own with an equal CPU weight (cgroup.h); default true */
+    const char *runsc;          /* runsc binary (default /usr/local/bin/runsc) */
+    const char *platform;       /* runsc --platform (default systrap) */
+    const char *rootfs;         /* image directory to use as /; NULL: minimal host /usr */
+    uint64_t memory_bytes;      /* linux.resources.memory.limit */
+    uint64_t cpu_quota_us;      /* CPU time per 100 ms period */
+    int64_t pids;               /* linux.resources.pids.limit (counts runsc's own tasks) */
+    uint64_t nproc;             /* RLIMIT_NPROC: processes inside the sandbox */
+    uint64_t nofile;            /* RLIMIT_NOFILE */
+    uint64_t workspace_bytes;   /* size of each workspace filesystem; 0: no limit */
+    uint64_t tmp_bytes;         /* size of the /tmp tmpfs */
+    const char *init;           /* sandgate-init binary; NULL: the installed one */
+    const char *egress_allow;   /* --egress-allow (egress.h); NULL or "": no network for anyone */
+    const char *egress_dns;     /* --egress-dns: resolvers for /etc/resolv.conf and port 53 */
+    const char *egress_ca_file; /* --egress-ca-file: what the egress proxy trusts; NULL: the
+                                   system's */
+    unsigned egress_max_conns;  /* --egress-max-conns: open connections per sandbox; 0: any */
+    uint64_t egress_rate;       /* --egress-rate: bytes/s per sandbox, each way; 0: no limit */
+    bool tenant_cgroups;        /* --tenant-cgroups: each tenant's sandboxes in a cgroup of its
+                                   own with an equal CPU weight (cgroup.h); default true */
     const sandbox_template_t *templates; /* borrowed; roots prepared by sandbox_env_new */
     size_t ntemplates;
 } sandbox_config_t;
@@ -145,6 +147,8 @@ typedef struct {
                               NULL: the server's */
     const char *egress_allow, *egress_deny; /* with internet: its own rules, in place before it
                                                runs (egress.h's egress_sandbox_rules); NULL: none */
+    const char *egress_transforms;          /* with them, headers its requests get (egress.h's
+                                               egress_own_t); NULL: none */
     const json_t *mounts; /* volumes bind-mounted into it (sandbox_check_mounts); NULL: none.
                              A pause, restore or snapshot keeps them: its image names them */
 } sandbox_opts_t;
@@ -160,16 +164,18 @@ sandbox_t *sandbox_new(sandbox_env_t *env, const char *id, const kspec_t *spec,
  * restored there.  In the background; problems are logged (it stays where
  * it was). */
 void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
-/* A sandbox with a network gets allow and deny as its own rules from now
- * on (egress.h's egress_sandbox_rules: lists of addresses and CIDR ranges,
- * both empty for none), running or paused.  cb exactly once, perhaps
+/* A sandbox with a network gets allow and deny as its own rules, and
+ * transforms as its headers, from now on (egress.h's egress_sandbox_rules:
+ * lists of addresses, CIDR ranges and host names, all empty for none),
+ * running or paused.  cb exactly once, perhaps
  * before this returns: NULL, or why not (borrowed) — a sandbox without a
  * network, a list that is not one, the launcher silent. */
 typedef void(sandbox_rules_fn)(const sg_error_t *err, void *arg);
-void sandbox_set_egress(sandbox_t *sb, const char *allow, const char *deny, sandbox_rules_fn *cb,
-                        void *arg);
-/* Whether allow and deny are lists sandbox_set_egress takes. */
-int sandbox_check_egress(const char *allow, const char *deny, sg_error_t **err);
+void sandbox_set_egress(sandbox_t *sb, const char *allow, const char *deny, const char *transforms,
+                        sandbox_rules_fn *cb, void *arg);
+/* Whether allow, deny and transforms are what sandbox_set_egress takes. */
+int sandbox_check_egress(const char *allow, const char *deny, const char *transforms,
+                         sg_error_t **err);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:
  * a paused one (its checkpoint must exist), for sandbox_resume.  Blocking:
  * for start-up. */

@@ -27,7 +27,8 @@ REFUSED = {"BYTES": "lots", "SEC": "-1", "N": "many", "MIB": "12x", "UID": "0",
            "HOST:PORT": "nonsense", "ID=HOST:PORT...": "nonsense", "MODE": "bogus", "LEVEL": "loud", "ID": "bad id!",
            "TOKEN": "short", "KIB": "fast", "LIST": "not-a-cidr", "IP[,IP]": "not-an-ip",
            "PATH": "", "yes|no": "maybe", "NAME=SPEC": "nameonly", "N|NAME=N": "x=many",
-           "TEMPLATE": "https://hub.example.org/lab", "URL": "", "SECRET": ""}
+           "TEMPLATE": "https://hub.example.org/lab", "URL": "", "SECRET": "",
+           "FILE": "/nonexistent/ca.pem"}
 
 r = subprocess.run([SANDGATE, "--help"], capture_output=True, text=True)
 ok(r.returncode == 0, "--help exits 0")

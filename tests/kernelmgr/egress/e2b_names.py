@@ -1,6 +1,7 @@
 """The Python E2B SDK, unchanged (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY):
 host names in a sandbox's network rules — create's network=(allow_out with a
-name, deny_out all traffic) and update_network — against the sandgate and
+name, deny_out all traffic; rules with a header holding a secret) and
+update_network — against the sandgate and
 the "internet" of test_egress_names.py.  Run by tests/.venv-e2b's python.
 usage: e2b_names.py API OTHER < CA_PEM — prints one JSON line per check"""
 import json
@@ -36,5 +37,14 @@ try:
     info = sbx.get_info()
     check(info.network and info.network.get("allow_out") == ["other.example.test"],
           "get_info gives the rules with the name", info)
+    ruled = Sandbox.create(network={"rules": {"api.example.test": [
+        {"transform": {"headers": {"X-From-Sdk": "${e2b.secrets.api-key}"}}}]}})
+    try:
+        out = ruled.commands.run("curl -sS --max-time 20 https://api.example.test/h",
+                                 timeout=60).stdout
+        check("x-from-sdk" in out.lower() and "sk-test" in out,
+              "create's network rules: the proxy sets the header, a secret's value in it", out)
+    finally:
+        ruled.kill()
 finally:
     sbx.kill()

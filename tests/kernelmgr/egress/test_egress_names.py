@@ -154,6 +154,68 @@ def served(out):
 CURL = "curl -sS --max-time 20 --cacert /tmp/ca.pem "
 
 
+SECRET = "sk-test-51f0c0ffee-do-not-leak"
+
+
+def headers(d, alice, bob, ca):
+    """Rules' header transforms: a secret's value put into the requests to one
+    host by the proxy, over HTTP and over HTTPS (opened with sandgate's CA,
+    which the sandbox trusts), never inside the sandbox."""
+    st, _ = d.json("POST", "/secrets", {"name": "api-key", "value": SECRET}, token=alice)
+    st2, _ = d.json("POST", "/secrets", {"name": "bob-key", "value": "bob's"}, token=bob)
+    ok(st == 201 and st2 == 201, "two tenants' secrets", (st, st2))
+    bearer = {"Authorization": "Bearer ${e2b.secrets.api-key}", "X-Plain": "plain"}
+    net = {"rules": {"api.example.test": [{"transform": {"headers": bearer}}]}}
+    st, e = d.json("POST", "/contexts", {"internet": True, "network": {
+        "rules": {"api.example.test": [{"transform": {"headers": {
+            "Authorization": "${e2b.secrets.bob-key}"}}}]}}}, token=alice)
+    ok(st == 400 and "bob-key" in e.get("message", ""),
+       "another tenant's secret is not one of mine: 400 naming it", (st, e))
+    st, c = d.json("POST", "/contexts", {"internet": True, "network": net}, token=alice)
+    cid = c.get("id")
+    ok(st == 201 and c.get("network", {}).get("rules") == net["rules"],
+       "a context's rules may set headers for a host", (st, c))
+    execute(d, cid, f"open('/tmp/test-ca.pem', 'w').write({ca!r})", alice)
+    got = {}
+    for scheme in ("https", "http"):
+        rc, out = shell(d, cid, f"curl -sS --max-time 20 {scheme}://api.example.test/h", alice)
+        try:
+            got[scheme] = json.loads(out)["headers"]
+        except (ValueError, KeyError):
+            got[scheme] = (rc, out)
+    ok(all(isinstance(h, dict) and h.get("Authorization", h.get("authorization")) ==
+           f"Bearer {SECRET}" for h in got.values()),
+       "the server gets the secret in the header, over HTTPS and HTTP", got)
+    ok(all(isinstance(h, dict) and "plain" in (h.get("X-Plain"), h.get("x-plain"))
+           for h in got.values()), "and a plain header", got)
+    # A new value reaches the proxy at once; a deleted secret's header goes.
+    st, _ = d.json("POST", "/secrets/api-key", {"value": SECRET + "-2"}, token=alice)
+    rc, out = shell(d, cid, "curl -sS --max-time 20 https://api.example.test/h", alice)
+    st2 = d.json("DELETE", "/secrets/api-key", token=alice)[0]
+    rc2, out2 = shell(d, cid, "curl -sS --max-time 20 https://api.example.test/h", alice)
+    ok(st == 200 and f"Bearer {SECRET}-2" in out and st2 == 204 and rc2 == 0
+       and "Authorization" not in out2 and "plain" in out2,
+       "an updated secret's new value is used, a deleted one's header is left out",
+       (st, out, st2, out2))
+    # Another host's TLS is not opened: only the server's own CA verifies it.
+    rc, out = shell(d, cid, CURL.replace("--cacert /tmp/ca.pem", "--cacert /tmp/test-ca.pem")
+                    + "https://other.example.test/", alice)
+    ok(rc == 0 and served(out) == CDN and "Authorization" not in out,
+       "TLS to a host without rules passes through untouched", (rc, out))
+    # What the sandbox can see: its environment, files, processes, what it sends.
+    # (the pattern is made at run time: this command's own line holds no value)
+    look = ("env; cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n'; "
+            "p=sk-; grep -rs -l \"${p}test\" /etc /tmp /home /conn /run 2>/dev/null; "
+            "curl -sS --max-time 20 --trace-ascii - -o /dev/null https://api.example.test/ "
+            "| sed -n '/=> Send header/,/<= Recv header/p'")
+    rc, out = shell(d, cid, look, alice)
+    ok(rc == 0 and "GET / HTTP/1.1" in out and SECRET not in out and "sk-test" not in out
+       and "Authorization" not in out,
+       "the sandbox's environment, files, processes and the bytes it sends hold no value",
+       (rc, out[-1500:]))
+    d.json("DELETE", f"/contexts/{cid}", token=alice)
+
+
 def main():
     held = inet.ready(["nft", "haproxy", "dnsmasq", "openssl"], HOST_SIDE, ROUTES)
     if not held:
@@ -178,7 +240,8 @@ def main():
         d = None
 
         d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "198.51.100.0/24",
-                   "--egress-dns", DNS, "--keys-file", keys_file)
+                   "--egress-dns", DNS, "--keys-file", keys_file, "--egress-ca-file",
+                   f"{tmp}/ca.pem")
         ok(d.wait_log("egress: the proxy for host names runs"), "the egress proxy starts")
         rules = {"allowOut": ["api.example.test", "*.cdn.example.test", "pypi.example.test",
                               "inside.example.test", "missing.example.test"],
@@ -289,6 +352,9 @@ def main():
            "after a restart, the re-adopted sandbox's names are the proxy's again",
            (rc, out, rc1, out1))
 
+        headers(d, alice, bob, ca)
+        d.json("POST", "/secrets", {"name": "api-key", "value": SECRET}, token=alice)
+
         # --- E2B's SDK, unchanged -------------------------------------------------------
         if not os.access(E2B_PY, os.X_OK):
             ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
@@ -296,7 +362,7 @@ def main():
             env = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=alice)
             r = subprocess.run([E2B_PY, os.path.join(HERE, "e2b_names.py"), API, CDN],
                                input=ca, env=env, capture_output=True, text=True, timeout=600)
-            relay_checks(r, 3, "the Python SDK's e2b_names.py")
+            relay_checks(r, 4, "the Python SDK's e2b_names.py")
 
         # --- no leftovers ---------------------------------------------------------------
         st, _ = d.json("DELETE", f"/contexts/{cid}", token=alice)

@@ -59,8 +59,24 @@ int main(void)
     ok(egress_check_rules("8.8.8.8, 203.0.113.0/24", "0.0.0.0/0", NULL) == 0,
        "a sandbox's rules are addresses and CIDR ranges");
     ok(egress_check_rules("api.example.com, *.example.org", "evil.example.com, 0.0.0.0/0", NULL) ==
-           0,
-       "host names, exact and *.NAME, may be in both lists");
+           3,
+       "host names, exact and *.NAME, may be in both lists (3 counted)");
+    ok(egress_check_transforms("{\"api.example.com\": {\"Authorization\": \"Bearer "
+                               "${e2b.secrets.api-key}\"}, \"*.example.org\": {}}",
+                               NULL) == 2,
+       "transforms: headers per host, a secret's placeholder in a value");
+    const char *bad_t[] = {"[]",
+                           "{\"a b\": {}}",
+                           "{\"h.example\": {\"bad header\": \"v\"}}",
+                           "{\"h.example\": {\"X\": 1}}",
+                           "{\"h.example\": {\"X\": \"a\\nb\"}}",
+                           "{\"h.example\": {\"X\": \"${e2b.identity.tokens.aws}\"}}",
+                           "{\"h.example\": {\"X\": \"${e2b.secrets.}\"}}"};
+    for (size_t i = 0; i < sizeof bad_t / sizeof *bad_t; i++) {
+        int rc = egress_check_transforms(bad_t[i], &err);
+        ok(rc < 0 && err, "transforms %s refused: %s", bad_t[i], err ? err->msg : "");
+        sg_error_free(&err);
+    }
     const char *bad[] = {
         "exa mple.com",    "*.",    "-a.example.com", "a..b", "a-.example.com", "example.com.*",
         "*.*.example.com", "1.2.3", "ex_ample.com"};
