@@ -860,6 +860,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
         .name = "e2b", .ctx = self, .done = done, .error_response = http_code_error_response};
     self->e2b_timer = -1;
     api_sbmetrics_start(self);
+    api_refusals_start(self);
     api_sblogs_start(self);
     api_e2b_auth_start(self, http);
     if (http_param(http, "sandbox", tenants_resolve_session, tenants_session_owner, self->kmgr,

@@ -18,8 +18,7 @@
 #include "gateway/rest/internal.h"
 
 /* What E2B's SandboxNetworkConfig holds that sandgate does not do. */
-static const char *const unsupported[] = {"egressProxy", "maskRequestHost", "dnsServers",
-                                          "httpsPorts"};
+static const char *const unsupported[] = {"egressProxy", "maskRequestHost", "httpsPorts"};
 
 static bool (*secret_known)(void *ctx, const char *tenant, const char *name);
 static void *secret_ctx;
@@ -168,8 +167,16 @@ bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **
     if (!why && pub && !json_is_null(pub) && !json_is_boolean(pub))
         why = xstrdup("network.allowPublicTraffic must be a boolean");
     if (!why && join_list(network, "allowOut", &net->allow, &why) &&
-        join_list(network, "denyOut", &net->deny, &why))
+        join_list(network, "denyOut", &net->deny, &why) &&
+        join_list(network, "dnsServers", &net->dns, &why))
         take_rules(network, &net->transforms, &why);
+    sg_error_t *dns_err = NULL;
+    if (!why && net->dns &&
+        (kmgr_check_egress(net->dns, NULL, NULL, &dns_err) != 0 || strchr(net->dns, '/') ||
+         json_array_size(json_object_get(network, "dnsServers")) > 10))
+        why = xasprintf("network.dnsServers: up to 10 IPv4 addresses%s%s", dns_err ? ": " : "",
+                        dns_err ? dns_err->msg : "");
+    sg_error_free(&dns_err);
     sg_error_t *err = NULL;
     if (!why && kmgr_check_egress(net->allow, net->deny, net->transforms, &err) < 0) {
         why = xstrdup(err->msg);
@@ -192,6 +199,12 @@ bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **
         net->rules_deny = xasprintf("0.0.0.0/0%s%s", net->deny ? "," : "", net->deny ?: "");
     else if (net->deny)
         net->rules_deny = xstrdup(net->deny);
+    /* E2B's dnsServers: servers a sandbox that allows a host by name may
+     * reach (its resolvers are --egress-dns, reachable anyway). */
+    if (net->dns && net->allow && kmgr_check_egress(net->allow, NULL, NULL, NULL) > 0)
+        net->rules_allow = xasprintf("%s,%s", net->allow, net->dns);
+    else if (net->allow)
+        net->rules_allow = xstrdup(net->allow);
     /* A network when asked for, or when rules were given without saying
      * (E2B's default is the internet); not when refused and nothing is
      * let through. */
@@ -215,6 +228,8 @@ void api_e2b_network_free(e2b_net_t *net)
     free(net->allow);
     free(net->deny);
     free(net->rules_deny);
+    free(net->rules_allow);
+    free(net->dns);
     free(net->transforms);
     json_decref(net->rules);
     *net = (e2b_net_t){0};
@@ -238,10 +253,11 @@ void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
         json_object_set_new(e2b, "allowInternetAccess", json_boolean(net->internet_access));
     if (net->private_ports) /* public unless made private (gateway/ports/) */
         json_object_set_new(e2b, "allowPublicTraffic", json_false());
-    if (net->allow || net->deny || net->rules)
+    if (net->allow || net->deny || net->rules || net->dns)
         json_object_set_new(e2b, "network",
-                            json_pack("{s:o, s:o, s:O*}", "allowOut", split_list(net->allow),
-                                      "denyOut", split_list(net->deny), "rules", net->rules));
+                            json_pack("{s:o, s:o, s:O*, s:o*}", "allowOut", split_list(net->allow),
+                                      "denyOut", split_list(net->deny), "rules", net->rules,
+                                      "dnsServers", net->dns ? split_list(net->dns) : NULL));
     else
         json_object_del(e2b, "network");
 }
@@ -257,7 +273,7 @@ static void initial_rules_set(const sg_error_t *err, void *arg)
 void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net)
 {
     if (net->internet && (net->allow || net->rules_deny || net->transforms))
-        kmgr_set_egress(self->kmgr, k, net->allow, net->rules_deny, net->transforms,
+        kmgr_set_egress(self->kmgr, k, net->rules_allow, net->rules_deny, net->transforms,
                         initial_rules_set, xstrdup(kernel_id(k)));
 }
 
@@ -355,8 +371,8 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call)
     }
     stream_t *s = api_stream_new(self, call->conn, k); /* refs: the callback's, the request's */
     s->json_mode = s->snapshot_wait = true;
-    kmgr_set_egress(self->kmgr, k, net.allow ?: "", net.rules_deny ?: "", net.transforms ?: "",
-                    rules_set, s);
+    kmgr_set_egress(self->kmgr, k, net.rules_allow ?: "", net.rules_deny ?: "",
+                    net.transforms ?: "", rules_set, s);
     api_e2b_network_free(&net);
     call->state = s; /* the front end's done drops the request's reference */
     return rules_answer(call);

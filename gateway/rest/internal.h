@@ -42,6 +42,7 @@ struct api {
     json_t *e2b_metrics;             /* sbmetrics.c: sandbox id -> {samples, at, cpu_ns} */
     int e2b_sample_timer;            /* sbmetrics.c's; -1: none */
     json_t *e2b_logs;                /* sblogs.c: id -> [[ms, level, message], ...] */
+    struct refusals *refusals;       /* metrics.c: egress refusals into the audit log */
     unsigned char e2b_token_key[32]; /* e2bauth.c: sandboxes' tokens are its HMACs */
 };
 
@@ -147,6 +148,9 @@ typedef struct {
     bool asked;           /* allow_internet_access was given ... */
     bool internet_access; /* ... and was true */
     char *allow, *deny;   /* allowOut, denyOut as given: "CIDR,..." or NULL */
+    char *dns;            /* dnsServers as given: "IP,..." or NULL */
+    char *rules_allow;    /* what the sandbox may reach: allowOut, and dnsServers when it
+                             names a host (E2B's firewall opening); NULL: nothing */
     char *rules_deny;     /* what the sandbox refuses: denyOut, after 0.0.0.0/0 when
                              allow_internet_access is false; NULL: nothing */
     bool private_ports;   /* allowPublicTraffic false: its ports need a credential */
@@ -175,6 +179,9 @@ enum MHD_Result api_e2b_network_put(void *arg, http_req_t *call);
  * routes (E2B's front end, e2b.c, registers them). */
 void api_sbmetrics_start(api_t *self);
 void api_sbmetrics_stop(api_t *self);
+/* metrics.c: egress refusals into the audit log, with --egress-allow. */
+void api_refusals_start(api_t *self);
+void api_refusals_stop(api_t *self);
 enum MHD_Result api_sandbox_metrics(void *arg, http_req_t *call);
 /* sblogs.c: E2B's sandbox logs, what sandgate's log says about each id,
  * kept from start to stop; an id's forgotten with it; the routes (e2b.c

@@ -11,6 +11,94 @@
 #include "gateway/observe/observe.h"
 #include "gateway/rest/internal.h"
 
+/* --- egress refusals in the audit log --------------------------------------------- */
+
+/* Every REFUSALS_MS, what the egress rules refused since the last look, per
+ * context and rule, as audit events "egress.refused" {context, rule,
+ * count} in the context's tenant's name: rule "addresses" for the packets
+ * nftables refused (its per-sandbox count), or the proxy's rule
+ * ("denyOut ENTRY", "unresolved allowOut ENTRY") for connections.  Both
+ * counts start again from 0 when sandgate starts (the table and the proxy
+ * are new), as this does. */
+#define REFUSALS_MS 5000
+
+struct refusals {
+    api_t *api;   /* NULL once the API is gone: the answer on its way frees this */
+    json_t *seen; /* "CONTEXT\tRULE" -> count at the last look */
+    int timer;
+    bool asking;
+};
+
+static void refused_event(api_t *self, const char *id, const char *rule, json_int_t n, json_t *now,
+                          const json_t *seen)
+{
+    cleanup_free char *key = xasprintf("%s\t%s", id, rule);
+    json_int_t before = json_integer_value(json_object_get(seen, key));
+    json_object_set_new(now, key, json_integer(n));
+    kernel_t *k = kmgr_get(self->kmgr, id);
+    if (!k || n <= before)
+        return;
+    audit_who_t who = {.frontend = "egress"};
+    snprintf(who.tenant, sizeof who.tenant, "%s", kernel_owner(k));
+    audit_event(&who, "egress.refused",
+                json_pack("{s:s, s:s, s:I}", "context", id, "rule", rule, "count", n - before));
+}
+
+static void refusals_counted(const json_t *counts, const sg_error_t *err, void *arg)
+{
+    struct refusals *r = arg;
+    r->asking = false;
+    if (!r->api) {
+        json_decref(r->seen);
+        free(r);
+        return;
+    }
+    if (!counts)
+        return;
+    json_t *now = json_object(), *n, *rules;
+    const char *id, *rule;
+    json_object_foreach (json_object_get(counts, "sessions"), id, n)
+        refused_event(r->api, id, "addresses", json_integer_value(n), now, r->seen);
+    json_object_foreach (json_object_get(counts, "rules"), id, rules)
+        json_object_foreach (rules, rule, n)
+            refused_event(r->api, id, rule, json_integer_value(n), now, r->seen);
+    json_decref(r->seen);
+    r->seen = now;
+}
+
+static void refusals_tick(loop_t *loop, int timer_id, void *arg)
+{
+    struct refusals *r = arg;
+    if (!r->asking) {
+        r->asking = true;
+        kmgr_egress_refused(r->api->kmgr, refusals_counted, r);
+    }
+}
+
+void api_refusals_start(api_t *self)
+{
+    if (!kmgr_has_egress(self->kmgr))
+        return;
+    struct refusals *r = xzalloc(sizeof *r);
+    r->api = self;
+    r->timer = loop_timer(self->loop, REFUSALS_MS, 0, refusals_tick, r);
+    self->refusals = r;
+}
+
+void api_refusals_stop(api_t *self)
+{
+    struct refusals *r = self->refusals;
+    if (!r)
+        return;
+    loop_timer_end(self->loop, r->timer);
+    self->refusals = NULL;
+    r->api = NULL;
+    if (!r->asking) {
+        json_decref(r->seen);
+        free(r);
+    }
+}
+
 /* --- GET /metrics ---------------------------------------------------------------- */
 
 /* How long a scrape waits for the launcher's refusal counts (Prometheus'

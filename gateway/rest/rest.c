@@ -94,6 +94,7 @@ void api_destroy(api_t **self_p)
     if ((*self_p)->e2b_timer >= 0)
         loop_timer_end((*self_p)->loop, (*self_p)->e2b_timer);
     api_sbmetrics_stop(*self_p);
+    api_refusals_stop(*self_p);
     api_sblogs_stop(*self_p);
     json_decref((*self_p)->contexts);
     json_decref((*self_p)->defaults);

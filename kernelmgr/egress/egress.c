@@ -19,8 +19,6 @@
 #define POOL_PREFIX 16
 #define POOL_SIZE (1u << (32 - POOL_PREFIX - 2))
 #define NETNS_DIR "/var/run/netns"
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
 static const struct {
     const char *cidr;
@@ -210,59 +208,50 @@ char *egress_ruleset(const egress_policy_t *p)
     FILE *f = open_memstream(&buf, &len);
     if (f == NULL)
         abort();
-    fputs(
-        "table inet sandgate\ndelete table inet sandgate\n"
-        "table inet sandgate {\n"
-        "\tcounter refused {\n\t}\n"
-        /* Per sandbox address: the connections it has open. */
-        "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
-        /* Refusals per host veth (sghN), besides the total above: an
-         * element appears with a sandbox's first refusal and goes with
-         * its veth (egress_sandbox_down), so a later sandbox on index N
-         * starts at 0. */
-        "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
-        /* Sandboxes with rules of their own (egress_sandbox_rules): host
-         * veth -> jump to its chain sbN. */
-        "\tmap sandboxes {\n\t\ttype ifname : verdict\n\t}\n"
-        /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
-        "\tchain refuse {\n\t\tcounter name \"refused\"\n"
-        "\t\tadd @refused_by { iifname }\n"
-        "\t\tmeta l4proto tcp reject with tcp reset\n"
-        "\t\treject with icmpx type admin-prohibited\n\t}\n"
-        /* Nothing from a sandbox reaches the host itself: none of its
-         * addresses, none of its ports (sandgate's API included). */
-        /* Sandboxes whose rules name hosts: their TCP to ports 80 and 443
-         * goes to the egress proxy (proxy.c), on the host. */
-        "\tset named {\n\t\ttype ifname\n\t}\n"
-        "\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n"
-        "\t\tiifname @named tcp dport 80 redirect to :" STR(
-            PROXY_HTTP_PORT) "\n"
-                             "\t\tiifname @named tcp dport 443 redirect to :" STR(
-                                 PROXY_TLS_PORT) "\n\t}\n"
-                                                 "\tchain input {\n\t\ttype filter hook input "
-                                                 "priority filter - 10; policy accept;\n"
-                                                 "\t\tiifname @named ct status dnat tcp dport "
-                                                 "{ " STR(PROXY_HTTP_PORT) ", " STR(
-                                                     PROXY_TLS_PORT) " } accept\n"
-                                                                     "\t\tiifname \"sgh*\" jump "
-                                                                     "refuse\n\t}\n"
-                                                                     "\tchain forward {\n\t\ttype "
-                                                                     "filter hook forward priority "
-                                                                     "filter - 10; policy accept;\n"
-                                                                     "\t\tiifname \"sgh*\" jump "
-                                                                     "egress\n"
-                                                                     "\t\toifname \"sgh*\" ct "
-                                                                     "state established,related "
-                                                                     "accept\n"
-                                                                     "\t\toifname \"sgh*\" "
-                                                                     "drop\n\t}\n"
-                                                                     "\tchain egress {\n"
-                                                                     "\t\tct state "
-                                                                     "established,related accept\n"
-                                                                     "\t\tmeta nfproto ipv6 drop\n"
-                                                                     "\t\tip daddr 100.127.0.0/16 "
-                                                                     "jump refuse\n",
-        f);
+    fputs("table inet sandgate\ndelete table inet sandgate\n"
+          "table inet sandgate {\n"
+          "\tcounter refused {\n\t}\n"
+          /* Per sandbox address: the connections it has open. */
+          "\tset conns {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n"
+          /* Refusals per host veth (sghN), besides the total above: an
+           * element appears with a sandbox's first refusal and goes with
+           * its veth (egress_sandbox_down), so a later sandbox on index N
+           * starts at 0. */
+          "\tset refused_by {\n\t\ttype ifname\n\t\tflags dynamic\n\t\tcounter\n\t}\n"
+          /* Sandboxes with rules of their own (egress_sandbox_rules): host
+           * veth -> jump to its chain sbN. */
+          "\tmap sandboxes {\n\t\ttype ifname : verdict\n\t}\n"
+          /* A refusal is quick and plain: a TCP reset, or ICMP "prohibited". */
+          "\tchain refuse {\n\t\tcounter name \"refused\"\n"
+          "\t\tadd @refused_by { iifname }\n"
+          "\t\tmeta l4proto tcp reject with tcp reset\n"
+          "\t\treject with icmpx type admin-prohibited\n\t}\n",
+          f);
+    /* Sandboxes whose rules name hosts or set headers: their TCP to ports
+     * 80 and 443 goes to the egress proxy (proxy.c), on the host.  Nothing
+     * from a sandbox reaches the host otherwise: none of its addresses,
+     * none of its ports (sandgate's API included); and the proxy's ports
+     * take redirected connections only. */
+    fprintf(f,
+            "\tset named {\n\t\ttype ifname\n\t}\n"
+            "\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n"
+            "\t\tiifname @named tcp dport 80 redirect to :%d\n"
+            "\t\tiifname @named tcp dport 443 redirect to :%d\n\t}\n"
+            "\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n"
+            "\t\tiifname @named ct status dnat tcp dport { %d, %d } accept\n"
+            "\t\tiifname \"sgh*\" jump refuse\n"
+            "\t\ttcp dport { %d, %d } drop\n\t}\n",
+            PROXY_HTTP_PORT, PROXY_TLS_PORT, PROXY_HTTP_PORT, PROXY_TLS_PORT, PROXY_HTTP_PORT,
+            PROXY_TLS_PORT);
+    fputs("\tchain forward {\n\t\ttype filter hook forward priority filter - 10; policy accept;\n"
+          "\t\tiifname \"sgh*\" jump egress\n"
+          "\t\toifname \"sgh*\" ct state established,related accept\n"
+          "\t\toifname \"sgh*\" drop\n\t}\n"
+          "\tchain egress {\n"
+          "\t\tct state established,related accept\n"
+          "\t\tmeta nfproto ipv6 drop\n"
+          "\t\tip daddr 100.127.0.0/16 jump refuse\n",
+          f);
     put_dns(f, p, "goto allowed");
     /* A sandbox's own rules come before the operator's: they may refuse
      * more, never allow more (a sandbox's chain returns here). */

@@ -71,7 +71,12 @@ end
 
 core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
   local src = txn.f:src()
-  local r = rules[src] or {allow = entries(""), deny = entries(""), headers = {}}
+  local r = rules[src]
+  if not r then -- not a sandbox whose rules name hosts: nothing to do here
+    txn:set_var("txn.sg_rule", "(not a sandbox this proxy serves)")
+    txn:set_var("txn.sg_verdict", "refuse")
+    return
+  end
   local name
   if how == "tls" then
     name = txn.f:req_ssl_sni()

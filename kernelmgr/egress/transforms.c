@@ -15,6 +15,7 @@
 #define PLACEHOLDER "${e2b.secrets."
 #define VALUE_MAX 8192
 #define HEADERS_MAX 16
+#define HOSTS_MAX 32
 
 static const char token[] = "!#$%&'*+-.^_`|~0123456789"
                             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -67,9 +68,10 @@ int egress_check_transforms(const char *transforms, sg_error_t **err)
     int hosts = 0;
     const char *host, *header;
     json_t *headers, *v;
-    if (!json_is_object(t)) {
+    if (!json_is_object(t) || json_object_size(t) > HOSTS_MAX) {
         json_decref(t);
-        return sg_error_set(err, SG_E_INVALID, "rules must be an object of host names");
+        return sg_error_set(err, SG_E_INVALID, "rules must be an object of at most %d host names",
+                            HOSTS_MAX);
     }
     json_object_foreach (t, host, headers) {
         if (!egress_name_ok(host, host + strlen(host)) || !json_is_object(headers) ||

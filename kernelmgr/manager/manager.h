@@ -142,8 +142,9 @@ void kmgr_set_username(kmgr_t *self, kernel_t *k, const char *username);
  * perhaps before this returns). */
 void kmgr_set_egress(kmgr_t *self, kernel_t *k, const char *allow, const char *deny,
                      const char *transforms, sandbox_rules_fn *cb, void *arg);
-/* Whether allow, deny and transforms are what kmgr_set_egress takes (the
- * error names the one that is not, and its entry). */
+/* Whether allow, deny and transforms are what kmgr_set_egress takes: the
+ * number of host names in them, or -1 (the error names the one that is
+ * not, and its entry). */
 int kmgr_check_egress(const char *allow, const char *deny, const char *transforms,
                       sg_error_t **err);
 kernel_t *kmgr_get(kmgr_t *self, const char *id);

@@ -167,6 +167,7 @@ static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
  * runs (it opens the TLS of hosts whose rules set headers: proxy.c), also
  * alone in ssl/certs/sandgate-egress-ca.crt for NODE_EXTRA_CA_CERTS.  Made
  * at every start, from the host's bundle of the day. */
+#define PROXY_CA "/etc/ssl/certs/sandgate-egress-ca.crt"
 static int trust_proxy(sandbox_env_t *env, sg_error_t **err)
 {
     cleanup_free char *ca = egress_proxy_ca();
@@ -269,8 +270,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
     if (preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
     if (sb->internet && sb->env->trusts_proxy) /* Node has a store of its own */
-        json_array_append_new(
-            env, json_string("NODE_EXTRA_CA_CERTS=/etc/ssl/certs/sandgate-egress-ca.crt"));
+        json_array_append_new(env, json_string("NODE_EXTRA_CA_CERTS=" PROXY_CA));
     /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
      * relays the host's sockets in /conn to them (guest/init.c). */
     const int *p = sb->conn.ports;

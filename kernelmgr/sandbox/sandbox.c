@@ -546,7 +546,7 @@ int sandbox_check_egress(const char *allow, const char *deny, const char *transf
         return sg_error_set(err, SG_E_INVALID,
                             "host names in egress rules need --egress-dns (the resolvers both "
                             "the sandboxes and the egress proxy ask)");
-    return 0;
+    return names + hosts;
 }
 
 void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny,
@@ -555,7 +555,7 @@ void sandbox_set_egress(sandbox_t *self, const char *allow, const char *deny,
     cleanup_error sg_error_t *err = NULL;
     if (!self->env->ops->set_egress)
         sg_error_set(&err, SG_E_CONFLICT, "sandboxes have no network with --sandbox none");
-    else if (sandbox_check_egress(allow, deny, transforms, &err) == 0) {
+    else if (sandbox_check_egress(allow, deny, transforms, &err) >= 0) {
         self->env->ops->set_egress(self, allow, deny, transforms, cb, arg);
         return;
     }

@@ -173,7 +173,8 @@ void sandbox_set_tenant(sandbox_t *sb, const char *tenant);
 typedef void(sandbox_rules_fn)(const sg_error_t *err, void *arg);
 void sandbox_set_egress(sandbox_t *sb, const char *allow, const char *deny, const char *transforms,
                         sandbox_rules_fn *cb, void *arg);
-/* Whether allow, deny and transforms are what sandbox_set_egress takes. */
+/* Whether allow, deny and transforms are what sandbox_set_egress takes:
+ * the number of host names in them, or -1. */
 int sandbox_check_egress(const char *allow, const char *deny, const char *transforms,
                          sg_error_t **err);
 /* Re-opens the sandbox of a kernel that outlived a previous sandgate; pid 0:

@@ -239,10 +239,15 @@ def main():
         d.stop()
         d = None
 
+        audit = f"{tmp}/audit.log"
         d = Daemon("--pool-size", "0", "--pause-after", "0", "--egress-allow", "198.51.100.0/24",
                    "--egress-dns", DNS, "--keys-file", keys_file, "--egress-ca-file",
-                   f"{tmp}/ca.pem")
+                   f"{tmp}/ca.pem", "--audit-log", audit)
         ok(d.wait_log("egress: the proxy for host names runs"), "the egress proxy starts")
+        # Its ports take what the table redirects from sandboxes, nothing else.
+        r = sh("ip", "netns", "exec", NS, "curl", "-sS", "--max-time", "3",
+               f"http://{HOST_SIDE}:49080/", check=False)
+        ok(r.returncode != 0, "the proxy's ports are not open to the network", r)
         rules = {"allowOut": ["api.example.test", "*.cdn.example.test", "pypi.example.test",
                               "inside.example.test", "missing.example.test"],
                  "denyOut": ["0.0.0.0/0"]}
@@ -296,6 +301,16 @@ def main():
                 if l.startswith(f'sandgate_egress_proxy_refused_total{{context="{cid}"')}
         ok(mine == {"denyOut 0.0.0.0/0": "4", "unresolved allowOut missing.example.test": "1"},
            "/metrics counts the proxy's refusals per context and rule", (mine, page[-800:]))
+        def refused_events():
+            with open(audit) as f:
+                events = [json.loads(line) for line in f if '"egress.refused"' in line]
+            return {(e.get("rule"), e.get("tenant")): sum(
+                x["count"] for x in events if x.get("rule") == e.get("rule")
+                and x.get("context") == cid) for e in events if e.get("context") == cid}
+        ok(sgd.wait_for(lambda: refused_events().get(("denyOut 0.0.0.0/0", "alice")) == 4, 20)
+           and refused_events().get(("addresses", "alice"), 0) >= 1,
+           "the audit log counts them per context and rule, in the tenant's name",
+           refused_events())
         rc, out = shell(d, cid, "getent hosts api.example.test", alice)
         ok(rc == 0 and API in out, "the sandbox resolves names with the allowed DNS server",
            (rc, out))
@@ -341,6 +356,16 @@ def main():
         ok(out.strip() == API and again.strip() == API,
            "a connection opened before the change goes on", (out, again))
 
+        # --- E2B's dnsServers: reachable when allowOut names a host ---------------------
+        dns = {"allowOut": ["api.example.test"], "denyOut": ["0.0.0.0/0"], "dnsServers": [CDN]}
+        st, dc = d.json("POST", "/contexts", {"internet": True, "network": dns}, token=alice)
+        bad, e = d.json("POST", "/contexts", {"internet": True, "network": dict(
+            dns, dnsServers=["dns.example.test"])}, token=alice)
+        rc, out = shell(d, dc.get("id"), f"curl -sS --max-time 20 http://{CDN}/", alice)
+        ok(st == 201 and served(out) == CDN and bad == 400 and "dnsServers" in e.get("message", ""),
+           "dnsServers: the servers are reached (an address only: 400)", (st, dc, out, bad, e))
+        d.json("DELETE", f"/contexts/{dc.get('id')}", token=alice)
+
         # --- another tenant; a restart -------------------------------------------------
         st, e = d.json("PUT", f"/contexts/{cid}/network", {"allowOut": ["api.example.test"]},
                        token=bob)
@@ -351,6 +376,10 @@ def main():
         ok(rc == 0 and served(out) == CDN and rc1 not in (0, None),
            "after a restart, the re-adopted sandbox's names are the proxy's again",
            (rc, out, rc1, out1))
+        st, _ = d.json("POST", f"/contexts/{cid}/pause", token=alice, timeout=120)
+        rc, out = shell(d, cid, CURL + "https://other.example.test/", alice)
+        ok(st == 200 and rc == 0 and served(out) == CDN,
+           "and after a pause and resume", (st, rc, out))
 
         headers(d, alice, bob, ca)
         d.json("POST", "/secrets", {"name": "api-key", "value": SECRET}, token=alice)

@@ -94,7 +94,9 @@ int main(void)
     const char *input = strstr(rules, "\tchain input {");
     const char *take =
         input ? strstr(input, "ct status dnat tcp dport { 49080, 49443 } accept") : NULL;
-    ok(take && take < strstr(input, "iifname \"sgh*\" jump refuse"),
+    const char *drop = input ? strstr(input, "tcp dport { 49080, 49443 } drop") : NULL;
+    ok(take && take < strstr(input, "iifname \"sgh*\" jump refuse") && drop && drop > take &&
+           drop < strstr(input, "\n\t}"),
        "the proxy's ports take redirected connections only, before the host is refused");
     const char *proxied = strstr(rules, "\tchain proxied {");
     ok(strstr(rules, "meta skuid 64731 ct state new jump proxied") && proxied &&
