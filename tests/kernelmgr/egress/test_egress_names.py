@@ -42,10 +42,11 @@ http.server.HTTPServer.server_bind = socketserver.TCPServer.server_bind  # no re
 root, cert, key = sys.argv[1:4]
 class H(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keeps a connection open for the next request
+    disable_nagle_algorithm = True  # as servers do: no write waits for an ACK
     def __init__(self, *a, **k):
         super().__init__(*a, directory=root, **k)
     def do_GET(self):
-        if self.path.startswith("/simple"):
+        if self.path.startswith(("/simple", "/big")):
             return super().do_GET()
         b = json.dumps({"me": self.server.server_address[0], "host": self.headers.get("Host"),
                         "headers": dict(self.headers)}).encode()
