@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
+#include "kernelmgr/egress/egress.h"
 
 #define KEY_PREFIX "sgk_"
 #define HASH_PREFIX "sha256:"
@@ -172,6 +173,10 @@ static int tenant_option(tenant_t *t, const char *opt, const char **why)
         t->cpus = strtod(v, &end);
         if (*end == 0 && t->cpus >= 0.01 && t->cpus <= 1024)
             return 0;
+    } else if (nlen == 6 && strncmp(opt, "egress", 6) == 0) { /* checked as rules are */
+        if (strlen(v) < sizeof t->egress && !strpbrk(v, " \t") &&
+            egress_check_rules(v, NULL, NULL) >= 0)
+            return snprintf(t->egress, sizeof t->egress, "%s", v), 0;
     } else {
         *why = "unknown option";
         return -1;
@@ -323,6 +328,8 @@ static void tenant_line(FILE *f, const tenant_t *t)
         fprintf(f, " cpus=%g", t->cpus);
     if (t->internet)
         fputs(" internet", f);
+    if (t->egress[0])
+        fprintf(f, " egress=%s", t->egress);
     fputc('\n', f);
 }
 
@@ -342,7 +349,7 @@ static int keys_save(const keys_t *self, const char *path)
     fputs("# sandgate keys file: NAME sha256:HASH [admin] [max-contexts=N] [max-live=N]\n"
           "# [max-queued=N] [max-jupyter-sessions=N] [max-mcp-sessions=N] [max-snapshots=N]\n"
           "# [max-snapshot-mib=N] [max-disk-mib=N] [max-rps=N] [memory=MIB] [cpus=N]\n"
-          "# [internet].\n"
+          "# [internet] [egress=ENTRY,...].\n"
           "# Edit with `sandgate keys`;\n"
           "# keys are never stored, only their hashes.  SIGHUP makes a running sandgate\n"
           "# read it again.\n",
@@ -376,6 +383,7 @@ static const char keys_usage[] =
     "                        [--max-mcp-sessions N] [--max-snapshots N]\n"
     "                        [--max-snapshot-mib N] [--max-disk-mib N] [--max-rps N]\n"
     "                        [--memory MIB] [--cpus N] [--internet]\n"
+    "                        [--egress ENTRY,...]\n"
     "                        --keys-file FILE\n"
     "       sandgate keys rotate NAME --keys-file FILE\n"
     "       sandgate keys remove NAME --keys-file FILE\n"
@@ -403,7 +411,10 @@ static const char keys_usage[] =
     "                      wait their turn, and past another second's worth, 429)\n"
     "  --memory MIB        memory ceiling per sandbox\n"
     "  --cpus N            CPU ceiling per sandbox\n"
-    "  --internet          may create contexts with a network (--egress-allow)\n";
+    "  --internet          may create contexts with a network (--egress-allow)\n"
+    "  --egress LIST       what those reach at most, whatever their own rules say:\n"
+    "                      addresses, CIDR ranges and host names, comma-separated\n"
+    "                      (198.51.100.0/24,api.example.com,*.example.org)\n";
 
 /* The file to edit: its tenants, or an empty set when it does not exist. */
 static keys_t *load_for_edit(const char *path, bool create)
@@ -483,7 +494,7 @@ static void keys_list(const keys_t *k)
         upper[i] = 0;
         printf(" %s", upper);
     }
-    printf(" %s %s %s\n", "MEMORY-MIB", "CPUS", "INTERNET");
+    printf(" %s %s %s %s\n", "MEMORY-MIB", "CPUS", "INTERNET", "EGRESS");
     for (size_t i = 0; i < k->n; i++) {
         const tenant_t *t = &k->tenants[i];
         printf("%-24s %-5s", t->name, t->admin ? "yes" : "no");
@@ -499,7 +510,8 @@ static void keys_list(const keys_t *k)
             snprintf(mem, sizeof mem, "%llu", (unsigned long long)t->memory_mib);
         if (t->cpus > 0)
             snprintf(cpus, sizeof cpus, "%g", t->cpus);
-        printf(" %10s %4s %8s\n", mem, cpus, t->internet ? "yes" : "no");
+        printf(" %10s %4s %8s %s\n", mem, cpus, t->internet ? "yes" : "no",
+               t->egress[0] ? t->egress : "-");
     }
 }
 
@@ -512,8 +524,9 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
     struct option lo[32] = {
         {"keys-file", required_argument, NULL, 'f'}, {"admin", no_argument, NULL, 'a'},
         {"memory", required_argument, NULL, 'm'},    {"cpus", required_argument, NULL, 'u'},
-        {"internet", no_argument, NULL, 'i'},        {"help", no_argument, NULL, 'h'}};
-    size_t n = 6;
+        {"internet", no_argument, NULL, 'i'},        {"help", no_argument, NULL, 'h'},
+        {"egress", required_argument, NULL, 'e'}};
+    size_t n = 7;
     for (size_t c = 0; c < tenant_ncount_options && n < sizeof lo / sizeof lo[0] - 1; c++)
         lo[n++] =
             (struct option){tenant_count_options[c].name, required_argument, NULL, COUNT + (int)c};
@@ -523,6 +536,7 @@ static int add_options(int argc, char **argv, tenant_t *t, const char **path)
         const char *name = c >= COUNT ? tenant_count_options[c - COUNT].name
                            : c == 'm' ? "memory"
                            : c == 'u' ? "cpus"
+                           : c == 'e' ? "egress"
                                       : NULL;
         if (c == 'f')
             *path = optarg;
@@ -554,7 +568,7 @@ static bool any_limit(const tenant_t *t)
     for (size_t c = 0; c < tenant_ncount_options; c++)
         if (tenant_count(t, &tenant_count_options[c]))
             return true;
-    return t->admin || t->internet || t->memory_mib || t->cpus > 0;
+    return t->admin || t->internet || t->memory_mib || t->cpus > 0 || t->egress[0];
 }
 
 int keys_main(int argc, char **argv)

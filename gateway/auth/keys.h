@@ -46,6 +46,8 @@ typedef struct {
     uint64_t memory_mib;      /* memory ceiling per sandbox; 0: the server's */
     double cpus;              /* CPU ceiling per sandbox; 0: the server's */
     bool internet;            /* may create contexts with a network */
+    char egress[2048];        /* "ENTRY,...": what those reach at most (addresses, CIDR ranges,
+                                 host names; egress.h); "": what the server allows */
     unsigned char hash[32];
 } tenant_t;
 

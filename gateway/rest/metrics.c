@@ -124,11 +124,11 @@ static void egress(FILE *f, const json_t *counts)
     if (json_is_integer(total))
         fprintf(f, "sandgate_egress_refused_all_total %lld\n",
                 (long long)json_integer_value(total));
-    metrics_family(
-        f, "sandgate_egress_proxy_refused_total", "counter",
-        "Connections the egress proxy refused (contexts whose rules name hosts), per "
-        "live context and rule (\"denyOut ENTRY\", or \"unresolved allowOut ENTRY\"), since "
-        "the proxy started.");
+    metrics_family(f, "sandgate_egress_proxy_refused_total", "counter",
+                   "Connections the egress proxy refused (contexts whose rules name hosts), per "
+                   "live context and rule (\"denyOut ENTRY\", \"tenant limit\", \"unresolved "
+                   "allowOut ENTRY\"), since "
+                   "the proxy started.");
     json_t *rules;
     json_object_foreach (json_object_get(counts, "rules"), id, rules) {
         const char *rule;

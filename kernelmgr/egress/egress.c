@@ -369,10 +369,7 @@ bool egress_link_exists(int n)
     return access(path, F_OK) == 0;
 }
 
-/* Calls fn with the id and index of each sandbox directory in kernels_dir
- * that holds an index. */
-typedef void(index_fn)(const char *id, int n, void *arg);
-static void each_index(const char *kernels_dir, index_fn *fn, void *arg)
+void egress_each_index(const char *kernels_dir, index_fn *fn, void *arg)
 {
     DIR *d = opendir(kernels_dir);
     struct dirent *e;
@@ -397,7 +394,7 @@ static void mark_used(const char *id, int n, void *arg)
  * have no veth while the machine was rebooted, but keep theirs). */
 static void claimed(const char *kernels_dir, bool *used)
 {
-    each_index(kernels_dir, mark_used, used);
+    egress_each_index(kernels_dir, mark_used, used);
 }
 
 #define RULES_FILE "egress-rules"
@@ -470,7 +467,7 @@ int egress_setup(const egress_policy_t *p, const char *kernels_dir, sg_error_t *
         *slash = 0;
     if (egress_proxy_start(p, state_dir, err) < 0)
         return -1;
-    each_index(kernels_dir, rules_again, (void *)kernels_dir); /* the table was new */
+    egress_each_index(kernels_dir, rules_again, (void *)kernels_dir); /* the table was new */
     return 0;
 }
 
@@ -730,12 +727,12 @@ json_t *egress_refused_parse(const char *out, const char *kernels_dir, sg_error_
     /* Interface sghN is the sandbox whose directory's net file holds N. */
     json_t *both[2] = {by_if, json_object()};
     if (json_object_size(by_if) > 0)
-        each_index(kernels_dir, name_sandbox, both);
+        egress_each_index(kernels_dir, name_sandbox, both);
     json_decref(by_if);
     /* The proxy's refusals (host names' sandboxes), per rule. */
     json_t *rules[2] = {egress_proxy_refused(), json_object()};
     if (json_object_size(rules[0]) > 0)
-        each_index(kernels_dir, name_sandbox, rules);
+        egress_each_index(kernels_dir, name_sandbox, rules);
     json_decref(rules[0]);
     return json_pack("{s:I, s:o, s:o}", "total", total, "sandboxes", both[1], "rules", rules[1]);
 }

@@ -100,6 +100,12 @@ int egress_check_transforms(const char *transforms, sg_error_t **err);
  * to reach a host whose rules set headers over TLS; NULL when no proxy
  * runs. */
 char *egress_proxy_ca(void);
+/* The tenants' egress limits ("egress=ENTRY,..." on their lines of the keys
+ * file, whose text this is): what their sandboxes reach at most, addresses
+ * and host names, whatever their own rules say.  Kept in this process;
+ * the sandboxes of a tenant whose limit changed have their rules applied
+ * again (kernels_dir; NULL: none yet — egress_setup applies them). */
+void egress_tenant_limits(const char *keys_text, const char *kernels_dir);
 /* Whether the sandbox in dir has a network (DIR/net exists). */
 bool egress_sandbox_has(const char *dir);
 

@@ -28,6 +28,12 @@ const char *egress_tool(const char *name);
 int egress_run(sg_error_t **err, const char *a0, const char *const *args);
 /* Runs nft with script (a file: nft -f). */
 int egress_nft(const char *script, sg_error_t **err);
+/* Calls fn with the id and index of each sandbox directory in kernels_dir
+ * that holds an index. */
+typedef void(index_fn)(const char *id, int n, void *arg);
+void egress_each_index(const char *kernels_dir, index_fn *fn, void *arg);
+/* tenant's limit (tenants.c: its keys-file line's egress=), or NULL. */
+const char *egress_tenant_limit(const char *tenant);
 /* The index N of the sandbox in dir (its veth sghN), -1 if none. */
 int egress_index_of(const char *dir);
 bool egress_link_exists(int n);
@@ -37,14 +43,15 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err);
 
 /* The proxy (HAProxy, proxy.lua): started by egress_setup when haproxy is
  * installed, in STATE/egress-proxy; a leftover one (its pid file) is
- * stopped first.  proxy_rules gives it sandbox n's rules and header lines
- * (egress_transform_lines; all empty: it forgets the sandbox); proxy_up
- * says whether it runs, and if not why (*err). */
+ * stopped first.  proxy_rules gives it sandbox n's rules, its tenant's
+ * limit (NULL: none) and header lines (egress_transform_lines; all empty:
+ * it forgets the sandbox); proxy_up says whether it runs, and if not why
+ * (*err). */
 int egress_proxy_start(const egress_policy_t *p, const char *state_dir, sg_error_t **err);
 void egress_proxy_stop(void);
 bool egress_proxy_up(sg_error_t **err);
-int egress_proxy_rules(int n, const char *allow, const char *deny, const char *headers,
-                       sg_error_t **err);
+int egress_proxy_rules(int n, const char *allow, const char *deny, const char *limit,
+                       const char *headers, sg_error_t **err);
 /* STATE, once egress_proxy_start has run (the secrets' record and key);
  * STATE/egress-proxy. */
 const char *egress_state_dir(void);

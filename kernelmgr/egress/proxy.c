@@ -283,14 +283,15 @@ const char *egress_proxy_dir(void)
     return proxy_.dir;
 }
 
-int egress_proxy_rules(int n, const char *allow, const char *deny, const char *headers,
-                       sg_error_t **err)
+int egress_proxy_rules(int n, const char *allow, const char *deny, const char *limit,
+                       const char *headers, sg_error_t **err)
 {
     if (!egress_proxy_up(err))
         return -1;
     uint32_t a = POOL_NET + (uint32_t)n * 4 + 2; /* the sandbox's end of its veth */
-    char *body = xasprintf("%u.%u.%u.%u\nallow %s\ndeny %s\n", a >> 24, (a >> 16) & 255,
-                           (a >> 8) & 255, a & 255, allow ? allow : "", deny ? deny : "");
+    char *body = xasprintf("%u.%u.%u.%u\nallow %s\ndeny %s\n%s%s%s", a >> 24, (a >> 16) & 255,
+                           (a >> 8) & 255, a & 255, allow ? allow : "", deny ? deny : "",
+                           limit ? "limit " : "", limit ? limit : "", limit ? "\n" : "");
     for (char *c = strchr(body, '\n'); c && *c; c++) /* the lists' commas: spaces */
         if (*c == ',')
             *c = ' ';

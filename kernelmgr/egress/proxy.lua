@@ -15,7 +15,8 @@
 -- every connection the proxy makes (nftables, by the proxy's uid).
 --
 -- sg_rules (a unix socket only root opens) takes a sandbox's rules:
---   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n" and "header HOST\tNAME\tVALUE\n"
+--   POST: "SRC\nallow ENTRY...\ndeny ENTRY...\n", "limit ENTRY...\n" (the
+--         tenant's: what the sandbox reaches at most) and "header HOST\tNAME\tVALUE\n"
 --         lines, the headers a rule sets (secrets' values in them: they
 --         live in this process's memory only); nothing: forgotten
 --   GET:  "SRC RULE COUNT" per line, the refusals counted per rule
@@ -113,6 +114,23 @@ core.register_action("sg_check", {"tcp-req", "http-req"}, function(txn, how)
     end
     verdict = "ip"
   end
+  -- The tenant's limit, when it has one: a name it allows goes where the
+  -- name resolves (never to an address the sandbox chose with it); an
+  -- address, only when the limit holds it.
+  if r.limit then
+    local within = name ~= "" and name_rule(r.limit.names, name)
+    if within then
+      if verdict == "ip" then
+        txn:set_var("txn.sg_rule", "the tenant's limit " .. within)
+      end
+      verdict = "name"
+    elseif verdict == "name" or not net_rule(r.limit.nets, dst) then
+      count(src, "tenant limit")
+      txn:set_var("txn.sg_rule", "the tenant's limit")
+      txn:set_var("txn.sg_verdict", "refuse")
+      return
+    end
+  end
   if #transforms > 0 and how == "http" then
     for _, h in ipairs(transforms) do
       txn.http:req_set_header(h.name, h.value)
@@ -160,14 +178,16 @@ core.register_service("sg_rules", "http", function(applet)
   local src = body:match("^(%S+)\n")
   local allow = body:match("\nallow ([^\n]*)") or ""
   local deny = body:match("\ndeny ([^\n]*)") or ""
+  local limit = body:match("\nlimit ([^\n]*)")
   local headers = {}
   for host, name, value in body:gmatch("\nheader ([^\t\n]+)\t([^\t\n]+)\t([^\n]*)") do
     headers[#headers + 1] = {host = host:lower(), name = name, value = value}
   end
   if not ip4(src) then
     applet:set_status(400)
-  elseif allow:match("%S") or deny:match("%S") or #headers > 0 then
-    rules[src] = {allow = entries(allow), deny = entries(deny), headers = headers}
+  elseif allow:match("%S") or deny:match("%S") or #headers > 0 or limit then
+    rules[src] = {allow = entries(allow), deny = entries(deny), headers = headers,
+                  limit = limit and entries(limit)}
     applet:set_status(204)
   else
     rules[src] = nil

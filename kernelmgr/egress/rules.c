@@ -94,6 +94,27 @@ static void put_list(FILE *f, const char *list, const char *verdict)
     }
 }
 
+/* The rule that refuses what lies outside a tenant's limit (its addresses;
+ * its names are the proxy's, which the set "named" sends ports 80 and 443
+ * to): everything, when it has no addresses. */
+static void put_limit(FILE *f, const char *limit)
+{
+    egress_rule_t r[EGRESS_MAX_RULES];
+    size_t n = 0, names = 0;
+    parse_list("", limit, r, &n, &names, NULL);
+    if (n == 0) { /* no address: nothing but what the proxy allows by name */
+        fputs("\t\tjump refuse\n", f);
+        return;
+    }
+    fputs("\t\tip daddr != { ", f);
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ", " : "", f);
+        egress_put_addr(f, r[i].net);
+        fprintf(f, "/%d", r[i].prefix);
+    }
+    fputs(" } jump refuse\n", f);
+}
+
 /* Adds or deletes sghN in the set "named" (whose TCP to ports 80 and 443
  * goes to the proxy). */
 static int named(int n, bool add, sg_error_t **err)
@@ -129,7 +150,7 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
             named(n, false, NULL);
         }
         if (egress_proxy_up(NULL))
-            egress_proxy_rules(n, "", "", "", NULL);
+            egress_proxy_rules(n, "", "", NULL, "", NULL);
         return 0;
     }
     cleanup_free char *allow = NULL, *deny = NULL, *transforms = NULL, *tenant = NULL;
@@ -144,9 +165,12 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
                 *fields[i] = xstrdup(line + strlen(keys[i]));
     }
     fclose(in);
+    /* Its tenant's limit, when it has one: what it reaches at most. */
+    const char *limit = egress_tenant_limit(tenant && *tenant ? tenant : NULL);
     int names = names_in(allow, deny, err), hosts = egress_check_transforms(transforms, err);
     if (names < 0 || hosts < 0)
         return -1;
+    names += limit ? egress_check_rules(limit, NULL, NULL) : 0;
     /* Names first: the proxy knows them before the redirect sends it
      * anything; without any, it forgets the sandbox after.  A secret
      * deleted since leaves its header out (strict: false). */
@@ -154,7 +178,7 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
         if (egress_transform_certs(transforms, err) < 0)
             return -1;
         char *headers = egress_transform_lines(transforms, tenant, false, NULL);
-        int rc = egress_proxy_rules(n, allow, deny, headers, err);
+        int rc = egress_proxy_rules(n, allow, deny, limit, headers, err);
         if (headers)
             sodium_memzero(headers, strlen(headers));
         free(headers);
@@ -163,7 +187,7 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
     } else {
         named(n, false, NULL);
         if (egress_proxy_up(NULL))
-            egress_proxy_rules(n, "", "", "", NULL);
+            egress_proxy_rules(n, "", "", NULL, "", NULL);
     }
     FILE *f = open_memstream(&text, &len);
     if (f == NULL)
@@ -174,6 +198,8 @@ int egress_apply_rules(const char *dir, int n, sg_error_t **err)
             "flush chain inet sandgate sb%d\n"
             "table inet sandgate {\n\tchain sb%d {\n",
             n, n, n);
+    if (limit) /* outside the tenant's limit: refused, whatever the sandbox says */
+        put_limit(f, limit);
     put_list(f, allow, "return"); /* allowOut wins over denyOut */
     put_list(f, deny, "jump refuse");
     fprintf(f, "\t}\n}\nadd element inet sandgate sandboxes { \"sgh%d\" : jump sb%d }\n", n, n);
@@ -195,7 +221,8 @@ int egress_sandbox_rules(const char *dir, const egress_own_t *own, sg_error_t **
         free(headers);
     }
     cleanup_free char *path = xasprintf("%s/" RULES_FILE, dir);
-    if ((!allow || !*allow) && (!deny || !*deny) && hosts == 0) {
+    /* Kept while there are rules, or a tenant (whose limit may come). */
+    if ((!allow || !*allow) && (!deny || !*deny) && hosts == 0 && !own->tenant) {
         if (unlink(path) < 0 && errno != ENOENT)
             return sg_error_errno(err, errno, "cannot remove %s", path);
     } else {

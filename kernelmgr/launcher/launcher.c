@@ -17,6 +17,7 @@
 #include "common/loop.h"
 #include "common/proc.h"
 #include "common/xalloc.h"
+#include "kernelmgr/egress/egress.h"
 
 #define PACKET_MAX (256 * 1024) /* one request or reply */
 
@@ -337,6 +338,24 @@ static void op_log(launcher_t *L, const launcher_req_t *r)
  * other), for a daemon without root to read it again at SIGHUP: its text,
  * mode and owner, which the daemon checks as it checks the file at start
  * (gateway/auth/keys.h).  At most 16 MiB. */
+static char *read_keys(const char *path, struct stat *st, ssize_t *n, sg_error_t **err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 || fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_size > (16 << 20)) {
+        sg_error_errno(err, fd < 0 ? errno : EINVAL, "cannot read keys file %s", path);
+        return NULL;
+    }
+    char *text = xmalloc((size_t)st->st_size + 1);
+    *n = read(fd, text, (size_t)st->st_size);
+    if (*n < 0 || memchr(text, 0, (size_t)*n)) {
+        free(text);
+        sg_error_set(err, SG_E_INVALID, "keys file %s is not a text file", path);
+        return NULL;
+    }
+    text[*n] = 0;
+    return text;
+}
+
 static void op_keys(launcher_t *L, const launcher_req_t *r)
 {
     const char *path = L->cfg->keys_file;
@@ -344,20 +363,17 @@ static void op_keys(launcher_t *L, const launcher_req_t *r)
         launcher_refuse(L, r->seq, "keys: no --keys-file was given");
         return;
     }
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     struct stat st;
+    ssize_t n = 0;
     cleanup_error sg_error_t *err = NULL;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
-        sg_error_errno(&err, fd < 0 ? errno : EINVAL, "cannot read keys file %s", path);
+    cleanup_free char *text = read_keys(path, &st, &n, &err);
+    if (!text) {
         launcher_reply_err(L, r->seq, err);
         return;
     }
-    cleanup_free char *text = xmalloc((size_t)st.st_size + 1);
-    ssize_t n = read(fd, text, (size_t)st.st_size);
-    if (n < 0 || memchr(text, 0, (size_t)n)) {
-        launcher_refuse(L, r->seq, "keys file %s is not a text file", path);
-        return;
-    }
+    /* The tenants' egress limits, which this process applies (egress.h). */
+    cleanup_free char *kernels = xasprintf("%s/kernels", L->cfg->state_dir);
+    egress_tenant_limits(text, kernels);
     launcher_reply_ok(L, r->seq,
                       json_pack("{s:s%, s:i, s:i}", "text", text, (size_t)n, "mode",
                                 (int)(st.st_mode & 07777), "uid", (int)st.st_uid));
@@ -692,6 +708,11 @@ static void on_request(loop_t *loop, int fd, unsigned events, void *arg)
  * records; the workspaces' parent lets the sandbox group list it. */
 static int prepare(launcher_t *L, sg_error_t **err)
 {
+    struct stat st;
+    ssize_t n;
+    cleanup_free char *keys =
+        L->cfg->keys_file ? read_keys(L->cfg->keys_file, &st, &n, NULL) : NULL;
+    egress_tenant_limits(keys, NULL); /* before the sandboxes' rules are applied */
     L->env = sandbox_env_new(&L->cfg->sandbox, L->cfg->state_dir, err);
     if (!L->env)
         return -1;

@@ -433,8 +433,7 @@ static int runsc_prepare(sandbox_t *sb, const kspec_t *spec, sg_error_t **err)
             goto fail;
         }
         egress_own_t own = {sb->egress_allow, sb->egress_deny, sb->egress_transforms, sb->tenant};
-        if ((own.allow || own.deny || own.transforms) && /* in place before it runs */
-            egress_sandbox_rules(sb->dir, &own, err) < 0)
+        if (egress_sandbox_rules(sb->dir, &own, err) < 0) /* in place before it runs */
             goto fail;
         cleanup_free char *ns =
             egress_sandbox_up(sb->env->egress, sb->id, sb->dir, sb->snapshot != NULL, err);

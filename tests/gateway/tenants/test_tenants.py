@@ -68,6 +68,14 @@ ok("MAX-QUEUED" in r.stdout and any(l.split()[:1] == ["dave"] and "2" in l.split
    "and their max-queued", r.stdout)
 r = keys("add", "alice")
 ok(r.returncode != 0 and "exists" in r.stderr, "a tenant cannot be added twice", r.stderr)
+r = keys("add", "gina", "--internet", "--egress", "198.51.100.0/24,api.example.com,*.example.org")
+bad = keys("add", "hank", "--egress", "api..example.com")
+listed = keys("list").stdout
+ok(r.returncode == 0 and " egress=198.51.100.0/24,api.example.com,*.example.org" in
+   open(KEYS).read() and "api.example.com" in listed and bad.returncode != 0 and
+   "--egress" in bad.stderr, "--egress: a tenant's limit, checked as rules are, in the file "
+   "and the list", (r.stderr, bad.stderr, listed))
+keys("remove", "gina")
 
 # A keys file others can read is refused at start, naming it and its mode.
 os.chmod(KEYS, 0o644)

@@ -12,6 +12,7 @@ in the sandbox real curl, pip, urllib, requests and Node's fetch."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -155,6 +156,35 @@ def served(out):
 CURL = "curl -sS --max-time 20 --cacert /tmp/ca.pem "
 
 
+def tenant_limit(d, keys_file, carol, ca):
+    """A tenant's limit (its keys-file line's egress=): what its contexts reach
+    at most, whatever their own rules say; changed by SIGHUP."""
+    st, c = d.json("POST", "/contexts", {"internet": True, "network": {
+        "allowOut": ["other.example.test"]}}, token=carol)
+    cid = c.get("id")
+    execute(d, cid, f"open('/tmp/ca.pem', 'w').write({ca!r})", carol)
+    got = [shell(d, cid, CURL + u, carol) for u in (
+        "https://api.example.test/", f"--resolve api.example.test:443:{CDN} "
+        "https://api.example.test/", "https://other.example.test/", "http://other.example.test/",
+        f"http://{API}:8080/")]
+    ok(st == 201 and served(got[0][1]) == API and served(got[1][1]) == API,
+       "a tenant limited to a name reaches it, at the name's own address", got[:2])
+    ok(got[2][0] not in (0, 28, None) and "refused by the tenant's limit" in got[3][1]
+       and got[4][0] not in (0, 28, None),
+       "and nothing else, its context's allowOut notwithstanding (TLS, HTTP, other ports)",
+       got[2:])
+    with open(keys_file) as f:
+        text = f.read()
+    with open(keys_file, "w") as f:
+        f.write(text.replace("egress=api.example.test", "egress=api.example.test,"
+                                                        "other.example.test"))
+    d.proc.send_signal(signal.SIGHUP)
+    ok(sgd.wait_for(lambda: served(shell(d, cid, CURL + "https://other.example.test/",
+                                         carol)[1]) == CDN, 20),
+       "a new limit (the keys file, SIGHUP) applies to its running contexts")
+    d.json("DELETE", f"/contexts/{cid}", token=carol)
+
+
 SECRET = "sk-test-51f0c0ffee-do-not-leak"
 
 
@@ -224,6 +254,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sgt-names-")
     keys_dir, keys_file, (bob,) = sgd.tenants("sgt-names-", "bob")
     alice = sgd.add_key(keys_file, "alice", "--internet")
+    carol = sgd.add_key(keys_file, "carol", "--internet", "--egress", "api.example.test")
     procs = d = None
     try:
         with open(make_ca(tmp)) as f:
@@ -382,6 +413,7 @@ def main():
         ok(st == 200 and rc == 0 and served(out) == CDN,
            "and after a pause and resume", (st, rc, out))
 
+        tenant_limit(d, keys_file, carol, ca)
         headers(d, alice, bob, ca)
         d.json("POST", "/secrets", {"name": "api-key", "value": SECRET}, token=alice)
 
