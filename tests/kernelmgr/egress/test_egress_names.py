@@ -339,8 +339,8 @@ def main():
             return {(e.get("rule"), e.get("tenant")): sum(
                 x["count"] for x in events if x.get("rule") == e.get("rule")
                 and x.get("context") == cid) for e in events if e.get("context") == cid}
-        ok(sgd.wait_for(lambda: refused_events().get(("denyOut 0.0.0.0/0", "alice")) == 4, 20)
-           and refused_events().get(("addresses", "alice"), 0) >= 1,
+        ok(sgd.wait_for(lambda: refused_events().get(("denyOut 0.0.0.0/0", "alice")) == 4 and
+                        refused_events().get(("addresses", "alice"), 0) >= 1, 30),
            "the audit log counts them per context and rule, in the tenant's name",
            refused_events())
         rc, out = shell(d, cid, "getent hosts api.example.test", alice)
