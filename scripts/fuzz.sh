@@ -82,7 +82,8 @@ printf '#define PACKAGE_VERSION "fuzz"\n' >"$out/config.h"
 rm -rf "$out/fuzz_http.seeds" && cp -r tests/fuzz/http-seeds "$out/fuzz_http.seeds"
 extra_args="-dict=$PWD/tests/fuzz/http.dict -timeout=20 -rss_limit_mb=4096"
 # The daemon's sources come from the build's Makefile (print-daemon-sources),
-# so a new file cannot be missed here; GET /openapi.json's compiled-in spec too.
+# so a new file cannot be missed here; GET /openapi.json's compiled-in spec and
+# the egress proxy's Lua too.
 builddir=${SG_BUILDDIR:-build}
 if ! all=$(make -s -C "$builddir" print-daemon-sources); then
     echo "fuzz: fuzz_http needs a configured build in $builddir (scripts/build.sh build)"
@@ -91,9 +92,12 @@ else
     # Its C files but main() and those run_harness adds itself.
     sources=$(printf '%s\n' $all | grep '\.c$' | grep -vxF -e gateway/main.c $(printf -- '-e %s ' $common))
     /usr/bin/python3 scripts/openapi-json.py docs/openapi.yaml "$out/openapi_json.c"
+    # ... and the egress proxy's compiled-in Lua, which the build makes
+    make -s -C "$builddir" egress_proxy_lua.c
     # shellcheck disable=SC2086 # one word per file
     run_harness fuzz_http tests/fuzz/fuzz_http.c -I"$out" -DSG_INIT_PATH='"/nonexistent"' \
-        $sources "$out/openapi_json.c" $(pkg-config --cflags --libs libmicrohttpd zlib) -lm
+        $sources "$out/openapi_json.c" "$builddir/egress_proxy_lua.c" \
+        $(pkg-config --cflags --libs libmicrohttpd zlib) -lm
 fi
 extra_args=""
 
