@@ -123,21 +123,43 @@ typedef struct {
     char *buf;
     size_t len;
     bool keyed;
+    char *host; /* the Host to send instead of the client's; NULL: the client's */
 } head_t;
 
-static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *name,
-                                  const char *value)
+static void add_line(head_t *h, const char *name, const char *value)
 {
-    head_t *h = cls;
-    if (hop_header(name, h->keyed) || strpbrk(name, "\r\n") || (value && strpbrk(value, "\r\n")))
-        return MHD_YES;
-    char *line = xasprintf("%s: %s\r\n", name, value ? value : "");
+    char *line = xasprintf("%s: %s\r\n", name, value);
     size_t n = strlen(line);
     h->buf = xrealloc(h->buf, h->len + n + 1);
     memcpy(h->buf + h->len, line, n + 1);
     h->len += n;
     free(line);
+}
+
+static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *name,
+                                  const char *value)
+{
+    head_t *h = cls;
+    if (hop_header(name, h->keyed) || strpbrk(name, "\r\n") || (value && strpbrk(value, "\r\n")) ||
+        (h->host && strcasecmp(name, "Host") == 0))
+        return MHD_YES;
+    add_line(h, name, value ? value : "");
     return MHD_YES;
+}
+
+/* mask with each ${PORT} the port asked: a new string. */
+static char *masked_host(const char *mask, int port)
+{
+    char *out = xstrdup("");
+    for (const char *p = mask; *p;) {
+        const char *at = strstr(p, "${PORT}");
+        size_t n = at ? (size_t)(at - p) : strlen(p);
+        char *next = at ? xasprintf("%s%.*s%d", out, (int)n, p, port) : xasprintf("%s%s", out, p);
+        free(out);
+        out = next;
+        p += n + (at ? 7 : 0);
+    }
+    return out;
 }
 
 /* The request as the server gets it: HTTP/1.0, one request a connection. */
@@ -148,7 +170,16 @@ static void build_request(fwd_t *f, const http_req_t *req, const char *target)
     /* A key sandgate checked is not the server's to see. */
     h.keyed = req->tenant != NULL &&
               MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization") != NULL;
+    const char *mask = NULL;
+    kernel_t *k = kmgr_get(f->ports->kmgr, f->sandbox);
+    if (k && f->ports->is_public)
+        f->ports->is_public(f->ports->public_ctx, k, &mask);
+    if (mask) {
+        h.host = masked_host(mask, f->port);
+        add_line(&h, "Host", h.host);
+    }
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_header, &h);
+    free(h.host);
     char tail[96];
     int n =
         snprintf(tail, sizeof tail, "Content-Length: %zu\r\nConnection: close\r\n\r\n", req->len);

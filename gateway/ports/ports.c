@@ -36,7 +36,8 @@ void ports_destroy(ports_t **self_p)
 /* {exposed}: a context whose sandbox's ports the caller may reach — its
  * tenant's (or an admin's), or anyone's when the sandbox is public.  The
  * owner check is this resolver's, not the route layer's: a caller without a
- * key gets through for a public sandbox only. */
+ * key gets through for an E2B sandbox only (forward refuses a private one
+ * with 403). */
 static void *resolve_exposed(void *ctx, const char *id, const http_req_t *req)
 {
     ports_t *self = ctx;
@@ -46,7 +47,8 @@ static void *resolve_exposed(void *ctx, const char *id, const http_req_t *req)
     kernel_t *host = kernel_host(k) ? kernel_host(k) : k;
     if (req->tenant)
         return http_may_see(req, kernel_owner(host)) ? k : NULL;
-    return self->is_public && self->is_public(self->public_ctx, host) ? k : NULL;
+    return self->is_public && self->is_public(self->public_ctx, host, NULL) != PORTS_HIDDEN ? k
+                                                                                            : NULL;
 }
 
 /* A port number of 1..65535 at s, its digits only up to end; 0 if not. */
@@ -118,6 +120,14 @@ static enum MHD_Result forward(void *ctx, http_req_t *req)
     char *owned = target[0] == '/' ? NULL : xasprintf("/%s", target);
     sg_error_t *err = NULL;
     kernel_t *host = kernel_host(k) ? kernel_host(k) : k;
+    if (!req->tenant && self->is_public(self->public_ctx, host, NULL) != PORTS_PUBLIC) {
+        free(owned);
+        return http_reply_errorf(req->conn, SG_E_FORBIDDEN,
+                                 "sandbox %s was made with allowPublicTraffic false: its ports "
+                                 "need its traffic access token (E2B-Traffic-Access-Token) or "
+                                 "its tenant's key",
+                                 kernel_id(host));
+    }
     if (fwd_count_sandbox(self, host) >= PORTS_MAX_PER_SANDBOX)
         sg_error_set(&err, SG_E_TOO_MANY,
                      "sandbox %s has %d requests to its ports under way already; retry when "

@@ -22,10 +22,13 @@
  * Who may: the sandbox's tenant (its key, or the sandbox's own token: E2B's
  * trafficAccessToken), or anyone when the sandbox's front end says its
  * ports are public (E2B's network.allowPublicTraffic, true unless the
- * sandbox was made with false).  Another tenant's sandbox, or a private one
- * asked without a credential, is an unknown id (404).  The key sandgate
+ * sandbox was made with false).  Another tenant's sandbox is an unknown id
+ * (404), and so is one of sandgate's own contexts asked without a
+ * credential; an E2B sandbox made private, asked without one, is a 403
+ * naming what it needs, as E2B answers.  The key sandgate
  * checked is not passed on: the server never sees Authorization, X-API-Key
- * or the sandbox token headers of a request that presented one.
+ * or the sandbox token headers of a request that presented one.  The
+ * Host it gets is the client's, or the sandbox's maskRequestHost.
  * Each forward in flight counts as work of the sandbox's tenant
  * (max-queued), and a sandbox has at most PORTS_MAX_PER_SANDBOX at once.
  */
@@ -48,9 +51,17 @@
 
 typedef struct ports ports_t;
 
-/* Whether k's ports may be reached without a credential (k is a sandbox,
- * not a context within one). */
-typedef bool(ports_public_fn)(void *ctx, const kernel_t *k);
+/* Who may reach k's ports without a credential (k is a sandbox, not a
+ * context within one): */
+typedef enum {
+    PORTS_HIDDEN,  /* nobody: such a caller is told of no such context (404) */
+    PORTS_PRIVATE, /* nobody, told it needs a credential (403, as E2B tells) */
+    PORTS_PUBLIC,  /* anyone */
+} ports_access_t;
+/* ... and *mask_host, when asked: the Host header its servers get instead
+ * of the client's (E2B's maskRequestHost, "${PORT}" the port asked), or
+ * NULL (borrowed until the sandbox changes). */
+typedef ports_access_t(ports_public_fn)(void *ctx, const kernel_t *k, const char **mask_host);
 
 /* wake: tells the HTTP server to run after a resume (http_server_wake). */
 ports_t *ports_new(loop_t *loop, kmgr_t *kmgr, ports_public_fn *is_public, void *public_ctx,

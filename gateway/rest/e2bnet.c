@@ -10,7 +10,9 @@
  * rules are the context's record ("e2b" "network"), the session's record
  * (a restart keeps them) and the sandbox's nftables chain.  Also
  * network.allowPublicTraffic: whether its ports (gateway/ports/) need a
- * credential. */
+ * credential, and network.maskRequestHost: the Host header their servers
+ * get ("${PORT}" the port asked). */
+#include <ctype.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -18,7 +20,7 @@
 #include "gateway/rest/internal.h"
 
 /* What E2B's SandboxNetworkConfig holds that sandgate does not do. */
-static const char *const unsupported[] = {"egressProxy", "maskRequestHost", "httpsPorts"};
+static const char *const unsupported[] = {"egressProxy", "httpsPorts"};
 
 static bool (*secret_known)(void *ctx, const char *tenant, const char *name);
 static void *secret_ctx;
@@ -144,6 +146,20 @@ static bool join_list(json_t *network, const char *key, char **out, char **why)
     return true;
 }
 
+/* maskRequestHost: a Host header's value, ${PORT} standing for a port. */
+static bool mask_ok(const json_t *mask)
+{
+    if (!json_is_string(mask) || json_string_length(mask) > 255)
+        return false;
+    for (const char *p = json_string_value(mask); *p; p++) {
+        if (strncmp(p, "${PORT}", 7) == 0)
+            p += 6;
+        else if (!isalnum((unsigned char)*p) && !strchr("-.:", *p))
+            return false;
+    }
+    return true;
+}
+
 bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **why_p)
 {
     *net = (e2b_net_t){0};
@@ -166,6 +182,10 @@ bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **
     json_t *pub = json_object_get(network, "allowPublicTraffic");
     if (!why && pub && !json_is_null(pub) && !json_is_boolean(pub))
         why = xstrdup("network.allowPublicTraffic must be a boolean");
+    json_t *mask = json_object_get(network, "maskRequestHost");
+    if (!why && mask && !json_is_null(mask) && !mask_ok(mask))
+        why = xstrdup("network.maskRequestHost must be a host[:port] of up to 255 characters "
+                      "(letters, digits, '-', '.', ':', and ${PORT} for the port asked)");
     if (!why && join_list(network, "allowOut", &net->allow, &why) &&
         join_list(network, "denyOut", &net->deny, &why) &&
         join_list(network, "dnsServers", &net->dns, &why))
@@ -191,6 +211,8 @@ bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **
         return false;
     }
     net->private_ports = json_is_false(pub);
+    if (json_is_string(mask) && json_string_length(mask) > 0)
+        net->mask_host = xstrdup(json_string_value(mask));
     if (net->transforms)
         net->rules = json_deep_copy(json_object_get(network, "rules"));
     net->asked = ai && json_is_boolean(ai);
@@ -231,6 +253,7 @@ void api_e2b_network_free(e2b_net_t *net)
     free(net->rules_allow);
     free(net->dns);
     free(net->transforms);
+    free(net->mask_host);
     json_decref(net->rules);
     *net = (e2b_net_t){0};
 }
@@ -253,6 +276,8 @@ void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
         json_object_set_new(e2b, "allowInternetAccess", json_boolean(net->internet_access));
     if (net->private_ports) /* public unless made private (gateway/ports/) */
         json_object_set_new(e2b, "allowPublicTraffic", json_false());
+    if (net->mask_host)
+        json_object_set_new(e2b, "maskRequestHost", json_string(net->mask_host));
     if (net->allow || net->deny || net->rules || net->dns)
         json_object_set_new(e2b, "network",
                             json_pack("{s:o, s:o, s:O*, s:o*}", "allowOut", split_list(net->allow),
@@ -399,17 +424,24 @@ void api_e2b_network_json(json_t *sandbox, const json_t *e2b)
     json_t *net = json_object_get(e2b, "network");
     if (net)
         json_object_set_new(sandbox, "network", json_deep_copy(net));
-    if (json_is_false(json_object_get(e2b, "allowPublicTraffic"))) {
-        if (!net)
-            json_object_set_new(sandbox, "network", json_object());
+    json_t *pub = json_object_get(e2b, "allowPublicTraffic");
+    json_t *mask = json_object_get(e2b, "maskRequestHost");
+    if ((json_is_false(pub) || mask) && !net)
+        json_object_set_new(sandbox, "network", json_object());
+    if (json_is_false(pub))
         json_object_set_new(json_object_get(sandbox, "network"), "allowPublicTraffic",
                             json_false());
-    }
+    if (mask)
+        json_object_set(json_object_get(sandbox, "network"), "maskRequestHost", mask);
 }
 
-bool api_ports_public(void *api, const kernel_t *k)
+ports_access_t api_ports_public(void *api, const kernel_t *k, const char **mask_host)
 {
     api_t *self = api;
     json_t *e2b = json_object_get(json_object_get(self->contexts, kernel_id(k)), "e2b");
-    return e2b && !json_is_false(json_object_get(e2b, "allowPublicTraffic"));
+    if (mask_host)
+        *mask_host = json_string_value(json_object_get(e2b, "maskRequestHost"));
+    return !e2b                                                        ? PORTS_HIDDEN
+           : json_is_false(json_object_get(e2b, "allowPublicTraffic")) ? PORTS_PRIVATE
+                                                                       : PORTS_PUBLIC;
 }

@@ -154,6 +154,7 @@ typedef struct {
     char *rules_deny;     /* what the sandbox refuses: denyOut, after 0.0.0.0/0 when
                              allow_internet_access is false; NULL: nothing */
     bool private_ports;   /* allowPublicTraffic false: its ports need a credential */
+    char *mask_host;      /* maskRequestHost: the Host its ports' servers get; NULL */
     char *transforms;     /* rules' headers, {"HOST": {"HEADER": "VALUE"}} as JSON text; NULL */
     json_t *rules;        /* rules as given (E2B's shape, for GET); NULL: none */
 } e2b_net_t;

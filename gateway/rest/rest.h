@@ -27,6 +27,7 @@
 
 #include "gateway/commands/commands.h"
 #include "gateway/http/http.h"
+#include "gateway/ports/ports.h"
 #include "gateway/session/session.h"
 #include "gateway/volumes/volumes.h"
 #include "kernelmgr/manager/manager.h"
@@ -82,10 +83,12 @@ int api_register(api_t *self, http_server_t *http, sg_error_t **err);
 /* The environment E2B's Sandbox.create gave k's sandbox (envVars: an
  * object of strings, borrowed), which its commands and every kernel in it
  * get; NULL when none was given. */
-/* Whether anyone may reach sandbox k's ports (gateway/ports/'s
- * ports_public_fn; api is the api_t): an E2B sandbox unless made with
- * network.allowPublicTraffic false; never a context sandgate's own API made. */
-bool api_ports_public(void *api, const kernel_t *k);
+/* Who may reach sandbox k's ports without a credential (gateway/ports/'s
+ * ports_public_fn; api is the api_t): anyone for an E2B sandbox, unless
+ * made with network.allowPublicTraffic false (PORTS_PRIVATE); nobody for a
+ * context sandgate's own API made (PORTS_HIDDEN).  *mask_host (when asked):
+ * its network.maskRequestHost, or NULL. */
+ports_access_t api_ports_public(void *api, const kernel_t *k, const char **mask_host);
 const json_t *api_sandbox_envs(api_t *self, kernel_t *k);
 kernel_t *api_default_context(api_t *self, const http_req_t *req, const char *language,
                               const char *frontend, sg_error_t **err);

@@ -165,7 +165,8 @@ static int write_resolver(const sandbox_env_t *env, sg_error_t **err)
 
 /* The sandboxes' CA bundle: the host's, and the egress proxy's CA when it
  * runs (it opens the TLS of hosts whose rules set headers: proxy.c), also
- * alone in ssl/certs/sandgate-egress-ca.crt for NODE_EXTRA_CA_CERTS.  Made
+ * alone in ssl/certs/sandgate-egress-ca.crt for NODE_EXTRA_CA_CERTS and
+ * DENO_CERT.  Made
  * at every start, from the host's bundle of the day. */
 #define PROXY_CA "/etc/ssl/certs/sandgate-egress-ca.crt"
 static int trust_proxy(sandbox_env_t *env, sg_error_t **err)
@@ -247,6 +248,15 @@ static json_t *oci_mount(const char *dest, const char *type, const char *source,
 /* The kernel's command line; `python -m ipykernel_launcher` becomes
  * `python LAUNCHER` (sandgate-kernel.py; guest/kernel.py says why). */
 
+/* Node's and Deno's stores are their own: they are told of the proxy's CA. */
+static void proxy_ca_env(const sandbox_t *sb, json_t *env)
+{
+    if (!sb->internet || !sb->env->trusts_proxy)
+        return;
+    json_array_append_new(env, json_string("NODE_EXTRA_CA_CERTS=" PROXY_CA));
+    json_array_append_new(env, json_string("DENO_CERT=" PROXY_CA));
+}
+
 static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
 {
     const sandbox_config_t *cfg = &sb->env->cfg;
@@ -269,8 +279,7 @@ static json_t *oci_config(const sandbox_t *sb, const kspec_t *spec)
         "JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime", "PYDEVD_DISABLE_FILE_VALIDATION=1");
     if (preload)
         json_array_append_new(env, json_string("SANDGATE_PRELOAD=/sandgate-preload.so"));
-    if (sb->internet && sb->env->trusts_proxy) /* Node has a store of its own */
-        json_array_append_new(env, json_string("NODE_EXTRA_CA_CERTS=" PROXY_CA));
+    proxy_ca_env(sb, env);
     /* The kernel binds abstract sockets, the sandbox's own; sandgate-init
      * relays the host's sockets in /conn to them (guest/init.c). */
     const int *p = sb->conn.ports;

@@ -6,8 +6,8 @@ target as sent, headers both ways (sandgate's key never passed on), status
 codes, 5 MiB, a body streamed as the server writes it, IPv6, errors (502,
 400), another tenant and no key (404), the max-queued quota, a paused
 sandbox resumed; E2B's SDK, configured only by environment (e2b_ports.py):
-get_host's public URL and allowPublicTraffic false with the sandbox's
-traffic token."""
+get_host's public URL, allowPublicTraffic false with the sandbox's
+traffic token, and maskRequestHost."""
 import hashlib
 import http.client
 import json
@@ -184,7 +184,7 @@ try:
         env = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=carol)
         r = subprocess.run([PY, os.path.join(HERE, "e2b_ports.py"), bob], env=env,
                            capture_output=True, text=True, timeout=600)
-        relay_checks(r, 6, "the Python SDK's e2b_ports.py")
+        relay_checks(r, 11, "the Python SDK's e2b_ports.py")
 finally:
     d.stop()
 done()

@@ -188,6 +188,9 @@ def tenant_limit(d, keys_file, carol, ca):
 SECRET = "sk-test-51f0c0ffee-do-not-leak"
 
 
+DENO = "/usr/local/lib/sandgate/deno/deno"
+
+
 def headers(d, alice, bob, ca):
     """Rules' header transforms: a secret's value put into the requests to one
     host by the proxy, over HTTP and over HTTPS (opened with sandgate's CA,
@@ -219,6 +222,13 @@ def headers(d, alice, bob, ca):
        "the server gets the secret in the header, over HTTPS and HTTP", got)
     ok(all(isinstance(h, dict) and "plain" in (h.get("X-Plain"), h.get("x-plain"))
            for h in got.values()), "and a plain header", got)
+    # Node and Deno, whose CA stores are their own, are told of sandgate's CA.
+    js = ("fetch('https://api.example.test/h').then(r => r.json())"
+          ".then(j => console.log(j.headers.Authorization || j.headers.authorization))")
+    seen = [shell(d, cid, f"{run} \"{js}\"", alice)
+            for run in ("node -e", DENO + " eval --quiet")]
+    ok(seen == [(0, f"Bearer {SECRET}\n")] * 2,
+       "Node's fetch and Deno's trust the CA by the sandbox's environment", seen)
     # A new value reaches the proxy at once; a deleted secret's header goes.
     st, _ = d.json("POST", "/secrets/api-key", {"value": SECRET + "-2"}, token=alice)
     rc, out = shell(d, cid, "curl -sS --max-time 20 https://api.example.test/h", alice)
