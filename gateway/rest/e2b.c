@@ -311,9 +311,14 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     http_who(call, "e2b", &who);
     tenant_quota_t quota;
     sg_error_t *err = NULL;
-    /* allow_internet_access true alone (newer SDKs send it by default) on a
-     * server that gives no network: allowed, and there is none to reach. */
-    bool internet = net.internet && (kmgr_has_egress(self->kmgr) || net.allow || net.deny);
+    /* allow_internet_access true alone on a server that gives no network:
+     * allowed, and there is none to reach.  Said nothing of it (the SDKs
+     * send no allow_internet_access by default): E2B's default, the
+     * internet, when the server gives sandboxes a network and the key may
+     * use it; else none. */
+    bool said = net.asked || net.allow || net.deny || net.transforms;
+    bool internet = said ? net.internet && (kmgr_has_egress(self->kmgr) || net.allow || net.deny)
+                         : kmgr_has_egress(self->kmgr) && (!call->tenant || call->tenant->internet);
     bool no_mounts;
     json_t *mounts = api_volume_mounts(self, call, json_object_get(body, "volumeMounts"),
                                        snap != NULL, &no_mounts, &err);

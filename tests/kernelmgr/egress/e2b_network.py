@@ -82,9 +82,20 @@ try:
     check(isinstance(e, SandboxException) and "400" in str(e) and "'10.0.0.1/8'" in str(e),
           "update_network: a range with host bits set is refused, naming it", repr(e))
 
+    # The SDK sends no allow_internet_access unless asked: E2B's default is the internet.
+    plain = Sandbox.create()
+    made.append(plain)
+    r = reach(plain)
+    check(r == {"a": "open", "b": "open"},
+          "Sandbox.create() saying nothing of the network: E2B's default, the internet", r)
     os.environ["E2B_API_KEY"] = OTHER_KEY
     e = fails(Sandbox.update_network, sbx.sandbox_id, {"deny_out": []})
     check(isinstance(e, NotFoundException), "another tenant's update_network: not found", repr(e))
+    bare = Sandbox.create()
+    made.append(bare)
+    r = reach(bare)
+    check(r["a"] not in ("open", "ConnectionRefusedError") and r["b"] == r["a"],
+          "... for a key that may not use the network: none, and the sandbox is made", r)
     print(f"#SANDBOX {sbx.sandbox_id}", flush=True)
 finally:
     for s in made:

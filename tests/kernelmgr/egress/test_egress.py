@@ -275,7 +275,7 @@ def e2b_network(d, alice, bob):
     env = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=alice)
     r = subprocess.run([E2B_PY, os.path.join(HERE, "e2b_network.py"), PUBLIC, PUBLIC2, bob],
                        env=env, capture_output=True, text=True, timeout=600)
-    return relay_checks(r, 11, "the Python SDK's e2b_network.py").get("SANDBOX")
+    return relay_checks(r, 13, "the Python SDK's e2b_network.py").get("SANDBOX")
 
 
 def main():
