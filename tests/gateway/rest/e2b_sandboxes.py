@@ -231,7 +231,7 @@ term.wait(on_pty=lambda b: seen.append(b.decode()))
 check("42" in "".join(seen), "pty.create: a shell on a terminal answers", "".join(seen)[-300:])
 pt.kill()
 
-# allow_internet_access=True (newer SDKs send it unasked) on a server that
+# allow_internet_access=True on a server that
 # gives no network (no --egress-allow): made, and it reaches nothing.
 net = Sandbox.create(allow_internet_access=True)
 r = net.commands.run("python3 -c \"import socket; socket.create_connection(('198.51.100.7', 80), "
