@@ -200,7 +200,8 @@ static void mkdir_after_stat(fs_call_t *c, const json_t *entry, const sg_error_t
         fs_fail(c, "unavailable", "the context is gone");
         return;
     }
-    c->op = sbfs_mkdir(c->envd->loop, k, c->path, &(sbfs_cb_t){.done = fs_done, .arg = c}, &e);
+    c->op =
+        sbfs_mkdir(c->envd->loop, k, c->path, true, &(sbfs_cb_t){.done = fs_done, .arg = c}, &e);
     if (c->op == NULL) {
         fs_fail(c, envd_code(NULL, e->kind), e->msg);
         sg_error_free(&e);

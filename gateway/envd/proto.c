@@ -1,6 +1,7 @@
 #include "gateway/envd/proto.h"
 
 #include <sodium.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/xalloc.h"
@@ -137,6 +138,26 @@ static const char *file_type(const char *type)
     return "FILE_TYPE_UNSPECIFIED";
 }
 
+/* envd's permissions, Go's os.FileMode.String(): a letter for the type
+ * and for each special bit, in Go's order (d, L; u, g, t), or '-' when
+ * there is none, then the rwx of perms ("rw-r--r--", sbfs's). */
+static json_t *go_mode(const char *type, json_int_t mode, const char *perms)
+{
+    char s[16];
+    size_t n = 0;
+    if (type && strcmp(type, "dir") == 0)
+        s[n++] = 'd';
+    if (type && strcmp(type, "symlink") == 0)
+        s[n++] = 'L';
+    for (int i = 0; i < 3; i++)
+        if (mode & (04000 >> i))
+            s[n++] = "ugt"[i];
+    if (n == 0)
+        s[n++] = '-';
+    snprintf(s + n, sizeof s - n, "%.9s", perms);
+    return json_string(s);
+}
+
 json_t *envd_entry(const json_t *e)
 {
     const char *type = json_string_value(json_object_get(e, "type"));
@@ -153,8 +174,12 @@ json_t *envd_entry(const json_t *e)
     snprintf(size, sizeof size, "%lld", (long long)json_integer_value(json_object_get(e, "size")));
     json_object_set_new(out, "size", json_string(size));
     json_object_set_new(out, "mode", json_integer(json_integer_value(json_object_get(e, "mode"))));
-    static const char *const strs[][2] = {{"permissions", "permissions"},
-                                          {"owner", "owner"},
+    const char *perms = json_string_value(json_object_get(e, "permissions"));
+    if (perms)
+        json_object_set_new(out, "permissions",
+                            go_mode(to_type ? to_type : type,
+                                    json_integer_value(json_object_get(e, "mode")), perms));
+    static const char *const strs[][2] = {{"owner", "owner"},
                                           {"group", "group"},
                                           {"modified", "modifiedTime"},
                                           {"symlink_target", "symlinkTarget"}};

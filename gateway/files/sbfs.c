@@ -534,12 +534,13 @@ sbfs_op_t *sbfs_list(loop_t *loop, kernel_t *k, const char *path, unsigned depth
     return start(loop, k, OP_SIMPLE, (const char *[]){"list", path, d, NULL}, cb, err);
 }
 
-sbfs_op_t *sbfs_mkdir(loop_t *loop, kernel_t *k, const char *path, const sbfs_cb_t *cb,
+sbfs_op_t *sbfs_mkdir(loop_t *loop, kernel_t *k, const char *path, bool envd, const sbfs_cb_t *cb,
                       sg_error_t **err)
 {
     if (!paths_ok(path, NULL, err))
         return NULL;
-    return start(loop, k, OP_SIMPLE, (const char *[]){"mkdir", path, NULL}, cb, err);
+    return start(loop, k, OP_SIMPLE, (const char *[]){envd ? "envd-mkdir" : "mkdir", path, NULL},
+                 cb, err);
 }
 
 sbfs_op_t *sbfs_move(loop_t *loop, kernel_t *k, const char *from, const char *to,

@@ -88,8 +88,10 @@ sbfs_op_t *sbfs_list(loop_t *loop, kernel_t *k, const char *path, unsigned depth
                      const sbfs_cb_t *cb, sg_error_t **err);
 
 /* Creates a directory and its missing parents; result its entry.  An
- * existing directory is not an error (exists when a file is in the way). */
-sbfs_op_t *sbfs_mkdir(loop_t *loop, kernel_t *k, const char *path, const sbfs_cb_t *cb,
+ * existing directory is not an error (exists when a file is in the way).
+ * envd: made as E2B's envd makes them, 0755 (else 02770, the sandbox
+ * group's: sandgate reaches them from outside too). */
+sbfs_op_t *sbfs_mkdir(loop_t *loop, kernel_t *k, const char *path, bool envd, const sbfs_cb_t *cb,
                       sg_error_t **err);
 
 /* Renames from to `to` (rename(2) inside the sandbox: what was at `to` is
@@ -135,7 +137,9 @@ sbfs_op_t *sbfs_write(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
  * entry gives back as "metadata"): keys and values printable ASCII, keys
  * without '=', at most 246 bytes each, 4096 together (sbfs_metadata_check).
  * in_place: written as E2B's envd writes, into the file itself (opened with
- * O_TRUNC; what a directory watch sees is envd's), not renamed onto it. */
+ * O_TRUNC; what a directory watch sees is envd's), not renamed onto it, a
+ * new file 0644 and new parents 0755 as envd's are (else 0660 and 02770,
+ * the sandbox group's: sandgate reaches them from outside too). */
 sbfs_op_t *sbfs_write_meta(loop_t *loop, kernel_t *k, const char *path, uint64_t max,
                            const json_t *metadata, bool in_place, const sbfs_cb_t *cb,
                            sg_error_t **err);

@@ -162,7 +162,7 @@ static enum MHD_Result begin(api_sbfs_req_t *q, http_req_t *call, const char *a,
     case Q_GET: q->op = sbfs_read(loop, q->k, a, &cb, &err); break;
     case Q_STAT: q->op = sbfs_stat(loop, q->k, a, &cb, &err); break;
     case Q_DELETE: q->op = sbfs_remove(loop, q->k, a, &cb, &err); break;
-    case Q_MKDIR: q->op = sbfs_mkdir(loop, q->k, a, &cb, &err); break;
+    case Q_MKDIR: q->op = sbfs_mkdir(loop, q->k, a, false, &cb, &err); break;
     case Q_MOVE: q->op = sbfs_move(loop, q->k, a, b, &cb, &err); break;
     }
     if (!q->op) {

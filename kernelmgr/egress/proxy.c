@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,11 +72,14 @@ static pid_t running(const char *dir)
 /* SIGUSR1 lets go of the ports at once (HAProxy's soft stop); the
  * connections still open are cut 0.5 s later.  (Not SIGTERM: a launcher's
  * child inherits it ignored.) */
+/* HAProxy's -D process is the launcher's child (a subreaper,
+ * common/proc.c): reaped here, or kill would find its zombie alive. */
 static void stop(pid_t pid)
 {
     if (pid <= 0 || kill(pid, SIGUSR1) < 0)
         return;
-    for (int i = 0; i < 200 && kill(pid, 0) == 0; i++) { /* at most 2 s */
+    for (int i = 0; i < 200 && waitpid(pid, NULL, WNOHANG) != pid && kill(pid, 0) == 0;
+         i++) { /* at most 2 s */
         if (i == 50)
             kill(pid, SIGKILL);
         struct timespec ts = {0, 10 * 1000 * 1000};

@@ -3,6 +3,7 @@
  * usage: sandgate-init --fs stat PATH
  *                           list PATH DEPTH
  *                           mkdir PATH
+ *                           envd-mkdir PATH
  *                           move FROM TO
  *                           remove PATH
  *                           read PATH
@@ -37,6 +38,11 @@
  * so that a directory watch sees what it sees under E2B (create, chmod,
  * write; not a temporary file renamed).  A write broken off leaves what
  * came, as envd's does.
+ *
+ * Modes: the sandbox group's (umask 007, directories 02770), as the
+ * kernel's files are, so that sandgate's unprivileged half reaches them
+ * from outside (kernelmgr/launcher/launcher.h); overwrite and envd-mkdir,
+ * E2B's envd's, make E2B's modes instead: files 0644, directories 0755.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -58,6 +64,8 @@
 #include "kernelmgr/guest/fs.h"
 
 #define FRAME_MAX (1u << 20)
+
+static bool envd_modes; /* overwrite and envd-mkdir: E2B's envd's modes */
 #define META_PREFIX "user.e2b."
 #define META_MAX 4096 /* E2B's budget for one file's metadata */
 #define LIST_MAX 10000
@@ -331,8 +339,11 @@ static int make_dirs(const char *path, bool last)
         char c = *p;
         *p = 0;
         struct stat st;
-        if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+        int made = mkdir(buf, 0777);
+        if (made < 0 && errno != EEXIST)
             return fs_fail(errno, "mkdir", buf);
+        if (made == 0 && envd_modes) /* not the group's setgid bit it inherits */
+            chmod(buf, 0755);
         if (stat(buf, &st) < 0)
             return fs_fail(errno, "mkdir", buf);
         if (!S_ISDIR(st.st_mode))
@@ -657,12 +668,15 @@ int sandbox_fs_main(int argc, char **argv)
             !(i >= 2 && (strcmp(op, "list") == 0 || strcmp(op, "write") == 0 ||
                          strcmp(op, "overwrite") == 0 || strcmp(op, "watch") == 0)))
             return fs_fail(EINVAL, "a path must be absolute:", argv[i]);
+    envd_modes = strcmp(op, "overwrite") == 0 || strcmp(op, "envd-mkdir") == 0;
+    if (envd_modes)
+        umask(022);
     int rc;
     if (strcmp(op, "stat") == 0 && n == 1)
         rc = do_stat(argv[1]);
     else if (strcmp(op, "list") == 0 && n == 2)
         rc = do_list(argv[1], argv[2]);
-    else if (strcmp(op, "mkdir") == 0 && n == 1)
+    else if ((strcmp(op, "mkdir") == 0 || strcmp(op, "envd-mkdir") == 0) && n == 1)
         rc = do_mkdir(argv[1]);
     else if (strcmp(op, "move") == 0 && n == 2)
         rc = do_move(argv[1], argv[2]);
@@ -678,7 +692,7 @@ int sandbox_fs_main(int argc, char **argv)
         rc = fs_watch(argv[1], strcmp(argv[2], "1") == 0, strcmp(argv[3], "1") == 0);
     else {
         fs_fail(EINVAL, "usage: sandgate-init --fs",
-                "stat|list|mkdir|move|remove|read|write|overwrite|watch ...");
+                "stat|list|mkdir|envd-mkdir|move|remove|read|write|overwrite|watch ...");
         return 2;
     }
     if (fflush(stdout) != 0 && rc == 0)

@@ -68,6 +68,8 @@ static void entries(void)
     is_str(json_string_value(json_object_get(j, "modifiedTime")), "2026-11-26T02:00:00Z",
            "modified is modifiedTime");
     ok(json_object_get(j, "symlinkTarget") == NULL, "no symlinkTarget for a file");
+    is_str(json_string_value(json_object_get(j, "permissions")), "-rw-r--r--",
+           "permissions as Go prints a FileMode: '-' for a file");
     json_decref(j);
     json_object_set_new(e, "type", json_string("symlink"));
     json_object_set_new(e, "symlink_target", json_string("/etc"));
@@ -85,6 +87,17 @@ static void entries(void)
     is_str(json_string_value(json_object_get(j, "symlinkTarget")), "/usr/lib",
            "its target: the whole path it leads to");
     ok(json_object_get(j, "isSymlink") == NULL, "followed, as envd's stat follows it");
+    is_str(json_string_value(json_object_get(j, "permissions")), "drw-r--r--",
+           "... 'd' for a directory");
+    json_decref(j);
+    json_object_del(e, "target_type");
+    json_object_del(e, "target_path");
+    json_object_set_new(e, "type", json_string("dir"));
+    json_object_set_new(e, "mode", json_integer(02770));
+    json_object_set_new(e, "permissions", json_string("rwxrwx---"));
+    j = envd_entry(e);
+    is_str(json_string_value(json_object_get(j, "permissions")), "dgrwxrwx---",
+           "... and a letter for each special bit (setgid: g)");
     json_decref(j);
     json_decref(e);
 }

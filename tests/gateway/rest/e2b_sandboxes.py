@@ -35,6 +35,27 @@ check(text(sbx.run_code("open('/tmp/py.txt').read()")) == ["written by files.wri
 check(sbx.commands.run("cat /tmp/py.txt").stdout == "written by files.write",
       "and so do commands.run")
 
+# E2B's modes for what its envd makes: files 0644, directories 0755 (parents too).
+sbx.files.make_dir("made/inner")
+sbx.files.write("made/inner/f.txt", "f")
+sbx.files.write("top.txt", "t")
+modes = [(i.mode, i.permissions) for i in map(sbx.files.get_info, (
+    "made", "made/inner", "made/inner/f.txt", "top.txt", "/home/user"))]
+check(modes == [(0o755, "drwxr-xr-x")] * 2 + [(0o644, "-rw-r--r--")] * 2
+      + [(0o2770, "dgrwxrwx---")], "files.make_dir and files.write: E2B's modes, 0755 and 0644 "
+      "(the workspace itself the sandbox group's, as Go prints it)", modes)
+own = f"{os.environ['E2B_API_URL']}/contexts/{sbx.sandbox_id}/files/"
+auth = {"Authorization": "Bearer " + os.environ["E2B_API_KEY"]}
+got = urllib.request.urlopen(urllib.request.Request(own + "made/inner/f.txt", headers=auth))
+try:
+    urllib.request.urlopen(urllib.request.Request(own + "made/inner/f.txt", data=b"x",
+                                                  headers=auth, method="PUT"))
+    put = None
+except urllib.error.HTTPError as e:
+    put = (e.code, json.loads(e.read()).get("message", ""))
+check(got.read() == b"f" and put and put[0] == 403 and "permission denied" in put[1],
+      "sandgate's own files API reads them; writing into a 0755 directory: 403 saying why", put)
+
 # Signed file URLs: no header, no key; the signature names the sandbox.
 def fetch(url, data=None):
     req = urllib.request.Request(url, data=data, headers={"Content-Type": CTYPE} if data else {})

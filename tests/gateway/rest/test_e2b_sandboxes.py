@@ -44,7 +44,7 @@ try:
     if not os.access(PY, os.X_OK):
         ok(False, "tests/.venv-e2b has the E2B SDK (run scripts/venv.sh)")
     else:
-        sdk_script("e2b_sandboxes.py", alice, 61, bob)
+        sdk_script("e2b_sandboxes.py", alice, 63, bob)
         r = sdk_script("e2b_kernels.py", dave, 27)
         gone = next((l.split()[1:] for l in r.stdout.splitlines() if l.startswith("#SANDBOX")),
                     [])

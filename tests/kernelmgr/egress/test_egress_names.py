@@ -442,7 +442,7 @@ def main():
                                text=True).stdout.split()
         d.stop()
         d = None
-        gone = not any(os.path.exists(f"/proc/{p}") for p in proxy)
+        gone = sgd.wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in proxy), 10)
         ok(st == 204 and proxy and gone, "the proxy stops with sandgate", proxy)
     finally:
         if d:
