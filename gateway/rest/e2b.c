@@ -322,12 +322,12 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     bool no_mounts;
     json_t *mounts = api_volume_mounts(self, call, json_object_get(body, "volumeMounts"),
                                        snap != NULL, &no_mounts, &err);
-    kernel_t *k =
-        !mounts && !no_mounts
-            ? NULL
-            : api_create_context(self, call->tenant, "python", "/home/user", !snap && internet,
-                                 false, snap, default_template(template) || snap ? NULL : template,
-                                 NULL, mounts, &who, &quota, &err);
+    kernel_t *k = !mounts && !no_mounts
+                      ? NULL
+                      : api_create_context(self, call->tenant, "python", "/home/user",
+                                           !snap && internet ? &net : NULL, false, snap,
+                                           default_template(template) || snap ? NULL : template,
+                                           NULL, mounts, &who, &quota, &err);
     json_decref(mounts);
     if (k == NULL) {
         ret = e2b_error(call->conn, &err);
@@ -342,8 +342,6 @@ static enum MHD_Result sandbox_create(void *arg, http_req_t *call)
     api_e2b_network_record(json_object_get(meta, "e2b"), &net);
     if (json_is_false(pmem)) /* its timeout's pause keeps only its files */
         json_object_set_new(json_object_get(meta, "e2b"), "autoPauseMemory", json_false());
-    if (!snap && internet)
-        api_e2b_network_apply(self, k, &net); /* before it runs: the launcher's next steps */
     if (envs && json_object_size(envs)) /* its commands' and other kernels' (api_sandbox_envs) */
         json_object_set_new(json_object_get(meta, "e2b"), "envVars", json_deep_copy(envs));
     set_end(self, k, timeout ? timeout : E2B_MAX_TIMEOUT_S);
@@ -692,7 +690,7 @@ static json_t *fork_child(forking_t *f, const kmgr_snapshot_t *snap)
     api_t *self = f->s->api;
     tenant_quota_t quota;
     sg_error_t *err = NULL;
-    kernel_t *k = api_create_context(self, f->tenant, "python", "/home/user", false, false, snap,
+    kernel_t *k = api_create_context(self, f->tenant, "python", "/home/user", NULL, false, snap,
                                      NULL, NULL, NULL, &f->who, &quota, &err);
     if (k == NULL) {
         json_t *e = json_pack("{s:{s:i, s:s}}", "error", "code", sg_error_http_status(err->kind),

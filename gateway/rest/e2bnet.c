@@ -287,21 +287,6 @@ void api_e2b_network_record(json_t *e2b, const e2b_net_t *net)
         json_object_del(e2b, "network");
 }
 
-static void initial_rules_set(const sg_error_t *err, void *arg)
-{
-    char *id = arg;
-    if (err)
-        log_warn("e2b: sandbox %s: its network rules: %s", id, err->msg);
-    free(id);
-}
-
-void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net)
-{
-    if (net->internet && (net->allow || net->rules_deny || net->transforms))
-        kmgr_set_egress(self->kmgr, k, net->rules_allow, net->rules_deny, net->transforms,
-                        initial_rules_set, xstrdup(kernel_id(k)));
-}
-
 /* --- PUT /sandboxes/{id}/network ------------------------------------------------ */
 
 static void rules_set(const sg_error_t *err, void *arg)

@@ -93,17 +93,20 @@ enum MHD_Result api_execute(api_t *self, http_req_t *call, const char *body, siz
 
 /* What the contexts' routes share with the snapshots' (snapshots.c). */
 json_t *api_context_json(api_t *self, kernel_t *k);
-/* A new context of tenant t's (from snap when not NULL: its language, cwd,
- * kernelspec and template; else of template, when not NULL); NULL with *err, SG_E_QUOTA with *quota
- * (tenants.h). */
 /* The mounts a new context's (or E2B sandbox's) body asks for with
  * volumeMounts (volumes.h's volumes_mounts): a new list, or NULL — *none
  * when it asks for none, else with *err (fixed: the context's volumes are
  * not its own to choose, a snapshot's or a host sandbox's). */
 json_t *api_volume_mounts(api_t *self, const http_req_t *call, const json_t *spec, bool fixed,
                           bool *none, sg_error_t **err);
+/* A new context of tenant t's (from snap when not NULL: its language, cwd,
+ * kernelspec, template and network; else of template, when not NULL), with
+ * a network when net is not NULL, its own rules net's (e2bnet.c; applied
+ * before its code runs, a pool kernel's too); NULL with *err, SG_E_QUOTA
+ * with *quota (tenants.h). */
+typedef struct e2b_net e2b_net_t;
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
-                             bool internet, bool implicit, const kmgr_snapshot_t *snap,
+                             const e2b_net_t *net, bool implicit, const kmgr_snapshot_t *snap,
                              const char *template, kernel_t *sandbox, const json_t *mounts,
                              const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err);
 /* The sandbox E2B's SDKs name in the E2b-Sandbox-Id header; NULL when
@@ -143,7 +146,7 @@ int api_e2b_register(api_t *self, http_server_t *http, void (*done)(void *, void
 /* e2bnet.c: an E2B sandbox's network rules (allowOut, denyOut) onto its
  * sandbox's own egress rules.  api_e2b_network reads create's
  * allow_internet_access and network: false after answering 400. */
-typedef struct {
+struct e2b_net {
     bool internet;        /* the sandbox gets a network */
     bool asked;           /* allow_internet_access was given ... */
     bool internet_access; /* ... and was true */
@@ -157,7 +160,7 @@ typedef struct {
     char *mask_host;      /* maskRequestHost: the Host its ports' servers get; NULL */
     char *transforms;     /* rules' headers, {"HOST": {"HEADER": "VALUE"}} as JSON text; NULL */
     json_t *rules;        /* rules as given (E2B's shape, for GET); NULL: none */
-} e2b_net_t;
+};
 /* body's allow_internet_access and network ({allowOut, denyOut, rules,
  * ...}) into *net; false with *why (a new string) when they cannot be — a
  * rule's ${e2b.secrets.NAME} that is not one of tenant's among them. */
@@ -165,9 +168,8 @@ bool api_network_parse(json_t *body, const char *tenant, e2b_net_t *net, char **
 bool api_e2b_network(json_t *body, const char *tenant, e2b_net_t *net, struct MHD_Connection *conn,
                      enum MHD_Result *ret);
 void api_e2b_network_free(e2b_net_t *net);
-/* Into a sandbox's "e2b" record; onto a new sandbox (before it runs). */
+/* Into a sandbox's "e2b" record. */
 void api_e2b_network_record(json_t *e2b, const e2b_net_t *net);
-void api_e2b_network_apply(api_t *self, kernel_t *k, const e2b_net_t *net);
 /* A context's own rules (kernel_opts' egress lists and transforms) as GET
  * /contexts/{id} shows them: "network": {allowOut, denyOut, rules?}, when
  * it has any. */

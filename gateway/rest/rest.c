@@ -200,16 +200,6 @@ static void java_properties(kernel_t *k, const json_t *env, const char *cwd)
     json_decref(props);
 }
 
-/* A new context of tenant t's.  NULL with *err; SG_E_QUOTA with *quota
- * saying which (tenants.h). */
-static kernel_t *create_context(api_t *self, const tenant_t *t, const char *language,
-                                const char *cwd, bool internet, bool implicit,
-                                const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
-{
-    return api_create_context(self, t, language, cwd, internet, implicit, NULL, NULL, NULL, NULL,
-                              who, quota, err);
-}
-
 json_t *api_volume_mounts(api_t *self, const http_req_t *call, const json_t *spec, bool fixed,
                           bool *none, sg_error_t **err)
 {
@@ -235,10 +225,11 @@ void api_set_volumes(api_t *self, volumes_t *volumes)
 }
 
 kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *language, const char *cwd,
-                             bool internet, bool implicit, const kmgr_snapshot_t *snap,
+                             const e2b_net_t *net, bool implicit, const kmgr_snapshot_t *snap,
                              const char *template, kernel_t *sandbox, const json_t *mounts,
                              const audit_who_t *who, tenant_quota_t *quota, sg_error_t **err)
 {
+    bool internet = net != NULL;
     if (sandbox && kernel_host(sandbox)) /* a context's sandbox is its host's */
         sandbox = kernel_host(sandbox);
     if (sandbox) /* it has that sandbox's network */
@@ -289,6 +280,11 @@ kernel_t *api_create_context(api_t *self, const tenant_t *t, const char *languag
     so.sandbox = sandbox ? kernel_id(sandbox) : NULL;
     so.env = sandbox ? api_sandbox_envs(self, sandbox) : NULL;
     so.mounts = mounts;
+    if (internet && net && !sandbox && !snap) { /* its own rules, before its code runs */
+        so.egress_allow = net->rules_allow;
+        so.egress_deny = net->rules_deny;
+        so.egress_transforms = net->transforms;
+    }
     kernel_t *k = kmgr_start_with(self->kmgr, spec->name, &so, NULL, NULL, err);
     if (k == NULL)
         return NULL;
@@ -327,7 +323,8 @@ kernel_t *api_tenant_context(api_t *self, const tenant_t *t, const char *languag
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k)
         return k;
-    k = create_context(self, t, language, "/home/user", false, true, who, quota, err);
+    k = api_create_context(self, t, language, "/home/user", NULL, true, NULL, NULL, NULL, NULL, who,
+                           quota, err);
     if (k) {
         json_object_set_new(self->defaults, key, json_string(kernel_id(k)));
         api_record_write(self, kernel_id(k));
@@ -736,11 +733,9 @@ static enum MHD_Result context_create(void *arg, http_req_t *call)
                               : api_create_context(
                                     self, call->tenant, lang ? json_string_value(lang) : "python",
                                     cwd ? json_string_value(cwd) : "/home/user",
-                                    json_is_true(internet), false, snap,
+                                    json_is_true(internet) ? &net : NULL, false, snap,
                                     json_string_value(template), host, mounts, &who, &quota, &err);
             json_decref(mounts);
-            if (k)
-                api_e2b_network_apply(self, k, &net); /* before it runs */
             api_e2b_network_free(&net);
             ret = k ? api_context_created(self, conn, k, &call->state)
                     : api_reply_refused(conn, &quota, &err);
@@ -888,7 +883,7 @@ kernel_t *api_sandbox_context(api_t *self, const tenant_t *t, kernel_t *sandbox,
     kernel_t *k = id ? kmgr_get(self->kmgr, id) : NULL;
     if (k && kernel_host(k) == sandbox && kernel_state(k) != KERNEL_DEAD)
         return k;
-    k = api_create_context(self, t, language, "/home/user", false, true, NULL, NULL, sandbox, NULL,
+    k = api_create_context(self, t, language, "/home/user", NULL, true, NULL, NULL, sandbox, NULL,
                            who, quota, err);
     if (k) {
         json_object_set_new(self->defaults, key, json_string(kernel_id(k)));

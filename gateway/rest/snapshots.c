@@ -62,7 +62,7 @@ static void fork_from(taking_t *t, const kmgr_snapshot_t *snap)
     api_t *self = t->s->api;
     tenant_quota_t quota;
     sg_error_t *err = NULL;
-    kernel_t *k = api_create_context(self, t->tenant, "python", "/home/user", false, false, snap,
+    kernel_t *k = api_create_context(self, t->tenant, "python", "/home/user", NULL, false, snap,
                                      NULL, NULL, NULL, &t->who, &quota, &err);
     cleanup_free char *sid = xstrdup(snap->id);
     if (!t->keep) /* its files stay until the new context runs (kernelmgr/manager/manager.h) */

@@ -97,7 +97,8 @@ kmgr_start_opts_t tenant_start_opts(const tenant_t *t, bool internet)
     return (kmgr_start_opts_t){.internet = internet,
                                .owner = t->name,
                                .memory_bytes = t->memory_mib << 20,
-                               .cpu_quota_us = (uint64_t)(t->cpus * 100000)};
+                               .cpu_quota_us = (uint64_t)(t->cpus * 100000),
+                               .egress_limited = t->egress[0] != 0};
 }
 
 /* Live: its sandbox runs, or is starting.  A session being paused is on

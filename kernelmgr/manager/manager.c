@@ -323,15 +323,17 @@ kernel_t *session_launch(kmgr_t *m, const kspec_t *spec, const char *id, bool po
     return e->k;
 }
 
-/* Warm kernels of one pool (a template's, or spec's without a template):
- * all, or those a claim would take now (ready and idle). */
-static size_t pool_count(const kmgr_t *m, const char *template, const kspec_t *spec,
+/* Warm kernels of one pool (a template's, or spec's without a template;
+ * with a network or not): all, or those a claim would take now (ready and
+ * idle). */
+static size_t pool_count(const kmgr_t *m, const char *template, const kspec_t *spec, bool internet,
                          bool ready_only)
 {
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++) {
         const entry_t *e = m->entries[i];
         n += e->pool && (!ready_only || (e->ready && kernel_state(e->k) == KERNEL_IDLE)) &&
+             kernel_internet(e->k) == internet &&
              (template && e->template
                   ? strcmp(template, e->template) == 0
                   : template == e->template && (template || kernel_spec(e->k) == spec));
@@ -341,7 +343,7 @@ static size_t pool_count(const kmgr_t *m, const char *template, const kspec_t *s
 
 size_t kmgr_pool_ready(const kmgr_t *m, const char *template)
 {
-    return pool_count(m, template, kspecs_get(m->kspecs, m->cfg.pool_kernelspec), true);
+    return pool_count(m, template, kspecs_get(m->kspecs, m->cfg.pool_kernelspec), false, true);
 }
 
 /* The --pool-size LANG=N pools, resolved; the pooled kernelspec's sets
@@ -364,8 +366,10 @@ static int pools_resolve(kmgr_t *m, sg_error_t **err)
     return 0;
 }
 
-/* Starts one pool kernel where a pool is short: the server's first, then
- * each template's in order. */
+/* Starts one pool kernel where a pool is short: the server's first (and,
+ * when sandboxes may have a network, as many with one: what the operator's
+ * policy lets through, for sessions with no rules of their own and no
+ * tenant's limit), then each other language's and template's in order. */
 static void fill_pool(kmgr_t *m)
 {
     if (m->stopping)
@@ -376,17 +380,21 @@ static void fill_pool(kmgr_t *m)
     const sandbox_config_t *sc = &m->cfg.sandbox;
     const char *template = NULL;
     const kspec_t *spec = kspecs_get(m->kspecs, m->cfg.pool_kernelspec);
-    bool short_ =
-        m->cfg.pool_size > 0 && pool_count(m, NULL, spec, false) < (size_t)m->cfg.pool_size;
+    size_t size = m->cfg.pool_size > 0 ? (size_t)m->cfg.pool_size : 0;
+    bool internet = false;
+    bool short_ = pool_count(m, NULL, spec, false, false) < size;
+    if (!short_ && kmgr_has_egress(m))
+        short_ = internet = pool_count(m, NULL, spec, true, false) < size;
     for (size_t i = 0; !short_ && i < m->npools; i++) {
         spec = m->pools[i].spec;
-        short_ = pool_count(m, NULL, spec, false) < (size_t)m->pools[i].size;
+        short_ = pool_count(m, NULL, spec, false, false) < (size_t)m->pools[i].size;
     }
     for (size_t i = 0; !short_ && i < sc->ntemplates; i++) {
         const sandbox_template_t *t = &sc->templates[i];
         template = t->name;
         spec = kspecs_get(m->kspecs, t->kernelspec ? t->kernelspec : "python3");
-        short_ = t->pool_size > 0 && pool_count(m, t->name, spec, false) < (size_t)t->pool_size;
+        short_ =
+            t->pool_size > 0 && pool_count(m, t->name, spec, false, false) < (size_t)t->pool_size;
     }
     if (!short_ || spec == NULL)
         return;
@@ -394,7 +402,8 @@ static void fill_pool(kmgr_t *m)
     replica_uuid(id);
     sg_error_t *err = NULL;
     const kmgr_snapshot_t *ts = template_snapshot(m, template); /* templates.c */
-    kmgr_start_opts_t so = {.template = template, .snapshot = ts ? ts->id : NULL};
+    kmgr_start_opts_t so = {
+        .template = template, .snapshot = ts ? ts->id : NULL, .internet = internet};
     if (session_launch(m, spec, id, true, &so, NULL, NULL, &err) == NULL) {
         log_error("kmgr: cannot start a pool kernel%s%s: %s", template ? " of template " : "",
                   template ? template : "", err->msg);
@@ -435,12 +444,22 @@ static uint64_t lower(uint64_t tenant, uint64_t server)
     return tenant > 0 && tenant < server ? tenant : 0;
 }
 
-/* Whether a pool kernel's sandbox is what o's would be (kmgr_start_with). */
-static bool pool_fits(const kmgr_t *m, const kmgr_start_opts_t *o)
+/* Whether pool kernel e's sandbox is what o's would be (kmgr_start_with). */
+static bool pool_fits(const kmgr_t *m, const entry_t *e, const kmgr_start_opts_t *o)
 {
     const sandbox_config_t *c = &m->cfg.sandbox;
-    return !o->internet && !lower(o->memory_bytes, c->memory_bytes) &&
-           !lower(o->cpu_quota_us, c->cpu_quota_us);
+    bool own_rules = o->egress_allow || o->egress_deny || o->egress_transforms;
+    return kernel_internet(e->k) == o->internet &&
+           (!o->internet || (!own_rules && !o->egress_limited)) &&
+           !lower(o->memory_bytes, c->memory_bytes) && !lower(o->cpu_quota_us, c->cpu_quota_us);
+}
+
+static void claimed_rules(const sg_error_t *err, void *arg)
+{
+    char *id = arg;
+    if (err)
+        log_warn("kmgr: session %s: its network rules: %s", id, err->msg);
+    free(id);
 }
 
 /* A kernel in session host's sandbox (kmgr_start_opts_t's sandbox). */
@@ -520,13 +539,15 @@ kernel_t *kmgr_start_with(kmgr_t *m, const char *name, const kmgr_start_opts_t *
     }
     for (size_t i = 0; i < m->n && !o->id; i++) {
         entry_t *e = m->entries[i];
-        if (!snap && !o->mounts && pool_fits(m, o) && e->pool && e->ready &&
+        if (!snap && !o->mounts && e->pool && pool_fits(m, e, o) && e->ready &&
             kernel_spec(e->k) == spec && e->template == (t ? t->name : NULL) &&
             kernel_state(e->k) == KERNEL_IDLE) {
             e->pool = false;
             e->ev = ev;
             e->ev_arg = ev_arg;
             kernel_set_owner(e->k, owner);
+            if (o->internet) /* the same rules, now its tenant's (a limit added later) */
+                kernel_set_egress(e->k, "", "", "", claimed_rules, xstrdup(kernel_id(e->k)));
             session_record(m, e);
             m->stats.claimed_from_pool++;
             log_info("kmgr: session %s claimed from the pool", kernel_id(e->k));

@@ -42,7 +42,9 @@ typedef struct {
     sandbox_config_t sandbox;
     const char *kernelspec_path; /* NULL: the Jupyter defaults */
     kernel_opts_t kernel;        /* timeouts; preload is ignored (see pool_preload) */
-    int pool_size;               /* warm kernels per pooled kernelspec (templates: their own,
+    int pool_size;               /* warm kernels per pooled kernelspec, and as many with a
+                                    network (the operator's policy, no rules of their own) when
+                                    sandboxes may have one (templates: their own,
                                     sandbox.templates' pool_size) */
     const char *pool_kernelspec; /* which kernelspec is pooled ("python3") */
     const char *pool_preload;    /* code a pool kernel runs before it is claimable */
@@ -102,8 +104,10 @@ kernel_t *kmgr_start(kmgr_t *self, const char *name, kernel_event_fn *ev, void *
                      sg_error_t **err);
 /* Who a session is for, recorded with it so a restart keeps it. */
 typedef struct {
-    bool internet;         /* a new kernel (never from the pool) whose sandbox has a network
-                              (egress.h) */
+    bool internet;         /* a kernel whose sandbox has a network (egress.h): one of the
+                              pool's networked ones when one is ready and it would reach what
+                              they do, the operator's policy (no rules of its own below, no
+                              egress_limited), else a new one */
     const char *owner;     /* the tenant it belongs to (NULL: the admin's); with tenant
                               cgroups (sandbox.h), its sandboxes go in the tenant's */
     uint64_t memory_bytes; /* the tenant's ceilings (kernel_opts_t; 0: the server's) */
@@ -121,6 +125,7 @@ typedef struct {
     const char *egress_allow, *egress_deny; /* with internet: the sandbox's own rules
                                                (kmgr_set_egress); NULL: none */
     const char *egress_transforms;          /* and headers (the same) */
+    bool egress_limited;                    /* its tenant's egress is limited (keys file) */
     const json_t *mounts; /* volumes in its sandbox (sandbox_opts_t.mounts); never from the
                              pool.  With snapshot: the snapshot's, whatever is given */
     const char *id;       /* the session's id (a session moved here from another replica,

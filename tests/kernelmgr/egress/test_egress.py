@@ -260,6 +260,46 @@ def refused(d):
     return per, int(total[1]) if total else None, page
 
 
+def metric(d, name):
+    page = d.request("GET", "/metrics")[2].decode()
+    m = re.search(rf"^{re.escape(name)} (\d+)$", page, re.M)
+    return int(m[1]) if m else None
+
+
+def warm_pool(keys_file, alice, carol):
+    """The warm pool's sandboxes with a network (the operator's policy): a
+    session with no rules of its own and no tenant's limit takes one (E2B's
+    create by default too); one with rules, or a tenant's limit (carol's:
+    PUBLIC), starts a sandbox of its own, its rules there before its code
+    runs."""
+    d = Daemon("--pool-size", "1", "--pause-after", "0", "--egress-allow", "0.0.0.0/0",
+               "--egress-dns", PUBLIC, "--keys-file", keys_file)
+    try:
+        one_two = {"one": [PUBLIC, 8080], "two": [PUBLIC2, 8080]}
+        asks = [("an allowOut/denyOut context", alice, "/contexts", {"internet": True, "network": {
+                    "allowOut": [PUBLIC], "denyOut": ["0.0.0.0/0"]}}, ("open", "refused"), 0),
+                ("a context without rules", alice, "/contexts", {"internet": True},
+                 ("open", "open"), 1),
+                ("a context of a tenant whose limit is PUBLIC", carol, "/contexts",
+                 {"internet": True}, ("open", "refused"), 0),
+                ("E2B's create, saying nothing of the network", alice, "/sandboxes",
+                 {"templateID": "base"}, ("open", "open"), 1)]
+        for what, key, path, body, want, pooled in asks:
+            warm = sgd.wait_for(
+                lambda: metric(d, 'sandgate_pool_kernels{state="ready"}') == 2, 180)
+            before = metric(d, "sandgate_pool_claims_total")
+            st, c = d.json("POST", path, body, token=key)
+            cid = c.get("id") or c.get("sandboxID")
+            r = probe(d, cid, one_two)
+            got = tuple("open" if r.get(t) == "open" else "refused" for t in ("one", "two"))
+            ok(warm and st == 201 and metric(d, "sandgate_pool_claims_total") == before + pooled
+               and got == want, f"{what}: {'from the warm pool' if pooled else 'a new sandbox'}"
+               f", its first code reaches {PUBLIC} {want[0]}, {PUBLIC2} {want[1]}",
+               (warm, st, c, r))
+    finally:
+        d.stop()
+
+
 def host_addrs():
     out = sh("ip", "-4", "-o", "addr", "show").stdout
     return [a for a in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
@@ -285,6 +325,7 @@ def main():
     root = tempfile.mkdtemp(prefix="sgt-index-")
     keys_dir, keys_file, (bob,) = sgd.tenants("sgt-egress-", "bob")
     alice = sgd.add_key(keys_file, "alice", "--internet")  # may have sandboxes with a network
+    carol = sgd.add_key(keys_file, "carol", "--internet", "--egress", PUBLIC)  # at most PUBLIC
     servers = d = None
     try:
         servers = internet_up(root)
@@ -634,6 +675,8 @@ def main():
         d.stop()
         d = None
 
+        warm_pool(keys_file, alice, carol)
+
         for bad, want in (("10.0.0.0/33", "not CIDR"), ("10.1.2.3/8", "not CIDR"),
                           ("::/0", "IPv6"), ("198.51.100.0/24:0", "not CIDR")):
             r = subprocess.run([sgd.SANDGATE, "--egress-allow", bad, "--state-dir", root],
@@ -650,6 +693,7 @@ def main():
         shutil.rmtree(keys_dir, ignore_errors=True)
 
 
-signal.alarm(900)  # never hang the suite
-main()
-done()
+if __name__ == "__main__":
+    signal.alarm(900)  # never hang the suite
+    main()
+    done()
